@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config: the dstage configuration.
+ *
+ * Sources, later ones winning: built-in defaults, the INI file (--config FILE,
+ * else $DSTAGE_CONFIG, else /etc/dstage/dstage.conf when it exists), then the
+ * environment (AWS_ENDPOINT_URL, AWS_REGION, and DSTAGE_<SECTION>_<KEY> for
+ * every key). docs/configuration.md lists every key.
+ *
+ * A loaded config is immutable and may be shared by threads without locking.
+ */
+#ifndef DSTAGE_CONFIG_H
+#define DSTAGE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_DEFAULT_PATH "/etc/dstage/dstage.conf"
+
+struct dstage_config {
+	/* [cache] */
+	char *cache_dir;	/* cache.dir */
+	uint64_t cache_size;	/* cache.size, bytes */
+	uint32_t cache_block_size;	/* cache.block_size, bytes, power of 2 */
+	unsigned cache_high_watermark;	/* cache.high_watermark, percent */
+	unsigned cache_low_watermark;	/* cache.low_watermark, percent */
+	unsigned cache_readahead_max;	/* cache.readahead_max, blocks */
+
+	/* [catalog] */
+	char *catalog_path;	/* catalog.path */
+
+	/* [daemon] */
+	char *daemon_socket;	/* daemon.socket */
+	char *daemon_admin_group;	/* daemon.admin_group */
+
+	/* [s3] */
+	char *s3_endpoint;	/* s3.endpoint, e.g. http://127.0.0.1:7480 */
+	char *s3_region;	/* s3.region */
+	bool s3_path_style;	/* s3.path_style */
+	char *s3_ca_file;	/* s3.ca_file, NULL: system store */
+	bool s3_verify_tls;	/* s3.verify_tls */
+	char *s3_credentials_file;	/* s3.credentials_file */
+	char *s3_profile;	/* s3.profile (AWS shared credentials) */
+	unsigned s3_max_inflight;	/* s3.max_inflight, ranged GETs at once */
+	uint64_t s3_multipart_threshold;	/* s3.multipart_threshold, bytes */
+	uint64_t s3_part_size;	/* s3.part_size, bytes */
+	unsigned s3_connect_timeout_ms;	/* s3.connect_timeout */
+	unsigned s3_low_speed_time_ms;	/* s3.low_speed_time */
+	unsigned s3_max_attempts;	/* s3.max_attempts */
+	unsigned s3_deadline_ms;	/* s3.deadline, per operation incl. retries */
+	unsigned s3_backoff_base_ms;	/* s3.backoff_base */
+	unsigned s3_backoff_max_ms;	/* s3.backoff_max */
+
+	/* [log] */
+	int log_level;		/* log.level, enum log_level */
+	bool log_syslog;	/* log.syslog */
+
+	/* Where the values came from, for messages. */
+	char *source_file;	/* NULL when no file was read */
+};
+
+/*
+ * Load the configuration. path may be NULL (then $DSTAGE_CONFIG, then
+ * CONFIG_DEFAULT_PATH if it exists). On error, a message naming the file,
+ * line, key and what is accepted is written to err (size errlen) and the
+ * function returns:
+ *   -ENOENT  an explicitly named file does not exist
+ *   -EINVAL  a bad value or unknown key
+ *   -ENOMEM  out of memory
+ *   -errno   the file could not be read
+ */
+int config_load(const char *path, struct dstage_config **out, char *err,
+		size_t errlen);
+
+/* Defaults only, no file, no environment. Returns 0 or -ENOMEM. */
+int config_defaults(struct dstage_config **out);
+
+/* Set one key ("section.key") from a string, as the file parser does.
+ * Returns 0, -EINVAL (unknown key or bad value, message in err), -ENOMEM. */
+int config_set(struct dstage_config *cfg, const char *key, const char *value,
+	       char *err, size_t errlen);
+
+/* Accepts NULL. */
+void config_free(struct dstage_config *cfg);
+
+/* Parse a size: "4096", "500K", "500M", "2G", "1T", "4MiB", "1.5G".
+ * Returns 0 or -EINVAL / -ERANGE. */
+int config_parse_size(const char *s, uint64_t *out);
+
+/* Parse a duration: "250ms", "30s", "5m", "2h", or plain seconds.
+ * Returns 0 or -EINVAL / -ERANGE. */
+int config_parse_duration_ms(const char *s, unsigned *out);
+
+/* Write every key and its current value, INI style. */
+void config_dump(const struct dstage_config *cfg, FILE *f);
+
+#endif
