@@ -21,44 +21,44 @@
 
 struct dstage_config {
 	/* [cache] */
-	char *cache_dir;	/* cache.dir */
-	uint64_t cache_size;	/* cache.size, bytes */
-	uint32_t cache_block_size;	/* cache.block_size, bytes, power of 2 */
-	unsigned cache_high_watermark;	/* cache.high_watermark, percent */
-	unsigned cache_low_watermark;	/* cache.low_watermark, percent */
-	unsigned cache_readahead_max;	/* cache.readahead_max, blocks */
+	char *cache_dir; /* cache.dir */
+	uint64_t cache_size; /* cache.size, bytes */
+	uint32_t cache_block_size; /* cache.block_size, bytes, power of 2 */
+	unsigned cache_high_watermark; /* cache.high_watermark, percent */
+	unsigned cache_low_watermark; /* cache.low_watermark, percent */
+	unsigned cache_readahead_max; /* cache.readahead_max, blocks */
 
 	/* [catalog] */
-	char *catalog_path;	/* catalog.path */
+	char *catalog_path; /* catalog.path */
 
 	/* [daemon] */
-	char *daemon_socket;	/* daemon.socket */
-	char *daemon_admin_group;	/* daemon.admin_group */
+	char *daemon_socket; /* daemon.socket */
+	char *daemon_admin_group; /* daemon.admin_group */
 
 	/* [s3] */
-	char *s3_endpoint;	/* s3.endpoint, e.g. http://127.0.0.1:7480 */
-	char *s3_region;	/* s3.region */
-	bool s3_path_style;	/* s3.path_style */
-	char *s3_ca_file;	/* s3.ca_file, NULL: system store */
-	bool s3_verify_tls;	/* s3.verify_tls */
-	char *s3_credentials_file;	/* s3.credentials_file */
-	char *s3_profile;	/* s3.profile (AWS shared credentials) */
-	unsigned s3_max_inflight;	/* s3.max_inflight, ranged GETs at once */
-	uint64_t s3_multipart_threshold;	/* s3.multipart_threshold, bytes */
-	uint64_t s3_part_size;	/* s3.part_size, bytes */
-	unsigned s3_connect_timeout_ms;	/* s3.connect_timeout */
-	unsigned s3_low_speed_time_ms;	/* s3.low_speed_time */
-	unsigned s3_max_attempts;	/* s3.max_attempts */
-	unsigned s3_deadline_ms;	/* s3.deadline, per operation incl. retries */
-	unsigned s3_backoff_base_ms;	/* s3.backoff_base */
-	unsigned s3_backoff_max_ms;	/* s3.backoff_max */
+	char *s3_endpoint; /* s3.endpoint, e.g. http://127.0.0.1:7480 */
+	char *s3_region; /* s3.region */
+	bool s3_path_style; /* s3.path_style */
+	char *s3_ca_file; /* s3.ca_file, NULL: system store */
+	bool s3_verify_tls; /* s3.verify_tls */
+	char *s3_credentials_file; /* s3.credentials_file */
+	char *s3_profile; /* s3.profile (AWS shared credentials) */
+	unsigned s3_max_inflight; /* s3.max_inflight, ranged GETs at once */
+	uint64_t s3_multipart_threshold; /* s3.multipart_threshold, bytes */
+	uint64_t s3_part_size; /* s3.part_size, bytes */
+	unsigned s3_connect_timeout_ms; /* s3.connect_timeout */
+	unsigned s3_low_speed_time_ms; /* s3.low_speed_time */
+	unsigned s3_max_attempts; /* s3.max_attempts */
+	unsigned s3_deadline_ms; /* s3.deadline, per operation incl. retries */
+	unsigned s3_backoff_base_ms; /* s3.backoff_base */
+	unsigned s3_backoff_max_ms; /* s3.backoff_max */
 
 	/* [log] */
-	int log_level;		/* log.level, enum log_level */
-	bool log_syslog;	/* log.syslog */
+	int log_level; /* log.level, enum log_level */
+	bool log_syslog; /* log.syslog */
 
 	/* Where the values came from, for messages. */
-	char *source_file;	/* NULL when no file was read */
+	char *source_file; /* NULL when no file was read */
 };
 
 /*

@@ -34,10 +34,10 @@ struct objstore;
 #define OBJSTORE_ETAG_MAX 128
 
 struct objstore_info {
-	const char *key;	/* relative to the store's prefix */
+	const char *key; /* relative to the store's prefix */
 	uint64_t size;
-	char etag[OBJSTORE_ETAG_MAX];	/* quoted as the server sends it */
-	int64_t mtime;		/* seconds since the epoch */
+	char etag[OBJSTORE_ETAG_MAX]; /* quoted as the server sends it */
+	int64_t mtime; /* seconds since the epoch */
 };
 
 /* One ranged GET. len bytes from off into buf; if_match may be NULL. */
@@ -47,17 +47,17 @@ struct objstore_get {
 	size_t len;
 	const char *if_match;
 	void *buf;
-	size_t got;		/* out: bytes stored; == len unless at EOF */
-	int result;		/* out: 0 or -errno */
+	size_t got; /* out: bytes stored; == len unless at EOF */
+	int result; /* out: 0 or -errno */
 };
 
 /* Counters since objstore_open; all monotonic. */
 struct objstore_stats {
-	uint64_t requests;	/* HTTP requests or file operations sent */
-	uint64_t retries;	/* of those, retries */
-	uint64_t bytes_in;	/* body bytes received */
-	uint64_t bytes_out;	/* body bytes sent */
-	uint64_t errors;	/* operations that ended in an error */
+	uint64_t requests; /* HTTP requests or file operations sent */
+	uint64_t retries; /* of those, retries */
+	uint64_t bytes_in; /* body bytes received */
+	uint64_t bytes_out; /* body bytes sent */
+	uint64_t errors; /* operations that ended in an error */
 };
 
 /*
@@ -95,8 +95,8 @@ int objstore_head(struct objstore *os, const char *key,
  * never returned. if_match (may be NULL) is sent as If-Match; a mismatch is
  * -ESTALE. off at or past the end of a non-empty object is -ERANGE.
  */
-int objstore_get(struct objstore *os, const char *key, uint64_t off,
-		 size_t len, const char *if_match, void *buf, size_t *got);
+int objstore_get(struct objstore *os, const char *key, uint64_t off, size_t len,
+		 const char *if_match, void *buf, size_t *got);
 
 /*
  * Run n ranged GETs with up to s3.max_inflight in flight at once over reused

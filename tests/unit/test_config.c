@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: MIT
+/* config: defaults, file, environment, and the messages for bad values. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+
+static char tmpdir[] = "/tmp/dstage-test-config-XXXXXX";
+
+static const char *write_conf(const char *name, const char *text)
+{
+	static char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return NULL;
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+static void clear_env(void)
+{
+	unsetenv("DSTAGE_CONFIG");
+	unsetenv("AWS_ENDPOINT_URL");
+	unsetenv("AWS_REGION");
+	unsetenv("AWS_DEFAULT_REGION");
+	unsetenv("DSTAGE_CACHE_DIR");
+	unsetenv("DSTAGE_S3_ENDPOINT");
+	unsetenv("DSTAGE_S3_REGION");
+	unsetenv("DSTAGE_CACHE_SIZE");
+}
+
+static void test_sizes(void)
+{
+	uint64_t v = 0;
+	unsigned ms = 0;
+
+	CHECK_INT(config_parse_size("4096", &v), 0);
+	CHECK_INT(v, 4096);
+	CHECK_INT(config_parse_size("500M", &v), 0);
+	CHECK_INT(v, 500ULL << 20);
+	CHECK_INT(config_parse_size("2G", &v), 0);
+	CHECK_INT(v, 2ULL << 30);
+	CHECK_INT(config_parse_size("1T", &v), 0);
+	CHECK_INT(v, 1ULL << 40);
+	CHECK_INT(config_parse_size("4MiB", &v), 0);
+	CHECK_INT(v, 4ULL << 20);
+	CHECK_INT(config_parse_size("1.5G", &v), 0);
+	CHECK_INT(v, 3ULL << 29);
+	CHECK_INT(config_parse_size("4 KB", &v), 0);
+	CHECK_INT(v, 4096);
+	CHECK_INT(config_parse_size("", &v), -EINVAL);
+	CHECK_INT(config_parse_size("-1G", &v), -EINVAL);
+	CHECK_INT(config_parse_size("12Q", &v), -EINVAL);
+	CHECK_INT(config_parse_size("1Gx", &v), -EINVAL);
+	CHECK_INT(config_parse_size("1.3", &v), -EINVAL);
+	CHECK_INT(config_parse_size("99999999999P", &v), -ERANGE);
+	CHECK_INT(config_parse_duration_ms("250ms", &ms), 0);
+	CHECK_INT(ms, 250);
+	CHECK_INT(config_parse_duration_ms("30s", &ms), 0);
+	CHECK_INT(ms, 30000);
+	CHECK_INT(config_parse_duration_ms("5m", &ms), 0);
+	CHECK_INT(ms, 300000);
+	CHECK_INT(config_parse_duration_ms("7", &ms), 0);
+	CHECK_INT(ms, 7000);
+	CHECK_INT(config_parse_duration_ms("3 days", &ms), -EINVAL);
+}
+
+static void test_defaults_without_file(void)
+{
+	struct dstage_config *cfg = NULL;
+	char err[512];
+
+	clear_env();
+	/* Not explicit, default path absent here: defaults only. */
+	if (access(CONFIG_DEFAULT_PATH, F_OK) == 0)
+		return;
+	CHECK_INT(config_load(NULL, &cfg, err, sizeof(err)), 0);
+	if (!cfg)
+		return;
+	CHECK_INT(cfg->cache_block_size, 4u << 20);
+	CHECK_STR(cfg->s3_region, "us-east-1");
+	CHECK(cfg->s3_path_style);
+	CHECK(cfg->s3_verify_tls);
+	CHECK(cfg->s3_endpoint == NULL);
+	CHECK(cfg->source_file == NULL);
+	config_free(cfg);
+}
+
+static void test_file_and_env(void)
+{
+	struct dstage_config *cfg = NULL;
+	char err[512];
+	const char *p =
+		write_conf("good.conf", "; comment\n"
+					"[cache]\n"
+					"dir = /nvme/cache\n"
+					"size = 2G\n"
+					"block_size = 1M\n"
+					"[s3]\n"
+					"endpoint = http://127.0.0.1:7480\n"
+					"path_style = no\n"
+					"max_inflight = 16\n"
+					"deadline = 45s\n"
+					"[log]\n"
+					"level = debug"); /* no final newline */
+
+	clear_env();
+	CHECK_INT(config_load(p, &cfg, err, sizeof(err)), 0);
+	if (!cfg) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	CHECK_STR(cfg->cache_dir, "/nvme/cache");
+	CHECK_INT(cfg->cache_size, 2ULL << 30);
+	CHECK_INT(cfg->cache_block_size, 1u << 20);
+	CHECK_STR(cfg->s3_endpoint, "http://127.0.0.1:7480");
+	CHECK(!cfg->s3_path_style);
+	CHECK_INT(cfg->s3_max_inflight, 16);
+	CHECK_INT(cfg->s3_deadline_ms, 45000);
+	CHECK_INT(cfg->log_level, LOG_LVL_DEBUG);
+	CHECK_STR(cfg->source_file, p);
+	config_free(cfg);
+
+	/* The environment wins over the file; AWS_* fill endpoint/region. */
+	setenv("DSTAGE_CACHE_DIR", "/other", 1);
+	setenv("AWS_REGION", "eu-west-3", 1);
+	setenv("AWS_ENDPOINT_URL", "https://s3.example.test", 1);
+	cfg = NULL;
+	CHECK_INT(config_load(p, &cfg, err, sizeof(err)), 0);
+	if (cfg) {
+		CHECK_STR(cfg->cache_dir, "/other");
+		CHECK_STR(cfg->s3_region, "eu-west-3");
+		CHECK_STR(cfg->s3_endpoint, "https://s3.example.test");
+		config_free(cfg);
+	}
+	/* DSTAGE_S3_ENDPOINT beats AWS_ENDPOINT_URL. */
+	setenv("DSTAGE_S3_ENDPOINT", "http://127.0.0.2:9000", 1);
+	cfg = NULL;
+	CHECK_INT(config_load(p, &cfg, err, sizeof(err)), 0);
+	if (cfg) {
+		CHECK_STR(cfg->s3_endpoint, "http://127.0.0.2:9000");
+		config_free(cfg);
+	}
+	/* $DSTAGE_CONFIG names the file when no path is given. */
+	clear_env();
+	setenv("DSTAGE_CONFIG", p, 1);
+	cfg = NULL;
+	CHECK_INT(config_load(NULL, &cfg, err, sizeof(err)), 0);
+	if (cfg) {
+		CHECK_STR(cfg->cache_dir, "/nvme/cache");
+		config_free(cfg);
+	}
+	clear_env();
+}
+
+/* Each bad file fails with a message naming file, line, key, what's accepted. */
+static void expect_bad(const char *text, const char *want1, const char *want2)
+{
+	struct dstage_config *cfg = NULL;
+	char err[512] = "";
+	const char *p = write_conf("bad.conf", text);
+
+	CHECK_INT(config_load(p, &cfg, err, sizeof(err)), -EINVAL);
+	CHECK(cfg == NULL);
+	if (!strstr(err, want1) || !strstr(err, want2)) {
+		fprintf(stderr, "message '%s' lacks '%s' or '%s'\n", err, want1,
+			want2);
+		check_failures++;
+	}
+	if (!strstr(err, "bad.conf")) {
+		fprintf(stderr, "message '%s' does not name the file\n", err);
+		check_failures++;
+	}
+}
+
+static void test_bad_values(void)
+{
+	struct dstage_config *cfg = NULL;
+	char err[512];
+
+	clear_env();
+	expect_bad("[cache]\n\nsize = lots\n", "bad.conf:3", "cache.size");
+	expect_bad("[cache]\nsize = lots\n", "500M", "lots");
+	expect_bad("[cache]\nblock_size = 3M\n", ":2", "power-of-two");
+	expect_bad("[s3]\nmax_inflight = 0\n", "s3.max_inflight", "from 1");
+	expect_bad("[s3]\nendpoint = ftp://x\n", "s3.endpoint", "http://");
+	expect_bad("[s3]\npath_style = maybe\n", "path_style", "true or false");
+	expect_bad("[s3]\nbogus = 1\n", "bad.conf:2", "unknown key 's3.bogus'");
+	expect_bad("[cache]\ndir = relative/path\n", "cache.dir", "absolute");
+	expect_bad("[log]\nlevel = loud\n", "log.level", "debug");
+	expect_bad("[cache]\nthis line is not ini\n", "bad.conf:2", "syntax");
+	expect_bad("[cache]\nhigh_watermark = 50\nlow_watermark = 60\n",
+		   "low_watermark", "high_watermark");
+
+	/* A named file that does not exist is an error, not defaults. */
+	CHECK_INT(
+		config_load("/nonexistent/dstage.conf", &cfg, err, sizeof(err)),
+		-ENOENT);
+	CHECK(strstr(err, "/nonexistent/dstage.conf") != NULL);
+
+	/* A bad environment value names the variable. */
+	setenv("DSTAGE_CACHE_SIZE", "huge", 1);
+	CHECK_INT(config_load(NULL, &cfg, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "DSTAGE_CACHE_SIZE") != NULL);
+	clear_env();
+}
+
+static void test_dump_roundtrip(void)
+{
+	struct dstage_config *a = NULL, *b = NULL;
+	char err[512], path[300];
+	FILE *f;
+
+	clear_env();
+	CHECK_INT(config_defaults(&a), 0);
+	if (!a)
+		return;
+	CHECK_INT(config_set(a, "cache.size", "3G", err, sizeof(err)), 0);
+	CHECK_INT(config_set(a, "s3.endpoint", "http://127.0.0.1:1", err,
+			     sizeof(err)),
+		  0);
+	snprintf(path, sizeof(path), "%s/dump.conf", tmpdir);
+	f = fopen(path, "w");
+	if (f) {
+		config_dump(a, f);
+		fclose(f);
+	}
+	CHECK_INT(config_load(path, &b, err, sizeof(err)), 0);
+	if (b) {
+		CHECK_INT(b->cache_size, 3ULL << 30);
+		CHECK_STR(b->s3_endpoint, "http://127.0.0.1:1");
+		CHECK_INT(b->s3_deadline_ms, a->s3_deadline_ms);
+	} else {
+		fprintf(stderr, "%s\n", err);
+	}
+	config_free(a);
+	config_free(b);
+	config_free(NULL);
+}
+
+int main(void)
+{
+	if (!mkdtemp(tmpdir))
+		return 1;
+	test_sizes();
+	test_defaults_without_file();
+	test_file_and_env();
+	test_bad_values();
+	test_dump_roundtrip();
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+	if (system(cmd))
+		return 1;
+	return check_result();
+}
