@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: MIT
+/*
+ * objstore: the front end over the s3:// and file:// backends.
+ *
+ * It checks arguments once (keys, ranges) so that backends see only valid
+ * requests, keeps the counters, and turns single calls into the backends'
+ * batch form. A handle holds no lock: the backends are thread-safe.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstage/config.h"
+#include "dstage/log.h"
+#include "objstore_backend.h"
+
+/* S3 keys are at most 1024 bytes of UTF-8; a NUL cannot be in one. */
+#define OBJSTORE_KEY_MAX 1024
+
+static int objstore_check_key(const struct objstore *os, const char *key)
+{
+	size_t len;
+
+	if (!key)
+		return -EINVAL;
+	len = strlen(key);
+	if (len == 0 || len > OBJSTORE_KEY_MAX) {
+		log_error("%s: invalid key of %zu bytes (1 to %d allowed)",
+			  os->url, len, OBJSTORE_KEY_MAX);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int objstore_open(const char *url, const struct dstage_config *cfg,
+		  struct objstore **out)
+{
+	struct objstore *os = NULL;
+	int ret;
+
+	*out = NULL;
+	if (!url || !cfg)
+		return -EINVAL;
+	if (strncmp(url, "s3://", 5) == 0) {
+		ret = s3store_open(url, url + 5, cfg, &os);
+	} else if (strncmp(url, "file://", 7) == 0) {
+		ret = filestore_open(url, url + 7, cfg, &os);
+	} else {
+		log_error("unsupported store URL '%s': expected "
+			  "s3://BUCKET/PREFIX/ or file:///DIR/",
+			  url);
+		return -EINVAL;
+	}
+	if (ret)
+		return ret;
+	os->cfg = cfg;
+	os->url = strdup(url);
+	if (!os->url) {
+		os->ops->free(os);
+		return -ENOMEM;
+	}
+	*out = os;
+	return 0;
+}
+
+void objstore_free(struct objstore *os)
+{
+	char *url;
+
+	if (!os)
+		return;
+	url = os->url;
+	os->ops->free(os);
+	free(url);
+}
+
+const char *objstore_url(const struct objstore *os)
+{
+	return os->url;
+}
+
+static int objstore_result(struct objstore *os, int ret)
+{
+	if (ret < 0)
+		objstore_count(&os->n_errors, 1);
+	return ret;
+}
+
+int objstore_list(struct objstore *os, const char *prefix, objstore_list_cb cb,
+		  void *arg)
+{
+	if (!cb)
+		return -EINVAL;
+	return objstore_result(
+		os, os->ops->list(os, prefix ? prefix : "", cb, arg));
+}
+
+int objstore_head(struct objstore *os, const char *key,
+		  struct objstore_info *info)
+{
+	int ret = objstore_check_key(os, key);
+
+	if (ret)
+		return ret;
+	memset(info, 0, sizeof(*info));
+	info->key = key;
+	return objstore_result(os, os->ops->head(os, key, info));
+}
+
+int objstore_get(struct objstore *os, const char *key, uint64_t off, size_t len,
+		 const char *if_match, void *buf, size_t *got)
+{
+	struct objstore_get rq = {
+		.key = key,
+		.off = off,
+		.len = len,
+		.if_match = if_match,
+		.buf = buf,
+	};
+	int ret;
+
+	ret = objstore_get_many(os, &rq, 1);
+	if (got)
+		*got = rq.got;
+	return ret;
+}
+
+int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n)
+{
+	int ret;
+
+	for (size_t i = 0; i < n; i++) {
+		reqs[i].got = 0;
+		reqs[i].result = objstore_check_key(os, reqs[i].key);
+		if (reqs[i].result)
+			return reqs[i].result;
+		if (reqs[i].len && !reqs[i].buf)
+			return -EINVAL;
+		if (reqs[i].off + reqs[i].len < reqs[i].off)
+			return -EINVAL;
+	}
+	if (n == 0)
+		return 0;
+	ret = os->ops->get_many(os, reqs, n);
+	for (size_t i = 0; i < n; i++)
+		if (reqs[i].result)
+			objstore_count(&os->n_errors, 1);
+	return ret;
+}
+
+int objstore_put_fd(struct objstore *os, const char *key, int fd, uint64_t size)
+{
+	int ret = objstore_check_key(os, key);
+
+	if (ret)
+		return ret;
+	if (fd < 0)
+		return -EBADF;
+	return objstore_result(os, os->ops->put_fd(os, key, fd, size));
+}
+
+int objstore_put_buf(struct objstore *os, const char *key, const void *buf,
+		     size_t len)
+{
+	int ret = objstore_check_key(os, key);
+
+	if (ret)
+		return ret;
+	if (len && !buf)
+		return -EINVAL;
+	return objstore_result(os, os->ops->put_buf(os, key, buf, len));
+}
+
+int objstore_delete(struct objstore *os, const char *key)
+{
+	int ret = objstore_check_key(os, key);
+
+	if (ret)
+		return ret;
+	return objstore_result(os, os->ops->del(os, key));
+}
+
+int objstore_copy(struct objstore *os, const char *src_key, const char *dst_key)
+{
+	int ret = objstore_check_key(os, src_key);
+
+	if (!ret)
+		ret = objstore_check_key(os, dst_key);
+	if (ret)
+		return ret;
+	return objstore_result(os, os->ops->copy(os, src_key, dst_key));
+}
+
+void objstore_get_stats(const struct objstore *os, struct objstore_stats *st)
+{
+	st->requests = atomic_load(&os->n_requests);
+	st->retries = atomic_load(&os->n_retries);
+	st->bytes_in = atomic_load(&os->n_bytes_in);
+	st->bytes_out = atomic_load(&os->n_bytes_out);
+	st->errors = atomic_load(&os->n_errors);
+}

@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: MIT
+/*
+ * objstore_tool: drive the object-store client from the integration tests and
+ * the benchmarks.
+ *
+ *   objstore_tool [--config F] URL ls [PREFIX]
+ *   objstore_tool [--config F] URL head KEY
+ *   objstore_tool [--config F] URL get KEY OFF LEN [ETAG]   (bytes to stdout)
+ *   objstore_tool [--config F] URL cat KEY [CHUNK] [OUT]    (whole object,
+ *                                  CHUNK-sized ranged GETs in flight at once)
+ *   objstore_tool [--config F] URL put KEY FILE
+ *   objstore_tool [--config F] URL rm KEY
+ *   objstore_tool [--config F] URL cp SRC DST
+ *
+ * Exit 0 on success, 1 on an objstore error (the message is on stderr, and
+ * "error: <errno name>" is the last line), 2 on bad usage. With
+ * DSTAGE_TOOL_STATS=1 the counters are printed to stderr as JSON.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dstage/config.h"
+#include "dstage/log.h"
+#include "dstage/objstore.h"
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: objstore_tool [--config F] URL "
+			"ls|head|get|cat|put|rm|cp ARGS...\n");
+	return 2;
+}
+
+static int print_entry(void *arg, const struct objstore_info *oi)
+{
+	(void)arg;
+	printf("%" PRIu64 "\t%s\t%" PRId64 "\t%s\n", oi->size, oi->etag,
+	       oi->mtime, oi->key);
+	return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p = (const char *)p + w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Whole object with ranged GETs in flight at once, written in order. */
+static int cat_object(struct objstore *os, const struct dstage_config *cfg,
+		      const char *key, uint64_t chunk, int outfd)
+{
+	struct objstore_info oi;
+	unsigned n = cfg->s3_max_inflight;
+	struct objstore_get *g = calloc(n, sizeof(*g));
+	char *buf = malloc((size_t)chunk * n);
+	uint64_t off = 0;
+	int ret;
+
+	if (!g || !buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = objstore_head(os, key, &oi);
+	if (ret)
+		goto out;
+	while (off < oi.size) {
+		unsigned m = 0;
+
+		for (; m < n && off < oi.size; m++) {
+			uint64_t len =
+				oi.size - off < chunk ? oi.size - off : chunk;
+			g[m] = (struct objstore_get){
+				.key = key,
+				.off = off,
+				.len = (size_t)len,
+				.if_match = oi.etag[0] ? oi.etag : NULL,
+				.buf = buf + (size_t)chunk * m,
+			};
+			off += len;
+		}
+		ret = objstore_get_many(os, g, m);
+		if (ret)
+			goto out;
+		for (unsigned i = 0; i < m; i++) {
+			if (g[i].got != g[i].len) {
+				ret = -EIO;
+				goto out;
+			}
+			if (outfd >= 0) {
+				ret = write_all(outfd, g[i].buf, g[i].got);
+				if (ret)
+					goto out;
+			}
+		}
+	}
+out:
+	free(g);
+	free(buf);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct dstage_config *cfg = NULL;
+	struct objstore *os = NULL;
+	const char *conf = NULL, *url, *cmd;
+	char err[512];
+	int ret, i = 1;
+
+	if (argc > 2 && !strcmp(argv[1], "--config")) {
+		conf = argv[2];
+		i = 3;
+	}
+	if (argc - i < 2)
+		return usage();
+	url = argv[i];
+	cmd = argv[i + 1];
+	argv += i + 2;
+	argc -= i + 2;
+	ret = config_load(conf, &cfg, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "objstore_tool: %s\n", err);
+		return 2;
+	}
+	log_set_level(cfg->log_level);
+	ret = objstore_open(url, cfg, &os);
+	if (ret)
+		goto out;
+	if (!strcmp(cmd, "ls")) {
+		ret = objstore_list(os, argc > 0 ? argv[0] : "", print_entry,
+				    NULL);
+	} else if (!strcmp(cmd, "head") && argc == 1) {
+		struct objstore_info oi;
+
+		ret = objstore_head(os, argv[0], &oi);
+		if (!ret)
+			printf("%" PRIu64 "\t%s\t%" PRId64 "\n", oi.size,
+			       oi.etag, oi.mtime);
+	} else if (!strcmp(cmd, "get") && (argc == 3 || argc == 4)) {
+		uint64_t off = strtoull(argv[1], NULL, 0);
+		size_t len = strtoull(argv[2], NULL, 0), got = 0;
+		char *buf = malloc(len ? len : 1);
+
+		if (!buf) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		ret = objstore_get(os, argv[0], off, len,
+				   argc == 4 ? argv[3] : NULL, buf, &got);
+		if (!ret)
+			ret = write_all(STDOUT_FILENO, buf, got);
+		free(buf);
+	} else if (!strcmp(cmd, "cat") && argc >= 1 && argc <= 3) {
+		uint64_t chunk = 8 << 20;
+		int fd = STDOUT_FILENO;
+
+		if (argc >= 2 && config_parse_size(argv[1], &chunk)) {
+			ret = usage();
+			goto out_rc;
+		}
+		if (argc == 3) {
+			fd = !strcmp(argv[2], "-")
+				     ? -1
+				     : open(argv[2],
+					    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+			if (fd < 0 && strcmp(argv[2], "-")) {
+				perror(argv[2]);
+				ret = -errno;
+				goto out;
+			}
+		}
+		ret = cat_object(os, cfg, argv[0], chunk ? chunk : 1, fd);
+		if (fd > STDOUT_FILENO)
+			close(fd);
+	} else if (!strcmp(cmd, "put") && argc == 2) {
+		struct stat sb;
+		int fd = open(argv[1], O_RDONLY);
+
+		if (fd < 0 || fstat(fd, &sb)) {
+			perror(argv[1]);
+			ret = -errno;
+			goto out;
+		}
+		ret = objstore_put_fd(os, argv[0], fd, (uint64_t)sb.st_size);
+		close(fd);
+	} else if (!strcmp(cmd, "rm") && argc == 1) {
+		ret = objstore_delete(os, argv[0]);
+	} else if (!strcmp(cmd, "cp") && argc == 2) {
+		ret = objstore_copy(os, argv[0], argv[1]);
+	} else {
+		ret = usage();
+		goto out_rc;
+	}
+out:
+	if (os && getenv("DSTAGE_TOOL_STATS")) {
+		struct objstore_stats s;
+
+		objstore_get_stats(os, &s);
+		fprintf(stderr,
+			"{\"requests\": %" PRIu64 ", \"retries\": %" PRIu64
+			", \"bytes_in\": %" PRIu64 ", \"bytes_out\": %" PRIu64
+			", \"errors\": %" PRIu64 "}\n",
+			s.requests, s.retries, s.bytes_in, s.bytes_out,
+			s.errors);
+	}
+	if (ret < 0)
+		fprintf(stderr, "error: %s\n", strerrorname_np(-ret));
+	ret = ret < 0 ? 1 : 0;
+out_rc:
+	objstore_free(os);
+	config_free(cfg);
+	return ret;
+}
