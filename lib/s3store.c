@@ -759,6 +759,11 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 	rq->result = ret;
 	if (ret == -ENOENT && rq->flags & REQ_QUIET_404)
 		log_debug("s3: %s: %s", what, why);
+	else if (rq->flags & REQ_HEAD && !rq->s3code[0] &&
+		 (rq->status == 400 || rq->status == 403))
+		log_debug("s3: %s: %s (no body to name the error: probing "
+			  "with GET)",
+			  what, why);
 	else
 		log_error("s3: %s: %s (attempt %u of %u)", what, why,
 			  rq->attempt, cfg->s3_max_attempts);
@@ -1026,6 +1031,24 @@ static int s3store_head(struct objstore *os, const char *key,
 		info->size = rq.have_cl ? rq.content_length : 0;
 		info->mtime = rq.last_modified;
 		snprintf(info->etag, sizeof(info->etag), "%s", rq.etag);
+	} else if (!rq.s3code[0] && (rq.status == 400 || rq.status == 403)) {
+		/* A HEAD answer has no body to say why (SignatureDoesNotMatch,
+		 * AccessDenied, ...): ask with a 1-byte GET, which logs the
+		 * code. */
+		char byte;
+		struct s3req probe;
+
+		if (!s3req_init(st, &probe, "GET", key, NULL, 0)) {
+			probe.flags = REQ_RANGE;
+			probe.len = 1;
+			probe.dst = &byte;
+			probe.dst_cap = 1;
+			if (!s3_run(st, &probe, 1))
+				log_error("s3: HEAD of '%s%s' refused with "
+					  "HTTP %ld, but GET works",
+					  st->prefix, key, rq.status);
+			s3req_release(&probe);
+		}
 	}
 	s3req_release(&rq);
 	return ret;

@@ -65,7 +65,9 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 		      const char *key, uint64_t chunk, int outfd)
 {
 	struct objstore_info oi;
-	unsigned n = cfg->s3_max_inflight;
+	/* Batches of 4 x s3.max_inflight: the client keeps max_inflight in
+	 * flight and the batch barrier is paid once per 4 rounds. */
+	unsigned n = 4 * cfg->s3_max_inflight;
 	struct objstore_get *g = calloc(n, sizeof(*g));
 	char *buf = malloc((size_t)chunk * n);
 	uint64_t off = 0;

@@ -247,6 +247,60 @@ static void test_dump_roundtrip(void)
 	config_free(NULL);
 }
 
+/* docs/configuration.md documents every key config_dump() knows. */
+static void test_docs_list_every_key(void)
+{
+	const char *data = getenv("DSTAGE_TEST_DATA");
+	struct dstage_config *cfg = NULL;
+	char path[512], section[64] = "", line[256], *doc = NULL;
+	size_t doclen = 0;
+	FILE *f, *dump;
+	int nkeys = 0;
+
+	if (!data)
+		return;
+	snprintf(path, sizeof(path), "%s/../../docs/configuration.md", data);
+	f = fopen(path, "r");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	doc = calloc(1, 1 << 20);
+	if (doc)
+		doclen = fread(doc, 1, (1 << 20) - 1, f);
+	fclose(f);
+	CHECK(doclen > 0);
+	CHECK_INT(config_defaults(&cfg), 0);
+	dump = tmpfile();
+	if (!doc || !cfg || !dump)
+		goto out;
+	config_dump(cfg, dump);
+	rewind(dump);
+	while (fgets(line, sizeof(line), dump)) {
+		char key[200], want[260];
+		int end = 0;
+
+		if (sscanf(line, "[%63[^]]]", section) == 1)
+			continue;
+		/* "key = value" or, for unset keys, "# key =". */
+		if ((sscanf(line, "# %99[a-z_] =%n", key, &end) != 1 || !end) &&
+		    (sscanf(line, "%99[a-z_] =%n", key, &end) != 1 || !end))
+			continue;
+		snprintf(want, sizeof(want), "`%s.%s`", section, key);
+		nkeys++;
+		if (!strstr(doc, want)) {
+			fprintf(stderr, "docs/configuration.md lacks %s\n",
+				want);
+			check_failures++;
+		}
+	}
+	CHECK(nkeys >= 25);
+out:
+	if (dump)
+		fclose(dump);
+	config_free(cfg);
+	free(doc);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -256,6 +310,7 @@ int main(void)
 	test_file_and_env();
 	test_bad_values();
 	test_dump_roundtrip();
+	test_docs_list_every_key();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
 	if (system(cmd))
