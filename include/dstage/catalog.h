@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * catalog: the node's SQLite catalog (catalog.path). docs/catalog.md has the
+ * schema, the migrations and what survives which crash.
+ *
+ * It holds the datasets, the manifest of each dataset version (objects and
+ * directories, so stat/lookup/readdir never touch the network), per-block
+ * cache state, the eviction policy, the job queue and the audit trail.
+ *
+ * Concurrency: a struct catalog is one SQLite connection and must be used by
+ * one thread at a time; open one per thread. Any number of processes and
+ * threads may open the same file: it is in WAL mode, so readers never block
+ * the writer and see a consistent snapshot per call. Writers wait up to
+ * CATALOG_BUSY_TIMEOUT_MS for each other, then fail with -EBUSY.
+ *
+ * Errors are -errno; the SQLite message is logged with log_error:
+ *   -EBUSY       the database stayed locked (SQLITE_BUSY, SQLITE_LOCKED)
+ *   -ENOSPC      the disk is full (SQLITE_FULL)
+ *   -ENOENT      the file does not exist and CATALOG_CREATE was not given
+ *   -EACCES      the file cannot be opened (SQLITE_CANTOPEN, SQLITE_PERM,
+ *                SQLITE_READONLY)
+ *   -ENOMEM      out of memory (SQLITE_NOMEM)
+ *   -EUCLEAN     the file is not a database or is corrupt (SQLITE_CORRUPT,
+ *                SQLITE_NOTADB): "structure needs cleaning"
+ *   -EPROTO      the schema is newer than this program knows, or older and
+ *                the catalog was opened read-only
+ *   -EIO         any other SQLite error
+ */
+#ifndef DSTAGE_CATALOG_H
+#define DSTAGE_CATALOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstage/objstore.h"
+
+struct catalog;
+
+#define CATALOG_SCHEMA_VERSION 2
+#define CATALOG_BUSY_TIMEOUT_MS 5000
+
+/* catalog_open flags */
+#define CATALOG_CREATE 0x1 /* create the file if missing */
+#define CATALOG_READONLY 0x2 /* open read-only, never migrate */
+
+enum catalog_ds_state {
+	CATALOG_DS_NEW = 0, /* added, never registered: no manifest */
+	CATALOG_DS_READY = 1, /* has a current manifest */
+	CATALOG_DS_REMOVING = 2, /* being removed; invisible to readers */
+};
+
+/* Strings are owned by the struct (see catalog_dataset_release) or, in a
+ * list callback, valid only during the call. */
+struct catalog_dataset {
+	int64_t id;
+	char *name;
+	char *source; /* URL: s3://... or file://... */
+	int64_t version; /* manifest version, 0 before registration */
+	enum catalog_ds_state state;
+	bool pinned;
+	uint64_t quota; /* bytes, 0: none */
+	int priority; /* lower is evicted first */
+	char *group; /* owning group, may be NULL */
+	uint64_t bad_keys; /* keys skipped by the last registration */
+	uint64_t objects; /* objects in the current manifest */
+	uint64_t bytes; /* their total size */
+	int64_t created; /* seconds since the epoch */
+	int64_t refreshed; /* last registration, 0: never */
+};
+
+/* One manifest entry: an object (file) or a directory. */
+struct catalog_entry {
+	int64_t id; /* object id (blocks.object_id); 0 for dirs */
+	bool is_dir;
+	uint64_t size; /* 0 for dirs */
+	int64_t mtime; /* seconds; dirs: the registration time */
+	char etag[OBJSTORE_ETAG_MAX]; /* "" when the source gave none */
+	bool has_expected;
+	unsigned char expected_sha256[32]; /* from SHA256SUMS */
+	bool has_actual;
+	unsigned char actual_sha256[32]; /* computed by verify */
+	int64_t verified_at; /* 0: never */
+};
+
+struct catalog_audit {
+	int64_t id; /* set by the catalog */
+	int64_t when; /* seconds; 0 in catalog_audit_add: now */
+	uint32_t uid;
+	const char *user; /* may be NULL */
+	const char *action; /* e.g. "pin", "policy.set" */
+	const char *target; /* e.g. a dataset or policy key; may be NULL */
+	const char *old_value; /* may be NULL */
+	const char *new_value; /* may be NULL */
+};
+
+/*
+ * Open (and with CATALOG_CREATE create) the catalog at path, set WAL mode,
+ * the busy timeout and foreign keys, and migrate the schema forward to
+ * CATALOG_SCHEMA_VERSION in one transaction. Errors as listed above.
+ */
+int catalog_open(const char *path, unsigned flags, struct catalog **out);
+
+/* Accepts NULL. */
+void catalog_close(struct catalog *cat);
+
+/* The schema version of the open file (== CATALOG_SCHEMA_VERSION). */
+int catalog_schema_version(struct catalog *cat);
+
+/*
+ * Add a dataset in state NEW. name must pass keypath_check_name().
+ * Returns 0, -EINVAL (bad name or empty source), -EEXIST, or an error above.
+ */
+int catalog_dataset_add(struct catalog *cat, const char *name,
+			const char *source, const char *group);
+
+/* Fill ds (release it with catalog_dataset_release). -ENOENT if no such
+ * dataset (datasets being removed are not found). */
+int catalog_dataset_get(struct catalog *cat, const char *name,
+			struct catalog_dataset *ds);
+
+/* Free the strings of a dataset filled by catalog_dataset_get. NULL ok. */
+void catalog_dataset_release(struct catalog_dataset *ds);
+
+/*
+ * Call cb for every dataset by name; a non-zero return stops the listing
+ * and is returned.
+ */
+typedef int (*catalog_dataset_cb)(void *arg, const struct catalog_dataset *ds);
+int catalog_dataset_list(struct catalog *cat, catalog_dataset_cb cb, void *arg);
+
+/*
+ * Set one attribute of a dataset. Returns 0, -ENOENT, -EINVAL (a negative
+ * quota is impossible; group may be NULL to clear), or an error above.
+ */
+int catalog_dataset_set_pinned(struct catalog *cat, const char *name,
+			       bool pinned);
+int catalog_dataset_set_quota(struct catalog *cat, const char *name,
+			      uint64_t quota);
+int catalog_dataset_set_priority(struct catalog *cat, const char *name,
+				 int priority);
+int catalog_dataset_set_group(struct catalog *cat, const char *name,
+			      const char *group);
+
+/*
+ * Remove a dataset and all its manifests and block records. Large manifests
+ * are deleted in batches; the dataset disappears for readers at once. A
+ * removal cut short by a crash is finished by calling this again.
+ * Returns 0, -ENOENT, or an error above.
+ */
+int catalog_dataset_remove(struct catalog *cat, const char *name);
+
+/*
+ * Register (or refresh) dataset name from os: list it once, page by page,
+ * into a new manifest in bounded memory; skip and count keys that cannot be
+ * paths (log_warn naming each key and why); read SHA256SUMS at the root when
+ * listed, to fill expected hashes. Then, in one transaction, make the new
+ * manifest current and bump the version: readers see the old manifest or
+ * the new one, never a mix. The old manifest is then deleted in batches.
+ * If another registration of the same dataset starts meanwhile, the later
+ * one wins and this one returns -EBUSY.
+ * Returns 0, -ENOENT (no such dataset), -EBUSY, an objstore error, or an
+ * error above.
+ */
+int catalog_register(struct catalog *cat, const char *name,
+		     struct objstore *os);
+
+/*
+ * Look up path ("" is the root; no leading '/') in the current manifest of
+ * dataset. Returns 0, -ENOENT (no dataset, not registered, no such path),
+ * or an error above.
+ */
+int catalog_lookup(struct catalog *cat, const char *dataset, const char *path,
+		   struct catalog_entry *e);
+
+/*
+ * Call cb for every entry of directory dir ("" for the root) in byte order
+ * of name, starting after the name `after` (NULL: from the start). name and
+ * e are valid only during the call; a non-zero return stops and is returned.
+ * The listing is one snapshot: a concurrent refresh is not seen.
+ * Returns 0, -ENOENT, -ENOTDIR, or an error above.
+ */
+typedef int (*catalog_readdir_cb)(void *arg, const char *name,
+				  const struct catalog_entry *e);
+int catalog_readdir(struct catalog *cat, const char *dataset, const char *dir,
+		    const char *after, catalog_readdir_cb cb, void *arg);
+
+/*
+ * Record the SHA-256 computed by verify for object id, at time when.
+ * Returns 0, -ENOENT (no such object), or an error above.
+ */
+int catalog_object_set_actual(struct catalog *cat, int64_t object_id,
+			      const unsigned char sha256[32], int64_t when);
+
+/* Eviction and other policy, as key/value strings. get: -ENOENT if unset,
+ * -ENAMETOOLONG if the value does not fit in len bytes with its NUL. */
+int catalog_policy_get(struct catalog *cat, const char *key, char *buf,
+		       size_t len);
+int catalog_policy_set(struct catalog *cat, const char *key, const char *value);
+
+/* Append an audit record. a->id and a->when are ignored / defaulted.
+ * Returns 0, -EINVAL (no action), or an error above. */
+int catalog_audit_add(struct catalog *cat, const struct catalog_audit *a);
+
+/* Call cb for every record with id > after_id, oldest first. A non-zero
+ * return stops the listing and is returned. */
+typedef int (*catalog_audit_cb)(void *arg, const struct catalog_audit *a);
+int catalog_audit_list(struct catalog *cat, int64_t after_id,
+		       catalog_audit_cb cb, void *arg);
+
+#endif

@@ -1,0 +1,644 @@
+// SPDX-License-Identifier: MIT
+/*
+ * catalog: open/migrate, datasets, registration from fake key streams (bad
+ * keys, file/directory clashes, SHA256SUMS, duplicates), lookup/readdir,
+ * atomic refresh under a concurrent reader, superseded registrations, a
+ * 1,000,000-key registration in bounded memory, policy and audit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "catalog_internal.h"
+#include "check.h"
+#include "dstage/keypath.h"
+#include "dstage/log.h"
+
+static char dir[64];
+static char dbpath[128];
+
+/* ---- a fake source: keys from an array or a generator ---- */
+
+struct fake {
+	const char *const *keys; /* NULL-terminated, or NULL */
+	size_t gen; /* else: this many generated keys */
+	const char *gen_prefix; /* keys <prefix>NNNN/NNNNNNN */
+	const char *sums; /* SHA256SUMS body */
+	int fail_at; /* >= 0: return -EIO before key N */
+	void (*hook)(struct fake *f, size_t i); /* before key i */
+	size_t hook_at;
+};
+
+static int fake_list(void *arg, objstore_list_cb cb, void *cb_arg)
+{
+	struct fake *f = arg;
+	struct objstore_info oi;
+	char key[128];
+	int ret;
+
+	for (size_t i = 0;; i++) {
+		memset(&oi, 0, sizeof(oi));
+		if (f->keys) {
+			if (!f->keys[i])
+				break;
+			oi.key = f->keys[i];
+		} else {
+			if (i == f->gen)
+				break;
+			snprintf(key, sizeof(key), "%s%04zu/%07zu",
+				 f->gen_prefix, i / 1000, i % 1000);
+			oi.key = key;
+		}
+		if (f->fail_at >= 0 && (size_t)f->fail_at == i)
+			return -EIO;
+		if (f->hook && f->hook_at == i)
+			f->hook(f, i);
+		oi.size = strcmp(oi.key, "SHA256SUMS") == 0 && f->sums
+				  ? strlen(f->sums)
+				  : i;
+		snprintf(oi.etag, sizeof(oi.etag), "\"etag-%zu\"", i);
+		oi.mtime = 1700000000 + (int64_t)i;
+		ret = cb(cb_arg, &oi);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int fake_read(void *arg, const struct objstore_info *oi,
+		     struct sha256sums_parser *p)
+{
+	struct fake *f = arg;
+
+	CHECK_STR(oi->key, "SHA256SUMS");
+	if (!f->sums)
+		return -ENOENT;
+	/* In small pieces, as a streaming reader would. */
+	for (size_t off = 0, n = strlen(f->sums); off < n; off += 7) {
+		int ret = sha256sums_feed(p, f->sums + off,
+					  n - off < 7 ? n - off : 7);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int reg(struct catalog *cat, const char *name, struct fake *f)
+{
+	struct catalog_source src = { fake_list, fake_read, f };
+
+	return catalog_register_source(cat, name, &src);
+}
+
+/* ---- helpers ---- */
+
+struct names {
+	char buf[4096];
+	size_t n;
+	int dirs;
+};
+
+static int collect(void *arg, const char *name, const struct catalog_entry *e)
+{
+	struct names *nm = arg;
+	size_t len = strlen(nm->buf);
+
+	snprintf(nm->buf + len, sizeof(nm->buf) - len, "%s%s%s", len ? "," : "",
+		 name, e->is_dir ? "/" : "");
+	nm->n++;
+	nm->dirs += e->is_dir;
+	return 0;
+}
+
+static int count_only(void *arg, const char *name,
+		      const struct catalog_entry *e)
+{
+	struct names *nm = arg;
+
+	(void)name;
+	(void)e;
+	nm->n++;
+	return 0;
+}
+
+static const char *ls(struct catalog *cat, const char *ds, const char *d,
+		      const char *after, struct names *nm)
+{
+	memset(nm, 0, sizeof(*nm));
+	if (catalog_readdir(cat, ds, d, after, collect, nm))
+		return "(error)";
+	return nm->buf;
+}
+
+static long long sql_int(const char *sql)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	long long v = -1;
+
+	if (sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL))
+		return -1;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			v = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	sqlite3_close(db);
+	return v;
+}
+
+static long maxrss_kib(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_maxrss;
+}
+
+/* ---- tests ---- */
+
+static void test_open_errors(void)
+{
+	struct catalog *cat = NULL;
+	char p[160];
+	sqlite3 *db;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/missing.db", dir);
+	CHECK_INT(catalog_open(p, 0, &cat), -ENOENT);
+	CHECK(cat == NULL);
+
+	snprintf(p, sizeof(p), "%s/garbage.db", dir);
+	fd = open(p, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	for (int i = 0; i < 64; i++)
+		CHECK(write(fd, "this is not a database!!", 24) == 24);
+	close(fd);
+	CHECK_INT(catalog_open(p, 0, &cat), -EUCLEAN);
+
+	/* A schema newer than this program. */
+	snprintf(p, sizeof(p), "%s/future.db", dir);
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK(sqlite3_exec(db, "PRAGMA user_version = 99", 0, 0, 0) == 0);
+	sqlite3_close(db);
+	CHECK_INT(catalog_open(p, 0, &cat), -EPROTO);
+
+	/* Read-only open of an old schema cannot migrate. */
+	snprintf(p, sizeof(p), "%s/v1ro.db", dir);
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK_INT(catalog_migrate(db, 1), 0);
+	sqlite3_close(db);
+	CHECK_INT(catalog_open(p, CATALOG_READONLY, &cat), -EPROTO);
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+	catalog_close(cat);
+	catalog_close(NULL);
+}
+
+static void test_migrate_v1(void)
+{
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	struct catalog *cat;
+	struct names nm;
+	char p[160];
+	sqlite3 *db;
+
+	snprintf(p, sizeof(p), "%s/v1.db", dir);
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK_INT(catalog_migrate(db, 1), 0);
+	CHECK(sqlite3_exec(db,
+			   "INSERT INTO datasets VALUES"
+			   " (7, 'old', 'file:///srv/old', 1, 100),"
+			   " (8, 'fresh', 's3://b/p/', 0, 200);"
+			   "INSERT INTO objects VALUES"
+			   " (41, 7, 'a/b/c.bin', 1000, '\"e1\"', 5),"
+			   " (42, 7, 'a/d.txt', 10, NULL, NULL),"
+			   " (43, 7, 'top', 0, '\"e3\"', 6);",
+			   0, 0, 0) == SQLITE_OK);
+	sqlite3_close(db);
+
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	if (!cat)
+		return;
+	CHECK_INT(catalog_schema_version(cat), 2);
+	CHECK_INT(catalog_dataset_get(cat, "old", &ds), 0);
+	CHECK_INT(ds.version, 1);
+	CHECK_INT(ds.state, CATALOG_DS_READY);
+	CHECK_INT(ds.objects, 3);
+	CHECK_INT(ds.bytes, 1010);
+	CHECK_INT(ds.created, 100);
+	CHECK_STR(ds.source, "file:///srv/old");
+	CHECK(!ds.pinned && ds.quota == 0 && ds.group == NULL);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_dataset_get(cat, "fresh", &ds), 0);
+	CHECK_INT(ds.state, CATALOG_DS_NEW);
+	CHECK_INT(ds.version, 0);
+	catalog_dataset_release(&ds);
+
+	CHECK_INT(catalog_lookup(cat, "old", "a/b/c.bin", &e), 0);
+	CHECK_INT(e.id, 41);
+	CHECK_INT(e.size, 1000);
+	CHECK_STR(e.etag, "\"e1\"");
+	CHECK_INT(e.mtime, 5);
+	CHECK_INT(catalog_lookup(cat, "old", "a/d.txt", &e), 0);
+	CHECK_STR(e.etag, "");
+	CHECK_INT(catalog_lookup(cat, "old", "a/b", &e), 0);
+	CHECK(e.is_dir);
+	CHECK_STR(ls(cat, "old", "", NULL, &nm), "a/,top");
+	CHECK_STR(ls(cat, "old", "a", NULL, &nm), "b/,d.txt");
+	CHECK_STR(ls(cat, "old", "a/b", NULL, &nm), "c.bin");
+	catalog_close(cat);
+}
+
+#define HA "aa00000000000000000000000000000000000000000000000000000000000000"
+#define HB "BB00000000000000000000000000000000000000000000000000000000000000"
+
+static void test_register_keys(struct catalog *cat)
+{
+	static const char *const keys[] = {
+		"SHA256SUMS",
+		"a", /* a file, and a directory below: clash */
+		"a-x",
+		"a/b",
+		"a/c/", /* directory marker */
+		"bad//key",
+		"d/../e",
+		"dir/",
+		"dir/empty",
+		"dir/sub/deep/file",
+		"dup",
+		"dup",
+		"nl\nkey",
+		"ok",
+		"x/0123456789012345678901234567890123456789012345678901234567"
+		"890123456789012345678901234567890123456789012345678901234567"
+		"890123456789012345678901234567890123456789012345678901234567"
+		"890123456789012345678901234567890123456789012345678901234567"
+		"890123456789012345678901234567890123456789",
+		"z\xc3\xa9t\xc3\xa9/caf\xc3\xa9.txt",
+		"/lead",
+		"zz/",
+		NULL,
+	};
+	struct fake f = {
+		.keys = keys,
+		.fail_at = -1,
+		.sums = HA "  ok\r\n" HB " *./dir/empty\n"
+			   "not a line\n"
+			   "\\" HA "  new\\nline\n",
+	};
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	struct names nm;
+
+	CHECK_INT(catalog_dataset_add(cat, "ds", "file:///fake", "staff"), 0);
+	CHECK_INT(catalog_dataset_add(cat, "ds", "file:///fake", NULL),
+		  -EEXIST);
+	CHECK_INT(catalog_dataset_add(cat, "a/b", "file:///x", NULL), -EINVAL);
+	CHECK_INT(catalog_dataset_add(cat, "..", "file:///x", NULL), -EINVAL);
+	CHECK_INT(catalog_lookup(cat, "ds", "", &e), -ENOENT);
+	CHECK_INT(reg(cat, "nope", &f), -ENOENT);
+
+	CHECK_INT(reg(cat, "ds", &f), 0);
+	CHECK_INT(catalog_dataset_get(cat, "ds", &ds), 0);
+	CHECK_INT(ds.version, 1);
+	CHECK_INT(ds.state, CATALOG_DS_READY);
+	/* bad//key, d/../e, dup, nl\nkey, x/<256>, /lead, a (clash) */
+	CHECK_INT(ds.bad_keys, 7);
+	CHECK_INT(ds.objects, 8);
+	CHECK_STR(ds.group, "staff");
+	catalog_dataset_release(&ds);
+
+	CHECK_STR(ls(cat, "ds", "", NULL, &nm),
+		  "SHA256SUMS,a/,a-x,dir/,dup,ok,zz/,z\xc3\xa9t\xc3\xa9/");
+	CHECK_STR(ls(cat, "ds", "", "a-x", &nm),
+		  "dir/,dup,ok,zz/,z\xc3\xa9t\xc3\xa9/");
+	CHECK_STR(ls(cat, "ds", "a", NULL, &nm), "b,c/");
+	CHECK_STR(ls(cat, "ds", "a/c", NULL, &nm), "");
+	CHECK_STR(ls(cat, "ds", "dir", NULL, &nm), "empty,sub/");
+	CHECK_STR(ls(cat, "ds", "dir", "empty", &nm), "sub/");
+	CHECK_STR(ls(cat, "ds", "dir/sub/deep", NULL, &nm), "file");
+	CHECK_INT(catalog_readdir(cat, "ds", "ok", NULL, collect, &nm),
+		  -ENOTDIR);
+	CHECK_INT(catalog_readdir(cat, "ds", "nope", NULL, collect, &nm),
+		  -ENOENT);
+	CHECK_INT(catalog_readdir(cat, "nods", "", NULL, collect, &nm),
+		  -ENOENT);
+
+	CHECK_INT(catalog_lookup(cat, "ds", "a", &e), 0);
+	CHECK(e.is_dir);
+	CHECK_INT(catalog_lookup(cat, "ds", "ok", &e), 0);
+	CHECK(!e.is_dir && e.id > 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xaa);
+	CHECK(!e.has_actual);
+	CHECK_INT(e.size, 13);
+	CHECK_STR(e.etag, "\"etag-13\"");
+	CHECK_INT(catalog_object_set_actual(cat, e.id, e.expected_sha256, 77),
+		  0);
+	CHECK_INT(catalog_object_set_actual(cat, 999999, e.expected_sha256, 7),
+		  -ENOENT);
+	CHECK_INT(catalog_lookup(cat, "ds", "ok", &e), 0);
+	CHECK(e.has_actual && e.actual_sha256[0] == 0xaa);
+	CHECK_INT(e.verified_at, 77);
+	CHECK_INT(catalog_lookup(cat, "ds", "dir/empty", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xbb);
+	CHECK_INT(catalog_lookup(cat, "ds", "a-x", &e), 0);
+	CHECK(!e.has_expected);
+	CHECK_INT(catalog_lookup(cat, "ds", "dup", &e), 0);
+	CHECK_INT(e.size, 10); /* the first one listed */
+	CHECK_INT(catalog_lookup(cat, "ds", "d/../e", &e), -ENOENT);
+	CHECK_INT(catalog_lookup(cat, "ds", "bad", &e), -ENOENT);
+}
+
+/* Refresh while a reader on another connection watches: old or new. */
+struct watch {
+	atomic_int stop;
+	long long seen_old, seen_new, seen_other;
+	size_t old_n, new_n;
+};
+
+static void *watcher(void *arg)
+{
+	struct watch *w = arg;
+	struct catalog *cat;
+	struct names nm;
+
+	if (catalog_open(dbpath, CATALOG_READONLY, &cat))
+		return NULL;
+	while (!atomic_load(&w->stop)) {
+		memset(&nm, 0, sizeof(nm));
+		if (catalog_readdir(cat, "ds", "", NULL, count_only, &nm)) {
+			w->seen_other++;
+			continue;
+		}
+		if (nm.n == w->old_n)
+			w->seen_old++;
+		else if (nm.n == w->new_n)
+			w->seen_new++;
+		else
+			w->seen_other++;
+	}
+	catalog_close(cat);
+	return NULL;
+}
+
+static struct catalog *g_other;
+
+static void check_still_old(struct fake *f, size_t i)
+{
+	struct catalog_entry e;
+	struct catalog_dataset ds;
+
+	(void)f;
+	(void)i;
+	CHECK_INT(catalog_dataset_get(g_other, "ds", &ds), 0);
+	CHECK_INT(ds.version, 1);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(g_other, "ds", "ok", &e), 0);
+	CHECK_INT(catalog_lookup(g_other, "ds", "0000/0000001", &e), -ENOENT);
+}
+
+static void test_refresh(struct catalog *cat)
+{
+	struct fake f = {
+		.gen = 3 * CATALOG_BATCH + 5,
+		.gen_prefix = "",
+		.fail_at = -1,
+		.hook = check_still_old,
+		.hook_at = 2 * CATALOG_BATCH + 3,
+	};
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	struct watch w = { .old_n = 8, .new_n = 61 };
+	struct names nm;
+	pthread_t th;
+
+	CHECK_INT(catalog_open(dbpath, 0, &g_other), 0);
+	CHECK_INT(pthread_create(&th, NULL, watcher, &w), 0);
+	CHECK_INT(reg(cat, "ds", &f), 0);
+	/* Let the watcher see the new manifest a few times. */
+	for (int i = 0; i < 200 && w.seen_new < 3; i++)
+		usleep(10000);
+	atomic_store(&w.stop, 1);
+	pthread_join(th, NULL);
+	fprintf(stderr, "watcher: old %lld new %lld other %lld\n", w.seen_old,
+		w.seen_new, w.seen_other);
+	CHECK_INT(w.seen_other, 0);
+	CHECK(w.seen_new > 0);
+
+	CHECK_INT(catalog_dataset_get(cat, "ds", &ds), 0);
+	CHECK_INT(ds.version, 2);
+	CHECK_INT(ds.objects, f.gen);
+	CHECK_INT(ds.bad_keys, 0);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(cat, "ds", "ok", &e), -ENOENT);
+	CHECK_INT(catalog_lookup(cat, "ds", "0000/0000001", &e), 0);
+	memset(&nm, 0, sizeof(nm));
+	CHECK_INT(catalog_readdir(cat, "ds", "0000", NULL, count_only, &nm), 0);
+	CHECK_INT(nm.n, 1000);
+	/* The old manifest is gone. */
+	CHECK_INT(sql_int("SELECT count(*) FROM manifests"), 1);
+
+	/* A failing listing leaves the current version alone. */
+	f.hook = NULL;
+	f.fail_at = CATALOG_BATCH + 10;
+	CHECK_INT(reg(cat, "ds", &f), -EIO);
+	CHECK_INT(catalog_dataset_get(cat, "ds", &ds), 0);
+	CHECK_INT(ds.version, 2);
+	CHECK_INT(ds.objects, f.gen);
+	catalog_dataset_release(&ds);
+	CHECK_INT(sql_int("SELECT count(*) FROM manifests"), 1);
+	CHECK_INT(sql_int("SELECT count(*) FROM objects"), f.gen);
+}
+
+/* A registration started while another is listing wins. */
+static void start_newer(struct fake *f, size_t i)
+{
+	static const char *const keys[] = { "newer", NULL };
+	struct fake g = { .keys = keys, .fail_at = -1 };
+
+	(void)f;
+	(void)i;
+	CHECK_INT(reg(g_other, "ds", &g), 0);
+}
+
+static void test_superseded(struct catalog *cat)
+{
+	struct fake f = {
+		.gen = 2 * CATALOG_BATCH,
+		.gen_prefix = "",
+		.fail_at = -1,
+		.hook = start_newer,
+		.hook_at = CATALOG_BATCH,
+	};
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+
+	CHECK_INT(reg(cat, "ds", &f), -EBUSY);
+	CHECK_INT(catalog_dataset_get(cat, "ds", &ds), 0);
+	CHECK_INT(ds.objects, 1);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(cat, "ds", "newer", &e), 0);
+	CHECK_INT(sql_int("SELECT count(*) FROM objects"), 1);
+	catalog_close(g_other);
+	g_other = NULL;
+}
+
+static int list_ds(void *arg, const struct catalog_dataset *ds)
+{
+	struct names *nm = arg;
+	size_t len = strlen(nm->buf);
+
+	snprintf(nm->buf + len, sizeof(nm->buf) - len, "%s%s:%d:%d",
+		 len ? "," : "", ds->name, ds->pinned, ds->priority);
+	return 0;
+}
+
+static int list_audit(void *arg, const struct catalog_audit *a)
+{
+	struct names *nm = arg;
+	size_t len = strlen(nm->buf);
+
+	snprintf(nm->buf + len, sizeof(nm->buf) - len, "%s%u:%s:%s:%s->%s",
+		 len ? "," : "", a->uid, a->user ? a->user : "-", a->action,
+		 a->old_value ? a->old_value : "-",
+		 a->new_value ? a->new_value : "-");
+	return 0;
+}
+
+static void test_admin(struct catalog *cat)
+{
+	struct catalog_audit a = { .uid = 1000,
+				   .user = "ann",
+				   .action = "pin",
+				   .target = "ds",
+				   .old_value = "0",
+				   .new_value = "1" };
+	struct catalog_dataset ds;
+	struct names nm;
+	char buf[32];
+
+	CHECK_INT(catalog_dataset_add(cat, "b2", "s3://bkt/b2/", NULL), 0);
+	CHECK_INT(catalog_dataset_set_pinned(cat, "ds", true), 0);
+	CHECK_INT(catalog_dataset_set_priority(cat, "b2", -3), 0);
+	CHECK_INT(catalog_dataset_set_quota(cat, "b2", 1ull << 40), 0);
+	CHECK_INT(catalog_dataset_set_group(cat, "b2", "ml"), 0);
+	CHECK_INT(catalog_dataset_set_pinned(cat, "zz", true), -ENOENT);
+	memset(&nm, 0, sizeof(nm));
+	CHECK_INT(catalog_dataset_list(cat, list_ds, &nm), 0);
+	CHECK_STR(nm.buf, "b2:0:-3,ds:1:0");
+	CHECK_INT(catalog_dataset_get(cat, "b2", &ds), 0);
+	CHECK_INT(ds.quota, 1ull << 40);
+	CHECK_STR(ds.group, "ml");
+	catalog_dataset_release(&ds);
+
+	CHECK_INT(catalog_policy_get(cat, "cache.high", buf, sizeof(buf)),
+		  -ENOENT);
+	CHECK_INT(catalog_policy_set(cat, "cache.high", "90"), 0);
+	CHECK_INT(catalog_policy_set(cat, "cache.high", "85"), 0);
+	CHECK_INT(catalog_policy_get(cat, "cache.high", buf, sizeof(buf)), 0);
+	CHECK_STR(buf, "85");
+	CHECK_INT(catalog_policy_get(cat, "cache.high", buf, 2), -ENAMETOOLONG);
+
+	CHECK_INT(catalog_audit_add(cat, &a), 0);
+	a.uid = 0;
+	a.user = NULL;
+	a.action = "policy.set";
+	a.old_value = "90";
+	a.new_value = "85";
+	CHECK_INT(catalog_audit_add(cat, &a), 0);
+	a.action = NULL;
+	CHECK_INT(catalog_audit_add(cat, &a), -EINVAL);
+	memset(&nm, 0, sizeof(nm));
+	CHECK_INT(catalog_audit_list(cat, 0, list_audit, &nm), 0);
+	CHECK_STR(nm.buf, "1000:ann:pin:0->1,0:-:policy.set:90->85");
+	memset(&nm, 0, sizeof(nm));
+	CHECK_INT(catalog_audit_list(cat, 1, list_audit, &nm), 0);
+	CHECK_STR(nm.buf, "0:-:policy.set:90->85");
+
+	/* Remove: gone for readers, rows purged, name free again. */
+	CHECK_INT(catalog_dataset_remove(cat, "ds"), 0);
+	CHECK_INT(catalog_dataset_get(cat, "ds", &ds), -ENOENT);
+	CHECK_INT(catalog_dataset_remove(cat, "ds"), -ENOENT);
+	CHECK_INT(sql_int("SELECT count(*) FROM objects"), 0);
+	CHECK_INT(sql_int("SELECT count(*) FROM dirs"), 0);
+	CHECK_INT(catalog_dataset_add(cat, "ds", "file:///again", NULL), 0);
+}
+
+/* 1,000,000 keys in bounded memory and bounded time. */
+static void test_million(void)
+{
+	struct fake f = {
+		.gen = 1000000,
+		.gen_prefix = "d",
+		.fail_at = -1,
+	};
+	struct catalog_dataset ds;
+	struct catalog *cat;
+	struct timespec t0, t1;
+	char p[160];
+	long rss0, rss1;
+	double secs;
+
+	snprintf(p, sizeof(p), "%s/million.db", dir);
+	CHECK_INT(catalog_open(p, CATALOG_CREATE, &cat), 0);
+	if (!cat)
+		return;
+	CHECK_INT(catalog_dataset_add(cat, "big", "file:///big", NULL), 0);
+	rss0 = maxrss_kib();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_INT(reg(cat, "big", &f), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	rss1 = maxrss_kib();
+	secs = (double)(t1.tv_sec - t0.tv_sec) +
+	       (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	fprintf(stderr, "1M keys: %.2f s, peak RSS %ld -> %ld KiB\n", secs,
+		rss0, rss1);
+	/* Holding the keys alone would take > 40 MiB. */
+	CHECK(rss1 - rss0 < 24 * 1024);
+	CHECK_INT(catalog_dataset_get(cat, "big", &ds), 0);
+	CHECK_INT(ds.objects, 1000000);
+	catalog_dataset_release(&ds);
+	catalog_close(cat);
+}
+
+int main(void)
+{
+	struct catalog *cat = NULL;
+	char cmd[128];
+
+	if (getenv("DSTAGE_TEST_VERBOSE") == NULL)
+		log_set_level(LOG_LVL_ERROR);
+	snprintf(dir, sizeof(dir), "/tmp/dstage-catalog-XXXXXX");
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(dbpath, sizeof(dbpath), "%s/catalog.db", dir);
+
+	test_million();
+	test_open_errors();
+	test_migrate_v1();
+
+	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
+	if (cat) {
+		CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+		test_register_keys(cat);
+		test_refresh(cat);
+		test_superseded(cat);
+		test_admin(cat);
+		catalog_close(cat);
+	}
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	return check_result();
+}
