@@ -12,13 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "catalog_internal.h"
 #include "check.h"
+#include "dstage/config.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
+#include "dstage/objstore.h"
 
 static char dir[64];
 static char dbpath[128];
@@ -152,6 +155,19 @@ static long long sql_int(const char *sql)
 	sqlite3_close(db);
 	return v;
 }
+
+/* Rows belonging to dataset "ds" (or to no dataset any more). */
+#define DS_MANIFESTS                                             \
+	"SELECT count(*) FROM manifests WHERE dataset_id NOT IN" \
+	" (SELECT id FROM datasets WHERE name <> 'ds')"
+#define DS_OBJECTS                                                          \
+	"SELECT count(*) FROM objects WHERE manifest_id IN (SELECT id FROM" \
+	" manifests WHERE dataset_id NOT IN"                                \
+	" (SELECT id FROM datasets WHERE name <> 'ds'))"
+#define DS_DIRS                                                          \
+	"SELECT count(*) FROM dirs WHERE manifest_id IN (SELECT id FROM" \
+	" manifests WHERE dataset_id NOT IN"                             \
+	" (SELECT id FROM datasets WHERE name <> 'ds'))"
 
 static long maxrss_kib(void)
 {
@@ -444,7 +460,7 @@ static void test_refresh(struct catalog *cat)
 	CHECK_INT(catalog_readdir(cat, "ds", "0000", NULL, count_only, &nm), 0);
 	CHECK_INT(nm.n, 1000);
 	/* The old manifest is gone. */
-	CHECK_INT(sql_int("SELECT count(*) FROM manifests"), 1);
+	CHECK_INT(sql_int(DS_MANIFESTS), 1);
 
 	/* A failing listing leaves the current version alone. */
 	f.hook = NULL;
@@ -454,8 +470,8 @@ static void test_refresh(struct catalog *cat)
 	CHECK_INT(ds.version, 2);
 	CHECK_INT(ds.objects, f.gen);
 	catalog_dataset_release(&ds);
-	CHECK_INT(sql_int("SELECT count(*) FROM manifests"), 1);
-	CHECK_INT(sql_int("SELECT count(*) FROM objects"), f.gen);
+	CHECK_INT(sql_int(DS_MANIFESTS), 1);
+	CHECK_INT(sql_int(DS_OBJECTS), f.gen);
 }
 
 /* A registration started while another is listing wins. */
@@ -486,7 +502,7 @@ static void test_superseded(struct catalog *cat)
 	CHECK_INT(ds.objects, 1);
 	catalog_dataset_release(&ds);
 	CHECK_INT(catalog_lookup(cat, "ds", "newer", &e), 0);
-	CHECK_INT(sql_int("SELECT count(*) FROM objects"), 1);
+	CHECK_INT(sql_int(DS_OBJECTS), 1);
 	catalog_close(g_other);
 	g_other = NULL;
 }
@@ -533,7 +549,7 @@ static void test_admin(struct catalog *cat)
 	CHECK_INT(catalog_dataset_set_pinned(cat, "zz", true), -ENOENT);
 	memset(&nm, 0, sizeof(nm));
 	CHECK_INT(catalog_dataset_list(cat, list_ds, &nm), 0);
-	CHECK_STR(nm.buf, "b2:0:-3,ds:1:0");
+	CHECK_STR(nm.buf, "b2:0:-3,ds:1:0,files:0:0");
 	CHECK_INT(catalog_dataset_get(cat, "b2", &ds), 0);
 	CHECK_INT(ds.quota, 1ull << 40);
 	CHECK_STR(ds.group, "ml");
@@ -567,9 +583,97 @@ static void test_admin(struct catalog *cat)
 	CHECK_INT(catalog_dataset_remove(cat, "ds"), 0);
 	CHECK_INT(catalog_dataset_get(cat, "ds", &ds), -ENOENT);
 	CHECK_INT(catalog_dataset_remove(cat, "ds"), -ENOENT);
-	CHECK_INT(sql_int("SELECT count(*) FROM objects"), 0);
-	CHECK_INT(sql_int("SELECT count(*) FROM dirs"), 0);
+	CHECK_INT(sql_int(DS_OBJECTS), 0);
+	CHECK_INT(sql_int(DS_DIRS), 0);
 	CHECK_INT(catalog_dataset_add(cat, "ds", "file:///again", NULL), 0);
+}
+
+static void put_file(const char *root, const char *rel, const char *body)
+{
+	char p[512];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	fd = open(p, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	CHECK(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
+	close(fd);
+}
+
+#define SHA_HELLO \
+	"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+#define SHA_EMPTY \
+	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/* A real file:// source: nested dirs, empty files, UTF-8, a bad name. */
+static void test_register_file(struct catalog *cat)
+{
+	static const char *const dirs[] = { "src", "src/nested",
+					    "src/nested/dir", "src/caf\xc3\xa9",
+					    "src/emptydir" };
+	struct dstage_config *cfg = NULL;
+	struct objstore *os = NULL;
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	struct names nm;
+	char root[160], url[200], p[300];
+	const char *sums =
+		SHA_HELLO "  hello.txt\n" SHA_EMPTY " *./empty\r\n" SHA_HELLO
+			  " *nested/dir/deep.bin\n"
+			  "\\" SHA_EMPTY "  bad\\nname\n" SHA_EMPTY
+			  "  caf\xc3\xa9/\xe6\x97\xa5.txt\n";
+
+	snprintf(root, sizeof(root), "%s/src", dir);
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, dirs[i]);
+		CHECK(mkdir(p, 0755) == 0);
+	}
+	put_file(root, "hello.txt", "hello");
+	put_file(root, "empty", "");
+	put_file(root, "nested/dir/deep.bin", "hello");
+	put_file(root, "caf\xc3\xa9/\xe6\x97\xa5.txt", "");
+	put_file(root, "bad\nname", "x");
+	put_file(root, "SHA256SUMS", sums);
+
+	snprintf(url, sizeof(url), "file://%s/", root);
+	CHECK_INT(config_defaults(&cfg), 0);
+	CHECK_INT(objstore_open(url, cfg, &os), 0);
+	if (!os)
+		goto out;
+	CHECK_INT(catalog_dataset_add(cat, "files", url, NULL), 0);
+	CHECK_INT(catalog_register(cat, "files", os), 0);
+	CHECK_INT(catalog_dataset_get(cat, "files", &ds), 0);
+	CHECK_INT(ds.bad_keys, 1);
+	CHECK_INT(ds.objects, 5);
+	CHECK_INT(ds.bytes, 5 + 5 + 0 + 0 + strlen(sums));
+	catalog_dataset_release(&ds);
+
+	CHECK_STR(ls(cat, "files", "", NULL, &nm),
+		  "SHA256SUMS,caf\xc3\xa9/,empty,hello.txt,nested/");
+	CHECK_STR(ls(cat, "files", "nested", NULL, &nm), "dir/");
+	CHECK_INT(catalog_lookup(cat, "files", "hello.txt", &e), 0);
+	CHECK_INT(e.size, 5);
+	CHECK(e.etag[0] == '"');
+	CHECK(e.mtime > 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0x2c &&
+	      e.expected_sha256[31] == 0x24);
+	CHECK_INT(catalog_lookup(cat, "files", "empty", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xe3);
+	CHECK_INT(e.size, 0);
+	CHECK_INT(catalog_lookup(cat, "files", "nested/dir/deep.bin", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0x2c);
+	CHECK_INT(catalog_lookup(cat, "files", "caf\xc3\xa9/\xe6\x97\xa5.txt",
+				 &e),
+		  0);
+	CHECK(e.has_expected);
+	CHECK_INT(catalog_lookup(cat, "files", "bad\nname", &e), -ENOENT);
+	/* Directories holding no file are not objects: not in the manifest. */
+	CHECK_INT(catalog_lookup(cat, "files", "emptydir", &e), -ENOENT);
+out:
+	objstore_free(os);
+	config_free(cfg);
 }
 
 /* 1,000,000 keys in bounded memory and bounded time. */
@@ -631,6 +735,7 @@ int main(void)
 	if (cat) {
 		CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
 		test_register_keys(cat);
+		test_register_file(cat);
 		test_refresh(cat);
 		test_superseded(cat);
 		test_admin(cat);
