@@ -524,9 +524,9 @@ int catalog_schema_version(struct catalog *cat)
 static const char *catalog_printable(const char *s, size_t len, char *buf,
 				     size_t size)
 {
-	size_t o = 0;
+	size_t o = 0, i;
 
-	for (size_t i = 0; i < len && o + 8 < size; i++) {
+	for (i = 0; i < len && o + 8 < size; i++) {
 		unsigned char c = (unsigned char)s[i];
 
 		if (c < 0x20 || c == 0x7f || c == '\\')
@@ -534,7 +534,7 @@ static const char *catalog_printable(const char *s, size_t len, char *buf,
 		else
 			buf[o++] = (char)c;
 	}
-	if (o + 8 >= size)
+	if (i < len)
 		o += (size_t)snprintf(buf + o, size - o, "...");
 	buf[o] = '\0';
 	return buf;
