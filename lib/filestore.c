@@ -249,7 +249,8 @@ static int fs_walk_dir(struct fs_walk *w, size_t keylen)
 		ret = -errno;
 		goto out;
 	}
-	qsort(ents, n, sizeof(*ents), fs_dirent_cmp);
+	if (n)
+		qsort(ents, n, sizeof(*ents), fs_dirent_cmp);
 	for (size_t i = 0; i < n && !ret; i++) {
 		size_t nl = strlen(ents[i].name);
 		size_t klen = keylen + nl;

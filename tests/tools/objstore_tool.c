@@ -11,6 +11,8 @@
  *   objstore_tool [--config F] URL put KEY FILE
  *   objstore_tool [--config F] URL rm KEY
  *   objstore_tool [--config F] URL cp SRC DST
+ *   objstore_tool [--config F] URL fill PREFIX N   (N small objects
+ *                                  PREFIX00000..., each holding its key)
  *
  * Exit 0 on success, 1 on an objstore error (the message is on stderr, and
  * "error: <errno name>" is the last line), 2 on bad usage. With
@@ -32,7 +34,7 @@
 static int usage(void)
 {
 	fprintf(stderr, "usage: objstore_tool [--config F] URL "
-			"ls|head|get|cat|put|rm|cp ARGS...\n");
+			"ls|head|get|cat|put|rm|cp|fill ARGS...\n");
 	return 2;
 }
 
@@ -202,6 +204,14 @@ int main(int argc, char **argv)
 		close(fd);
 	} else if (!strcmp(cmd, "rm") && argc == 1) {
 		ret = objstore_delete(os, argv[0]);
+	} else if (!strcmp(cmd, "fill") && argc == 2) {
+		long n = strtol(argv[1], NULL, 10);
+		char key[1100];
+
+		for (long k = 0; k < n && !ret; k++) {
+			snprintf(key, sizeof(key), "%s%05ld", argv[0], k);
+			ret = objstore_put_buf(os, key, key, strlen(key));
+		}
 	} else if (!strcmp(cmd, "cp") && argc == 2) {
 		ret = objstore_copy(os, argv[0], argv[1]);
 	} else {

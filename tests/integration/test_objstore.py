@@ -1,0 +1,227 @@
+"""Integration tests of the object-store client (lib/objstore.c, s3store.c,
+filestore.c) through tests/tools/objstore_tool, against a real radosgw and a
+real directory, and through the fault-injecting proxy."""
+import hashlib
+import os
+import random
+import subprocess
+import time
+
+import pytest
+
+SPECIAL_KEYS = [
+    "plain.txt",
+    "with space.txt",
+    "plus+sign.bin",
+    "percent%41.bin",
+    "eq=amp&.bin",
+    "tilde~x",
+    "utf8/caf\u00e9/\u65e5\u672c\u8a9e.txt",
+    "deep/a/b/c/d/e/f.txt",
+    "semi;colon,comma'quote(paren)",
+    "star*question?hash#",
+]
+
+
+class Store:
+    """objstore_tool bound to one URL and environment."""
+
+    def __init__(self, tool, url, env):
+        self.tool, self.url, self.env = tool, url, env
+
+    def run(self, *args, check=True, input=None, timeout=300, env=None):
+        e = dict(self.env)
+        e.update(env or {})
+        p = subprocess.run([self.tool, self.url] + list(args), env=e,
+                           capture_output=True, timeout=timeout, input=input)
+        if check and p.returncode != 0:
+            raise AssertionError(f"objstore_tool {args} failed: "
+                                 f"{p.stderr.decode(errors='replace')}")
+        return p
+
+    def put_bytes(self, key, data, tmp_path):
+        src = tmp_path / ("src-" + hashlib.sha1(key.encode()).hexdigest())
+        src.write_bytes(data)
+        self.run("put", key, str(src))
+
+    def get(self, key, off, length, etag=None, **kw):
+        args = ["get", key, str(off), str(length)] + ([etag] if etag else [])
+        return self.run(*args, **kw)
+
+    def ls(self, prefix=""):
+        out = self.run("ls", prefix).stdout.decode()
+        rows = []
+        for line in out.splitlines():
+            size, etag, mtime, key = line.split("\t", 3)
+            rows.append((key, int(size), etag))
+        return rows
+
+    def head(self, key, **kw):
+        return self.run("head", key, **kw)
+
+
+@pytest.fixture
+def file_store(tool, tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    env = dict(os.environ, DSTAGE_LOG_LEVEL="info")
+    return Store(tool("objstore_tool"), f"file://{root}/", env), root
+
+
+@pytest.fixture
+def s3_store(tool, rgw, request):
+    bucket = "t-" + hashlib.sha1(request.node.name.encode()).hexdigest()[:20]
+    rgw.make_bucket(bucket)
+    return Store(tool("objstore_tool"), f"s3://{bucket}/pfx/", rgw.env())
+
+
+@pytest.fixture(params=["s3", "file"])
+def store(request, tmp_path):
+    if request.param == "s3":
+        return request.getfixturevalue("s3_store")
+    return request.getfixturevalue("file_store")[0]
+
+
+def test_special_keys_round_trip(store, tmp_path):
+    for i, key in enumerate(SPECIAL_KEYS):
+        store.put_bytes(key, f"{i}:{key}".encode(), tmp_path)
+    listed = store.ls()
+    assert [k for k, _, _ in listed] == sorted(SPECIAL_KEYS,
+                                               key=lambda k: k.encode())
+    for i, key in enumerate(SPECIAL_KEYS):
+        want = f"{i}:{key}".encode()
+        assert store.get(key, 0, 4096).stdout == want
+        size = int(store.head(key).stdout.split(b"\t")[0])
+        assert size == len(want)
+
+
+def test_ranged_gets_at_odd_offsets(store, tmp_path):
+    rnd = random.Random(7)
+    data = rnd.randbytes(3 * 1024 * 1024 + 17)
+    store.put_bytes("blob", data, tmp_path)
+    etag = store.head("blob").stdout.decode().split("\t")[1]
+    cases = [(0, 1), (1, 1), (4095, 3), (len(data) - 1, 1), (len(data) - 5, 100),
+             (1 << 20, 1 << 20), (12345, 777777)]
+    cases += [(rnd.randrange(len(data)), rnd.randrange(1, 300000)) for _ in range(10)]
+    for off, length in cases:
+        got = store.get("blob", off, length, etag).stdout
+        assert got == data[off:off + length], (off, length)
+    # Past the end: ERANGE, and no bytes.
+    p = store.get("blob", len(data), 10, check=False)
+    assert p.returncode == 1 and b"ERANGE" in p.stderr and p.stdout == b""
+    # A whole read with several ranges in flight.
+    p = store.run("cat", "blob", "256K")
+    assert p.stdout == data
+
+
+def test_empty_and_one_byte_objects(store, tmp_path):
+    store.put_bytes("empty", b"", tmp_path)
+    store.put_bytes("one", b"x", tmp_path)
+    assert store.get("empty", 0, 100).stdout == b""
+    assert store.get("one", 0, 100).stdout == b"x"
+    assert store.head("empty").stdout.split(b"\t")[0] == b"0"
+
+
+def test_if_match_detects_replacement(store, tmp_path):
+    store.put_bytes("snap", b"version one", tmp_path)
+    etag = store.head("snap").stdout.decode().split("\t")[1]
+    time.sleep(0.01)
+    store.put_bytes("snap", b"version two!", tmp_path)
+    p = store.get("snap", 0, 5, etag, check=False)
+    assert p.returncode == 1 and b"ESTALE" in p.stderr
+    assert p.stdout == b""
+
+
+def test_missing_key_delete_copy(store, tmp_path):
+    p = store.head("nope", check=False)
+    assert p.returncode == 1 and b"ENOENT" in p.stderr
+    p = store.get("nope", 0, 1, check=False)
+    assert p.returncode == 1 and b"ENOENT" in p.stderr
+    store.put_bytes("a/src", b"copy me", tmp_path)
+    store.run("cp", "a/src", "b/dst")
+    assert store.get("b/dst", 0, 100).stdout == b"copy me"
+    store.run("rm", "a/src")
+    store.run("rm", "a/src")  # deleting a missing key succeeds
+    assert [k for k, _, _ in store.ls()] == ["b/dst"]
+
+
+def test_file_store_refuses_escaping_keys(file_store, tmp_path):
+    store, root = file_store
+    (tmp_path / "secret").write_bytes(b"do not read")
+    for key in ["../secret", "a/../../secret", "/etc/passwd", "a//b", "./x",
+                "x" * 256]:
+        p = store.get(key, 0, 10, check=False)
+        assert p.returncode == 1 and b"EINVAL" in p.stderr or b"ENAMETOOLONG" in p.stderr, key
+        assert p.stdout == b""
+        src = tmp_path / "payload"
+        src.write_bytes(b"evil")
+        p = store.run("put", key, str(src), check=False)
+        assert p.returncode == 1, key
+    assert (tmp_path / "secret").read_bytes() == b"do not read"
+    assert not list(root.iterdir())
+
+
+def test_file_store_lists_in_s3_order_and_hides_temp_files(file_store):
+    store, root = file_store
+    for rel in ["a/b", "a-x", "a.b", "a0", "b/c/d", "ab"]:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rel.encode())
+    (root / ".dstage-tmp.0123").write_bytes(b"partial")
+    keys = [k for k, _, _ in store.ls()]
+    assert keys == sorted(["a/b", "a-x", "a.b", "a0", "b/c/d", "ab"],
+                          key=lambda k: k.encode())
+    assert [k for k, _, _ in store.ls("a/")] == ["a/b"]
+    assert [k for k, _, _ in store.ls("b/c")] == ["b/c/d"]
+
+
+def test_listing_2500_keys_across_pages(s3_store):
+    s3_store.run("fill", "many/k", "2500", timeout=600)
+    p = s3_store.run("ls", "many/", env={"DSTAGE_TOOL_STATS": "1"})
+    keys = [line.split("\t")[3] for line in p.stdout.decode().splitlines()]
+    assert keys == [f"many/k{i:05d}" for i in range(2500)]
+    stats = p.stderr.decode().strip().splitlines()[-1]
+    assert '"requests": 3,' in stats, stats  # 1000 keys a page
+
+
+def test_multipart_200mb_round_trip(s3_store, tmp_path):
+    src = tmp_path / "big"
+    h = hashlib.sha256()
+    rnd = random.Random(200)
+    with open(src, "wb") as f:
+        for _ in range(25):
+            chunk = rnd.randbytes(8 << 20)
+            h.update(chunk)
+            f.write(chunk)
+    p = s3_store.run("put", "ckpt/model.pt", str(src), env={"DSTAGE_TOOL_STATS": "1"})
+    # 200 MiB in 16 MiB parts: initiate + 13 parts + complete.
+    assert '"requests": 15' in p.stderr.decode(), p.stderr
+    src.unlink()
+    out = tmp_path / "back"
+    s3_store.run("cat", "ckpt/model.pt", "8M", str(out))
+    with open(out, "rb") as f:
+        assert hashlib.file_digest(f, "sha256").hexdigest() == h.hexdigest()
+    etag = s3_store.head("ckpt/model.pt").stdout.decode().split("\t")[1]
+    assert etag.strip('"').endswith("-13")
+
+
+def test_wrong_secret_names_signature_error(s3_store):
+    p = s3_store.run("ls", check=False, env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"})
+    assert p.returncode == 1
+    err = p.stderr.decode()
+    assert "SignatureDoesNotMatch" in err and "EACCES" in err
+    assert "not-the-secret" not in err
+    p = s3_store.run("head", "anything", check=False,
+                     env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"})
+    assert p.returncode == 1 and b"SignatureDoesNotMatch" in p.stderr
+
+
+def test_world_readable_credentials_file_refused(s3_store, tmp_path):
+    cred = tmp_path / "credentials"
+    cred.write_text("[default]\naws_access_key_id = AKIDEXAMPLE\n"
+                    "aws_secret_access_key = sekrit-value\n")
+    cred.chmod(0o644)
+    p = s3_store.run("ls", check=False, env={"DSTAGE_S3_CREDENTIALS_FILE": str(cred)})
+    assert p.returncode == 1
+    err = p.stderr.decode()
+    assert str(cred) in err and "chmod 600" in err and "sekrit" not in err
