@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache: the node-local block cache shared by dstagefs and the stager daemon.
+ *
+ * Objects are cached in fixed-size blocks (cache.block_size, chosen when the
+ * cache directory is created and recorded there). An object is identified by
+ * its dataset, key and ETag: a new version of a key is a different object.
+ * A block is present only once its data and checksum are durable; every read
+ * of a cached block checks its checksum, and a mismatch is counted, logged
+ * (dataset, key, block), re-fetched and never returned. Fills are claimed with
+ * OFD byte-range locks, so each block is fetched once across processes and
+ * threads, and a killed filler's claim is released by the kernel.
+ *
+ * One struct cache per process; it is thread-safe. Every function returns 0
+ * (or a count) or -errno:
+ *   -ENOENT     the object is gone at the source
+ *   -ESTALE     the source object changed (If-Match failed): never mixed bytes
+ *   -EIO        source errors after the retry budget, or local I/O errors
+ *   -ENOSPC     (cache_fetch only) nothing can be evicted to make room
+ *   -ENOMEM, -EINVAL
+ * Reads never fail because the cache is full: they stream through uncached.
+ */
+#ifndef DSTAGE_CACHE_H
+#define DSTAGE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct dstage_config;
+struct objstore;
+struct cache;
+
+/* What to read: one object version of one dataset. */
+struct cache_object {
+	const char *dataset;	/* dataset name: pins, quotas, priorities */
+	struct objstore *os;	/* the dataset's source */
+	const char *key;	/* key in os */
+	const char *etag;	/* version (If-Match); "" if the source has none */
+	uint64_t size;		/* from the manifest */
+};
+
+struct cache_stats {
+	uint64_t capacity;	/* cache.size */
+	uint64_t used;		/* bytes of present blocks */
+	uint64_t pinned;	/* of which in pinned datasets */
+	uint64_t hits, misses;	/* block lookups */
+	uint64_t bytes_from_cache, bytes_from_source;
+	uint64_t fetches;	/* blocks fetched from the source */
+	uint64_t checksum_failures;	/* cached blocks found corrupt */
+	uint64_t evictions;	/* blocks evicted */
+	uint64_t streamed;	/* reads served uncached (cache full) */
+};
+
+/*
+ * Open (creating if needed) the cache in cfg->cache_dir, with the catalog at
+ * cfg->catalog_path for eviction policy (pins, quotas, priorities). cfg must
+ * outlive the cache. -EACCES/-ENOENT/-ENOTDIR for a bad cache.dir; -EINVAL if
+ * the directory was created with another block size (message names both).
+ */
+int cache_open(const struct dstage_config *cfg, struct cache **out);
+
+/* Accepts NULL. */
+void cache_close(struct cache *c);
+
+uint32_t cache_block_size(const struct cache *c);
+
+/*
+ * Read up to len bytes at off into buf through the cache, fetching missing
+ * blocks (and reading ahead when the access pattern is sequential). Returns
+ * the bytes read (short only at the end of the object) or -errno.
+ */
+ssize_t cache_read(struct cache *c, const struct cache_object *obj,
+		   uint64_t off, size_t len, void *buf);
+
+/*
+ * Zero-copy read support: when [off, off+len) lies in present blocks whose
+ * checksums have been verified since they were written or last opened,
+ * return a file descriptor (a dup the caller closes) and the offset in it
+ * where the bytes start, for splice. -EAGAIN when not possible (the caller
+ * then uses cache_read).
+ */
+int cache_read_fd(struct cache *c, const struct cache_object *obj,
+		  uint64_t off, size_t len, int *fd, uint64_t *fd_off);
+
+/*
+ * Make [off, off+len) of the object present (len 0: to the end) without
+ * copying it out: the stager's prewarm. progress (may be NULL) is called as
+ * blocks land with the bytes done so far; a non-zero return cancels with that
+ * value. Returns 0, -ENOSPC when the cache cannot hold the range (nothing
+ * left to evict), or -errno.
+ */
+typedef int (*cache_progress_cb)(void *arg, uint64_t done);
+int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
+		uint64_t len, cache_progress_cb progress, void *arg);
+
+/* Bytes of the object present in the cache. */
+int cache_object_present(struct cache *c, const struct cache_object *obj,
+			 uint64_t *bytes);
+
+/*
+ * Drop the object's cached blocks (e.g. verify --repair after a mismatch,
+ * or a dataset removed). Returns 0 or -errno.
+ */
+int cache_object_drop(struct cache *c, const struct cache_object *obj);
+
+/* Evict down to the low watermark now (unpinned, lowest priority, least
+ * recently used first). *freed gets the bytes freed. */
+int cache_evict(struct cache *c, uint64_t *freed);
+
+void cache_get_stats(struct cache *c, struct cache_stats *st);
+
+/*
+ * Known-order prefetch (dstagefs's control file): fetch these objects ahead,
+ * in order, keeping at most window bytes in flight. Returns at once; the
+ * work runs on the cache's background threads and is replaced by the next
+ * call for the same dataset. objs and their strings are copied.
+ */
+int cache_prefetch(struct cache *c, const struct cache_object *objs, size_t n,
+		   uint64_t window);
+
+#endif
