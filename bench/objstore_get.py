@@ -56,7 +56,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="1G")
     ap.add_argument("--parallel", type=int, default=8)
-    ap.add_argument("--chunk", default="16M")
+    ap.add_argument("--chunk", default="4M")  # the cache's default block
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--build", default=os.environ.get("DSTAGE_BUILD_DIR",
                                                       os.path.join(REPO, "build")))

@@ -771,7 +771,27 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 
 /* ---- the engine ---- */
 
+static int s3_run_some(struct s3store *st, struct s3req **reqs, size_t n,
+		       unsigned limit);
+
 static int s3_run(struct s3store *st, struct s3req *reqs, size_t n)
+{
+	struct s3req *one[1], **ptrs = n == 1 ? one : calloc(n, sizeof(*ptrs));
+	int ret;
+
+	if (!ptrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ptrs[i] = &reqs[i];
+	ret = s3_run_some(st, ptrs, n, st->inflight);
+	if (ptrs != one)
+		free(ptrs);
+	return ret;
+}
+
+/* Run n requests with at most limit in flight, on one connection context. */
+static int s3_run_some(struct s3store *st, struct s3req **reqs, size_t n,
+		       unsigned limit)
 {
 	struct s3conn *c = s3conn_get(st);
 	size_t done = 0, active = 0;
@@ -781,19 +801,19 @@ static int s3_run(struct s3store *st, struct s3req *reqs, size_t n)
 	if (!c)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		reqs[i].state = REQ_QUEUED;
-		reqs[i].attempt = 0;
-		reqs[i].not_before_ms = 0;
-		reqs[i].deadline_ms = start + st->base.cfg->s3_deadline_ms;
-		reqs[i].result = 0;
+		reqs[i]->state = REQ_QUEUED;
+		reqs[i]->attempt = 0;
+		reqs[i]->not_before_ms = 0;
+		reqs[i]->deadline_ms = start + st->base.cfg->s3_deadline_ms;
+		reqs[i]->result = 0;
 	}
 	while (done < n) {
 		uint64_t now = now_ms(), wake = UINT64_MAX;
 		CURLMsg *msg;
 		int running, left;
 
-		for (size_t i = 0; i < n && c->nfree; i++) {
-			struct s3req *rq = &reqs[i];
+		for (size_t i = 0; i < n && c->nfree && active < limit; i++) {
+			struct s3req *rq = reqs[i];
 
 			if (rq->state != REQ_QUEUED)
 				continue;
@@ -853,8 +873,8 @@ static int s3_run(struct s3store *st, struct s3req *reqs, size_t n)
 	}
 	s3conn_put(st, c);
 	for (size_t i = 0; i < n; i++)
-		if (reqs[i].result)
-			return reqs[i].result;
+		if (reqs[i]->result)
+			return reqs[i]->result;
 	return 0;
 }
 
@@ -1054,6 +1074,57 @@ static int s3store_head(struct objstore *os, const char *key,
 	return ret;
 }
 
+struct s3_half {
+	struct s3store *st;
+	struct s3req **reqs;
+	size_t n;
+	unsigned limit;
+	int ret;
+};
+
+static void *s3_half_run(void *arg)
+{
+	struct s3_half *h = arg;
+
+	h->ret = s3_run_some(h->st, h->reqs, h->n, h->limit);
+	return NULL;
+}
+
+/*
+ * A large batch of GETs is split between two engine threads, alternating
+ * requests so both walk the object front to back: one thread copying every
+ * byte and running every TLS/HTTP parser is what keeps a single process
+ * behind several parallel curl processes on a busy node.
+ */
+static int s3_run_parallel(struct s3store *st, struct s3req *reqs, size_t n)
+{
+	struct s3_half h[2];
+	struct s3req **ptrs;
+	pthread_t tid;
+	int ret;
+
+	if (n < 4 || st->inflight < 4)
+		return s3_run(st, reqs, n);
+	ptrs = calloc(n, sizeof(*ptrs));
+	if (!ptrs)
+		return -ENOMEM;
+	for (size_t i = 0, k = 0; k < 2; k++) {
+		h[k] = (struct s3_half){ st, ptrs + i, (n + 1 - k) / 2,
+					 (st->inflight + 1 - k) / 2, 0 };
+		for (size_t j = k; j < n; j += 2)
+			ptrs[i++] = &reqs[j];
+	}
+	if (pthread_create(&tid, NULL, s3_half_run, &h[1])) {
+		free(ptrs);
+		return s3_run(st, reqs, n);
+	}
+	s3_half_run(&h[0]);
+	pthread_join(tid, NULL);
+	free(ptrs);
+	ret = h[0].ret ? h[0].ret : h[1].ret;
+	return ret;
+}
+
 static int s3store_get_many(struct objstore *os, struct objstore_get *gets,
 			    size_t n)
 {
@@ -1087,7 +1158,7 @@ static int s3store_get_many(struct objstore *os, struct objstore_get *gets,
 		}
 		m++;
 	}
-	ret = m ? s3_run(st, reqs, m) : 0;
+	ret = m ? s3_run_parallel(st, reqs, m) : 0;
 	for (size_t i = 0, j = 0; i < n; i++) {
 		if (!gets[i].len) {
 			gets[i].got = 0;
