@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: MIT
+/*
+ * jobs: submit, claim by priority, progress, finish, cancel (queued and
+ * running), recovery after a crash, a final state never changing, two
+ * connections claiming concurrently never taking the same job, listing,
+ * jobs_last, and the proto line format used for job arguments.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dstage/catalog.h"
+#include "dstage/jobs.h"
+#include "dstage/log.h"
+#include "dstage/proto.h"
+
+static char dir[64];
+static char dbpath[128];
+
+static int count_cb(void *arg, const struct jobs_job *j)
+{
+	(void)j;
+	(*(int *)arg)++;
+	return 0;
+}
+
+static void test_basic(void)
+{
+	struct catalog *cat = NULL;
+	struct jobs *jq = NULL;
+	struct jobs_job j = { 0 };
+	enum jobs_state was;
+	int64_t a, b, c;
+	unsigned n = 0;
+	int cnt;
+
+	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
+	CHECK_INT(catalog_dataset_add(cat, "low", "file:///x/", NULL), 0);
+	CHECK_INT(catalog_dataset_add(cat, "high", "file:///y/", NULL), 0);
+	CHECK_INT(catalog_dataset_set_priority(cat, "high", 5), 0);
+	CHECK_INT(jobs_open(dbpath, &jq), 0);
+	if (!jq)
+		goto out;
+
+	CHECK_INT(jobs_submit(jq, "stage", "nope", NULL, &a), -ENOENT);
+	CHECK_INT(jobs_submit(jq, "", "low", NULL, &a), -EINVAL);
+	CHECK_INT(
+		jobs_submit(jq, "stage", "low", "bandwidth=10\tparallel=2", &a),
+		0);
+	CHECK_INT(jobs_submit(jq, "verify", "high", NULL, &b), 0);
+	CHECK_INT(jobs_submit(jq, "stage", "low", NULL, &c), 0);
+	CHECK(a < b && b < c);
+
+	CHECK_INT(jobs_get(jq, a, &j), 0);
+	CHECK_STR(j.kind, "stage");
+	CHECK_STR(j.dataset, "low");
+	CHECK_STR(j.args, "bandwidth=10\tparallel=2");
+	CHECK_INT(j.state, JOBS_QUEUED);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_get(jq, 999, &j), -ENOENT);
+
+	/* the higher priority dataset first, then oldest first */
+	CHECK_INT(jobs_claim(jq, &j), 0);
+	CHECK_INT(j.id, b);
+	CHECK_INT(j.state, JOBS_RUNNING);
+	CHECK_INT(j.priority, 5);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_claim(jq, &j), 0);
+	CHECK_INT(j.id, a);
+	jobs_job_release(&j);
+
+	CHECK_INT(jobs_progress(jq, a, 10, 100), 0);
+	CHECK_INT(jobs_progress(jq, c, 10, 100), -ECANCELED); /* queued */
+	CHECK_INT(jobs_progress(jq, 999, 10, 100), -ENOENT);
+	CHECK_INT(jobs_get(jq, a, &j), 0);
+	CHECK_INT(j.done, 10);
+	CHECK_INT(j.total, 100);
+	jobs_job_release(&j);
+
+	/* cancel while running: progress and finish then fail */
+	CHECK_INT(jobs_cancel(jq, a, &was), 0);
+	CHECK_INT(was, JOBS_RUNNING);
+	CHECK_INT(jobs_progress(jq, a, 20, 100), -ECANCELED);
+	CHECK_INT(jobs_finish(jq, a, JOBS_DONE, NULL), -ECANCELED);
+	CHECK_INT(jobs_cancel(jq, a, NULL), -EALREADY);
+	CHECK_INT(jobs_get(jq, a, &j), 0);
+	CHECK_INT(j.state, JOBS_CANCELLED);
+	jobs_job_release(&j);
+
+	CHECK_INT(jobs_finish(jq, b, JOBS_QUEUED, NULL), -EINVAL);
+	CHECK_INT(jobs_finish(jq, b, JOBS_FAILED, "2 mismatches"), 0);
+	CHECK_INT(jobs_finish(jq, b, JOBS_DONE, NULL), -ECANCELED);
+	CHECK_INT(jobs_last(jq, "high", "verify", &j), 0);
+	CHECK_INT(j.id, b);
+	CHECK_STR(j.error, "2 mismatches");
+	CHECK_INT(j.state, JOBS_FAILED);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_last(jq, "low", "verify", &j), -ENOENT);
+
+	/* crash while running: recover queues it again */
+	CHECK_INT(jobs_claim(jq, &j), 0);
+	CHECK_INT(j.id, c);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_claim(jq, &j), -ENOENT);
+	jobs_close(jq);
+	jq = NULL;
+	CHECK_INT(jobs_open(dbpath, &jq), 0);
+	if (!jq)
+		goto out;
+	CHECK_INT(jobs_recover(jq, &n), 0);
+	CHECK_INT(n, 1);
+	CHECK_INT(jobs_claim(jq, &j), 0);
+	CHECK_INT(j.id, c);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_finish(jq, c, JOBS_DONE, NULL), 0);
+	CHECK_INT(jobs_last(jq, "low", "stage", &j), 0);
+	CHECK_INT(j.id, c);
+	jobs_job_release(&j);
+
+	cnt = 0;
+	CHECK_INT(jobs_list(jq, UINT32_MAX, count_cb, &cnt), 0);
+	CHECK_INT(cnt, 3);
+	cnt = 0;
+	CHECK_INT(jobs_list(jq, 1, count_cb, &cnt), 0);
+	CHECK_INT(cnt, 1);
+	CHECK_INT(jobs_submit(jq, "stage", "low", NULL, &a), 0);
+	cnt = 0;
+	CHECK_INT(jobs_list(jq, 0, count_cb, &cnt), 0);
+	CHECK_INT(cnt, 1);
+
+	/* a removed dataset leaves its jobs, without a name */
+	CHECK_INT(catalog_dataset_remove(cat, "low"), 0);
+	CHECK_INT(jobs_get(jq, c, &j), 0);
+	CHECK_STR(j.dataset, "");
+	CHECK_INT(j.dataset_id, 0);
+	jobs_job_release(&j);
+out:
+	jobs_close(jq);
+	catalog_close(cat);
+}
+
+#define RACE_JOBS 200
+#define RACE_THREADS 4
+
+static _Atomic int race_claimed[RACE_JOBS + 8];
+
+static void *race_thread(void *arg)
+{
+	struct jobs *jq = NULL;
+	struct jobs_job j;
+	int ret;
+
+	(void)arg;
+	if (jobs_open(dbpath, &jq))
+		return (void *)1;
+	while ((ret = jobs_claim(jq, &j)) != -ENOENT) {
+		if (ret == -EBUSY)
+			continue;
+		if (ret)
+			break;
+		if (j.id > 0 && j.id < RACE_JOBS + 8)
+			race_claimed[j.id]++;
+		jobs_finish(jq, j.id, JOBS_DONE, NULL);
+		jobs_job_release(&j);
+	}
+	jobs_close(jq);
+	return NULL;
+}
+
+static void test_race(void)
+{
+	struct catalog *cat = NULL;
+	struct jobs *jq = NULL;
+	pthread_t t[RACE_THREADS];
+	int64_t id;
+
+	unlink(dbpath);
+	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
+	CHECK_INT(catalog_dataset_add(cat, "d", "file:///x/", NULL), 0);
+	CHECK_INT(jobs_open(dbpath, &jq), 0);
+	if (!jq)
+		goto out;
+	for (int i = 0; i < RACE_JOBS; i++)
+		CHECK_INT(jobs_submit(jq, "stage", "d", NULL, &id), 0);
+	for (int i = 0; i < RACE_THREADS; i++)
+		pthread_create(&t[i], NULL, race_thread, NULL);
+	for (int i = 0; i < RACE_THREADS; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 1; i <= RACE_JOBS; i++)
+		CHECK_INT(race_claimed[i], 1);
+out:
+	jobs_close(jq);
+	catalog_close(cat);
+}
+
+static void test_proto(void)
+{
+	static struct proto_msg m;
+	struct proto_buf b = { 0 };
+	const char weird[] = "a\tb\nc\\d\re\x01\x7f=é";
+	uint64_t u;
+	int64_t i;
+
+	proto_add(&b, "cmd", "stage");
+	proto_add(&b, "files", weird);
+	proto_add_u64(&b, "n", 18446744073709551615ull);
+	proto_add_i64(&b, "neg", -5);
+	proto_add(&b, "empty", "");
+	CHECK_INT(proto_end(&b), 0);
+	CHECK(memchr(b.data, '\n', b.len - 1) == NULL);
+	CHECK_INT(proto_parse(&m, b.data, b.len - 1), 0);
+	CHECK_INT(m.n, 5);
+	CHECK_STR(proto_get(&m, "cmd"), "stage");
+	CHECK_STR(proto_get(&m, "files"), weird);
+	CHECK_STR(proto_get(&m, "empty"), "");
+	CHECK(proto_get(&m, "nope") == NULL);
+	CHECK_INT(proto_get_u64(&m, "n", &u), 0);
+	CHECK(u == 18446744073709551615ull);
+	CHECK_INT(proto_get_i64(&m, "neg", &i), 0);
+	CHECK_INT(i, -5);
+	CHECK_INT(proto_get_u64(&m, "neg", &u), -EINVAL);
+	CHECK_INT(proto_get_u64(&m, "nope", &u), -ENOENT);
+	proto_free(&b);
+
+	proto_add(&b, "Bad", "x");
+	CHECK_INT(proto_end(&b), -EINVAL);
+	proto_free(&b);
+
+	CHECK_INT(proto_parse(&m, "", 0), 0);
+	CHECK_INT(m.n, 0);
+	CHECK_INT(proto_parse(&m, "novalue", 7), -EINVAL);
+	CHECK_INT(proto_parse(&m, "=x", 2), -EINVAL);
+	CHECK_INT(proto_parse(&m, "a=\\q", 4), -EINVAL);
+	CHECK_INT(proto_parse(&m, "a=\\x0", 5), -EINVAL);
+	CHECK_INT(proto_parse(&m, "a=\\x00", 6), -EINVAL);
+	CHECK_INT(proto_parse(&m, "a=x\t", 4), -EINVAL);
+	CHECK_INT(proto_parse(&m, "a=\\", 3), -EINVAL);
+	CHECK_INT(proto_parse(&m, "a=b=c\tk=\\x41", 12), 0);
+	CHECK_STR(proto_get(&m, "a"), "b=c");
+	CHECK_STR(proto_get(&m, "k"), "A");
+}
+
+int main(void)
+{
+	log_set_level(LOG_LVL_WARN);
+	snprintf(dir, sizeof(dir), "/tmp/test_jobs.XXXXXX");
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(dbpath, sizeof(dbpath), "%s/catalog.db", dir);
+	test_basic();
+	test_race();
+	test_proto();
+	for (int k = 0; k < 3; k++) {
+		static const char *const sfx[] = { "", "-wal", "-shm" };
+		char p[160];
+
+		snprintf(p, sizeof(p), "%s%s", dbpath, sfx[k]);
+		unlink(p);
+	}
+	rmdir(dir);
+	return check_result();
+}
