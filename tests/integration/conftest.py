@@ -1,0 +1,196 @@
+"""Shared fixtures for the integration tests.
+
+rgw (session)      a throwaway single-node Ceph radosgw started by scripts/rgw
+                   (or the one described by $DSTAGE_RGW_ENV, an env.json of a
+                   cluster that is already running, which is then left alone).
+                   Attributes: dir, port, endpoint, access_key, secret_key,
+                   region, pids. Methods:
+                     env(**overrides) -> dict   os.environ + AWS_* for it
+                     make_bucket(name) -> name  (idempotent)
+                     curl(path, *args, endpoint=None, secret=None,
+                          timeout=60, payload_sha256=EMPTY, input=None)
+                          -> CompletedProcess (signed curl)
+                     put_object(bucket, key, data, endpoint=None) -> status
+                     aws(*args, check=True) -> CompletedProcess (/usr/bin/aws)
+build_dir          Path of the CMake build tree: $DSTAGE_BUILD_DIR or
+                   <repo>/build (relative paths are taken from the repo root).
+tool               tool(name) -> str: path of a built binary, looked up in
+                   <build>/tests, <build>, then <build>/{fs,stager,cachectl,
+                   bench}; fails the test when it was not built.
+faultproxy         (function) a tests/faultproxy.FaultProxy in front of rgw,
+                   with a control port; plus env(**overrides) pointing
+                   AWS_ENDPOINT_URL at the proxy, and .rgw.
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from faultproxy import FaultProxy  # noqa: E402
+
+RGW_SCRIPT = REPO / "scripts" / "rgw"
+AWS_CLI = "/usr/bin/aws" if os.path.exists("/usr/bin/aws") else shutil.which("aws")
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+RGW_PACKAGES = {"ceph-mon": "ceph-mon", "ceph-osd": "ceph-osd",
+                "radosgw": "radosgw", "radosgw-admin": "radosgw",
+                "ceph": "ceph-common", "monmaptool": "ceph-common",
+                "ceph-authtool": "ceph-common", "curl": "curl"}
+# Variables from the caller's environment that would point the tools at some
+# other S3 account.
+AWS_SCRUB = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+             "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+             "AWS_DEFAULT_PROFILE")
+
+
+class Rgw:
+    def __init__(self, info, owned):
+        self.dir = Path(info["RGW_DIR"])
+        self.port = int(info["RGW_PORT"])
+        self.endpoint = info["AWS_ENDPOINT_URL"]
+        self.access_key = info["AWS_ACCESS_KEY_ID"]
+        self.secret_key = info["AWS_SECRET_ACCESS_KEY"]
+        self.region = info.get("AWS_REGION", "us-east-1")
+        self.pids = list(info.get("RGW_PIDS", []))
+        self.owned = owned
+
+    def env(self, **overrides):
+        e = {k: v for k, v in os.environ.items() if k not in AWS_SCRUB}
+        e.update(AWS_ACCESS_KEY_ID=self.access_key,
+                 AWS_SECRET_ACCESS_KEY=self.secret_key,
+                 AWS_ENDPOINT_URL=self.endpoint,
+                 AWS_REGION=self.region,
+                 AWS_DEFAULT_REGION=self.region)
+        e.update({k: str(v) for k, v in overrides.items()})
+        return e
+
+    def curl(self, path, *args, endpoint=None, secret=None, timeout=60,
+             payload_sha256=EMPTY_SHA256, input=None):
+        """Signed curl request of `path` ("/bucket/key"). The body comes back
+        in stdout; `-w`, `-T FILE` etc. go in args. curl 7.88 does not send
+        x-amz-content-sha256 itself and radosgw requires it, so it is added:
+        the empty-body hash by default (GET/HEAD/DELETE, empty PUTs); pass
+        payload_sha256="UNSIGNED-PAYLOAD" (or the body's hash) for uploads."""
+        cmd = ["curl", "-sS", "--aws-sigv4",
+               "aws:amz:%s:s3" % self.region,
+               "--user", "%s:%s" % (self.access_key, secret or self.secret_key),
+               "-H", "x-amz-content-sha256: " + payload_sha256]
+        cmd += list(args) + [(endpoint or self.endpoint) + path]
+        return subprocess.run(cmd, capture_output=True, timeout=timeout,
+                              input=input)
+
+    def put_object(self, bucket, key, data, endpoint=None):
+        """PUT bytes as /bucket/key with curl; returns the HTTP status."""
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(data)
+            f.flush()
+            p = self.curl("/%s/%s" % (bucket, key), "-T", f.name,
+                          "-o", "/dev/null", "-w", "%{http_code}",
+                          endpoint=endpoint,
+                          payload_sha256="UNSIGNED-PAYLOAD")
+        if p.returncode != 0:
+            raise AssertionError("put_object: curl rc %d: %s" %
+                                 (p.returncode, p.stderr.decode(errors="replace")))
+        return int(p.stdout.decode())
+
+    def aws(self, *args, check=True, timeout=600):
+        if AWS_CLI is None:
+            pytest.skip("awscli missing: install the Debian package 'awscli'")
+        p = subprocess.run([AWS_CLI, "--endpoint-url", self.endpoint] +
+                           list(args), env=self.env(), capture_output=True,
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError("aws %s failed: %s" %
+                                 (" ".join(args), p.stderr.decode(errors="replace")))
+        return p
+
+    def make_bucket(self, name):
+        p = self.curl("/" + name, "-X", "PUT", "-o", "-", "-w",
+                      "\n%{http_code}")
+        out = p.stdout.decode(errors="replace")
+        code = out.rsplit("\n", 1)[-1]
+        if p.returncode != 0 or (code != "200" and
+                                 "BucketAlreadyOwnedByYou" not in out):
+            raise AssertionError("make_bucket %s: curl rc %d, %s %s" %
+                                 (name, p.returncode, out,
+                                  p.stderr.decode(errors="replace")))
+        return name
+
+
+@pytest.fixture(scope="session")
+def rgw(tmp_path_factory):
+    given = os.environ.get("DSTAGE_RGW_ENV")
+    if given:
+        with open(given) as f:
+            yield Rgw(json.load(f), owned=False)
+        return
+    missing = sorted({pkg for b, pkg in RGW_PACKAGES.items()
+                      if shutil.which(b) is None})
+    if missing:
+        pytest.skip("radosgw test server unavailable: install the Debian "
+                    "package(s) %s (or run scripts/install-deps)" %
+                    " ".join(missing))
+    d = tmp_path_factory.mktemp("rgw")
+    p = subprocess.run([str(RGW_SCRIPT), "start", str(d)],
+                       capture_output=True, timeout=300)
+    if p.returncode != 0:
+        pytest.fail("scripts/rgw start failed (rc %d):\n%s\n%s" %
+                    (p.returncode, p.stdout.decode(errors="replace"),
+                     p.stderr.decode(errors="replace")), pytrace=False)
+    with open(d / "env.json") as f:
+        r = Rgw(json.load(f), owned=True)
+    try:
+        yield r
+    finally:
+        subprocess.run([str(RGW_SCRIPT), "stop", str(d)],
+                       capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    b = Path(os.environ.get("DSTAGE_BUILD_DIR", "build"))
+    if not b.is_absolute():
+        b = REPO / b
+    return b
+
+
+@pytest.fixture(scope="session")
+def tool(build_dir):
+    def find(name):
+        for sub in ("tests", ".", "fs", "stager", "cachectl", "bench"):
+            p = build_dir / sub / name
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+        pytest.fail("%s is not built in %s (cmake --build %s)" %
+                    (name, build_dir, build_dir), pytrace=False)
+    return find
+
+
+class RgwProxy(FaultProxy):
+    """A FaultProxy in front of the session's radosgw."""
+
+    def __init__(self, rgw):
+        super().__init__(rgw.port, control_port=0)
+        self.rgw = rgw
+
+    def env(self, **overrides):
+        o = {"AWS_ENDPOINT_URL": self.endpoint}
+        o.update(overrides)
+        return self.rgw.env(**o)
+
+
+@pytest.fixture
+def faultproxy(rgw):
+    p = RgwProxy(rgw).start()
+    try:
+        yield p
+    finally:
+        p.stop()
