@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_cache: the block cache against a file:// source: bytes equal the
+ * source (random, block-boundary, empty, 1-byte ranges), each block fetched
+ * once (also from 8 threads), restart keeps everything, a flipped byte is
+ * detected and re-fetched, a replaced source object fails with EIO, zero-copy
+ * descriptors, readahead only for sequential reads, eviction with pins,
+ * quotas and priorities, streaming when everything is pinned.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dstage/cache.h"
+#include "dstage/catalog.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+#include "dstage/objstore.h"
+#include "uring.h"
+
+#define BS 4096u
+
+static char tmp[256], srcdir[300], cachedir[300], catpath[300];
+static struct dstage_config *cfg;
+static struct objstore *os;
+
+static uint64_t rnd_state = 88172645463325252ULL;
+
+static uint64_t rnd(void)
+{
+	rnd_state ^= rnd_state << 13;
+	rnd_state ^= rnd_state >> 7;
+	rnd_state ^= rnd_state << 17;
+	return rnd_state;
+}
+
+/* Write a source object of size bytes; returns its bytes (malloc'ed). */
+static char *put_src(const char *key, size_t size, struct cache_object *obj,
+		     char *etag)
+{
+	char *data = malloc(size ? size : 1);
+	struct objstore_info oi;
+
+	for (size_t i = 0; i < size; i++)
+		data[i] = (char)rnd();
+	CHECK_INT(objstore_put_buf(os, key, data, size), 0);
+	CHECK_INT(objstore_head(os, key, &oi), 0);
+	strcpy(etag, oi.etag);
+	obj->os = os;
+	obj->key = key;
+	obj->etag = etag;
+	obj->size = size;
+	if (!obj->dataset)
+		obj->dataset = "ds";
+	return data;
+}
+
+static struct cache *open_cache(void)
+{
+	struct cache *c = NULL;
+
+	CHECK_INT(cache_open(cfg, &c), 0);
+	return c;
+}
+
+static bool read_eq(struct cache *c, const struct cache_object *obj,
+		    const char *want, uint64_t off, size_t len)
+{
+	char *buf = malloc(len + 1);
+	size_t exp = off >= obj->size
+			     ? 0
+			     : (len > obj->size - off ? obj->size - off : len);
+	ssize_t r = cache_read(c, obj, off, len, buf);
+	bool ok = r == (ssize_t)exp && !memcmp(buf, want + off, exp);
+
+	if (!ok)
+		fprintf(stderr, "read %llu+%zu: got %zd, expected %zu\n",
+			(unsigned long long)off, len, r, exp);
+	free(buf);
+	return ok;
+}
+
+static void test_ranges(void)
+{
+	struct cache_object obj = { 0 }, e = { 0 }, one = { 0 };
+	char etag[128], etag_e[128], etag_1[128];
+	size_t size = 300 * BS + 123;
+	char *data = put_src("big.bin", size, &obj, etag);
+	char *de = put_src("empty", 0, &e, etag_e);
+	char *d1 = put_src("one", 1, &one, etag_1);
+	struct cache *c = open_cache();
+	struct cache_stats st;
+	char b;
+
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = rnd() % (size + 10);
+		size_t len = rnd() % (8 * BS);
+
+		CHECK(read_eq(c, &obj, data, off, len));
+	}
+	for (uint64_t k = 1; k < 300; k += 37) {
+		CHECK(read_eq(c, &obj, data, k * BS - 1, 2));
+		CHECK(read_eq(c, &obj, data, k * BS, BS));
+		CHECK(read_eq(c, &obj, data, k * BS - 1, BS + 2));
+	}
+	CHECK(read_eq(c, &obj, data, size - 1, 1));
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_read(c, &e, 0, 10, &b), 0);
+	CHECK_INT(cache_read(c, &one, 0, 10, &b), 1);
+	CHECK_INT(b, d1[0]);
+	cache_get_stats(c, &st);
+	/* Each block fetched exactly once (readahead included). */
+	CHECK_INT(st.fetches, 301 + 1);
+	uint64_t present = 0;
+
+	CHECK_INT(cache_object_present(c, &obj, &present), 0);
+	CHECK_INT(present, size);
+
+	/* Zero-copy descriptors of verified blocks. */
+	int fd = -1;
+	uint64_t fd_off = 0;
+	char buf[3 * BS];
+
+	CHECK_INT(cache_read_fd(c, &obj, 5 * BS + 10, 2 * BS, &fd, &fd_off), 0);
+	CHECK_INT(pread(fd, buf, 2 * BS, (off_t)fd_off), 2 * BS);
+	CHECK(!memcmp(buf, data + 5 * BS + 10, 2 * BS));
+	close(fd);
+
+	/* Restart: nothing is fetched again. */
+	cache_close(c);
+	c = open_cache();
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_read_fd(c, &obj, 0, BS, &fd, &fd_off), 0);
+	close(fd);
+	cache_get_stats(c, &st);
+	CHECK_INT(st.fetches, 0);
+	CHECK_INT(st.bytes_from_source, 0);
+	CHECK(st.used >= size);
+
+	/* Drop. */
+	CHECK_INT(cache_object_drop(c, &obj), 0);
+	CHECK_INT(cache_object_present(c, &obj, &present), 0);
+	CHECK_INT(present, 0);
+	cache_close(c);
+	free(data);
+	free(de);
+	free(d1);
+}
+
+/* The object file of the only object cached under dataset "flip". */
+static void flip_byte(uint64_t block, uint64_t at)
+{
+	char pat[400];
+	glob_t g;
+	uint64_t data_off;
+	char ch;
+	int fd;
+
+	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
+	CHECK_INT(glob(pat, 0, NULL, &g), 0);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		char ds[8] = "";
+
+		fd = open(g.gl_pathv[i], O_RDWR);
+		CHECK(pread(fd, ds, 4, 64) == 4);
+		if (memcmp(ds, "flip", 4)) {
+			close(fd);
+			continue;
+		}
+		CHECK(pread(fd, &data_off, 8, 24) == 8);
+		off_t p = (off_t)(data_off + block * BS + at);
+
+		CHECK(pread(fd, &ch, 1, p) == 1);
+		ch ^= 0x20;
+		CHECK(pwrite(fd, &ch, 1, p) == 1);
+		close(fd);
+	}
+	globfree(&g);
+}
+
+static void test_corruption(void)
+{
+	struct cache_object obj = { .dataset = "flip" };
+	char etag[128];
+	size_t size = 20 * BS;
+	char *data = put_src("flip.bin", size, &obj, etag);
+	struct cache *c = open_cache();
+	struct cache_stats st;
+
+	CHECK(read_eq(c, &obj, data, 0, size));
+	cache_close(c);
+	flip_byte(5, 7);
+	c = open_cache();
+	CHECK(read_eq(c, &obj, data, 5 * BS, 100));
+	CHECK(read_eq(c, &obj, data, 0, size));
+	cache_get_stats(c, &st);
+	CHECK_INT(st.checksum_failures, 1);
+	CHECK_INT(st.fetches, 1);
+	cache_close(c);
+	/* Repaired on disk: the next process reads it clean. */
+	c = open_cache();
+	CHECK(read_eq(c, &obj, data, 0, size));
+	cache_get_stats(c, &st);
+	CHECK_INT(st.checksum_failures, 0);
+	CHECK_INT(st.fetches, 0);
+	cache_close(c);
+	free(data);
+}
+
+static void test_stale(void)
+{
+	struct cache_object obj = { 0 }, obj2 = { 0 };
+	char etag[128], etag2[128];
+	size_t size = 10 * BS;
+	char *data = put_src("stale.bin", size, &obj, etag);
+	struct cache *c = open_cache();
+	char *buf = malloc(size);
+
+	CHECK(read_eq(c, &obj, data, 0, 2 * BS));
+	usleep(20000);
+	char *data2 = put_src("stale.bin", size, &obj2, etag2);
+
+	/* Uncached part: EIO, whole read fails, no mixed bytes. */
+	CHECK_INT(cache_read(c, &obj, 0, size, buf), -EIO);
+	CHECK_INT(cache_read(c, &obj, 5 * BS, 10, buf), -EIO);
+	/* The new version reads as the new bytes. */
+	CHECK(read_eq(c, &obj2, data2, 0, size));
+	cache_close(c);
+	free(buf);
+	free(data);
+	free(data2);
+}
+
+struct reader {
+	struct cache *c;
+	struct cache_object *obj;
+	const char *data;
+	unsigned seed;
+	bool ok;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	size_t size = r->obj->size;
+	char *buf = malloc(size);
+
+	r->ok = true;
+	for (int i = 0; i < 64; i++) {
+		uint64_t off = (uint64_t)rand_r(&r->seed) % size;
+		size_t len = (size_t)rand_r(&r->seed) % (4 * BS) + 1;
+		ssize_t got = cache_read(r->c, r->obj, off, len, buf);
+
+		if (got < 0 || memcmp(buf, r->data + off, (size_t)got))
+			r->ok = false;
+	}
+	if (cache_read(r->c, r->obj, 0, size, buf) != (ssize_t)size ||
+	    memcmp(buf, r->data, size))
+		r->ok = false;
+	free(buf);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	struct cache_object obj = { 0 };
+	char etag[128];
+	size_t size = 64 * BS + 5;
+	char *data = put_src("shared.bin", size, &obj, etag);
+	struct cache *c = open_cache();
+	struct reader r[8];
+	pthread_t t[8];
+	struct cache_stats st;
+
+	for (int i = 0; i < 8; i++) {
+		r[i] = (struct reader){ c, &obj, data, (unsigned)i + 1, false };
+		pthread_create(&t[i], NULL, reader_main, &r[i]);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(r[i].ok);
+	}
+	cache_get_stats(c, &st);
+	CHECK_INT(st.fetches, 65);
+	cache_close(c);
+	free(data);
+}
+
+static void test_readahead(void)
+{
+	struct cache_object obj = { 0 }, obj2 = { 0 };
+	char etag[128], etag2[128];
+	size_t size = 200 * BS;
+	char *data = put_src("seq.bin", size, &obj, etag);
+	char *data2 = put_src("rand.bin", size, &obj2, etag2);
+	struct cache *c = open_cache();
+	struct cache_stats st;
+	uint64_t present = 0;
+
+	/* Random: exactly the blocks read. */
+	for (int i = 0; i < 20; i++)
+		CHECK(read_eq(c, &obj2, data2, (rnd() % 100) * 2 * BS + 100,
+			      10));
+	cache_get_stats(c, &st);
+	CHECK(st.fetches <= 20);
+	CHECK_INT(cache_object_present(c, &obj2, &present), 0);
+	CHECK_INT(present, st.fetches * BS);
+	/* Sequential: blocks beyond the reads arrive. */
+	for (uint64_t off = 0; off < 40 * BS; off += BS / 2)
+		CHECK(read_eq(c, &obj, data, off, BS / 2));
+	for (int i = 0; i < 100; i++) {
+		CHECK_INT(cache_object_present(c, &obj, &present), 0);
+		if (present > 40 * BS)
+			break;
+		usleep(10000);
+	}
+	CHECK(present > 40 * BS);
+	CHECK(present <= (40 + 16) * BS);
+	cache_close(c);
+	free(data);
+	free(data2);
+}
+
+static void test_eviction(void)
+{
+	struct catalog *cat = NULL;
+	struct cache_object o[6];
+	char etags[6][128], *d[6];
+	const char *names[6] = { "pin", "low", "high", "quota", "low", "high" };
+	const char *keys[6] = { "p", "l1", "h1", "q", "l2", "h2" };
+	struct dstage_config saved = *cfg;
+	struct cache *c;
+	struct cache_stats st;
+	uint64_t present[6];
+
+	CHECK_INT(catalog_open(catpath, CATALOG_CREATE, &cat), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_INT(
+			catalog_dataset_add(cat, names[i], "file:///x/", NULL),
+			0);
+	CHECK_INT(catalog_dataset_set_pinned(cat, "pin", true), 0);
+	CHECK_INT(catalog_dataset_set_priority(cat, "high", 10), 0);
+	CHECK_INT(catalog_dataset_set_priority(cat, "low", -5), 0);
+	CHECK_INT(catalog_dataset_set_priority(cat, "quota", 20), 0);
+	CHECK_INT(catalog_dataset_set_quota(cat, "quota", 40 * BS), 0);
+
+	/* A fresh cache of 256 blocks; each object 60 blocks. */
+	snprintf(cachedir, sizeof(cachedir), "%s/cache-evict", tmp);
+	cfg->cache_dir = cachedir;
+	cfg->cache_size = 256 * BS;
+	cfg->catalog_path = catpath;
+	cfg->cache_readahead_max = 0;
+	c = open_cache();
+	for (int i = 0; i < 6; i++) {
+		memset(&o[i], 0, sizeof(o[i]));
+		o[i].dataset = names[i];
+		d[i] = put_src(keys[i], 60 * BS, &o[i], etags[i]);
+	}
+	/* pin, l1, h1, q (quota: at most 40 blocks kept). */
+	for (int i = 0; i < 4; i++) {
+		CHECK(read_eq(c, &o[i], d[i], 0, 60 * BS));
+		sleep(1); /* distinct access times */
+	}
+	CHECK_INT(cache_object_present(c, &o[3], &present[3]), 0);
+	CHECK(present[3] <= 40 * BS);
+	/* l2, h2 push over the high mark: "low" goes first, pins stay. */
+	CHECK(read_eq(c, &o[4], d[4], 0, 60 * BS));
+	CHECK(read_eq(c, &o[5], d[5], 0, 60 * BS));
+	for (int i = 0; i < 6; i++)
+		CHECK_INT(cache_object_present(c, &o[i], &present[i]), 0);
+	CHECK_INT(present[0], 60 * BS); /* pinned */
+	CHECK_INT(present[1], 0); /* low priority, oldest: evicted */
+	CHECK_INT(present[5], 60 * BS); /* newest high */
+	cache_get_stats(c, &st);
+	CHECK(st.evictions > 0);
+	CHECK(st.used <= cfg->cache_size);
+
+	/* Everything pinned: reads stream through and succeed. */
+	CHECK_INT(catalog_dataset_set_pinned(cat, "low", true), 0);
+	CHECK_INT(catalog_dataset_set_pinned(cat, "high", true), 0);
+	CHECK_INT(catalog_dataset_set_pinned(cat, "quota", true), 0);
+	sleep(3); /* policy TTL */
+	for (int k = 0; k < 3; k++) {
+		char key[8];
+		struct cache_object x = { .dataset = "pin" };
+		char et[128];
+		char *dx;
+
+		snprintf(key, sizeof(key), "x%d", k);
+		dx = put_src(strdup(key), 60 * BS, &x, et);
+		CHECK(read_eq(c, &x, dx, 0, 60 * BS));
+		free(dx);
+	}
+	cache_get_stats(c, &st);
+	CHECK(st.streamed > 0);
+	CHECK(st.used <= cfg->cache_size);
+	cache_close(c);
+	catalog_close(cat);
+	for (int i = 0; i < 6; i++)
+		free(d[i]);
+	*cfg = saved;
+}
+
+int main(void)
+{
+	char url[400];
+
+	log_set_level(LOG_LVL_ERROR);
+	snprintf(tmp, sizeof(tmp), "/tmp/test_cache.XXXXXX");
+	if (!mkdtemp(tmp))
+		return 1;
+	snprintf(srcdir, sizeof(srcdir), "%s/src", tmp);
+	snprintf(cachedir, sizeof(cachedir), "%s/cache", tmp);
+	snprintf(catpath, sizeof(catpath), "%s/catalog.db", tmp);
+	mkdir(srcdir, 0755);
+	CHECK_INT(config_defaults(&cfg), 0);
+	cfg->cache_dir = cachedir;
+	cfg->cache_block_size = BS;
+	cfg->cache_size = 1ULL << 30;
+	cfg->catalog_path = NULL;
+	snprintf(url, sizeof(url), "file://%s/", srcdir);
+	CHECK_INT(objstore_open(url, cfg, &os), 0);
+	CHECK(uring_available() || getenv("DSTAGE_NO_URING"));
+
+	test_ranges();
+	test_corruption();
+	test_stale();
+	test_threads();
+	test_readahead();
+	test_eviction();
+
+	/* A cache created with another block size is refused. */
+	struct cache *c = NULL;
+
+	cfg->cache_dir = cachedir;
+	cfg->cache_block_size = 2 * BS;
+	CHECK_INT(cache_open(cfg, &c), -EINVAL);
+
+	objstore_free(os);
+	cfg->cache_dir = NULL;
+	cfg->catalog_path = NULL;
+	config_free(cfg);
+	char cmd[300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+	if (system(cmd))
+		return 1;
+	return check_result();
+}
