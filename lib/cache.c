@@ -2051,7 +2051,11 @@ int cache_open(const struct dstage_config *cfg, struct cache **out)
 		ret = -errno;
 		goto err;
 	}
-	if (cfg->catalog_path) {
+	if (cfg->catalog_path && access(cfg->catalog_path, F_OK)) {
+		log_info("cache: no catalog at %s yet: no pins, quotas or "
+			 "priorities",
+			 cfg->catalog_path);
+	} else if (cfg->catalog_path) {
 		ret = catalog_open(cfg->catalog_path, 0, &c->cat);
 		if (ret) {
 			log_warn("cache: catalog %s not usable (%s): no pins, "

@@ -388,13 +388,13 @@ static void test_eviction(void)
 	CHECK_INT(catalog_dataset_set_pinned(cat, "quota", true), 0);
 	sleep(3); /* policy TTL */
 	for (int k = 0; k < 3; k++) {
-		char key[8];
+		static char key[3][8];
 		struct cache_object x = { .dataset = "pin" };
 		char et[128];
 		char *dx;
 
-		snprintf(key, sizeof(key), "x%d", k);
-		dx = put_src(strdup(key), 60 * BS, &x, et);
+		snprintf(key[k], sizeof(key[k]), "x%d", k);
+		dx = put_src(key[k], 60 * BS, &x, et);
 		CHECK(read_eq(c, &x, dx, 0, 60 * BS));
 		free(dx);
 	}
@@ -421,6 +421,8 @@ int main(void)
 	snprintf(catpath, sizeof(catpath), "%s/catalog.db", tmp);
 	mkdir(srcdir, 0755);
 	CHECK_INT(config_defaults(&cfg), 0);
+	char *orig_dir = cfg->cache_dir, *orig_cat = cfg->catalog_path;
+
 	cfg->cache_dir = cachedir;
 	cfg->cache_block_size = BS;
 	cfg->cache_size = 1ULL << 30;
@@ -444,8 +446,8 @@ int main(void)
 	CHECK_INT(cache_open(cfg, &c), -EINVAL);
 
 	objstore_free(os);
-	cfg->cache_dir = NULL;
-	cfg->catalog_path = NULL;
+	cfg->cache_dir = orig_dir;
+	cfg->catalog_path = orig_cat;
 	config_free(cfg);
 	char cmd[300];
 
