@@ -1,0 +1,699 @@
+// SPDX-License-Identifier: MIT
+/*
+ * client: the commands that go through the daemon. One connection per
+ * command; each request is one proto line, answered by rows ("type=row",
+ * "type=progress", "type=mismatch") and one "type=end rc=... msg=..." line.
+ *
+ * Output: text for people, --json for scripts (one JSON document on
+ * stdout), and for --wait a progress bar when stdout is a terminal, else a
+ * plain line every few seconds.
+ *
+ * Stateless between commands; struct client lives for one command in one
+ * thread.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stager.h"
+
+struct client {
+	const struct dstage_config *cfg;
+	const struct stager_opts *o;
+	int fd;
+	struct proto_buf out;
+	struct proto_reader in;
+	struct proto_msg msg;
+	int rc; /* of the last end line */
+	char endmsg[1024];
+};
+
+/* Row handler: called for every row before the end line. */
+typedef int (*client_row_cb)(struct client *cl, void *arg);
+
+int stager_exit_code(int err)
+{
+	switch (err) {
+	case 0:
+		return STAGER_EXIT_OK;
+	case -EPERM:
+	case -EACCES:
+		return STAGER_EXIT_DENIED;
+	case -ENOENT:
+		return STAGER_EXIT_NOENT;
+	case -EINVAL:
+		return STAGER_EXIT_USAGE;
+	default:
+		return STAGER_EXIT_FAIL;
+	}
+}
+
+/* Keys whose values are never numbers in --json. */
+static bool client_string_key(const char *k)
+{
+	static const char *const keys[] = {
+		"name",	      "source",	     "state",
+		"group",      "kind",	     "dataset",
+		"error",      "args",	     "key",
+		"expected",   "actual",	     "msg",
+		"label",      "last_verify", "last_verify_msg",
+		"last_stage", "type",	     "etag",
+		"url",
+	};
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (!strcmp(k, keys[i]))
+			return true;
+	return false;
+}
+
+static void client_json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch == '\n')
+			fputs("\\n", stdout);
+		else if (ch == '\t')
+			fputs("\\t", stdout);
+		else if (ch < 0x20 || ch == 0x7f)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+static bool client_is_num(const char *s)
+{
+	if (*s == '-')
+		s++;
+	if (!*s || (*s == '0' && s[1]))
+		return false;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return false;
+	return true;
+}
+
+/* Print the fields of m (except type) as one JSON object. */
+static void client_json_obj(const struct proto_msg *m)
+{
+	bool first = true;
+
+	putchar('{');
+	for (unsigned i = 0; i < m->n; i++) {
+		const struct proto_field *f = &m->f[i];
+
+		if (!strcmp(f->key, "type"))
+			continue;
+		if (!first)
+			putchar(',');
+		first = false;
+		client_json_str(f->key);
+		putchar(':');
+		if (!client_string_key(f->key) && client_is_num(f->val))
+			fputs(f->val, stdout);
+		else
+			client_json_str(f->val);
+	}
+	putchar('}');
+}
+
+static int client_connect(struct client *cl)
+{
+	const char *path = cl->cfg->daemon_socket;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	cl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (cl->fd < 0)
+		return -errno;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "stager: daemon.socket %s is too long\n", path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (connect(cl->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+
+		fprintf(stderr,
+			"stager: the stager daemon is not running: cannot "
+			"connect to %s (%s).\n"
+			"Start it with 'systemctl start dstage-stager' or "
+			"'stager daemon', or set daemon.socket.\n",
+			path, strerror(e));
+		return -e;
+	}
+	proto_reader_init(&cl->in, cl->fd);
+	return 0;
+}
+
+/* Send the request in cl->out; feed rows to cb until the end line.
+ * Returns 0 when the exchange completed (result in cl->rc), or -errno. */
+static int client_call(struct client *cl, client_row_cb cb, void *arg)
+{
+	int ret = proto_send(cl->fd, &cl->out);
+
+	if (ret)
+		goto lost;
+	for (;;) {
+		const char *type;
+
+		ret = proto_read(&cl->in, &cl->msg);
+		if (ret)
+			goto lost;
+		type = proto_get(&cl->msg, "type");
+		if (type && !strcmp(type, "end")) {
+			int64_t rc = -EPROTO;
+
+			proto_get_i64(&cl->msg, "rc", &rc);
+			cl->rc = (int)rc;
+			snprintf(cl->endmsg, sizeof(cl->endmsg), "%s",
+				 proto_get(&cl->msg, "msg") ?: "");
+			return 0;
+		}
+		if (cb) {
+			ret = cb(cl, arg);
+			if (ret)
+				return ret;
+		}
+	}
+lost:
+	fprintf(stderr, "stager: lost the connection to the daemon (%s): %s\n",
+		cl->cfg->daemon_socket, strerror(-ret));
+	return ret;
+}
+
+/* The exit code for a completed call, printing its error. */
+static int client_result(struct client *cl)
+{
+	if (!cl->rc)
+		return STAGER_EXIT_OK;
+	fprintf(stderr, "stager: %s\n",
+		cl->endmsg[0] ? cl->endmsg : strerror(-cl->rc));
+	return stager_exit_code(cl->rc);
+}
+
+/* ---- collecting rows ---- */
+
+struct client_rows {
+	unsigned n;
+	bool array;
+};
+
+static int client_json_row(struct client *cl, void *arg)
+{
+	struct client_rows *r = arg;
+
+	if (r->array)
+		fputs(r->n ? ",\n " : "[", stdout);
+	client_json_obj(&cl->msg);
+	r->n++;
+	return 0;
+}
+
+static const char *client_get(struct client *cl, const char *k)
+{
+	return proto_get(&cl->msg, k) ?: "";
+}
+
+static uint64_t client_u64(struct client *cl, const char *k)
+{
+	uint64_t v = 0;
+
+	proto_get_u64(&cl->msg, k, &v);
+	return v;
+}
+
+static int client_list_row(struct client *cl, void *arg)
+{
+	char b[32];
+
+	(void)arg;
+	printf("%-20s %-6s %7s %8" PRIu64 " %11s %4s %4s  %s\n",
+	       client_get(cl, "name"), client_get(cl, "state"),
+	       client_get(cl, "version"), client_u64(cl, "files"),
+	       stager_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
+	       client_u64(cl, "pinned") ? "yes" : "no",
+	       client_get(cl, "priority"), client_get(cl, "source"));
+	return 0;
+}
+
+static void client_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!t) {
+		snprintf(buf, len, "never");
+		return;
+	}
+	localtime_r(&tt, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static double client_pct(uint64_t a, uint64_t b)
+{
+	return b ? 100.0 * (double)a / (double)b : 0.0;
+}
+
+static int client_show_row(struct client *cl, void *arg)
+{
+	uint64_t files = client_u64(cl, "files"),
+		 bytes = client_u64(cl, "bytes");
+	uint64_t cached = client_u64(cl, "cached");
+	uint64_t ver = client_u64(cl, "verified_files");
+	int64_t t = 0;
+	char b[32], c[32], tb[64];
+
+	(void)arg;
+	printf("name:       %s\n", client_get(cl, "name"));
+	printf("source:     %s\n", client_get(cl, "source"));
+	printf("state:      %s, manifest version %s%s%s\n",
+	       client_get(cl, "state"), client_get(cl, "version"),
+	       proto_get(&cl->msg, "label") ? ", label " : "",
+	       proto_get(&cl->msg, "label") ?: "");
+	printf("files:      %" PRIu64 " (%s skipped as bad keys)\n", files,
+	       client_get(cl, "bad_keys"));
+	printf("bytes:      %s\n", stager_bytes(bytes, b, sizeof(b)));
+	if (client_u64(cl, "cache_available"))
+		printf("cached:     %.1f%% (%s)\n", client_pct(cached, bytes),
+		       stager_bytes(cached, c, sizeof(c)));
+	else
+		printf("cached:     unknown (the daemon has no cache)\n");
+	printf("verified:   %.1f%% (%" PRIu64 " of %" PRIu64
+	       " files; %s mismatched; %s listed in SHA256SUMS)\n",
+	       client_pct(ver, files), ver, files,
+	       client_get(cl, "mismatched_files"),
+	       client_get(cl, "expected_files"));
+	if (proto_get(&cl->msg, "last_verify")) {
+		proto_get_i64(&cl->msg, "last_verify_at", &t);
+		client_time(t, tb, sizeof(tb));
+		printf("last verify: %s at %s: %s\n",
+		       client_get(cl, "last_verify"), tb,
+		       client_get(cl, "last_verify_msg"));
+	} else {
+		printf("last verify: never\n");
+	}
+	printf("pinned:     %s, priority %s, group %s\n",
+	       client_u64(cl, "pinned") ? "yes" : "no",
+	       client_get(cl, "priority"),
+	       *client_get(cl, "group") ? client_get(cl, "group") : "-");
+	return 0;
+}
+
+static int client_job_row(struct client *cl, void *arg)
+{
+	uint64_t done = client_u64(cl, "done"), total = client_u64(cl, "total");
+	char b[32];
+
+	(void)arg;
+	printf("%6s  %-6s %-20s %-9s %5.1f%% %10s  %s\n", client_get(cl, "job"),
+	       client_get(cl, "kind"), client_get(cl, "dataset"),
+	       client_get(cl, "state"), client_pct(done, total),
+	       stager_bytes(total, b, sizeof(b)), client_get(cl, "error"));
+	return 0;
+}
+
+static int client_added_row(struct client *cl, void *arg)
+{
+	char b[32];
+
+	printf("%s %s: %" PRIu64 " files, %s, manifest version %s\n",
+	       (const char *)arg, client_get(cl, "name"),
+	       client_u64(cl, "files"),
+	       stager_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
+	       client_get(cl, "version"));
+	return 0;
+}
+
+static int client_submit_row(struct client *cl, void *arg)
+{
+	int64_t *job = arg;
+
+	proto_get_i64(&cl->msg, "job", job);
+	return 0;
+}
+
+/* ---- waiting for a job ---- */
+
+struct client_watch {
+	bool tty;
+	double t0, last_print, last_t;
+	uint64_t last_done;
+	double rate;
+	unsigned width;
+	struct proto_buf final; /* the final row, re-encoded */
+	char **mm; /* "key\texpected\tactual" */
+	size_t n_mm;
+	bool drew;
+};
+
+static void client_eta(double s, char *buf, size_t len)
+{
+	if (s < 0 || s > 360000)
+		snprintf(buf, len, "--:--");
+	else if (s >= 3600)
+		snprintf(buf, len, "%d:%02d:%02d", (int)s / 3600,
+			 (int)s / 60 % 60, (int)s % 60);
+	else
+		snprintf(buf, len, "%d:%02d", (int)s / 60, (int)s % 60);
+}
+
+static int client_watch_row(struct client *cl, void *arg)
+{
+	struct client_watch *w = arg;
+	const char *type = client_get(cl, "type");
+	uint64_t done = client_u64(cl, "done"), total = client_u64(cl, "total");
+	uint64_t fd = client_u64(cl, "files_done");
+	uint64_t ft = client_u64(cl, "files_total");
+	double now = stager_now();
+	char a[32], b[32], r[32], eta[32];
+
+	if (!strcmp(type, "mismatch")) {
+		char *s = NULL;
+		char **p = realloc(w->mm, (w->n_mm + 1) * sizeof(*p));
+
+		if (!p || asprintf(&s, "%s\t%s\t%s", client_get(cl, "key"),
+				   client_get(cl, "expected"),
+				   client_get(cl, "actual")) < 0) {
+			free(p == w->mm ? NULL : p);
+			return -ENOMEM;
+		}
+		w->mm = p;
+		w->mm[w->n_mm++] = s;
+		return 0;
+	}
+	if (!strcmp(type, "row")) {
+		proto_reset(&w->final);
+		for (unsigned i = 0; i < cl->msg.n; i++)
+			proto_add(&w->final, cl->msg.f[i].key,
+				  cl->msg.f[i].val);
+		proto_end(&w->final);
+	}
+	if (strcmp(type, "progress") || cl->o->json)
+		return 0;
+	if (w->last_t && now > w->last_t && done >= w->last_done) {
+		double inst = (double)(done - w->last_done) / (now - w->last_t);
+
+		w->rate = w->rate ? 0.7 * w->rate + 0.3 * inst : inst;
+	}
+	if (!w->last_t || now - w->last_t > 0.4) {
+		w->last_t = now;
+		w->last_done = done;
+	}
+	stager_bytes((uint64_t)w->rate, r, sizeof(r));
+	client_eta(w->rate > 0 ? (double)(total - done) / w->rate : -1, eta,
+		   sizeof(eta));
+	stager_bytes(done, a, sizeof(a));
+	stager_bytes(total, b, sizeof(b));
+	if (w->tty) {
+		unsigned bar = 30, fill;
+		char line[512];
+		int n;
+
+		fill = total ? (unsigned)((double)bar * (double)done /
+					  (double)total)
+			     : 0;
+		if (fill > bar)
+			fill = bar;
+		n = snprintf(line, sizeof(line), "\r%s %s [",
+			     client_get(cl, "kind"), client_get(cl, "dataset"));
+		for (unsigned i = 0; i < bar && n < (int)sizeof(line) - 2; i++)
+			line[n++] = i < fill ? '#' : '-';
+		snprintf(line + n, sizeof(line) - (size_t)n,
+			 "] %5.1f%% %s/%s %" PRIu64 "/%" PRIu64
+			 " files %s/s ETA %s\033[K",
+			 client_pct(done, total), a, b, fd, ft, r, eta);
+		fputs(line, stdout);
+		fflush(stdout);
+		w->drew = true;
+	} else if (now - w->last_print >= 2.0) {
+		printf("job %s %s %s: %s, %.1f%%, %s of %s, %" PRIu64
+		       "/%" PRIu64 " files, %s/s, ETA %s\n",
+		       client_get(cl, "job"), client_get(cl, "kind"),
+		       client_get(cl, "dataset"), client_get(cl, "state"),
+		       client_pct(done, total), a, b, fd, ft, r, eta);
+		fflush(stdout);
+		w->last_print = now;
+	}
+	return 0;
+}
+
+static int client_watch(struct client *cl, int64_t id)
+{
+	static struct proto_msg fin;
+	struct client_watch w = { .tty = isatty(STDOUT_FILENO) == 1 };
+	const char *state;
+	int ret, code = STAGER_EXIT_FAIL;
+
+	w.t0 = stager_now();
+	proto_add(&cl->out, "cmd", "watch");
+	proto_add_i64(&cl->out, "job", id);
+	ret = client_call(cl, client_watch_row, &w);
+	if (w.drew)
+		putchar('\n');
+	if (ret) {
+		code = STAGER_EXIT_NODAEMON;
+		goto out;
+	}
+	if (cl->rc) {
+		code = client_result(cl);
+		goto out;
+	}
+	if (!w.final.len || proto_parse(&fin, w.final.data, w.final.len - 1)) {
+		fprintf(stderr, "stager: no final state for job %" PRId64 "\n",
+			id);
+		goto out;
+	}
+	state = proto_get(&fin, "state") ?: "?";
+	code = !strcmp(state, "done") ? STAGER_EXIT_OK : STAGER_EXIT_FAIL;
+	if (cl->o->json) {
+		fputs("{\"job\":", stdout);
+		client_json_obj(&fin);
+		fputs(",\"mismatches\":[", stdout);
+		for (size_t i = 0; i < w.n_mm; i++) {
+			char *k = w.mm[i], *e = strchr(k, '\t'), *a;
+
+			*e++ = '\0';
+			a = strchr(e, '\t');
+			*a++ = '\0';
+			fputs(i ? ",{\"key\":" : "{\"key\":", stdout);
+			client_json_str(k);
+			fputs(",\"expected\":", stdout);
+			client_json_str(e);
+			fputs(",\"actual\":", stdout);
+			client_json_str(a);
+			putchar('}');
+		}
+		puts("]}");
+		goto out;
+	}
+	for (size_t i = 0; i < w.n_mm; i++) {
+		char *k = w.mm[i], *e = strchr(k, '\t'), *a;
+
+		*e++ = '\0';
+		a = strchr(e, '\t');
+		*a++ = '\0';
+		printf("MISMATCH %s\n  expected %s\n  actual   %s\n", k,
+		       *e ? e : "(none)", a);
+	}
+	printf("job %" PRId64 " %s %s: %s%s%s\n", id,
+	       proto_get(&fin, "kind") ?: "", proto_get(&fin, "dataset") ?: "",
+	       state, *(proto_get(&fin, "error") ?: "") ? ": " : "",
+	       proto_get(&fin, "error") ?: "");
+out:
+	for (size_t i = 0; i < w.n_mm; i++)
+		free(w.mm[i]);
+	free(w.mm);
+	proto_free(&w.final);
+	return code;
+}
+
+/* ---- commands ---- */
+
+static int client_job_id(const char *s, int64_t *id)
+{
+	char *end;
+
+	errno = 0;
+	*id = strtoll(s, &end, 10);
+	if (errno || *end || *id <= 0) {
+		fprintf(stderr, "stager: '%s' is not a job id\n", s);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Read --files: "a,b,c" or "@FILE" (one key a line) into "a\nb\nc". */
+static char *client_files(const char *spec)
+{
+	char *s = NULL;
+
+	if (spec[0] == '@') {
+		FILE *f = fopen(spec + 1, "r");
+		size_t len = 0;
+
+		if (!f) {
+			fprintf(stderr, "stager: --files %s: %s\n", spec + 1,
+				strerror(errno));
+			return NULL;
+		}
+		if (getdelim(&s, &len, '\0', f) < 0) {
+			free(s);
+			s = strdup("");
+		}
+		fclose(f);
+		return s;
+	}
+	s = strdup(spec);
+	for (char *p = s; p && *p; p++)
+		if (*p == ',')
+			*p = '\n';
+	return s;
+}
+
+int client_run(const struct dstage_config *cfg, const char *cmd,
+	       const struct stager_opts *o)
+{
+	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	struct client_rows rows = { 0 };
+	client_row_cb cb = NULL;
+	void *cbarg = NULL;
+	bool is_submit = !strcmp(cmd, "stage") || !strcmp(cmd, "verify");
+	int64_t id = 0, job = 0;
+	char *files = NULL;
+	int ret, code;
+
+	if (client_connect(&cl)) {
+		code = STAGER_EXIT_NODAEMON;
+		goto out;
+	}
+	proto_add(&cl.out, "cmd", cmd);
+	if (!strcmp(cmd, "status") || !strcmp(cmd, "cancel")) {
+		if (o->argc > 0) {
+			if (client_job_id(o->argv[0], &id)) {
+				code = STAGER_EXIT_USAGE;
+				goto out;
+			}
+			proto_add_i64(&cl.out, "job", id);
+		}
+	} else if (o->argc > 0) {
+		proto_add(&cl.out, "name", o->argv[0]);
+	}
+	if (!strcmp(cmd, "add") && o->argc > 1)
+		proto_add(&cl.out, "url", o->argv[1]);
+	if (o->group)
+		proto_add(&cl.out, "group", o->group);
+	if (o->manifest)
+		proto_add(&cl.out, "manifest", o->manifest);
+	if (o->version)
+		proto_add(&cl.out, "label", o->version);
+	if (o->pin)
+		proto_add(&cl.out, "pin", "1");
+	if (o->has_priority)
+		proto_add_i64(&cl.out, "priority", o->priority);
+	if (o->bandwidth)
+		proto_add_u64(&cl.out, "bandwidth", o->bandwidth);
+	if (o->parallel)
+		proto_add_u64(&cl.out, "parallel", o->parallel);
+	if (o->fit)
+		proto_add(&cl.out, "fit", "1");
+	if (o->repair)
+		proto_add(&cl.out, "repair", "1");
+	if (o->mode)
+		proto_add(&cl.out, "mode", o->mode);
+	if (o->all)
+		proto_add(&cl.out, "all", "1");
+	if (o->files) {
+		files = client_files(o->files);
+		if (!files) {
+			code = STAGER_EXIT_USAGE;
+			goto out;
+		}
+		proto_add(&cl.out, "files", files);
+	}
+
+	if (!strcmp(cmd, "status") && id && o->wait) {
+		proto_reset(&cl.out);
+		code = client_watch(&cl, id);
+		goto out;
+	}
+	if (o->json && !is_submit) {
+		rows.array = !strcmp(cmd, "list") || !strcmp(cmd, "jobs") ||
+			     (!strcmp(cmd, "status") && !id);
+		cb = client_json_row;
+		cbarg = &rows;
+	} else if (!strcmp(cmd, "list")) {
+		printf("%-20s %-6s %7s %8s %11s %4s %4s  %s\n", "NAME", "STATE",
+		       "VERSION", "FILES", "BYTES", "PIN", "PRIO", "SOURCE");
+		cb = client_list_row;
+	} else if (!strcmp(cmd, "show")) {
+		cb = client_show_row;
+	} else if (!strcmp(cmd, "jobs") || !strcmp(cmd, "status")) {
+		printf("%6s  %-6s %-20s %-9s %6s %10s  %s\n", "JOB", "KIND",
+		       "DATASET", "STATE", "DONE", "BYTES", "MESSAGE");
+		cb = client_job_row;
+	} else if (!strcmp(cmd, "add")) {
+		cb = client_added_row;
+		cbarg = "added";
+	} else if (!strcmp(cmd, "refresh")) {
+		cb = client_added_row;
+		cbarg = "refreshed";
+	}
+	if (is_submit) {
+		cb = client_submit_row;
+		cbarg = &job;
+	}
+	ret = client_call(&cl, cb, cbarg);
+	if (ret) {
+		code = STAGER_EXIT_NODAEMON;
+		goto out;
+	}
+	if (o->json && rows.array)
+		puts(rows.n ? "]" : "[]");
+	else if (o->json && rows.n)
+		putchar('\n');
+	code = client_result(&cl);
+	if (code || !is_submit) {
+		if (!code && !o->json && !strcmp(cmd, "remove"))
+			printf("removed %s\n", o->argv[0]);
+		if (!code && !o->json && !strcmp(cmd, "cancel"))
+			printf("job %" PRId64 " cancelled\n", id);
+		goto out;
+	}
+	/* stage / verify: the row carried the job id */
+	if (!job) {
+		fprintf(stderr, "stager: the daemon sent no job id\n");
+		code = STAGER_EXIT_FAIL;
+		goto out;
+	}
+	if (o->wait) {
+		code = client_watch(&cl, job);
+		goto out;
+	}
+	if (o->json)
+		printf("{\"job\":%" PRId64 ",\"kind\":\"%s\",\"state\":"
+		       "\"queued\"}\n",
+		       job, cmd);
+	else
+		printf("job %" PRId64 " queued: %s %s (follow it with 'stager "
+		       "status %" PRId64 " --wait')\n",
+		       job, cmd, o->argv[0], job);
+out:
+	free(files);
+	proto_free(&cl.out);
+	if (cl.fd >= 0)
+		close(cl.fd);
+	return code;
+}

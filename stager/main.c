@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: MIT
+/*
+ * stager: prewarm, verify and manage datasets on this node.
+ *
+ *   stager [--config FILE] COMMAND [OPTIONS] [ARGS]
+ *
+ * `daemon`, `ls` and `bench` run in this process; every other command is a
+ * request to the daemon over daemon.socket (docs/stager.md).
+ *
+ * Stateless: parse, load the configuration, dispatch, exit.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstage/log.h"
+#include "stager.h"
+
+struct stager_cmd {
+	const char *name;
+	int min_args, max_args;
+	const char *opts; /* accepted option letters */
+	const char *usage;
+	const char *help;
+};
+
+static const struct stager_cmd stager_cmds[] = {
+	{ "daemon", 0, 0, "", "",
+	  "Run the stager daemon in the foreground (for systemd): listen on\n"
+	  "daemon.socket, run queued stage and verify jobs, resume the jobs a\n"
+	  "crash or stop interrupted. Stops on SIGTERM or SIGINT." },
+	{ "add", 2, 2, "jVMGpP", "NAME URL",
+	  "Register a dataset: list URL (s3://bucket/prefix/ or file:///dir/)\n"
+	  "once and record its manifest, with the expected SHA-256 of every\n"
+	  "file listed in a SHA256SUMS file at its root.\n"
+	  "  --version V     a version label shown by list/show\n"
+	  "  --manifest KEY  the expected-hash list (only SHA256SUMS for now)\n"
+	  "  --group G       owning group\n"
+	  "  --pin           never evict it from the cache\n"
+	  "  --priority N    eviction and bandwidth priority (higher: kept\n"
+	  "                  longer, more bandwidth)" },
+	{ "refresh", 1, 1, "j", "NAME",
+	  "List the dataset's source again and make that the new manifest." },
+	{ "remove", 1, 1, "j", "NAME",
+	  "Cancel the dataset's jobs, drop its cached blocks and forget it." },
+	{ "list", 0, 0, "j", "", "List the datasets." },
+	{ "show", 1, 1, "j", "NAME",
+	  "Files, bytes, cached and verified share, last verify of a "
+	  "dataset." },
+	{ "stage", 1, 1, "jwbnfF", "NAME",
+	  "Prewarm the dataset (or --files) into the cache, hashing every "
+	  "file\n"
+	  "as it streams and checking it against SHA256SUMS.\n"
+	  "  --wait           follow the job: a progress bar on a terminal,\n"
+	  "                   plain lines otherwise; exit 1 if it fails\n"
+	  "  --bandwidth RATE cap, bytes per second (500M, 1G)\n"
+	  "  --parallel N     files in flight (default s3.max_inflight)\n"
+	  "  --files LIST     comma-separated keys, or @FILE with one a line\n"
+	  "  --fit            stage what fits in the cache instead of failing\n"
+	  "                   when the dataset is larger than cache.size" },
+	{ "verify", 1, 1, "jwscrbnf", "NAME",
+	  "Check every file's SHA-256 against SHA256SUMS or, for files it "
+	  "does\n"
+	  "not list, against the hash recorded when staging. Exit 0 only when\n"
+	  "all match. Always waits.\n"
+	  "  --cache     read the cache, fetching what is missing (default)\n"
+	  "  --source    read the source\n"
+	  "  --repair    drop and fetch again cached files that mismatch,\n"
+	  "              then check them again\n"
+	  "  --parallel N, --bandwidth RATE, --files LIST as for stage" },
+	{ "jobs", 0, 0, "ja", "",
+	  "Running, queued and recent jobs (--all: all)." },
+	{ "status", 0, 1, "jwa", "[JOB]",
+	  "One job's state (--wait: follow it to its end), or all as `jobs`." },
+	{ "cancel", 1, 1, "j", "JOB", "Cancel a queued or running job." },
+	{ "ls", 1, 1, "j", "URL",
+	  "List an object-store prefix directly (no daemon): checks the\n"
+	  "endpoint and the credentials." },
+	{ "bench", 1, 1, "jz", "NAME|URL",
+	  "Read throughput of the source, the cache and the local disk, and\n"
+	  "SHA-256 on all cores, on this node (no daemon).\n"
+	  "  --size BYTES  read at most this much (default 1G)" },
+};
+
+static const struct option stager_long[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "json", no_argument, NULL, 'j' },
+	{ "wait", no_argument, NULL, 'w' },
+	{ "version", required_argument, NULL, 'V' },
+	{ "manifest", required_argument, NULL, 'M' },
+	{ "group", required_argument, NULL, 'G' },
+	{ "pin", no_argument, NULL, 'p' },
+	{ "priority", required_argument, NULL, 'P' },
+	{ "bandwidth", required_argument, NULL, 'b' },
+	{ "parallel", required_argument, NULL, 'n' },
+	{ "files", required_argument, NULL, 'f' },
+	{ "fit", no_argument, NULL, 'F' },
+	{ "source", no_argument, NULL, 's' },
+	{ "cache", no_argument, NULL, 'C' },
+	{ "repair", no_argument, NULL, 'r' },
+	{ "all", no_argument, NULL, 'a' },
+	{ "size", required_argument, NULL, 'z' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void stager_usage(FILE *f)
+{
+	fprintf(f, "usage: stager [--config FILE] COMMAND [OPTIONS] [ARGS]\n\n"
+		   "Commands:\n");
+	for (size_t i = 0; i < sizeof(stager_cmds) / sizeof(stager_cmds[0]);
+	     i++)
+		fprintf(f, "  %-8s %s\n", stager_cmds[i].name,
+			stager_cmds[i].usage);
+	fprintf(f, "\n'stager COMMAND --help' describes one. Exit codes: 0 ok, "
+		   "1 failed (or a mismatch), 2 usage, 3 daemon not running,\n"
+		   "4 permission denied, 5 no such dataset or job.\n");
+}
+
+static void stager_cmd_help(const struct stager_cmd *c)
+{
+	printf("usage: stager %s %s%s\n\n%s\n\n"
+	       "Common options: --config FILE, --json (where it prints "
+	       "results), --help.\n",
+	       c->name, c->usage, c->usage[0] ? " [OPTIONS]" : "[OPTIONS]",
+	       c->help);
+}
+
+static const struct stager_cmd *stager_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(stager_cmds) / sizeof(stager_cmds[0]);
+	     i++)
+		if (!strcmp(stager_cmds[i].name, name))
+			return &stager_cmds[i];
+	return NULL;
+}
+
+static int stager_size(const char *opt, const char *s, uint64_t *v)
+{
+	if (config_parse_size(s, v) || !*v) {
+		fprintf(stderr,
+			"stager: %s %s: expected a size such as 500M "
+			"or 1G\n",
+			opt, s);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct stager_opts o = { 0 };
+	const struct stager_cmd *cmd = NULL;
+	struct dstage_config *cfg = NULL;
+	char err[512];
+	int opt, ret, code = STAGER_EXIT_USAGE;
+	uint64_t v;
+
+	/* global options before the command */
+	while (argc > 1 && argv[1][0] == '-') {
+		if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+			stager_usage(stdout);
+			return STAGER_EXIT_OK;
+		}
+		if (!strcmp(argv[1], "--config") && argc > 2) {
+			o.config = argv[2];
+			argv += 2;
+			argc -= 2;
+		} else if (!strncmp(argv[1], "--config=", 9)) {
+			o.config = argv[1] + 9;
+			argv++;
+			argc--;
+		} else {
+			break;
+		}
+	}
+	if (argc < 2) {
+		stager_usage(stderr);
+		return STAGER_EXIT_USAGE;
+	}
+	cmd = stager_find(argv[1]);
+	if (!cmd) {
+		fprintf(stderr, "stager: unknown command '%s'\n", argv[1]);
+		stager_usage(stderr);
+		return STAGER_EXIT_USAGE;
+	}
+	argv++;
+	argc--;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", stager_long, NULL)) != -1) {
+		if (opt == 'h') {
+			stager_cmd_help(cmd);
+			return STAGER_EXIT_OK;
+		}
+		if (opt == '?')
+			goto usage;
+		if (opt == 'c') {
+			o.config = optarg;
+			continue;
+		}
+		if (!strchr(cmd->opts, opt) &&
+		    !(opt == 'C' && strchr(cmd->opts, 'c'))) {
+			fprintf(stderr, "stager %s: option %s does not apply\n",
+				cmd->name, argv[optind - 1]);
+			goto usage;
+		}
+		switch (opt) {
+		case 'j':
+			o.json = true;
+			break;
+		case 'w':
+			o.wait = true;
+			break;
+		case 'V':
+			o.version = optarg;
+			break;
+		case 'M':
+			o.manifest = optarg;
+			break;
+		case 'G':
+			o.group = optarg;
+			break;
+		case 'p':
+			o.pin = true;
+			break;
+		case 'P': {
+			char *end;
+
+			errno = 0;
+			o.priority = strtoll(optarg, &end, 10);
+			if (errno || *end || o.priority < -1000 ||
+			    o.priority > 1000) {
+				fprintf(stderr,
+					"stager: --priority %s: "
+					"expected -1000 to 1000\n",
+					optarg);
+				goto usage;
+			}
+			o.has_priority = true;
+			break;
+		}
+		case 'b':
+			if (stager_size("--bandwidth", optarg, &o.bandwidth))
+				goto usage;
+			break;
+		case 'n':
+			if (stager_size("--parallel", optarg, &v) || v > 256)
+				goto usage;
+			o.parallel = (unsigned)v;
+			break;
+		case 'f':
+			o.files = optarg;
+			break;
+		case 'F':
+			o.fit = true;
+			break;
+		case 's':
+		case 'C':
+			if (o.mode) {
+				fprintf(stderr, "stager: --source and --cache "
+						"exclude each other\n");
+				goto usage;
+			}
+			o.mode = opt == 's' ? "source" : "cache";
+			break;
+		case 'r':
+			o.repair = true;
+			break;
+		case 'a':
+			o.all = true;
+			break;
+		case 'z':
+			if (stager_size("--size", optarg, &o.bench_bytes))
+				goto usage;
+			break;
+		}
+	}
+	o.argc = argc - optind;
+	o.argv = argv + optind;
+	if (o.argc < cmd->min_args || o.argc > cmd->max_args) {
+		fprintf(stderr, "stager %s: expected %s\n", cmd->name,
+			cmd->usage[0] ? cmd->usage : "no arguments");
+		goto usage;
+	}
+	if (o.repair && o.mode && !strcmp(o.mode, "source")) {
+		fprintf(stderr, "stager verify: --repair mends the cache: it "
+				"does not go with --source\n");
+		goto usage;
+	}
+	if (!strcmp(cmd->name, "verify"))
+		o.wait = true;
+
+	ret = config_load(o.config, &cfg, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "stager: %s\n", err);
+		return STAGER_EXIT_USAGE;
+	}
+	log_set_level((enum log_level)cfg->log_level);
+	if (!strcmp(cmd->name, "daemon")) {
+		if (cfg->log_syslog)
+			log_use_syslog("dstage-stager");
+		code = daemon_main(cfg);
+	} else if (!strcmp(cmd->name, "ls")) {
+		code = local_ls(cfg, &o);
+	} else if (!strcmp(cmd->name, "bench")) {
+		code = local_bench(cfg, &o);
+	} else {
+		code = client_run(cfg, cmd->name, &o);
+	}
+	config_free(cfg);
+	return code;
+usage:
+	fprintf(stderr, "'stager %s --help' for help\n", cmd->name);
+	return STAGER_EXIT_USAGE;
+}

@@ -1,0 +1,738 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runner: runs one stage or verify job, claimed by the daemon.
+ *
+ * Life of a job here: load the file list from the catalog (the --files
+ * list, or the whole current manifest), check it fits the cache (stage),
+ * start the workers, publish progress to the catalog every second until the
+ * workers are done, then record done/failed with a message.
+ *
+ * Workers take files in order from a shared atomic index and read each file
+ * front to back in chunks: through the cache (cache_read: present blocks are
+ * read locally, missing ones fetched and stored) or from the source
+ * (objstore_get with If-Match on the manifest's ETag). Each chunk is read
+ * while holding a slot of the daemon's scheduler (sched.c: priorities and
+ * bandwidth caps), and hashed (SHA-256, OpenSSL EVP) as it arrives. The
+ * hash is compared to the expected one (SHA256SUMS) or, without one, to the
+ * one recorded at staging, and recorded with catalog_object_set_actual.
+ *
+ * Resuming after a crash: the job is claimed again from the start. Blocks
+ * already present are not fetched again (the cache keeps them); a file whose
+ * hash was recorded since the job was created and whose blocks are all
+ * present is skipped without reading it.
+ *
+ * Shared state: struct runner_ctx belongs to the job; its counters are
+ * atomics; cat (one catalog connection) is used under cat_lock by workers
+ * recording hashes; the mismatch list and error text are in the
+ * runner_job under rj->lock. Lock order: cat_lock, then rj->lock.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "dstage/cache.h"
+#include "dstage/catalog.h"
+#include "dstage/log.h"
+#include "dstage/objstore.h"
+#include "stager.h"
+
+#define RUNNER_CHUNK (8u << 20)
+#define RUNNER_MIN_CHUNK (256u << 10)
+#define RUNNER_MAX_WORKERS 64
+
+struct runner_file {
+	char *key;
+	int64_t id;
+	uint64_t size;
+	char etag[OBJSTORE_ETAG_MAX];
+	bool has_exp, has_act;
+	unsigned char exp[32], act[32];
+	int64_t verified_at;
+};
+
+struct runner_ctx {
+	const struct runner_env *env;
+	struct runner_job *rj;
+	struct objstore *os;
+	struct sched_job *sj;
+	pthread_mutex_t cat_lock; /* protects cat; before rj->lock */
+	struct catalog *cat;
+	struct runner_file *files;
+	size_t n, cap;
+	_Atomic size_t next; /* next file to take */
+	_Atomic unsigned running; /* workers not finished */
+	_Atomic uint64_t errors, unchecked;
+	bool stage, cache_mode, repair, fit;
+	size_t chunk;
+	unsigned workers;
+	uint64_t rate;
+	char *files_arg; /* newline-separated keys, or NULL */
+};
+
+const char *stager_bytes(uint64_t v, char *buf, size_t len)
+{
+	static const char *const units[] = { "B",   "KiB", "MiB",
+					     "GiB", "TiB", "PiB" };
+	double d = (double)v;
+	int u = 0;
+
+	while (d >= 1024 && u < 5) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", v);
+	else
+		snprintf(buf, len, "%.1f %s", d, units[u]);
+	return buf;
+}
+
+static void runner_hex(const unsigned char h[32], char out[65])
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", h[i]);
+	out[64] = '\0';
+}
+
+void runner_put(struct runner_job *rj)
+{
+	if (!rj || atomic_fetch_sub(&rj->refs, 1) != 1)
+		return;
+	for (size_t i = 0; i < rj->n_mm; i++)
+		free(rj->mm[i].key);
+	free(rj->mm);
+	pthread_mutex_destroy(&rj->lock);
+	free(rj);
+}
+
+/* Keep the first error message of the job (rj->lock). */
+static void runner_error(struct runner_ctx *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void runner_error(struct runner_ctx *c, const char *fmt, ...)
+{
+	struct runner_job *rj = c->rj;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_error("job %" PRId64 " (%s %s): %s", rj->id, rj->kind, rj->dataset,
+		  msg);
+	pthread_mutex_lock(&rj->lock);
+	if (!rj->error[0])
+		snprintf(rj->error, sizeof(rj->error), "%s", msg);
+	pthread_mutex_unlock(&rj->lock);
+}
+
+static void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
+			    const unsigned char *ref,
+			    const unsigned char got[32])
+{
+	struct runner_job *rj = c->rj;
+	struct runner_mismatch *m;
+	char e[65] = "", a[65];
+
+	if (ref)
+		runner_hex(ref, e);
+	runner_hex(got, a);
+	log_warn("job %" PRId64 " (%s %s): %s: SHA-256 mismatch: expected %s,"
+		 " got %s",
+		 rj->id, rj->kind, rj->dataset, f->key, e, a);
+	pthread_mutex_lock(&rj->lock);
+	if (rj->n_mm == rj->cap_mm) {
+		size_t cap = rj->cap_mm ? rj->cap_mm * 2 : 16;
+
+		m = realloc(rj->mm, cap * sizeof(*m));
+		if (!m)
+			goto out;
+		rj->mm = m;
+		rj->cap_mm = cap;
+	}
+	m = &rj->mm[rj->n_mm];
+	m->key = strdup(f->key);
+	if (!m->key)
+		goto out;
+	memcpy(m->expected, e, sizeof(e));
+	memcpy(m->actual, a, sizeof(a));
+	rj->n_mm++;
+out:
+	pthread_mutex_unlock(&rj->lock);
+}
+
+static int runner_add(struct runner_ctx *c, const char *key,
+		      const struct catalog_entry *e)
+{
+	struct runner_file *f;
+
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 256;
+
+		f = realloc(c->files, cap * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		c->files = f;
+		c->cap = cap;
+	}
+	f = &c->files[c->n];
+	memset(f, 0, sizeof(*f));
+	f->key = strdup(key);
+	if (!f->key)
+		return -ENOMEM;
+	f->id = e->id;
+	f->size = e->size;
+	snprintf(f->etag, sizeof(f->etag), "%s", e->etag);
+	f->has_exp = e->has_expected;
+	f->has_act = e->has_actual;
+	memcpy(f->exp, e->expected_sha256, 32);
+	memcpy(f->act, e->actual_sha256, 32);
+	f->verified_at = e->verified_at;
+	c->n++;
+	return 0;
+}
+
+/* Directory walk: pending directories, depth first. */
+struct runner_walk {
+	const char *dir;
+	char **dirs;
+	size_t n, cap;
+	runner_file_cb cb;
+	void *arg;
+};
+
+static char *runner_join(const char *dir, const char *name)
+{
+	char *p = NULL;
+
+	if (asprintf(&p, "%s%s%s", dir, *dir ? "/" : "", name) < 0)
+		return NULL;
+	return p;
+}
+
+static int runner_walk_cb(void *arg, const char *name,
+			  const struct catalog_entry *e)
+{
+	struct runner_walk *w = arg;
+	char *path = runner_join(w->dir, name);
+	int ret = 0;
+
+	if (!path)
+		return -ENOMEM;
+	if (!e->is_dir) {
+		ret = w->cb(w->arg, path, e);
+		free(path);
+		return ret;
+	}
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 64;
+		char **d = realloc(w->dirs, cap * sizeof(*d));
+
+		if (!d) {
+			free(path);
+			return -ENOMEM;
+		}
+		w->dirs = d;
+		w->cap = cap;
+	}
+	w->dirs[w->n++] = path;
+	return 0;
+}
+
+int runner_walk(struct catalog *cat, const char *dataset, runner_file_cb cb,
+		void *arg)
+{
+	struct runner_walk w = { .cb = cb, .arg = arg };
+	char *dir = strdup("");
+	int ret = 0;
+
+	if (!dir)
+		return -ENOMEM;
+	while (dir) {
+		w.dir = dir;
+		ret = catalog_readdir(cat, dataset, dir, NULL, runner_walk_cb,
+				      &w);
+		free(dir);
+		dir = NULL;
+		if (ret)
+			break;
+		if (w.n)
+			dir = w.dirs[--w.n];
+	}
+	while (w.n)
+		free(w.dirs[--w.n]);
+	free(w.dirs);
+	return ret;
+}
+
+static int runner_add_cb(void *arg, const char *path,
+			 const struct catalog_entry *e)
+{
+	return runner_add(arg, path, e);
+}
+
+static int runner_load_all(struct runner_ctx *c)
+{
+	return runner_walk(c->cat, c->rj->dataset, runner_add_cb, c);
+}
+
+static int runner_load_list(struct runner_ctx *c)
+{
+	char *save = NULL, *key;
+	struct catalog_entry e;
+	int ret;
+
+	for (key = strtok_r(c->files_arg, "\n", &save); key;
+	     key = strtok_r(NULL, "\n", &save)) {
+		if (!*key)
+			continue;
+		ret = catalog_lookup(c->cat, c->rj->dataset, key, &e);
+		if (ret == -ENOENT || (!ret && e.is_dir)) {
+			runner_error(c, "%s: no such file in the dataset", key);
+			return -ENOENT;
+		}
+		if (ret)
+			return ret;
+		ret = runner_add(c, key, &e);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void runner_obj(const struct runner_ctx *c, const struct runner_file *f,
+		       struct cache_object *o)
+{
+	o->dataset = c->rj->dataset;
+	o->os = c->os;
+	o->key = f->key;
+	o->etag = f->etag;
+	o->size = f->size;
+}
+
+/* Read the whole file in chunks and hash it. */
+static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
+		       void *buf, unsigned char out[32])
+{
+	struct runner_job *rj = c->rj;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	struct cache_object o;
+	uint64_t off = 0;
+	unsigned int mdlen;
+	int ret = 0;
+
+	if (!md)
+		return -ENOMEM;
+	runner_obj(c, f, &o);
+	if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (off < f->size) {
+		size_t len =
+			f->size - off < c->chunk ? f->size - off : c->chunk;
+		size_t got = 0;
+		ssize_t n;
+
+		if (atomic_load(&rj->cancel)) {
+			ret = -ECANCELED;
+			goto out;
+		}
+		sched_acquire(c->env->sched, c->sj, len);
+		if (c->cache_mode) {
+			n = cache_read(c->env->cache, &o, off, len, buf);
+			ret = n < 0 ? (int)n : 0;
+			got = n < 0 ? 0 : (size_t)n;
+		} else {
+			ret = objstore_get(c->os, f->key, off, len,
+					   f->etag[0] ? f->etag : NULL, buf,
+					   &got);
+		}
+		sched_release(c->env->sched);
+		if (ret)
+			goto out;
+		if (got == 0) {
+			ret = -EIO; /* shorter than the manifest says */
+			goto out;
+		}
+		EVP_DigestUpdate(md, buf, got);
+		off += got;
+		atomic_fetch_add(&rj->bytes_done, got);
+	}
+	if (EVP_DigestFinal_ex(md, out, &mdlen) != 1)
+		ret = -EIO;
+out:
+	EVP_MD_CTX_free(md);
+	return ret;
+}
+
+static int runner_record(struct runner_ctx *c, const struct runner_file *f,
+			 const unsigned char got[32])
+{
+	int ret;
+
+	pthread_mutex_lock(&c->cat_lock);
+	ret = catalog_object_set_actual(c->cat, f->id, got,
+					(int64_t)time(NULL));
+	pthread_mutex_unlock(&c->cat_lock);
+	return ret;
+}
+
+/* true when the cache holds all of the file. */
+static bool runner_present(struct runner_ctx *c, const struct runner_file *f)
+{
+	struct cache_object o;
+	uint64_t have = 0;
+
+	runner_obj(c, f, &o);
+	return cache_object_present(c->env->cache, &o, &have) == 0 &&
+	       have >= f->size;
+}
+
+static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
+{
+	struct runner_job *rj = c->rj;
+	const unsigned char *ref = NULL;
+	unsigned char got[32];
+	bool match;
+	int ret;
+
+	if (c->stage && f->has_act && f->verified_at >= rj->created &&
+	    (!f->has_exp || !memcmp(f->exp, f->act, 32)) &&
+	    runner_present(c, f)) {
+		atomic_fetch_add(&rj->bytes_done, f->size);
+		return; /* done before a restart */
+	}
+	ret = runner_hash(c, f, buf, got);
+	if (ret == -ECANCELED)
+		return;
+	if (ret) {
+		atomic_fetch_add(&c->errors, 1);
+		if (ret == -ESTALE)
+			runner_error(
+				c,
+				"%s: changed at the source since the "
+				"dataset was registered ('stager refresh')",
+				f->key);
+		else
+			runner_error(c, "%s: %s", f->key, strerror(-ret));
+		return;
+	}
+	if (f->has_exp)
+		ref = f->exp;
+	else if (f->has_act)
+		ref = f->act;
+	match = ref && !memcmp(ref, got, 32);
+	if (ref && !match && c->repair && c->cache_mode) {
+		struct cache_object o;
+
+		log_warn("job %" PRId64 ": %s: mismatch, dropping its cached "
+			 "blocks and fetching it again",
+			 rj->id, f->key);
+		runner_obj(c, f, &o);
+		ret = cache_object_drop(c->env->cache, &o);
+		if (!ret)
+			ret = runner_hash(c, f, buf, got);
+		/* the file is read twice: so is its share of the total */
+		atomic_fetch_add(&rj->bytes_total, f->size);
+		if (ret) {
+			atomic_fetch_add(&c->errors, 1);
+			runner_error(c, "%s: repair: %s", f->key,
+				     strerror(-ret));
+			return;
+		}
+		match = !memcmp(ref, got, 32);
+	}
+	if (!ref)
+		atomic_fetch_add(&c->unchecked, 1);
+	/* Keep a staging hash as the reference for files with no expected
+	 * one: replace it only by an equal one (a newer verified_at). */
+	if (f->has_exp || !f->has_act || match) {
+		ret = runner_record(c, f, got);
+		if (ret) {
+			atomic_fetch_add(&c->errors, 1);
+			runner_error(c, "%s: recording its hash: %s", f->key,
+				     strerror(-ret));
+		}
+	}
+	if (ref && !match)
+		runner_mismatch(c, f, ref, got);
+	if (c->stage && c->env->cache && !runner_present(c, f)) {
+		atomic_fetch_add(&c->errors, 1);
+		runner_error(c,
+			     "%s: not kept in the cache (full of pinned or "
+			     "busy data?)",
+			     f->key);
+	}
+}
+
+static void *runner_worker(void *arg)
+{
+	struct runner_ctx *c = arg;
+	void *buf = malloc(c->chunk);
+	size_t i;
+
+	if (!buf) {
+		atomic_fetch_add(&c->errors, 1);
+		runner_error(c, "out of memory");
+		goto out;
+	}
+	while (!atomic_load(&c->rj->cancel) &&
+	       (i = atomic_fetch_add(&c->next, 1)) < c->n) {
+		runner_file(c, &c->files[i], buf);
+		atomic_fetch_add(&c->rj->files_done, 1);
+	}
+out:
+	free(buf);
+	atomic_fetch_sub(&c->running, 1);
+	return NULL;
+}
+
+static void runner_args(struct runner_ctx *c, const struct jobs_job *j)
+{
+	static struct proto_msg m;
+	static pthread_mutex_t m_lock = PTHREAD_MUTEX_INITIALIZER;
+	const char *mode, *files;
+	uint64_t v;
+
+	c->stage = strcmp(j->kind, "stage") == 0;
+	pthread_mutex_lock(&m_lock);
+	if (proto_parse(&m, j->args, strlen(j->args)))
+		m.n = 0;
+	if (!proto_get_u64(&m, "bandwidth", &v))
+		c->rate = v;
+	if (!proto_get_u64(&m, "parallel", &v) && v > 0)
+		c->workers = v > RUNNER_MAX_WORKERS ? RUNNER_MAX_WORKERS
+						    : (unsigned)v;
+	mode = proto_get(&m, "mode");
+	c->cache_mode = c->stage || !mode || strcmp(mode, "source") != 0;
+	c->repair = proto_get(&m, "repair") != NULL;
+	c->fit = proto_get(&m, "fit") != NULL;
+	files = proto_get(&m, "files");
+	if (files && *files)
+		c->files_arg = strdup(files);
+	pthread_mutex_unlock(&m_lock);
+}
+
+/* Pick the defaults left open and check the job can run. */
+static int runner_prepare(struct runner_ctx *c)
+{
+	const struct dstage_config *cfg = c->env->cfg;
+	uint64_t total = 0, room;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	char a[32], b[32];
+
+	if (c->cache_mode && !c->env->cache) {
+		runner_error(c,
+			     "the cache (%s) is not available; see the "
+			     "daemon's log",
+			     cfg->cache_dir);
+		return -ENXIO;
+	}
+	if (!c->workers) {
+		if (c->cache_mode && !c->stage)
+			c->workers = (unsigned)(cpus > 0 ? cpus : 1) * 2;
+		else
+			c->workers = cfg->s3_max_inflight;
+	}
+	if (c->workers > RUNNER_MAX_WORKERS)
+		c->workers = RUNNER_MAX_WORKERS;
+	if (!c->workers)
+		c->workers = 1;
+	c->chunk = RUNNER_CHUNK;
+	if (c->rate && c->rate / 8 < c->chunk)
+		c->chunk = c->rate / 8 < RUNNER_MIN_CHUNK ? RUNNER_MIN_CHUNK
+							  : c->rate / 8;
+	for (size_t i = 0; i < c->n; i++)
+		total += c->files[i].size;
+	if (c->stage) {
+		room = cfg->cache_size / 100 * cfg->cache_high_watermark;
+		if (total > cfg->cache_size && !c->fit) {
+			runner_error(
+				c,
+				"%s is %s, larger than the cache (%s, "
+				"cache.size); stage part of it with "
+				"--files, or --fit to stage what fits",
+				c->rj->dataset,
+				stager_bytes(total, a, sizeof(a)),
+				stager_bytes(cfg->cache_size, b, sizeof(b)));
+			return -EFBIG;
+		}
+		if (total > room && c->fit) {
+			uint64_t sum = 0;
+			size_t k = 0;
+
+			for (; k < c->n && sum + c->files[k].size <= room; k++)
+				sum += c->files[k].size;
+			log_info("job %" PRId64 ": --fit: staging %zu of %zu "
+				 "files (%s)",
+				 c->rj->id, k, c->n,
+				 stager_bytes(sum, a, sizeof(a)));
+			for (size_t i = k; i < c->n; i++)
+				free(c->files[i].key);
+			c->n = k;
+			total = sum;
+		}
+	}
+	atomic_store(&c->rj->bytes_total, total);
+	atomic_store(&c->rj->files_total, c->n);
+	return 0;
+}
+
+/* The job's final message. */
+static void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
+			  char *msg, size_t len)
+{
+	struct runner_job *rj = c->rj;
+	size_t off = 0;
+
+	pthread_mutex_lock(&rj->lock);
+	if (!ret && !rj->n_mm && !atomic_load(&c->errors)) {
+		*st = JOBS_DONE;
+		snprintf(msg, len, "%zu files, all match", c->n);
+		if (atomic_load(&c->unchecked))
+			snprintf(msg, len,
+				 "%zu files; %" PRIu64 " had no reference hash "
+				 "(no SHA256SUMS entry, never staged): their "
+				 "hash is now recorded",
+				 c->n, atomic_load(&c->unchecked));
+		goto out;
+	}
+	*st = JOBS_FAILED;
+	msg[0] = '\0';
+	if (rj->n_mm)
+		off += (size_t)snprintf(
+			msg, len, "%zu of %zu files do not match:", rj->n_mm,
+			c->n);
+	for (size_t i = 0; i < rj->n_mm && off < len; i++)
+		off += (size_t)snprintf(
+			msg + off, len - off, " %s (expected %s, actual %s);",
+			rj->mm[i].key,
+			rj->mm[i].expected[0] ? rj->mm[i].expected : "none",
+			rj->mm[i].actual);
+	if (off < len && (atomic_load(&c->errors) || ret))
+		snprintf(msg + off, len - off, "%s%" PRIu64 " error(s): %.400s",
+			 off ? " " : "",
+			 atomic_load(&c->errors) + (ret ? 1 : 0),
+			 rj->error[0] ? rj->error : strerror(-ret));
+out:
+	pthread_mutex_unlock(&rj->lock);
+}
+
+void runner_run(const struct runner_env *env, struct runner_job *rj,
+		const struct jobs_job *j)
+{
+	struct runner_ctx c = { .env = env, .rj = rj };
+	pthread_t tids[RUNNER_MAX_WORKERS];
+	struct jobs *jq = NULL;
+	struct catalog_dataset ds = { 0 };
+	enum jobs_state st = JOBS_FAILED;
+	char msg[JOBS_ERROR_MAX];
+	unsigned started = 0, tick = 0;
+	int ret;
+
+	pthread_mutex_init(&c.cat_lock, NULL);
+	runner_args(&c, j);
+	ret = jobs_open(env->cfg->catalog_path, &jq);
+	if (!ret)
+		ret = catalog_open(env->cfg->catalog_path, 0, &c.cat);
+	if (ret) {
+		runner_error(&c, "opening the catalog: %s", strerror(-ret));
+		goto finish;
+	}
+	ret = catalog_dataset_get(c.cat, rj->dataset, &ds);
+	if (ret) {
+		runner_error(&c, "dataset %s: %s", rj->dataset,
+			     ret == -ENOENT ? "removed" : strerror(-ret));
+		goto finish;
+	}
+	if (ds.state != CATALOG_DS_READY) {
+		ret = -ENOENT;
+		runner_error(&c, "dataset %s is not registered yet",
+			     rj->dataset);
+		goto finish;
+	}
+	ret = objstore_open(ds.source, env->cfg, &c.os);
+	if (ret) {
+		runner_error(&c, "opening %s: %s", ds.source, strerror(-ret));
+		goto finish;
+	}
+	ret = c.files_arg ? runner_load_list(&c) : runner_load_all(&c);
+	if (ret) {
+		runner_error(&c, "listing the manifest: %s", strerror(-ret));
+		goto finish;
+	}
+	ret = runner_prepare(&c);
+	if (ret)
+		goto finish;
+	ret = sched_join(env->sched,
+			 (unsigned)(j->priority > 0 ? j->priority + 1 : 1),
+			 c.rate, &c.sj);
+	if (ret)
+		goto finish;
+	log_info("job %" PRId64 ": %s %s: %zu files, %u workers%s", rj->id,
+		 rj->kind, rj->dataset, c.n, c.workers,
+		 c.cache_mode ? "" : ", from the source");
+	atomic_store(&c.running, c.workers);
+	for (; started < c.workers; started++)
+		if (pthread_create(&tids[started], NULL, runner_worker, &c)) {
+			atomic_fetch_sub(&c.running, c.workers - started);
+			break;
+		}
+	while (atomic_load(&c.running)) {
+		struct timespec ts = { 0, 200 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+		if (++tick % 5)
+			continue;
+		ret = jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
+				    atomic_load(&rj->bytes_total));
+		if (ret == -ECANCELED)
+			atomic_store(&rj->cancel, true);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	ret = 0;
+finish:
+	sched_leave(env->sched, c.sj);
+	if (atomic_load(&rj->cancel)) {
+		/* cancelled (the catalog says so already) or shutting down
+		 * (the job stays running, for the next daemon to resume) */
+		pthread_mutex_lock(&rj->lock);
+		rj->state = JOBS_CANCELLED;
+		snprintf(rj->error, sizeof(rj->error), "cancelled");
+		pthread_mutex_unlock(&rj->lock);
+		goto out;
+	}
+	runner_result(&c, ret, &st, msg, sizeof(msg));
+	if (jq) {
+		jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
+			      atomic_load(&rj->bytes_total));
+		ret = jobs_finish(jq, rj->id, st, msg);
+		if (ret && ret != -ECANCELED)
+			log_error("job %" PRId64 ": recording its end: %s",
+				  rj->id, strerror(-ret));
+	}
+	log_info("job %" PRId64 ": %s: %s", rj->id, jobs_state_name(st), msg);
+	pthread_mutex_lock(&rj->lock);
+	rj->state = st;
+	snprintf(rj->error, sizeof(rj->error), "%s", msg);
+	pthread_mutex_unlock(&rj->lock);
+out:
+	for (size_t i = 0; i < c.n; i++)
+		free(c.files[i].key);
+	free(c.files);
+	free(c.files_arg);
+	objstore_free(c.os);
+	catalog_dataset_release(&ds);
+	catalog_close(c.cat);
+	jobs_close(jq);
+	pthread_mutex_destroy(&c.cat_lock);
+	atomic_store(&rj->finished, true);
+}

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stager: declarations shared by the stager's modules.
+ *
+ *   main.c     command line: options, help, dispatch
+ *   client.c   talking to the daemon; text, --json and progress output
+ *   daemon.c   the daemon: socket, peer credentials, request handlers
+ *   runner.c   running stage and verify jobs (workers, hashing)
+ *   sched.c    request slots shared by priority; per-job bandwidth caps
+ *   local.c    commands that need no daemon: ls, bench
+ *
+ * docs/stager.md describes the commands, the protocol and the exit codes.
+ */
+#ifndef DSTAGE_STAGER_H
+#define DSTAGE_STAGER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dstage/config.h"
+#include "dstage/jobs.h"
+#include "dstage/proto.h"
+
+/* Exit codes of every command (docs/stager.md). */
+enum stager_exit {
+	STAGER_EXIT_OK = 0,
+	STAGER_EXIT_FAIL = 1, /* the operation or job failed, or mismatch */
+	STAGER_EXIT_USAGE = 2, /* bad command line or configuration */
+	STAGER_EXIT_NODAEMON = 3, /* the daemon is not reachable */
+	STAGER_EXIT_DENIED = 4, /* refused: not root nor the admin group */
+	STAGER_EXIT_NOENT = 5, /* no such dataset or job */
+};
+
+/* Map a request's -errno result to an exit code. */
+int stager_exit_code(int err);
+
+/* The parsed command line of every command. */
+struct stager_opts {
+	const char *config; /* --config */
+	bool json; /* --json */
+	bool wait; /* --wait */
+	bool pin; /* --pin */
+	bool fit; /* --fit */
+	bool repair; /* --repair */
+	bool all; /* --all */
+	const char *mode; /* "cache" or "source" (verify) */
+	const char *version; /* --version */
+	const char *manifest; /* --manifest */
+	const char *group; /* --group */
+	const char *files; /* --files, comma-separated or @FILE */
+	int64_t priority; /* --priority */
+	bool has_priority;
+	uint64_t bandwidth; /* --bandwidth, bytes/s, 0: none */
+	unsigned parallel; /* --parallel, 0: default */
+	uint64_t bench_bytes; /* --size (bench) */
+	int argc; /* positional arguments after the command */
+	char **argv;
+};
+
+/* client.c: one request to the daemon and its output. Return exit codes. */
+int client_run(const struct dstage_config *cfg, const char *cmd,
+	       const struct stager_opts *o);
+
+/* daemon.c: run the daemon until SIGTERM/SIGINT. Returns an exit code. */
+int daemon_main(const struct dstage_config *cfg);
+
+/* local.c */
+int local_ls(const struct dstage_config *cfg, const struct stager_opts *o);
+int local_bench(const struct dstage_config *cfg, const struct stager_opts *o);
+
+/* sched.c: see there for the rules. */
+struct sched;
+struct sched_job;
+int sched_create(unsigned slots, struct sched **out);
+void sched_destroy(struct sched *s); /* accepts NULL */
+/* Register a job with weight (>= 1) and a cap in bytes/s (0: none). */
+int sched_join(struct sched *s, unsigned weight, uint64_t rate,
+	       struct sched_job **out);
+void sched_leave(struct sched *s, struct sched_job *j); /* accepts NULL */
+/* Wait for a slot and for the cap to allow len bytes. */
+void sched_acquire(struct sched *s, struct sched_job *j, uint64_t len);
+void sched_release(struct sched *s);
+
+/* runner.c: the live state of a running job, shared with watchers. */
+struct runner_mismatch {
+	char *key;
+	char expected[65]; /* hex, "" when unknown */
+	char actual[65];
+};
+
+struct runner_job {
+	int64_t id;
+	char kind[JOBS_KIND_MAX];
+	char dataset[JOBS_NAME_MAX];
+	int64_t created;
+	/* counters: atomics, written by the workers, read by anyone */
+	_Atomic uint64_t bytes_done, bytes_total;
+	_Atomic uint64_t files_done, files_total;
+	_Atomic bool cancel;
+	_Atomic bool finished;
+	_Atomic int refs; /* the daemon's list + each watcher */
+	double started; /* monotonic seconds, set before the job is listed */
+	/* lock protects the fields below; taken after daemon's jobs_lock */
+	pthread_mutex_t lock;
+	struct runner_mismatch *mm; /* mismatches so far */
+	size_t n_mm, cap_mm;
+	enum jobs_state state; /* final state once finished */
+	char error[JOBS_ERROR_MAX];
+};
+
+/* What the runner needs from the daemon. */
+struct runner_env {
+	const struct dstage_config *cfg;
+	struct cache *cache; /* NULL when the cache could not be opened */
+	struct sched *sched;
+};
+
+/* Run one claimed job to its end and record the result in the catalog. */
+void runner_run(const struct runner_env *env, struct runner_job *rj,
+		const struct jobs_job *j);
+
+/*
+ * Call cb for every file of dataset's current manifest with its path (in
+ * no particular order). cb must not use cat. A non-zero return stops the
+ * walk and is returned. Returns 0 or -errno as catalog_readdir.
+ */
+struct catalog;
+struct catalog_entry;
+typedef int (*runner_file_cb)(void *arg, const char *path,
+			      const struct catalog_entry *e);
+int runner_walk(struct catalog *cat, const char *dataset, runner_file_cb cb,
+		void *arg);
+
+/* Drop a reference; frees the job with the last one. */
+void runner_put(struct runner_job *rj);
+
+/* Monotonic seconds. */
+double stager_now(void);
+
+/* Format bytes as "12.3 MiB" into buf. Returns buf. */
+const char *stager_bytes(uint64_t v, char *buf, size_t len);
+
+#endif
