@@ -1,0 +1,363 @@
+"""Integration tests of the stager (stager/, lib/jobs.c, lib/proto.c): a real
+daemon on a Unix socket, file:// and radosgw sources, the real block cache.
+
+Covered: add/stage/verify with a correct SHA256SUMS (exit 0); a corrupted
+source object (non-zero exit, the key named); --repair after the cache held
+bad bytes and after flipping cache bytes; a mutation from a non-admin uid
+refused while reads are allowed; the progress bar on a pty and a bandwidth
+cap; --json parsed; kill -9 of the daemon mid-stage against radosgw behind
+a counting proxy: the job completes and no block is fetched twice (beyond
+the blocks in flight at the kill)."""
+import hashlib
+import json
+import os
+import pty
+import pwd
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+MiB = 1 << 20
+
+
+class Stager:
+    """A daemon with its own config, catalog, cache and socket."""
+
+    def __init__(self, exe, root, env=None, cache_size="1G"):
+        self.exe, self.root = exe, Path(root)
+        self.env = dict(env or os.environ)
+        self.env.pop("DSTAGE_CONFIG", None)
+        self.cfg = self.root / "dstage.conf"
+        self.sock = self.root / "stager.sock"
+        self.cfg.write_text(
+            "[cache]\ndir = %s/cache\nsize = %s\n"
+            "[catalog]\npath = %s/catalog.db\n"
+            "[daemon]\nsocket = %s\nadmin_group = dstage-test\n"
+            % (self.root, cache_size, self.root, self.sock))
+        os.chmod(self.cfg, 0o644)
+        self.proc = None
+        self.log = self.root / "daemon.log"
+
+    def start(self):
+        logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [self.exe, "--config", str(self.cfg), "daemon"], env=self.env,
+            stdout=logf, stderr=logf)
+        logf.close()
+        for _ in range(200):
+            if self.sock.exists() and self.run("list").returncode == 0:
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError("daemon did not start: " + self.log.read_text())
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def run(self, *args, check=False, timeout=120, prefix=()):
+        p = subprocess.run(list(prefix) + [self.exe, "--config",
+                                           str(self.cfg)] + list(args),
+                           env=self.env, capture_output=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError("stager %s: rc %d\n%s\n%s" % (
+                args, p.returncode, p.stdout.decode(errors="replace"),
+                p.stderr.decode(errors="replace")))
+        return p
+
+    def json(self, *args):
+        p = self.run(*args, "--json", check=True)
+        return json.loads(p.stdout)
+
+
+@pytest.fixture
+def stager_dir():
+    # world-traversable: the non-admin test reaches the socket as another uid
+    d = tempfile.mkdtemp(prefix="stager-test-")
+    os.chmod(d, 0o755)
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(tool, stager_dir):
+    s = Stager(tool("stager"), stager_dir).start()
+    yield s
+    s.stop()
+
+
+def make_dataset(root, files, sums=None):
+    """files: {key: bytes}; sums: {key: bytes used for the hash} or None to
+    hash the files' own bytes."""
+    root.mkdir(parents=True, exist_ok=True)
+    for k, v in files.items():
+        p = root / k
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(v)
+    src = sums if sums is not None else files
+    lines = ["%s  %s\n" % (hashlib.sha256(v).hexdigest(), k)
+             for k, v in sorted(src.items())]
+    (root / "SHA256SUMS").write_text("".join(lines))
+
+
+def data(seed, n):
+    return (hashlib.sha256(str(seed).encode()).digest() * (n // 32 + 1))[:n]
+
+
+def test_add_stage_verify_ok_and_json(daemon, stager_dir):
+    files = {"a.bin": data(1, 3 * MiB + 5), "dir/b.bin": data(2, 100000),
+             "dir/sub/c.txt": b"hello\n", "empty": b""}
+    make_dataset(stager_dir / "src", files)
+    p = daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    assert b"added ds" in p.stdout
+    ls = daemon.json("list")
+    assert [d["name"] for d in ls] == ["ds"]
+    assert ls[0]["files"] == 5 and ls[0]["state"] == "ready"
+
+    p = daemon.run("stage", "ds", "--wait", "--json", check=True)
+    res = json.loads(p.stdout)
+    assert res["job"]["state"] == "done" and res["mismatches"] == []
+    assert res["job"]["total"] == sum(len(v) for v in files.values()) + \
+        (stager_dir / "src" / "SHA256SUMS").stat().st_size
+
+    show = daemon.json("show", "ds")
+    assert show["cached"] == show["bytes"]
+    assert show["verified_files"] == 5 and show["mismatched_files"] == 0
+
+    for mode in ("--cache", "--source"):
+        p = daemon.run("verify", "ds", mode)
+        assert p.returncode == 0, p.stderr
+        assert b"all match" in p.stdout
+    show = daemon.json("show", "ds")
+    assert show["last_verify"] == "done"
+
+    jobs = daemon.json("jobs")
+    assert {j["kind"] for j in jobs} == {"stage", "verify"}
+    assert all(j["state"] == "done" for j in jobs)
+    st = daemon.json("status", str(jobs[0]["job"]))
+    assert st["job"] == jobs[0]["job"]
+
+    # errors: unknown dataset, unknown job, bad usage
+    assert daemon.run("show", "nope").returncode == 5
+    assert daemon.run("status", "999").returncode == 5
+    assert daemon.run("stage").returncode == 2
+    assert daemon.run("verify", "ds", "--source", "--repair").returncode == 2
+
+
+def test_corrupted_source_named(daemon, stager_dir):
+    good = {"ok.bin": data(3, 200000), "bad.bin": data(4, 300000)}
+    corrupt = dict(good)
+    corrupt["bad.bin"] = b"X" + good["bad.bin"][1:]
+    make_dataset(stager_dir / "src", corrupt, sums=good)
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+
+    p = daemon.run("stage", "ds", "--wait")
+    assert p.returncode == 1
+    assert b"bad.bin" in p.stdout and b"ok.bin" not in p.stdout
+    p = daemon.run("verify", "ds", "--source", "--json")
+    assert p.returncode == 1
+    res = json.loads(p.stdout)
+    assert [m["key"] for m in res["mismatches"]] == ["bad.bin"]
+    m = res["mismatches"][0]
+    assert m["expected"] == hashlib.sha256(good["bad.bin"]).hexdigest()
+    assert m["actual"] == hashlib.sha256(corrupt["bad.bin"]).hexdigest()
+    assert daemon.json("show", "ds")["mismatched_files"] == 1
+
+    # The source is mended in place, keeping its ETag (size, mtime,
+    # inode): the cache still holds the bad bytes until --repair.
+    path = stager_dir / "src" / "bad.bin"
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.write(good["bad.bin"][:1])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 1 and b"bad.bin" in p.stdout
+    p = daemon.run("verify", "ds", "--cache", "--repair")
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 0
+
+
+def test_repair_after_flipping_cache_bytes(daemon, stager_dir):
+    files = {"big.bin": data(5, 6 * MiB)}
+    make_dataset(stager_dir / "src", files)
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    objs = [p for p in (stager_dir / "cache").rglob("*")
+            if p.is_file() and p.stat().st_size >= 6 * MiB]
+    assert len(objs) == 1
+    with open(objs[0], "r+b") as f:
+        f.seek(MiB + 123)
+        b = f.read(1)
+        f.seek(MiB + 123)
+        f.write(bytes([b[0] ^ 0xff]))
+    p = daemon.run("verify", "ds", "--cache", "--repair")
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 0
+
+
+def test_non_admin_refused(daemon, stager_dir):
+    if os.geteuid() != 0 or not shutil.which("useradd") or \
+            not shutil.which("setpriv"):
+        pytest.skip("needs root, useradd and setpriv")
+    make_dataset(stager_dir / "src", {"a": b"a"})
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    user = "dstg%d" % (os.getpid() % 100000)
+    subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin",
+                    user], check=True, capture_output=True)
+    try:
+        pw = pwd.getpwnam(user)
+        as_user = ["setpriv", "--reuid", str(pw.pw_uid), "--regid",
+                   str(pw.pw_gid), "--clear-groups"]
+        p = daemon.run("list", prefix=as_user)
+        assert p.returncode == 0, p.stderr
+        assert b"ds" in p.stdout
+        for args in (("stage", "ds"), ("remove", "ds"),
+                     ("add", "x", "file:///tmp/"), ("cancel", "1")):
+            p = daemon.run(*args, prefix=as_user)
+            assert p.returncode == 4, (args, p.stderr)
+            assert b"permission denied" in p.stderr
+            assert b"dstage-test" in p.stderr
+        assert daemon.json("list")[0]["name"] == "ds"
+    finally:
+        subprocess.run(["userdel", user], capture_output=True)
+
+
+def test_progress_bar_on_pty_and_bandwidth_cap(daemon, stager_dir):
+    files = {"f%d" % i: data(10 + i, 2 * MiB) for i in range(4)}
+    make_dataset(stager_dir / "src", files)
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    total = 8 * MiB + (stager_dir / "src" / "SHA256SUMS").stat().st_size
+    rate = 4 * MiB
+    master, slave = pty.openpty()
+    t0 = time.monotonic()
+    p = subprocess.Popen([daemon.exe, "--config", str(daemon.cfg), "stage",
+                          "ds", "--wait", "--bandwidth", "4M"],
+                         stdout=slave, stderr=slave, env=daemon.env)
+    os.close(slave)
+    out = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 30)
+        if not r:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    rc = p.wait(timeout=30)
+    elapsed = time.monotonic() - t0
+    os.close(master)
+    assert rc == 0, out
+    text = out.decode(errors="replace")
+    assert "\r" in text and "[" in text and "#" in text
+    assert "ETA" in text and "files" in text and "/s" in text
+    assert "done" in text
+    # the cap: no faster than 4 MiB/s plus 10% (the first chunk is free)
+    assert total / elapsed <= rate * 1.1, (total, elapsed)
+    assert elapsed < 10
+
+
+def test_plain_progress_lines_and_cancel(daemon, stager_dir):
+    files = {"f%d" % i: data(20 + i, MiB) for i in range(4)}
+    make_dataset(stager_dir / "src", files)
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    p = daemon.run("stage", "ds", "--bandwidth", "1M", check=True)
+    job = int(p.stdout.split()[1])
+    time.sleep(0.5)
+    assert daemon.run("cancel", str(job)).returncode == 0
+    p = daemon.run("status", str(job), "--wait")
+    assert p.returncode == 1 and b"cancelled" in p.stdout
+    assert b"\r" not in p.stdout
+    assert daemon.run("cancel", str(job)).returncode == 1
+
+
+def test_too_big_for_the_cache(tool, stager_dir):
+    s = Stager(tool("stager"), stager_dir, cache_size="4M").start()
+    try:
+        files = {"a": data(30, 3 * MiB), "b": data(31, 3 * MiB)}
+        make_dataset(stager_dir / "src", files)
+        s.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+        p = s.run("stage", "ds")
+        assert p.returncode == 1
+        assert b"larger than the cache" in p.stderr and b"--fit" in p.stderr
+        assert s.json("jobs") == []
+        p = s.run("stage", "ds", "--fit", "--wait")
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        s.stop()
+
+
+def test_daemon_not_running(tool, stager_dir):
+    s = Stager(tool("stager"), stager_dir)
+    p = s.run("list")
+    assert p.returncode == 3
+    assert str(s.sock).encode() in p.stderr and b"not running" in p.stderr
+
+
+def test_ls_file_url(tool, stager_dir):
+    make_dataset(stager_dir / "src", {"x/y": b"12345"})
+    s = Stager(tool("stager"), stager_dir)
+    rows = json.loads(s.run("ls", "file://%s/src/" % stager_dir, "--json",
+                            check=True).stdout)
+    assert {r["key"]: r["size"] for r in rows}["x/y"] == 5
+
+
+def test_kill9_resume_no_refetch(tool, stager_dir, faultproxy):
+    rgw = faultproxy.rgw
+    bucket = "stager-kill9"
+    rgw.make_bucket(bucket)
+    files = {"s%d.bin" % i: data(40 + i, 8 * MiB) for i in range(4)}
+    sums = "".join("%s  %s\n" % (hashlib.sha256(v).hexdigest(), k)
+                   for k, v in sorted(files.items()))
+    for k, v in files.items():
+        assert rgw.put_object(bucket, "ds/" + k, v) == 200
+    assert rgw.put_object(bucket, "ds/SHA256SUMS", sums.encode()) == 200
+    s = Stager(tool("stager"), stager_dir, env=faultproxy.env())
+    s.start()
+    try:
+        s.run("add", "ds", "s3://%s/ds/" % bucket, check=True)
+        faultproxy.reset_stats()
+        p = s.run("stage", "ds", "--bandwidth", "8M", "--parallel", "2",
+                  check=True)
+        job = int(p.stdout.split()[1])
+        for _ in range(100):
+            st = s.json("status", str(job))
+            if st["done"] >= 12 * MiB:
+                break
+            time.sleep(0.1)
+        assert st["state"] == "running" and st["done"] < st["total"]
+        s.stop(signal.SIGKILL)
+        s.start()
+        p = s.run("status", str(job), "--wait", timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert s.json("show", "ds")["cached"] == s.json("show", "ds")["bytes"]
+        assert s.run("verify", "ds", "--cache").returncode == 0
+    finally:
+        s.stop()
+    fetched = {}
+    for r in faultproxy.requests():
+        if r["method"] != "GET" or not r.get("range") or \
+                "SHA256SUMS" in r["path"]:
+            continue
+        a, b = r["range"].split("=")[1].split("-")
+        for blk in range(int(a) // (4 * MiB), int(b) // (4 * MiB) + 1):
+            key = (r["path"], blk)
+            fetched[key] = fetched.get(key, 0) + 1
+    assert len(fetched) == 8  # every 4 MiB block of the 4 objects
+    refetched = sum(n - 1 for n in fetched.values())
+    # at most the blocks in flight at the kill: 2 workers, plus readahead
+    assert refetched <= 4, fetched
