@@ -51,8 +51,10 @@ struct catalog *dsfs_catalog(struct dsfs *fs, int *err)
 		return cat;
 	*err = catalog_open(fs->cfg->catalog_path, CATALOG_READONLY, &cat);
 	if (*err) {
-		log_error("catalog %s: cannot open: %s", fs->cfg->catalog_path,
-			  strerror(-*err));
+		/* A catalog nobody created yet is an empty one (polled). */
+		if (*err != -ENOENT)
+			log_error("catalog %s: cannot open: %s",
+				  fs->cfg->catalog_path, strerror(-*err));
 		return NULL;
 	}
 	pthread_setspecific(dsfs_cat_key, cat);

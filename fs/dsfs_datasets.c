@@ -262,9 +262,10 @@ int dsfs_datasets_refresh(struct dsfs *fs)
 	int ret;
 
 	cat = dsfs_catalog(fs, &ret);
-	if (!cat)
+	if (!cat && ret != -ENOENT)
 		return ret;
-	ret = catalog_dataset_list(cat, dsfs_dslist_add, &l);
+	/* No catalog file yet: no datasets (until one is registered). */
+	ret = cat ? catalog_dataset_list(cat, dsfs_dslist_add, &l) : 0;
 	if (ret)
 		goto out;
 	ents = calloc(l.n ? l.n : 1, sizeof(*ents));
