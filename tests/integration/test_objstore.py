@@ -225,3 +225,17 @@ def test_world_readable_credentials_file_refused(s3_store, tmp_path):
     assert p.returncode == 1
     err = p.stderr.decode()
     assert str(cred) in err and "chmod 600" in err and "sekrit" not in err
+
+
+def test_virtual_host_style(tool, rgw, tmp_path):
+    """bucket.localhost:PORT (scripts/rgw sets rgw dns name = localhost)."""
+    bucket = rgw.make_bucket("vhost-style-bucket")
+    env = rgw.env(AWS_ENDPOINT_URL=f"http://localhost:{rgw.port}",
+                  DSTAGE_S3_PATH_STYLE="false", DSTAGE_LOG_LEVEL="debug")
+    vh = Store(tool("objstore_tool"), f"s3://{bucket}/p/", env)
+    path = Store(tool("objstore_tool"), f"s3://{bucket}/p/", rgw.env())
+    vh.put_bytes("dir/key with space+plus", b"virtual host", tmp_path)
+    assert path.get("dir/key with space+plus", 0, 100).stdout == b"virtual host"
+    assert [k for k, _, _ in vh.ls()] == ["dir/key with space+plus"]
+    p = vh.get("dir/key with space+plus", 8, 4)
+    assert p.stdout == b"host"
