@@ -123,6 +123,7 @@ class Env:
 
     def __init__(self, tool, tmp, extra_env=None, conf=""):
         self.tool, self.tmp = tool, Path(tmp)
+        self.tmp.mkdir(parents=True, exist_ok=True)
         self.cfg = self.tmp / "dstage.conf"
         self.cfg.write_text(
             "[cache]\ndir = %s\nsize = 8G\n[catalog]\npath = %s\n%s" %
