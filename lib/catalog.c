@@ -178,6 +178,12 @@ static const char *const catalog_migrations[] = {
 	" target TEXT,"
 	" old_value TEXT,"
 	" new_value TEXT);",
+
+	/* 2 -> 3: the arguments of a job (the stager's options), kept with
+	 * the job so that a restarted daemon resumes it as submitted. */
+	"CREATE TABLE jobs_args("
+	" job_id INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,"
+	" args TEXT NOT NULL);",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==
@@ -265,7 +271,7 @@ struct catalog {
 	sqlite3_stmt *st[ST_COUNT];
 };
 
-static int catalog_errno(int rc)
+int catalog_sqlite_errno(int rc)
 {
 	switch (rc & 0xff) {
 	case SQLITE_OK:
@@ -299,7 +305,7 @@ static int catalog_sqlerr(sqlite3 *db, int rc, const char *what)
 
 	log_error("catalog %s: %s: %s", file ? file : "?", what,
 		  db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-	return catalog_errno(rc);
+	return catalog_sqlite_errno(rc);
 }
 
 static int catalog_exec(sqlite3 *db, const char *sql)

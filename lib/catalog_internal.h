@@ -35,6 +35,14 @@ int catalog_register_source(struct catalog *cat, const char *name,
  */
 int catalog_migrate(sqlite3 *db, int to);
 
+/*
+ * The -errno for a SQLite result code, for every module that talks to the
+ * catalog file: BUSY/LOCKED -EBUSY, FULL -ENOSPC, CANTOPEN/PERM/READONLY/AUTH
+ * -EACCES, NOMEM -ENOMEM, CORRUPT/NOTADB -EUCLEAN, others -EIO; 0 for
+ * OK/ROW/DONE.
+ */
+int catalog_sqlite_errno(int rc);
+
 /* Rows per write transaction while registering or purging. */
 #define CATALOG_BATCH 20000
 

@@ -24,6 +24,7 @@
 
 #include "dstage/catalog.h"
 #include "dstage/jobs.h"
+#include "catalog_internal.h"
 #include "dstage/log.h"
 
 struct jobs {
@@ -64,34 +65,10 @@ bool jobs_state_final(enum jobs_state st)
 	return st == JOBS_DONE || st == JOBS_FAILED || st == JOBS_CANCELLED;
 }
 
-static int jobs_errno(int rc)
-{
-	switch (rc & 0xff) {
-	case SQLITE_OK:
-	case SQLITE_ROW:
-	case SQLITE_DONE:
-		return 0;
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED:
-		return -EBUSY;
-	case SQLITE_FULL:
-		return -ENOSPC;
-	case SQLITE_CANTOPEN:
-	case SQLITE_PERM:
-	case SQLITE_READONLY:
-	case SQLITE_AUTH:
-		return -EACCES;
-	case SQLITE_NOMEM:
-		return -ENOMEM;
-	default:
-		return -EIO;
-	}
-}
-
 static int jobs_sqlerr(struct jobs *jq, int rc, const char *what)
 {
 	log_error("jobs: %s: %s: %s", jq->path, what, sqlite3_errmsg(jq->db));
-	return jobs_errno(rc);
+	return catalog_sqlite_errno(rc);
 }
 
 static int jobs_exec(struct jobs *jq, const char *sql)
@@ -152,21 +129,15 @@ int jobs_open(const char *path, struct jobs **out)
 		ret = jobs_sqlerr(jq, rc, "user_version");
 		goto err;
 	}
-	if (sqlite3_column_int(st, 0) < 2) {
-		log_error("jobs: %s: catalog schema version %d has no jobs "
-			  "table; open it with the catalog first",
+	if (sqlite3_column_int(st, 0) < 3) {
+		log_error("jobs: %s: catalog schema version %d has no job "
+			  "arguments table; open it with the catalog first",
 			  path, sqlite3_column_int(st, 0));
 		ret = -EPROTO;
 		goto err;
 	}
 	sqlite3_finalize(st);
 	st = NULL;
-	ret = jobs_exec(jq, "CREATE TABLE IF NOT EXISTS jobs_args("
-			    " job_id INTEGER PRIMARY KEY REFERENCES jobs(id)"
-			    "  ON DELETE CASCADE,"
-			    " args TEXT NOT NULL)");
-	if (ret)
-		goto err;
 	*out = jq;
 	return 0;
 err:

@@ -37,7 +37,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 2
+#define CATALOG_SCHEMA_VERSION 3
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /* catalog_open flags */

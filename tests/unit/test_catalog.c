@@ -255,7 +255,7 @@ static void test_migrate_v1(void)
 	CHECK_INT(catalog_open(p, 0, &cat), 0);
 	if (!cat)
 		return;
-	CHECK_INT(catalog_schema_version(cat), 2);
+	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
 	CHECK_INT(catalog_dataset_get(cat, "old", &ds), 0);
 	CHECK_INT(ds.version, 1);
 	CHECK_INT(ds.state, CATALOG_DS_READY);
@@ -283,6 +283,45 @@ static void test_migrate_v1(void)
 	CHECK_STR(ls(cat, "old", "a", NULL, &nm), "b/,d.txt");
 	CHECK_STR(ls(cat, "old", "a/b", NULL, &nm), "c.bin");
 	catalog_close(cat);
+}
+
+/* v2 -> v3: jobs and their new argument table. */
+static void test_migrate_v2(void)
+{
+	struct catalog *cat;
+	sqlite3_stmt *st = NULL;
+	char p[160];
+	sqlite3 *db;
+
+	snprintf(p, sizeof(p), "%s/v2.db", dir);
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK_INT(catalog_migrate(db, 2), 0);
+	CHECK(sqlite3_exec(db,
+			   "INSERT INTO jobs(id, kind, state, created, updated)"
+			   " VALUES (5, 'stage', 'queued', 1, 2);",
+			   0, 0, 0) == SQLITE_OK);
+	/* The table of version 3 is not there yet. */
+	CHECK(sqlite3_exec(db, "SELECT * FROM jobs_args", 0, 0, 0) !=
+	      SQLITE_OK);
+	sqlite3_close(db);
+
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	if (!cat)
+		return;
+	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+	catalog_close(cat);
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK(sqlite3_exec(db,
+			   "INSERT INTO jobs_args VALUES (5, 'parallel=4');", 0,
+			   0, 0) == SQLITE_OK);
+	CHECK(sqlite3_prepare_v2(db,
+				 "SELECT kind, state FROM jobs WHERE id = 5",
+				 -1, &st, NULL) == SQLITE_OK);
+	CHECK(sqlite3_step(st) == SQLITE_ROW);
+	CHECK_STR((const char *)sqlite3_column_text(st, 0), "stage");
+	CHECK_STR((const char *)sqlite3_column_text(st, 1), "queued");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
 }
 
 #define HA "aa00000000000000000000000000000000000000000000000000000000000000"
@@ -743,6 +782,7 @@ int main(void)
 	test_million();
 	test_open_errors();
 	test_migrate_v1();
+	test_migrate_v2();
 
 	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
 	if (cat) {
