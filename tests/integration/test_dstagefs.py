@@ -570,3 +570,71 @@ def test_s3_source_down_eio_within_deadline(rgw, tool, tmp_path):
         assert m.log_text().count("dataset down key obj") == 1
     finally:
         e.cleanup()
+
+
+def test_reads_while_the_stager_fills_the_same_file(denv, tool, tmp_path):
+    """dstagefs readers and a stager prewarm share one cache and one file at
+    the same time: every byte read is right, and afterwards the file is
+    whole in the cache (a re-read fetches nothing)."""
+    import threading
+    src = tmp_path / "shared"
+    src.mkdir()
+    blob = os.urandom(48 << 20)
+    (src / "shard.tar").write_bytes(blob)
+    (src / "SHA256SUMS").write_text(
+        "%s  shard.tar\n" % hashlib.sha256(blob).hexdigest())
+    sock = tmp_path / "stager.sock"
+    with open(denv.cfg, "a") as f:
+        f.write("[daemon]\nsocket = %s\n" % sock)
+    stager = tool("stager")
+    log = open(tmp_path / "daemon.log", "wb")
+    daemon = subprocess.Popen([stager, "daemon"], env=denv.env, stdout=log,
+                              stderr=log)
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        subprocess.run([stager, "add", "shared", "file://%s/" % src],
+                       env=denv.env, check=True, capture_output=True)
+        m = denv.mount()
+        path = m.mnt / "datasets/shared/shard.tar"
+        # A slow prewarm (16 MiB/s: about 3 s) while we read.
+        stage = subprocess.Popen([stager, "stage", "shared", "--wait",
+                                  "--bandwidth", "16M"], env=denv.env,
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+        errors = []
+
+        def reader(seed):
+            rnd = random.Random(seed)
+            with open(path, "rb") as f:
+                for _ in range(40):
+                    off = rnd.randrange(len(blob))
+                    n = rnd.randrange(1, 3 << 20)
+                    f.seek(off)
+                    got = f.read(n)
+                    if got != blob[off:off + n]:
+                        errors.append((seed, off, n))
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        whole = sha256_file(path)
+        for t in threads:
+            t.join(120)
+        out, err = stage.communicate(timeout=120)
+        assert stage.returncode == 0, err.decode()
+        assert not errors, errors[:5]
+        assert whole == hashlib.sha256(blob).hexdigest()
+        p = subprocess.run([stager, "verify", "shared", "--cache"],
+                           env=denv.env, capture_output=True, timeout=120)
+        assert p.returncode == 0 and b"all match" in p.stdout, p.stderr
+        before = m.stats()["bytes_from_source"]
+        subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"])
+        assert sha256_file(path) == hashlib.sha256(blob).hexdigest()
+        assert m.stats()["bytes_from_source"] == before
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        log.close()
