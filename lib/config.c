@@ -23,6 +23,7 @@
 
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "strutil.h"
 
 enum config_type {
 	CT_STRING, /* char *, NULL allowed for optional keys */
@@ -108,20 +109,6 @@ static const struct config_key config_keys[] = {
 };
 
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
-
-static void errf(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void errf(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static const struct config_key *config_find(const char *name)
 {
@@ -368,18 +355,18 @@ int config_set(struct dstage_config *cfg, const char *key, const char *value,
 	int ret;
 
 	if (!k) {
-		errf(err, errlen, "unknown key '%s'", key);
+		strutil_msg(err, errlen, "unknown key '%s'", key);
 		return -EINVAL;
 	}
 	ret = config_set_key(cfg, k, value);
 	if (ret == -ENOMEM) {
-		errf(err, errlen, "out of memory");
+		strutil_msg(err, errlen, "out of memory");
 		return ret;
 	}
 	if (ret) {
 		config_describe_range(k, range, sizeof(range));
-		errf(err, errlen, "bad value '%s' for %s: expected %s%s", value,
-		     key, config_accepts(k), range);
+		strutil_msg(err, errlen, "bad value '%s' for %s: expected %s%s",
+			    value, key, config_accepts(k), range);
 		return -EINVAL;
 	}
 	return 0;
@@ -465,7 +452,7 @@ static int config_ini_handler(void *user, const char *section, const char *name,
 	if (!ret)
 		return 1;
 fail:
-	errf(ctx->err, ctx->errlen, "%s:%d: %s", ctx->path, lineno, msg);
+	strutil_msg(ctx->err, ctx->errlen, "%s:%d: %s", ctx->path, lineno, msg);
 	ctx->ret = ret;
 	return 0;
 }
@@ -482,8 +469,8 @@ static int config_apply_env(struct dstage_config *cfg, char *err, size_t errlen)
 	if (v && *v && !getenv("DSTAGE_S3_ENDPOINT")) {
 		ret = config_set(cfg, "s3.endpoint", v, msg, sizeof(msg));
 		if (ret) {
-			errf(err, errlen, "environment AWS_ENDPOINT_URL: %s",
-			     msg);
+			strutil_msg(err, errlen,
+				    "environment AWS_ENDPOINT_URL: %s", msg);
 			return ret;
 		}
 	}
@@ -493,7 +480,8 @@ static int config_apply_env(struct dstage_config *cfg, char *err, size_t errlen)
 	if (v && *v && !getenv("DSTAGE_S3_REGION")) {
 		ret = config_set(cfg, "s3.region", v, msg, sizeof(msg));
 		if (ret) {
-			errf(err, errlen, "environment AWS_REGION: %s", msg);
+			strutil_msg(err, errlen, "environment AWS_REGION: %s",
+				    msg);
 			return ret;
 		}
 	}
@@ -510,7 +498,8 @@ static int config_apply_env(struct dstage_config *cfg, char *err, size_t errlen)
 			continue;
 		ret = config_set(cfg, config_keys[i].name, v, msg, sizeof(msg));
 		if (ret) {
-			errf(err, errlen, "environment %s: %s", var, msg);
+			strutil_msg(err, errlen, "environment %s: %s", var,
+				    msg);
 			return ret;
 		}
 	}
@@ -523,24 +512,25 @@ static int config_check(const struct dstage_config *cfg, char *err,
 	const char *where = cfg->source_file ? cfg->source_file : "defaults";
 
 	if (cfg->cache_low_watermark >= cfg->cache_high_watermark) {
-		errf(err, errlen,
-		     "%s: cache.low_watermark (%u) must be below "
-		     "cache.high_watermark (%u)",
-		     where, cfg->cache_low_watermark,
-		     cfg->cache_high_watermark);
+		strutil_msg(err, errlen,
+			    "%s: cache.low_watermark (%u) must be below "
+			    "cache.high_watermark (%u)",
+			    where, cfg->cache_low_watermark,
+			    cfg->cache_high_watermark);
 		return -EINVAL;
 	}
 	if (cfg->s3_backoff_base_ms > cfg->s3_backoff_max_ms) {
-		errf(err, errlen,
-		     "%s: s3.backoff_base must not exceed s3.backoff_max",
-		     where);
+		strutil_msg(
+			err, errlen,
+			"%s: s3.backoff_base must not exceed s3.backoff_max",
+			where);
 		return -EINVAL;
 	}
 	if (cfg->cache_size < cfg->cache_block_size) {
-		errf(err, errlen,
-		     "%s: cache.size must hold at least one block of "
-		     "cache.block_size",
-		     where);
+		strutil_msg(err, errlen,
+			    "%s: cache.size must hold at least one block of "
+			    "cache.block_size",
+			    where);
 		return -EINVAL;
 	}
 	return 0;
@@ -555,7 +545,7 @@ int config_load(const char *path, struct dstage_config **out, char *err,
 	FILE *f = NULL;
 	int ret;
 
-	errf(err, errlen, "%s", "");
+	strutil_msg(err, errlen, "%s", "");
 	if (!path) {
 		path = getenv("DSTAGE_CONFIG");
 		explicit = path && *path;
@@ -564,7 +554,7 @@ int config_load(const char *path, struct dstage_config **out, char *err,
 	}
 	ret = config_defaults(&cfg);
 	if (ret) {
-		errf(err, errlen, "out of memory");
+		strutil_msg(err, errlen, "out of memory");
 		goto err;
 	}
 	f = fopen(path, "r");
@@ -572,8 +562,8 @@ int config_load(const char *path, struct dstage_config **out, char *err,
 		ret = -errno;
 		if (ret == -ENOENT && !explicit)
 			goto env; /* no file at all: defaults */
-		errf(err, errlen, "cannot open config file %s: %s", path,
-		     strerror(-ret));
+		strutil_msg(err, errlen, "cannot open config file %s: %s", path,
+			    strerror(-ret));
 		goto err;
 	}
 	cfg->source_file = strdup(path);
@@ -592,9 +582,10 @@ int config_load(const char *path, struct dstage_config **out, char *err,
 	}
 	if (ret) {
 		/* inih: positive = first line with a syntax error. */
-		errf(err, errlen,
-		     "%s:%d: syntax error: expected [section] or key = value",
-		     path, ret);
+		strutil_msg(err, errlen,
+			    "%s:%d: syntax error: expected [section] or key = "
+			    "value",
+			    path, ret);
 		ret = -EINVAL;
 		goto err;
 	}

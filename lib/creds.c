@@ -25,6 +25,7 @@
 #include <ini.h>
 
 #include "creds.h"
+#include "strutil.h"
 
 /* Session tokens run to a few KiB; a line longer than this is malformed. */
 #define CREDS_MAX_LINE (64 * 1024)
@@ -39,20 +40,6 @@ struct creds_parse {
 	bool in_profile; /* a key was seen in the profile's section */
 	int err; /* -ENOMEM from the handler */
 };
-
-static void creds_msg(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void creds_msg(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static void creds_wipe_free(char *s)
 {
@@ -151,25 +138,25 @@ static int creds_from_file(const char *path, bool strict, const char *profile,
 	if (fd < 0) {
 		r = -errno;
 		if (r != -ENOENT)
-			creds_msg(err, errlen,
-				  "credentials file %s: cannot open: %s", path,
-				  strerror(-r));
+			strutil_msg(err, errlen,
+				    "credentials file %s: cannot open: %s",
+				    path, strerror(-r));
 		return r;
 	}
 	if (fstat(fd, &st) < 0) {
 		r = -errno;
-		creds_msg(err, errlen, "credentials file %s: %s", path,
-			  strerror(-r));
+		strutil_msg(err, errlen, "credentials file %s: %s", path,
+			    strerror(-r));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		creds_msg(err, errlen,
-			  "credentials file %s: not a regular file", path);
+		strutil_msg(err, errlen,
+			    "credentials file %s: not a regular file", path);
 		r = -EINVAL;
 		goto out;
 	}
 	if (strict && (st.st_mode & 077)) {
-		creds_msg(
+		strutil_msg(
 			err, errlen,
 			"credentials file %s has mode %04o: group or others "
 			"may access it, refusing to use it; run: chmod 600 %s",
@@ -180,47 +167,47 @@ static int creds_from_file(const char *path, bool strict, const char *profile,
 	f = fdopen(fd, "r");
 	if (!f) {
 		r = -errno;
-		creds_msg(err, errlen, "credentials file %s: %s", path,
-			  strerror(-r));
+		strutil_msg(err, errlen, "credentials file %s: %s", path,
+			    strerror(-r));
 		goto out;
 	}
 	fd = -1;
 	rc = creds_ini_parse(f, &p);
 	if (p.err || rc == -2) {
-		creds_msg(err, errlen, "credentials file %s: out of memory",
-			  path);
+		strutil_msg(err, errlen, "credentials file %s: out of memory",
+			    path);
 		r = -ENOMEM;
 		goto out;
 	}
 	if (rc == -1) {
-		creds_msg(err, errlen, "credentials file %s: cannot read it",
-			  path);
+		strutil_msg(err, errlen, "credentials file %s: cannot read it",
+			    path);
 		r = -EIO;
 		goto out;
 	}
 	if (rc > 0) {
-		creds_msg(err, errlen,
-			  "credentials file %s: line %d: not an INI "
-			  "'[profile]' or 'name = value' line (or too long)",
-			  path, rc);
+		strutil_msg(err, errlen,
+			    "credentials file %s: line %d: not an INI "
+			    "'[profile]' or 'name = value' line (or too long)",
+			    path, rc);
 		r = -EINVAL;
 		goto out;
 	}
 	if (!p.in_profile) {
 		r = strict || explicit ? -EINVAL : -ENOENT;
-		creds_msg(err, errlen,
-			  "credentials file %s: no profile [%s] in it", path,
-			  profile);
+		strutil_msg(err, errlen,
+			    "credentials file %s: no profile [%s] in it", path,
+			    profile);
 		goto out;
 	}
 	if (!p.access_key || !*p.access_key || !p.secret_key ||
 	    !*p.secret_key) {
-		creds_msg(err, errlen,
-			  "credentials file %s: profile [%s] has no %s", path,
-			  profile,
-			  !p.access_key || !*p.access_key
-				  ? "aws_access_key_id"
-				  : "aws_secret_access_key");
+		strutil_msg(err, errlen,
+			    "credentials file %s: profile [%s] has no %s", path,
+			    profile,
+			    !p.access_key || !*p.access_key
+				    ? "aws_access_key_id"
+				    : "aws_secret_access_key");
 		r = -EINVAL;
 		goto out;
 	}
@@ -260,9 +247,9 @@ static int creds_from_env(struct creds *out, char *err, size_t errlen)
 	if (!ak && !sk)
 		return -ENOENT;
 	if (!ak || !sk) {
-		creds_msg(err, errlen, "%s is set but %s is not",
-			  ak ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-			  ak ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+		strutil_msg(err, errlen, "%s is set but %s is not",
+			    ak ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+			    ak ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 		return -EINVAL;
 	}
 	out->access_key = strdup(ak);
@@ -271,7 +258,7 @@ static int creds_from_env(struct creds *out, char *err, size_t errlen)
 	if (!out->access_key || !out->secret_key ||
 	    (tok && !out->session_token)) {
 		creds_release(out);
-		creds_msg(err, errlen, "out of memory");
+		strutil_msg(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	snprintf(out->source, sizeof(out->source), "environment");
@@ -331,15 +318,15 @@ int creds_load(const char *dstage_file, const char *profile, struct creds *out,
 		r = creds_from_file(shared, false, prof, explicit, out, err,
 				    errlen);
 	if (r == -ENOMEM)
-		creds_msg(err, errlen, "out of memory");
+		strutil_msg(err, errlen, "out of memory");
 	if (r == -ENOENT)
-		creds_msg(err, errlen,
-			  "no S3 credentials found: %s%s%sAWS_ACCESS_KEY_ID "
-			  "is not set, and %s has no profile [%s]",
-			  dstage_file ? "credentials file " : "",
-			  dstage_file ? dstage_file : "",
-			  dstage_file ? " does not exist, " : "",
-			  shared ? shared : "$HOME/.aws/credentials", prof);
+		strutil_msg(err, errlen,
+			    "no S3 credentials found: %s%s%sAWS_ACCESS_KEY_ID "
+			    "is not set, and %s has no profile [%s]",
+			    dstage_file ? "credentials file " : "",
+			    dstage_file ? dstage_file : "",
+			    dstage_file ? " does not exist, " : "",
+			    shared ? shared : "$HOME/.aws/credentials", prof);
 	free(shared);
 	return r;
 }

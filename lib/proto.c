@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dstage/proto.h"
+#include "strutil.h"
 
 static bool proto_key_byte(unsigned char c)
 {
@@ -33,17 +34,6 @@ bool proto_key_ok(const char *key)
 		    n >= PROTO_KEY_MAX)
 			return false;
 	return n > 0;
-}
-
-static int proto_hex(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 /* Unescape src[0..len) into dst (room for len + 1); *out: the length. */
@@ -80,8 +70,8 @@ static int proto_unescape(char *dst, const char *src, size_t len, size_t *out)
 
 			if (len - i < 3)
 				return -EINVAL;
-			hi = proto_hex((unsigned char)src[i + 1]);
-			lo = proto_hex((unsigned char)src[i + 2]);
+			hi = strutil_hexval((unsigned char)src[i + 1]);
+			lo = strutil_hexval((unsigned char)src[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				return -EINVAL;
 			dst[o++] = (char)(hi << 4 | lo);

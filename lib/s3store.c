@@ -47,6 +47,7 @@
 #include "objstore_backend.h"
 #include "s3xml.h"
 #include "sigv4.h"
+#include "strutil.h"
 
 #define S3_MAX_XML (64u << 20) /* largest XML answer we accept */
 #define S3_MAX_ERRBODY (64u << 10) /* largest error body kept */
@@ -951,8 +952,7 @@ static int s3_hash_fd(int fd, uint64_t off, uint64_t len, char out[65])
 	}
 	if (EVP_DigestFinal_ex(ctx, md, NULL) != 1)
 		goto out;
-	for (int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	strutil_hex(md, sizeof(md), out);
 	ret = 0;
 out:
 	EVP_MD_CTX_free(ctx);

@@ -21,6 +21,7 @@
 
 #include "dstage/log.h"
 #include "s3xml.h"
+#include "strutil.h"
 
 #define S3XML_MAX_PARTS 10000
 /* Marks a parser context that met a DTD (ctxt->_private). */
@@ -200,17 +201,6 @@ static int s3xml_parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
-static int s3xml_hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decode an EncodingType=url key in place ('+' is a space). */
 static int s3xml_url_decode(char *s)
 {
@@ -220,8 +210,8 @@ static int s3xml_url_decode(char *s)
 		if (*s == '+') {
 			*o++ = ' ';
 		} else if (*s == '%') {
-			int hi = s3xml_hexval(s[1]);
-			int lo = hi < 0 ? -1 : s3xml_hexval(s[2]);
+			int hi = strutil_hexval(s[1]);
+			int lo = hi < 0 ? -1 : strutil_hexval(s[2]);
 
 			if (lo < 0 || (hi == 0 && lo == 0))
 				return -EINVAL;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dstage/sha256sums.h"
+#include "strutil.h"
 
 void sha256sums_init(struct sha256sums_parser *p, sha256sums_entry_cb entry,
 		     sha256sums_bad_cb bad, void *arg)
@@ -29,17 +30,6 @@ void sha256sums_init(struct sha256sums_parser *p, sha256sums_entry_cb entry,
 void sha256sums_release(struct sha256sums_parser *p)
 {
 	(void)p;
-}
-
-static int sha256sums_hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 static int sha256sums_report(struct sha256sums_parser *p, const char *why)
@@ -69,8 +59,8 @@ static int sha256sums_line(struct sha256sums_parser *p, const char *s, size_t n)
 	if (n < 64 + 2)
 		return sha256sums_report(p, "line too short");
 	for (int i = 0; i < 32; i++) {
-		int hi = sha256sums_hexval(s[2 * i]);
-		int lo = sha256sums_hexval(s[2 * i + 1]);
+		int hi = strutil_hexval(s[2 * i]);
+		int lo = strutil_hexval(s[2 * i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return sha256sums_report(p, "bad hex digit in hash");

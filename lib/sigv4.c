@@ -18,6 +18,7 @@
 
 #include "dstage/log.h"
 #include "sigv4.h"
+#include "strutil.h"
 
 #define SIGV4_SHA256_LEN 32
 /* Bounds that no real request comes near; they keep size arithmetic safe. */
@@ -95,17 +96,6 @@ static void sigv4_log_openssl(const char *what)
 	ERR_clear_error();
 }
 
-static void sigv4_hex(const unsigned char *in, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 void sigv4_sha256_hex(const void *data, size_t len, char out[65])
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -117,7 +107,7 @@ void sigv4_sha256_hex(const void *data, size_t len, char out[65])
 		out[0] = '\0';
 		return;
 	}
-	sigv4_hex(md, SIGV4_SHA256_LEN, out);
+	strutil_hex(md, SIGV4_SHA256_LEN, out);
 }
 
 void sigv4_amz_date(time_t t, char out[17])
@@ -543,7 +533,7 @@ static int sigv4_sign(const struct sigv4_request *rq, const char *secret,
 	if (!r)
 		r = sigv4_hmac(k2, sizeof(k2), sts, strlen(sts), k);
 	if (!r)
-		sigv4_hex(k, sizeof(k), sig);
+		strutil_hex(k, sizeof(k), sig);
 	explicit_bzero(seed, slen + 4);
 	explicit_bzero(k, sizeof(k));
 	explicit_bzero(k2, sizeof(k2));

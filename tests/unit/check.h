@@ -20,26 +20,30 @@ static int check_failures;
 		}                                                              \
 	} while (0)
 
-#define CHECK_INT(a, b)                                                        \
-	do {                                                                   \
-		long long check_a_ = (long long)(a), check_b_ = (long long)(b); \
-		if (check_a_ != check_b_) {                                    \
-			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
-				__FILE__, __LINE__, #a, check_a_, #b, check_b_); \
-			check_failures++;                                      \
-		}                                                              \
+#define CHECK_INT(a, b)                                                     \
+	do {                                                                \
+		long long check_a_ = (long long)(a),                        \
+			  check_b_ = (long long)(b);                        \
+		if (check_a_ != check_b_) {                                 \
+			fprintf(stderr,                                     \
+				"%s:%d: %s == %lld, expected %s == %lld\n", \
+				__FILE__, __LINE__, #a, check_a_, #b,       \
+				check_b_);                                  \
+			check_failures++;                                   \
+		}                                                           \
 	} while (0)
 
-#define CHECK_STR(a, b)                                                        \
-	do {                                                                   \
-		const char *check_a_ = (a), *check_b_ = (b);                   \
-		if (!check_a_ || !check_b_ || strcmp(check_a_, check_b_)) {    \
-			fprintf(stderr, "%s:%d: %s == \"%s\", expected \"%s\"\n", \
-				__FILE__, __LINE__, #a,                        \
-				check_a_ ? check_a_ : "(null)",                \
-				check_b_ ? check_b_ : "(null)");               \
-			check_failures++;                                      \
-		}                                                              \
+#define CHECK_STR(a, b)                                                     \
+	do {                                                                \
+		const char *check_a_ = (a), *check_b_ = (b);                \
+		if (!check_a_ || !check_b_ || strcmp(check_a_, check_b_)) { \
+			fprintf(stderr,                                     \
+				"%s:%d: %s == \"%s\", expected \"%s\"\n",   \
+				__FILE__, __LINE__, #a,                     \
+				check_a_ ? check_a_ : "(null)",             \
+				check_b_ ? check_b_ : "(null)");            \
+			check_failures++;                                   \
+		}                                                           \
 	} while (0)
 
 static inline int check_result(void)
