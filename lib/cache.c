@@ -554,8 +554,8 @@ static void cache_obj_free(struct cache_obj *o)
  * on a file that is still linked. -EUCLEAN: the file is not usable (corrupt
  * header nobody could remove, or a hash collision): stream through. */
 static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
-			       const char *name, int *fdp, uint64_t *data_off,
-			       uint64_t *rec_off)
+			       const char *name, bool create, int *fdp,
+			       uint64_t *data_off, uint64_t *rec_off)
 {
 	char path[40];
 	int fd = -1, ret = 0;
@@ -565,6 +565,8 @@ static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 		struct stat st;
 
 		fd = openat(c->objects_fd, path, O_RDWR | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && !create)
+			return -ENOENT;
 		if (fd < 0 && errno == ENOENT) {
 			ret = cache_obj_create(c, obj, name);
 			if (ret && ret != -EEXIST)
@@ -636,10 +638,11 @@ static void cache_trim_idle(struct cache *c, bool all)
 
 /*
  * Get a referenced open object for obj. *op is NULL (and 0 returned) when the
- * object cannot be cached (bad file in use): the caller streams.
+ * object cannot be cached (bad file in use: the caller streams), or when it
+ * has no file and create is false.
  */
 static int cache_obj_get(struct cache *c, const struct cache_object *obj,
-			 struct cache_obj **op)
+			 bool create, struct cache_obj **op)
 {
 	char name[33];
 	struct cache_obj *o, *other;
@@ -712,9 +715,9 @@ static int cache_obj_get(struct cache *c, const struct cache_object *obj,
 			goto err;
 		}
 	}
-	ret = cache_obj_open_file(c, obj, name, &o->fd, &o->data_off,
+	ret = cache_obj_open_file(c, obj, name, create, &o->fd, &o->data_off,
 				  &o->rec_off);
-	if (ret == -EUCLEAN) {
+	if (ret == -EUCLEAN || (ret == -ENOENT && !create)) {
 		cache_obj_free(o);
 		return 0;
 	}
@@ -732,7 +735,7 @@ static int cache_obj_get(struct cache *c, const struct cache_object *obj,
 		 * descriptor's shared lock goes away with it. */
 		pthread_mutex_unlock(&c->lock);
 		cache_obj_free(o);
-		return cache_obj_get(c, obj, op);
+		return cache_obj_get(c, obj, create, op);
 	}
 	o->used_at = ++c->tick;
 	o->next = c->objs;
@@ -1371,7 +1374,7 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 
 		if (!j->objs[i].size)
 			continue;
-		if (cache_obj_get(c, &j->objs[i], &o) || !o)
+		if (cache_obj_get(c, &j->objs[i], true, &o) || !o)
 			continue;
 		for (uint64_t b = 0; b < o->nblocks && !no_space; b += step) {
 			uint64_t e =
@@ -1496,7 +1499,7 @@ ssize_t cache_read(struct cache *c, const struct cache_object *obj,
 		len = obj->size - off;
 	if (len == 0)
 		return 0;
-	ret = cache_obj_get(c, obj, &o);
+	ret = cache_obj_get(c, obj, true, &o);
 	if (ret)
 		return ret;
 	if (!o)
@@ -1523,7 +1526,7 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 		return -EAGAIN;
 	if (len > obj->size - off)
 		len = obj->size - off;
-	ret = cache_obj_get(c, obj, &o);
+	ret = cache_obj_get(c, obj, false, &o);
 	if (ret)
 		return ret;
 	if (!o)
@@ -1565,7 +1568,7 @@ int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
 		return 0;
 	if (len == 0 || len > obj->size - off)
 		len = obj->size - off;
-	ret = cache_obj_get(c, obj, &o);
+	ret = cache_obj_get(c, obj, true, &o);
 	if (ret)
 		return ret;
 	if (!o)
@@ -1608,7 +1611,7 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 	*bytes = 0;
 	if (!obj->size)
 		return 0;
-	ret = cache_obj_get(c, obj, &o);
+	ret = cache_obj_get(c, obj, false, &o);
 	if (ret || !o)
 		return ret;
 	for (uint64_t b = 0; b < o->nblocks; b += CACHE_MAX_BATCH) {
@@ -1622,6 +1625,60 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 			if (cache_rec_valid(&recs[i], b + i))
 				*bytes += cache_block_len(o, b + i);
 	}
+	cache_obj_put(o);
+	return ret;
+}
+
+int cache_object_verify(struct cache *c, const struct cache_object *obj,
+			uint64_t *present, uint64_t *bad)
+{
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	struct cache_obj *o = NULL;
+	char *buf = NULL;
+	int ret;
+
+	if (!c || !obj || !present || !bad)
+		return -EINVAL;
+	*present = *bad = 0;
+	if (!obj->size)
+		return 0;
+	ret = cache_obj_get(c, obj, false, &o);
+	if (ret || !o)
+		return ret;
+	buf = malloc(c->bs);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t b = 0; b < o->nblocks && !ret; b += CACHE_MAX_BATCH) {
+		uint64_t n = o->nblocks - b < CACHE_MAX_BATCH ? o->nblocks - b
+							      : CACHE_MAX_BATCH;
+
+		ret = cache_read_recs(o, b, n, recs);
+		for (uint64_t i = 0; i < n && !ret; i++) {
+			uint64_t k = b + i, len = cache_block_len(o, k);
+			struct uring_io io = { buf, len,
+					       o->data_off + k * c->bs };
+
+			if (!cache_rec_valid(&recs[i], k))
+				continue;
+			(*present)++;
+			ret = uring_rw(o->fd, &io, 1, false);
+			if (ret)
+				break;
+			pthread_mutex_lock(&o->lock);
+			bool ok = XXH3_64bits(buf, len) == recs[i].sum;
+
+			cache_set_verified(o, k, ok);
+			pthread_mutex_unlock(&o->lock);
+			if (!ok) {
+				(*bad)++;
+				cache_log_corrupt(o, k);
+			}
+		}
+	}
+out:
+	free(buf);
 	cache_obj_put(o);
 	return ret;
 }

@@ -197,7 +197,9 @@ int uring_rw(int fd, struct uring_io *ios, size_t n, bool write)
 	}
 	goto out;
 drain:
-	/* An error: stop queueing and wait for what is in flight. */
+	/* An error: stop queueing and wait for what is in flight, submitting
+	 * first any re-queued SQE not yet handed to the kernel. */
+	io_uring_submit(ring);
 	while (inflight) {
 		struct io_uring_cqe *cqe;
 

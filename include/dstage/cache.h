@@ -100,8 +100,19 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 			 uint64_t *bytes);
 
 /*
+ * Check every present block of the object against its checksum without
+ * fetching anything (stager verify, crash tests): *present gets the number
+ * of present blocks, *bad those whose bytes fail their checksum (each is
+ * counted in checksum_failures and logged; the next read re-fetches it).
+ * Returns 0 or -errno (-EIO for a local read error).
+ */
+int cache_object_verify(struct cache *c, const struct cache_object *obj,
+			uint64_t *present, uint64_t *bad);
+
+/*
  * Drop the object's cached blocks (e.g. verify --repair after a mismatch,
- * or a dataset removed). Returns 0 or -errno.
+ * or a dataset removed). Returns 0, -EBUSY when a reader (this process or
+ * another) has the object open, or -errno.
  */
 int cache_object_drop(struct cache *c, const struct cache_object *obj);
 

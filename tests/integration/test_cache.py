@@ -1,0 +1,391 @@
+"""Integration tests of the block cache (lib/cache.c) through
+tests/tools/cache_tool, against radosgw and file:// sources: bytes equal the
+source, kill -9 during fills, a flipped byte, 2 processes x 8 threads
+fetching each block once, a small tmpfs that fills up (pins, quotas,
+priorities), a source object replaced under a snapshot, and the io_uring
+fallback path."""
+import hashlib
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+class Cache:
+    """cache_tool bound to a source URL, a cache dir and a catalog."""
+
+    def __init__(self, tool, url, env, tmp, block_size="64K", **conf):
+        self.tool, self.url = tool, url
+        self.dir = tmp / "cache"
+        self.env = dict(env)
+        self.env.update(DSTAGE_CACHE_DIR=str(self.dir),
+                        DSTAGE_CACHE_BLOCK_SIZE=block_size,
+                        DSTAGE_CATALOG_PATH=str(tmp / "catalog.db"),
+                        DSTAGE_LOG_LEVEL="warn")
+        self.env.pop("DSTAGE_CONFIG", None)
+        for k, v in conf.items():
+            self.env["DSTAGE_CACHE_" + k.upper()] = str(v)
+
+    def cmd(self, ds, *args, opts=(), env=None):
+        e = dict(self.env)
+        e.update(env or {})
+        return [self.tool] + list(opts) + [self.url, ds] + list(args), e
+
+    def run(self, ds, *args, opts=(), check=True, env=None, timeout=600):
+        argv, e = self.cmd(ds, *args, opts=opts, env=env)
+        p = subprocess.run(argv, env=e, capture_output=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError("cache_tool %s failed: %s" %
+                                 (args, p.stderr.decode(errors="replace")))
+        return p
+
+    @staticmethod
+    def stats(p):
+        for line in reversed(p.stderr.decode(errors="replace").splitlines()):
+            if line.startswith("stats: "):
+                return json.loads(line[7:])
+        raise AssertionError("no stats in: %r" % p.stderr)
+
+    def read(self, ds, key, off, length, **kw):
+        return self.run(ds, "read", key, str(off), str(length), **kw)
+
+    def present(self, ds, key):
+        return int(self.run(ds, "present", key).stdout)
+
+    def verify(self, ds, key):
+        present, bad = self.run(ds, "verify", key).stdout.split()
+        return int(present), int(bad)
+
+
+class Source:
+    def __init__(self, url, put, env):
+        self.url, self.put, self.env = url, put, env
+
+
+@pytest.fixture
+def file_source(tmp_path):
+    root = tmp_path / "src"
+    root.mkdir()
+
+    def put(key, data):
+        p = root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = root / (".dstage-tmp.t" + key.replace("/", "_"))
+        tmp.write_bytes(data)
+        os.rename(tmp, p)
+    return Source(f"file://{root}/", put, dict(os.environ))
+
+
+@pytest.fixture
+def s3_source(tool, rgw, request, tmp_path):
+    bucket = "c-" + hashlib.sha1(request.node.name.encode()).hexdigest()[:20]
+    rgw.make_bucket(bucket)
+    url = f"s3://{bucket}/pfx/"
+    env = rgw.env()
+
+    def put(key, data):
+        f = tmp_path / "upload"
+        f.write_bytes(data)
+        subprocess.run([tool("objstore_tool"), url, "put", key, str(f)],
+                       env=env, check=True, capture_output=True, timeout=600)
+    return Source(url, put, env)
+
+
+@pytest.fixture(params=["file", "s3"])
+def source(request):
+    return request.getfixturevalue(request.param + "_source")
+
+
+def make_cache(tool, source, tmp_path, **kw):
+    return Cache(tool("cache_tool"), source.url, source.env, tmp_path, **kw)
+
+
+def test_bytes_equal_source(tool, source, tmp_path):
+    rnd = random.Random(3)
+    data = rnd.randbytes(3 * MIB + 17)
+    source.put("obj", data)
+    source.put("empty", b"")
+    source.put("one", b"x")
+    c = make_cache(tool, source, tmp_path)
+    bs = 64 * KIB
+    cases = [(rnd.randrange(len(data)), rnd.randrange(1, 300000))
+             for _ in range(12)]
+    cases += [(k * bs - 1, 2) for k in (1, 7, 30)]
+    cases += [(k * bs, bs) for k in (0, 5, 47)]
+    cases += [(len(data) - 1, 1), (len(data) - 5, 100), (len(data), 10)]
+    for off, length in cases:
+        assert c.read("ds", "obj", off, length).stdout == \
+            data[off:off + length], (off, length)
+    assert c.read("ds", "empty", 0, 100).stdout == b""
+    assert c.read("ds", "one", 0, 100).stdout == b"x"
+    p = c.run("ds", "cat", "obj", "100000")
+    assert p.stdout == data
+    # Restart: everything was kept; nothing is fetched again.
+    p = c.run("ds", "cat", "obj", "100000")
+    assert p.stdout == data
+    st = c.stats(p)
+    assert st["fetches"] == 0 and st["bytes_from_source"] == 0, st
+    assert c.verify("ds", "obj") == (49, 0)
+
+
+def one_gib(tmp_path):
+    """1 GiB of pseudo-random bytes in a file, and its SHA-256."""
+    f = tmp_path / "gib"
+    h = hashlib.sha256()
+    rnd = random.Random(1)
+    block = rnd.randbytes(16 * MIB)
+    with open(f, "wb") as out:
+        for i in range(64):
+            chunk = bytes([i]) + block[1:]
+            h.update(chunk)
+            out.write(chunk)
+    return f, h.hexdigest()
+
+
+def cat_sha(c, ds, key, chunk):
+    argv, e = c.cmd(ds, "cat", key, str(chunk))
+    p = subprocess.Popen(argv, env=e, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    h = hashlib.sha256()
+    n = 0
+    while True:
+        b = p.stdout.read(4 * MIB)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    err = p.stderr.read()
+    assert p.wait() == 0, err
+    return h.hexdigest(), n, Cache.stats(subprocess.CompletedProcess(
+        argv, 0, b"", err))
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_one_gib_object(tool, kind, request, tmp_path):
+    source = request.getfixturevalue(kind + "_source")
+    f, sha = one_gib(tmp_path)
+    if kind == "file":
+        os.rename(f, Path(source.url[7:]) / "gib")
+    else:
+        subprocess.run([tool("objstore_tool"), source.url, "put", "gib",
+                        str(f)], env=source.env, check=True,
+                       capture_output=True, timeout=600)
+        f.unlink()
+    c = make_cache(tool, source, tmp_path, block_size="4M")
+    got, n, st = cat_sha(c, "ds", "gib", 4 * MIB)
+    assert (got, n) == (sha, 1 << 30)
+    assert st["fetches"] == 256, st
+    got, n, st = cat_sha(c, "ds", "gib", 1 * MIB)
+    assert (got, n) == (sha, 1 << 30)
+    assert st["fetches"] == 0, st
+
+
+def test_kill9_while_filling(tool, file_source, tmp_path):
+    """kill -9 a filling process 50 times at random moments; afterwards every
+    present block verifies, reads are correct, and the next run fetches only
+    the blocks that were missing."""
+    data = random.Random(9).randbytes(256 * KIB + 100)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path, block_size="4K",
+                   readahead_max=4)
+    nblocks = (len(data) + 4095) // 4096
+    rnd = random.Random(50)
+    deadline = time.monotonic() + 60
+    kills = 0
+    for i in range(50):
+        if c.present("ds", "obj") > len(data) * 3 // 4:
+            c.run("ds", "drop", "obj")  # start over: keep filling
+        args = (["cat", "obj", "4096"] if i % 2 else
+                ["threads", "obj", "4", "4096"])
+        argv, e = c.cmd("ds", *args, opts=["--slow-us", "20000"])
+        p = subprocess.Popen(argv, env=e, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(rnd.uniform(0.002, 0.3))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        kills += p.returncode == -signal.SIGKILL
+        present, bad = c.verify("ds", "obj")
+        assert bad == 0, (i, present)
+        assert time.monotonic() < deadline, "kill loop too slow"
+    assert kills >= 45
+    present, bad = c.verify("ds", "obj")
+    assert bad == 0
+    assert 0 < present < nblocks, present
+    p = c.run("ds", "cat", "obj", "4096")
+    assert p.stdout == data
+    st = c.stats(p)
+    assert st["fetches"] == nblocks - present, (st, present)
+    assert st["source_requests"] == nblocks - present + 1, st  # + HEAD
+
+
+def object_files(cache_dir):
+    return sorted((cache_dir / "objects").glob("*/*"))
+
+
+def test_flipped_byte_is_refetched(tool, source, tmp_path):
+    data = random.Random(4).randbytes(1 * MIB)
+    source.put("obj", data)
+    c = make_cache(tool, source, tmp_path)
+    assert c.run("ds", "cat", "obj").stdout == data
+    [f] = object_files(c.dir)
+    with open(f, "r+b") as fh:
+        data_off = struct.unpack("<Q", fh.read(32)[24:32])[0]
+        fh.seek(data_off + 5 * 64 * KIB + 1234)
+        b = fh.read(1)
+        fh.seek(data_off + 5 * 64 * KIB + 1234)
+        fh.write(bytes([b[0] ^ 0x01]))
+    p = c.read("ds", "obj", 5 * 64 * KIB, 64 * KIB)
+    assert p.stdout == data[5 * 64 * KIB:6 * 64 * KIB]
+    st = c.stats(p)
+    assert st["checksum_failures"] == 1 and st["fetches"] == 1, st
+    assert b"block 5 failed its checksum" in p.stderr
+    assert c.verify("ds", "obj") == (16, 0)
+    p = c.run("ds", "cat", "obj")
+    assert p.stdout == data and c.stats(p)["fetches"] == 0
+
+
+def test_two_processes_eight_threads_fetch_once(tool, source, tmp_path):
+    data = random.Random(5).randbytes(4 * MIB + 3)
+    source.put("obj", data)
+    c = make_cache(tool, source, tmp_path)
+    procs = []
+    for _ in range(2):
+        argv, e = c.cmd("ds", "threads", "obj", "8", "50000",
+                        opts=["--slow-us", "2000"])
+        procs.append(subprocess.Popen(argv, env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE))
+    fetches = 0
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        fetches += Cache.stats(subprocess.CompletedProcess(
+            [], 0, out, err))["fetches"]
+    assert fetches == 65
+    p = c.run("ds", "cat", "obj")
+    assert p.stdout == data and c.stats(p)["fetches"] == 0
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    d = tmp_path / "small"
+    d.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs",
+                        str(d)], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a tmpfs: %s" % p.stderr.decode())
+    yield d
+    subprocess.run(["umount", str(d)], check=True)
+
+
+def test_small_filesystem_fills_up(tool, file_source, tmp_path, tmpfs):
+    """A cache larger than its 8 MiB filesystem: writes hit ENOSPC, and
+    reads still succeed (evicting, then streaming)."""
+    rnd = random.Random(6)
+    objs = {f"o{i}": rnd.randbytes(1536 * KIB) for i in range(10)}
+    for k, v in objs.items():
+        file_source.put(k, v)
+    c = make_cache(tool, file_source, tmpfs, size="64M")
+    for k, v in objs.items():
+        assert c.run("ds", "cat", k).stdout == v
+    for k, v in objs.items():
+        assert c.run("ds", "cat", k).stdout == v
+    os.statvfs(tmpfs)
+
+
+def test_eviction_pins_quotas_priorities(tool, file_source, tmp_path,
+                                         tmpfs):
+    """A 6 MiB cache (high 90%, low 80%) on an 8 MiB tmpfs: the lowest
+    priority goes first and, within it, the least recently used object;
+    pins are never evicted; a dataset never holds more than its quota; when
+    everything is pinned, reads stream through and still succeed."""
+    rnd = random.Random(7)
+    objs = {k: rnd.randbytes(1 * MIB) for k in
+            ("p1", "p2", "l1", "l2", "h1", "h2", "h3", "q1", "q2", "x")}
+    for k, v in objs.items():
+        file_source.put(k, v)
+    c = make_cache(tool, file_source, tmpfs, size="6M", high_watermark=90,
+                   low_watermark=80, readahead_max=2)
+    c.env["DSTAGE_CATALOG_PATH"] = str(tmp_path / "catalog.db")
+    c.run("pin", "policy", "pinned", "1")
+    c.run("low", "policy", "priority", "-5")
+    c.run("high", "policy", "priority", "10")
+    c.run("quota", "policy", "quota", str(1536 * KIB))
+    c.run("quota", "policy", "priority", "20")
+    order = [("pin", "p1"), ("low", "l1"), ("high", "h1"), ("low", "l2"),
+             ("high", "h2"), ("low", "l1")]
+    for ds, k in order:
+        assert c.run(ds, "cat", k).stdout == objs[k]
+        time.sleep(1.1)  # distinct access times (1 s resolution)
+    # 5 MiB used; h3 crosses the high mark: l2 (low priority, least
+    # recently used) goes, and nothing else is needed.
+    p = c.run("high", "cat", "h3")
+    assert p.stdout == objs["h3"]
+    assert c.stats(p)["evictions"] == 1
+    assert c.present("low", "l2") == 0
+    assert c.present("low", "l1") == MIB
+    for ds, k in [("pin", "p1"), ("high", "h1"), ("high", "h2")]:
+        assert c.present(ds, k) == MIB, k
+    # The quota dataset never holds more than 1.5 MiB: q2 evicts q1.
+    for k in ("q1", "q2"):
+        assert c.run("quota", "cat", k).stdout == objs[k]
+    assert c.present("quota", "q1") + c.present("quota", "q2") <= 1536 * KIB
+    assert c.present("quota", "q2") == MIB
+    assert c.present("pin", "p1") == MIB
+    # Everything pinned: reads still succeed, uncached; pins stay.
+    for ds in ("low", "high", "quota"):
+        c.run(ds, "policy", "pinned", "1")
+    time.sleep(2.1)  # the cache trusts a dataset's policy for 2 s
+    for k in ("p2", "x"):
+        p = c.run("pin", "cat", k)
+        assert p.stdout == objs[k]
+    st = c.stats(p)
+    assert st["streamed"] > 0 and st["used"] <= 6 * MIB, st
+    assert c.present("pin", "p1") == MIB
+
+
+def test_replaced_source_object_fails_with_eio(tool, source, tmp_path):
+    v1 = random.Random(10).randbytes(1 * MIB)
+    v2 = random.Random(11).randbytes(1 * MIB)
+    source.put("snap", v1)
+    c = make_cache(tool, source, tmp_path)
+    etag = c.run("ds", "read", "snap", "0", "1", env={
+        "DSTAGE_LOG_LEVEL": "debug"}).stderr  # warm block 0
+    head = subprocess.run([c.tool.replace("cache_tool", "objstore_tool"),
+                           source.url, "head", "snap"], env=source.env,
+                          capture_output=True, check=True)
+    etag = head.stdout.decode().split("\t")[1]
+    time.sleep(0.02)
+    source.put("snap", v2)
+    snap = ["--etag", etag, "--size", str(len(v1))]
+    p = c.run("ds", "read", "snap", "0", str(len(v1)), opts=snap,
+              check=False)
+    assert p.returncode == 1 and p.stdout == b""
+    err = p.stderr.decode()
+    assert "error: EIO" in err and "ds/snap" in err and \
+        "changed under the snapshot" in err, err
+    # The block cached before the change still reads as the old version.
+    assert c.run("ds", "read", "snap", "0", "1000",
+                 opts=snap).stdout == v1[:1000]
+    # The new version reads as itself.
+    assert c.run("ds", "cat", "snap").stdout == v2
+
+
+def test_io_uring_fallback(tool, file_source, tmp_path):
+    data = random.Random(12).randbytes(2 * MIB + 5)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path)
+    env = {"DSTAGE_NO_URING": "1", "DSTAGE_LOG_LEVEL": "info"}
+    p = c.run("ds", "cat", "obj", env=env)
+    assert p.stdout == data
+    assert p.stderr.decode().count("io_uring disabled") == 1
+    p = c.run("ds", "cat", "obj", env=env)
+    assert p.stdout == data and c.stats(p)["fetches"] == 0
