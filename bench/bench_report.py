@@ -1,0 +1,246 @@
+#!/usr/bin/python3
+"""bench_report: turn a bench/run results JSON into the Markdown table (with
+the ratios dstage/limit and dstage/best peer) and a PNG chart (gnuplot).
+
+    bench/bench_report.py RESULTS.json [--md OUT.md] [--png OUT.png]
+
+Without --md/--png the files go next to RESULTS.json (same name, .md/.png).
+bench/run calls the same functions at the end of a run; the harness test
+(tests/integration/test_bench_harness.py) calls them on a recorded JSON.
+
+Results format (schema 1): {"schema": 1, "date", "mode", "command", ...,
+"rows": [{"id", "what", "unit", "limit", "limit_what", "target",
+"systems": {"dstage": {"value", "truncated"}, "s3fs": {...}, ...}}]}.
+A value is a number or null (not measured; the entry may say "why").
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+SYSTEMS = ("dstage", "s3fs", "rclone")
+PEERS = ("s3fs", "rclone")
+
+
+class ResultsError(ValueError):
+    pass
+
+
+def load(path):
+    with open(path) as f:
+        res = json.load(f)
+    validate(res)
+    return res
+
+
+def validate(res):
+    if not isinstance(res, dict) or res.get("schema") != 1:
+        raise ResultsError("not a bench results file (schema 1)")
+    rows = res.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise ResultsError("results have no rows")
+    ids = set()
+    for r in rows:
+        for k in ("id", "what", "unit", "systems"):
+            if k not in r:
+                raise ResultsError(f"row {r.get('id', '?')} lacks '{k}'")
+        if r["id"] in ids:
+            raise ResultsError(f"row id {r['id']} appears twice")
+        ids.add(r["id"])
+        for name, s in r["systems"].items():
+            v = s.get("value")
+            if v is not None and (not isinstance(v, (int, float)) or v < 0
+                                  or math.isnan(v)):
+                raise ResultsError(f"row {r['id']}, {name}: bad value {v!r}")
+        lim = r.get("limit")
+        if lim is not None and (not isinstance(lim, (int, float)) or lim <= 0):
+            raise ResultsError(f"row {r['id']}: bad limit {lim!r}")
+
+
+def value(row, system):
+    s = row["systems"].get(system) or {}
+    return s.get("value")
+
+
+def ratios(row):
+    """(dstage/limit or None, dstage/best peer or None, best peer name or None)"""
+    d = value(row, "dstage")
+    lim = row.get("limit")
+    r_lim = d / lim if d is not None and lim else None
+    best, best_name = None, None
+    for p in PEERS:
+        v = value(row, p)
+        if v is not None and v > 0 and (best is None or v > best):
+            best, best_name = v, p
+    r_peer = d / best if d is not None and best else None
+    return r_lim, r_peer, best_name
+
+
+def fmt_num(v):
+    if v is None:
+        return "n/a"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def fmt_cell(row, system):
+    s = row["systems"].get(system) or {}
+    v = s.get("value")
+    if v is None:
+        return "n/a"
+    return fmt_num(v) + ("\\*" if s.get("truncated") else "")
+
+
+def fmt_ratio(r, target=None):
+    if r is None:
+        return "n/a"
+    txt = f"{r:.2f}"
+    if target is not None:
+        txt += " ok" if r >= target else f" **below {target}**"
+    return txt
+
+
+def markdown(res):
+    out = []
+    out.append(f"Run: `{res.get('command', 'bench/run')}` ({res.get('mode', '?')}), "
+               f"{res.get('date', '?')}, {res.get('host', {}).get('summary', '')}".rstrip(", "))
+    out.append("")
+    out.append("| workload | unit | limit | limit is | dstage | s3fs | rclone "
+               "| dstage/limit (target) | dstage/best peer |")
+    out.append("| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |")
+    for row in res["rows"]:
+        r_lim, r_peer, best = ratios(row)
+        tgt = row.get("target")
+        lim_txt = fmt_ratio(r_lim, tgt) if tgt is not None else fmt_ratio(r_lim)
+        peer_txt = fmt_ratio(r_peer) + (f" ({best})" if best else "")
+        out.append("| " + " | ".join([
+            row["what"], row["unit"], fmt_num(row.get("limit")),
+            row.get("limit_what", ""),
+            fmt_cell(row, "dstage"), fmt_cell(row, "s3fs"), fmt_cell(row, "rclone"),
+            lim_txt, peer_txt]) + " |")
+    out.append("")
+    out.append("\\* the phase hit its time cap: the figure is the rate over the part "
+               "read before the cap. n/a: not measured (see notes).")
+    lims = res.get("limits") or {}
+    if lims:
+        out.append("")
+        out.append("Limits measured in the same run:")
+        out.append("")
+        out.append("| limit | figure |")
+        out.append("| --- | ---: |")
+        for k in sorted(lims):
+            v = lims[k]
+            out.append(f"| {k} | {fmt_num(v) if isinstance(v, (int, float)) else v} |")
+    notes = res.get("notes") or []
+    if notes:
+        out.append("")
+        out.append("Notes:")
+        out.append("")
+        for n in notes:
+            out.append(f"- {n}")
+    return "\n".join(out) + "\n"
+
+
+def gnuplot_terminal():
+    gp = shutil.which("gnuplot")
+    if not gp:
+        raise RuntimeError("gnuplot not found (Debian: apt-get install -y gnuplot-nox)")
+    r = subprocess.run([gp, "-e", "set terminal"], capture_output=True, text=True,
+                       timeout=30)
+    txt = r.stdout + r.stderr
+    names = {ln.split()[0] for ln in txt.splitlines() if ln.strip()}
+    for t in ("pngcairo", "png"):
+        if t in names:
+            return gp, t
+    raise RuntimeError("gnuplot has neither the pngcairo nor the png terminal")
+
+
+def chart_data(res):
+    """Lines of the gnuplot data file: label, then value/limit per system
+    ('-' when not measured). Only rows with a limit are charted."""
+    lines = ["# workload " + " ".join(SYSTEMS) + "  (figure / limit)"]
+    for row in res["rows"]:
+        lim = row.get("limit")
+        if not lim:
+            continue
+        cols = []
+        for s in SYSTEMS:
+            v = value(row, s)
+            cols.append("-" if v is None else f"{max(v / lim, 1e-3):.4f}")
+        label = row["id"].replace('"', "")
+        lines.append(f'"{label}" ' + " ".join(cols))
+    return lines
+
+
+def chart(res, png_path):
+    gp, term = gnuplot_terminal()
+    base = os.path.splitext(png_path)[0]
+    dat, script = base + ".dat", base + ".gp"
+    lines = chart_data(res)
+    if len(lines) < 2:
+        raise RuntimeError("nothing to chart: no row has a limit")
+    with open(dat, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    title = f"dstage bench ({res.get('mode', '?')}, {res.get('date', '?')[:10]}): figure / machine limit"
+    size = "1200,560" if term == "pngcairo" else "1200,560"
+    with open(script, "w") as f:
+        f.write(f"""set terminal {term} size {size}
+set output '{png_path}'
+set title "{title}"
+set termoption noenhanced
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set datafile missing '-'
+set logscale y
+set yrange [0.001:10]
+set ylabel "figure / limit (log; 1 = limit)"
+set grid ytics
+set xtics rotate by -30
+set key top right
+set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lw 2
+plot '{dat}' using 2:xtic(1) title 'dstage', '' using 3 title 's3fs', '' using 4 title 'rclone'
+""")
+    r = subprocess.run([gp, script], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 or not os.path.exists(png_path) or os.path.getsize(png_path) == 0:
+        raise RuntimeError(f"gnuplot failed: {r.stderr.strip()[:500]}")
+    os.unlink(dat)
+    os.unlink(script)
+    return png_path
+
+
+def write_all(res, md_path, png_path):
+    validate(res)
+    with open(md_path, "w") as f:
+        f.write(markdown(res))
+    chart(res, png_path)
+    return md_path, png_path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--md")
+    ap.add_argument("--png")
+    a = ap.parse_args(argv)
+    base = os.path.splitext(a.results)[0]
+    try:
+        res = load(a.results)
+        md, png = write_all(res, a.md or base + ".md", a.png or base + ".png")
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"bench_report: {a.results}: {e}", file=sys.stderr)
+        return 1
+    print(f"bench_report: wrote {md} and {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
