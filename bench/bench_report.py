@@ -172,7 +172,7 @@ def chart_data(res):
         cols = []
         for s in SYSTEMS:
             v = value(row, s)
-            cols.append("-" if v is None else f"{max(v / lim, 1e-3):.4f}")
+            cols.append("-" if v is None else f"{max(v / lim, 1e-3):.4g}")
         label = row["id"].replace('"', "")
         lines.append(f'"{label}" ' + " ".join(cols))
     return lines

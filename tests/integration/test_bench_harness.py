@@ -1,0 +1,173 @@
+"""The bench harness itself (bench/run, bench/bench_report.py), not speed:
+the table, its ratios and the chart are generated from a recorded results
+file (tests/data/bench_results_quick.json, a real `bench/run --quick`), and
+broken results files are refused. Needs gnuplot (gnuplot-nox, installed by
+scripts/install-deps)."""
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_report  # noqa: E402
+
+FIXTURE = REPO / "tests" / "data" / "bench_results_quick.json"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def res():
+    with open(FIXTURE) as f:
+        return json.load(f)
+
+
+def table_rows(md):
+    """{workload text: [cells]} of the main table."""
+    rows = {}
+    for ln in md.splitlines():
+        if ln.startswith("| ") and not ln.startswith("| workload") \
+                and not ln.startswith("| ---") and ln.count("|") == 10:
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_fixture_is_valid(res):
+    bench_report.validate(res)
+    assert {r["id"] for r in res["rows"]} >= {
+        "large_cold", "large_warm", "large_epoch2", "small_cold_1", "small_cold_8",
+        "small_warm_1", "small_warm_8", "stat_all", "stage", "verify_cache"}
+
+
+def test_table_has_every_row_and_right_ratios(res):
+    md = bench_report.markdown(res)
+    rows = table_rows(md)
+    assert len(rows) == len(res["rows"])
+    for r in res["rows"]:
+        cells = rows[r["what"]]
+        d = r["systems"]["dstage"]["value"]
+        # dstage/limit, with the target verdict
+        want = f"{d / r['limit']:.2f}"
+        assert cells[7].startswith(want), (r["id"], cells[7], want)
+        if r.get("target") is not None:
+            verdict = "ok" if d / r["limit"] >= r["target"] else f"**below {r['target']}**"
+            assert cells[7] == f"{want} {verdict}", (r["id"], cells[7])
+        # dstage/best peer, naming the peer
+        peers = {p: (r["systems"].get(p) or {}).get("value") for p in ("s3fs", "rclone")}
+        peers = {p: v for p, v in peers.items() if v}
+        if peers:
+            best = max(peers, key=peers.get)
+            assert cells[8] == f"{d / peers[best]:.2f} ({best})", (r["id"], cells[8])
+        else:
+            assert cells[8] == "n/a"
+
+
+def test_known_figures_of_the_recording(res):
+    rows = table_rows(bench_report.markdown(res))
+    # 272.586 / 572.3 = 0.476; s3fs 370.x is the best peer: 272.586 / 370.x
+    cold = rows["large files, sequential read, cold"]
+    assert cold[4] == "273" and cold[7] == "0.48 **below 0.9**"
+    assert cold[8].endswith("(s3fs)")
+    stat = rows["stat every file of the metadata tree"]
+    assert stat[7] == "1.34 ok"
+    assert rows["stager stage (large files)"][5:7] == ["n/a", "n/a"]
+
+
+def test_truncated_figures_are_marked(res):
+    r = next(r for r in res["rows"] if r["id"] == "small_cold_1")
+    r["systems"]["dstage"]["truncated"] = True
+    r["systems"]["s3fs"]["truncated"] = False
+    cells = table_rows(bench_report.markdown(res))[r["what"]]
+    assert cells[4].endswith("\\*") and not cells[5].endswith("\\*")
+
+
+def test_missing_peer_and_limit(res):
+    r = res["rows"][0]
+    r["systems"]["s3fs"] = {"value": None, "truncated": False, "why": "skipped"}
+    r["systems"]["rclone"] = {"value": None, "truncated": False}
+    r["limit"] = None
+    cells = table_rows(bench_report.markdown(res))[r["what"]]
+    assert cells[5] == cells[6] == "n/a"
+    assert cells[7] == "n/a" and cells[8] == "n/a"
+    # a row without a limit is left out of the chart
+    assert not any(ln.startswith(f'"{r["id"]}"') for ln in bench_report.chart_data(res))
+
+
+def test_chart_data_is_figure_over_limit(res):
+    lines = bench_report.chart_data(res)
+    by_id = {ln.split()[0].strip('"'): ln.split()[1:] for ln in lines[1:]}
+    for r in res["rows"]:
+        vals = by_id[r["id"]]
+        for i, s in enumerate(("dstage", "s3fs", "rclone")):
+            v = (r["systems"].get(s) or {}).get("value")
+            if v is None:
+                assert vals[i] == "-"
+            else:
+                assert float(vals[i]) == pytest.approx(max(v / r["limit"], 1e-3), rel=1e-3)
+
+
+def test_report_cli_writes_table_and_png(tmp_path):
+    src = tmp_path / "r.json"
+    src.write_bytes(FIXTURE.read_bytes())
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "run"), "--report", str(src)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert md.startswith("Run: `bench/run --quick` (quick)")
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 5000
+    # width and height from the IHDR chunk: the size the script asks for
+    w, h = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (w, h) == (1200, 560)
+    # gnuplot's scratch files are cleaned up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md", "r.png"]
+
+
+@pytest.mark.parametrize("breakage", [
+    "no_rows", "bad_schema", "negative", "duplicate", "zero_limit", "no_unit"])
+def test_broken_results_are_refused(res, tmp_path, breakage):
+    bad = copy.deepcopy(res)
+    if breakage == "no_rows":
+        bad["rows"] = []
+    elif breakage == "bad_schema":
+        bad["schema"] = 2
+    elif breakage == "negative":
+        bad["rows"][0]["systems"]["dstage"]["value"] = -1
+    elif breakage == "duplicate":
+        bad["rows"].append(copy.deepcopy(bad["rows"][0]))
+    elif breakage == "zero_limit":
+        bad["rows"][0]["limit"] = 0
+    elif breakage == "no_unit":
+        del bad["rows"][0]["unit"]
+    with pytest.raises(bench_report.ResultsError):
+        bench_report.validate(bad)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(bad))
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_report.py"), str(p)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert re.search(r"bench_report: .*bad\.json: ", out.stderr)
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_committed_results_have_their_table_and_chart():
+    """Every committed bench/results/<date>[-quick].json has its .md and .png
+    and the .md is what the JSON renders to (the docs quote these)."""
+    found = 0
+    for j in sorted((REPO / "bench" / "results").glob("20*.json")):
+        if "incomplete" in j.name:
+            continue
+        res = bench_report.load(j)
+        md = j.with_suffix(".md")
+        assert md.exists(), md
+        assert md.read_text() == bench_report.markdown(res), f"{md} is stale"
+        assert j.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+        found += 1
+    if not found:
+        pytest.skip("no bench results committed yet")
