@@ -1477,8 +1477,13 @@ static void cache_access(struct cache_obj *o, uint64_t off, size_t len)
 	}
 	o->seq_next = off + len;
 	pthread_mutex_unlock(&o->lock);
-	if (ra_n)
-		cache_readahead(o, ra_b, ra_n);
+	if (!ra_n)
+		return;
+	/* Present blocks of the window: have the kernel read them now, so a
+	 * warm stream keeps the disk busy while the reader copies. */
+	posix_fadvise(o->fd, (off_t)(o->data_off + ra_b * c->bs),
+		      (off_t)(ra_n * c->bs), POSIX_FADV_WILLNEED);
+	cache_readahead(o, ra_b, ra_n);
 }
 
 /* ---- reads ---- */
