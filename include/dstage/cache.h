@@ -34,23 +34,23 @@ struct cache;
 
 /* What to read: one object version of one dataset. */
 struct cache_object {
-	const char *dataset;	/* dataset name: pins, quotas, priorities */
-	struct objstore *os;	/* the dataset's source */
-	const char *key;	/* key in os */
-	const char *etag;	/* version (If-Match); "" if the source has none */
-	uint64_t size;		/* from the manifest */
+	const char *dataset; /* dataset name: pins, quotas, priorities */
+	struct objstore *os; /* the dataset's source */
+	const char *key; /* key in os */
+	const char *etag; /* version (If-Match); "" if the source has none */
+	uint64_t size; /* from the manifest */
 };
 
 struct cache_stats {
-	uint64_t capacity;	/* cache.size */
-	uint64_t used;		/* bytes of present blocks */
-	uint64_t pinned;	/* of which in pinned datasets */
-	uint64_t hits, misses;	/* block lookups */
+	uint64_t capacity; /* cache.size */
+	uint64_t used; /* bytes of present blocks */
+	uint64_t pinned; /* of which in pinned datasets */
+	uint64_t hits, misses; /* block lookups */
 	uint64_t bytes_from_cache, bytes_from_source;
-	uint64_t fetches;	/* blocks fetched from the source */
-	uint64_t checksum_failures;	/* cached blocks found corrupt */
-	uint64_t evictions;	/* blocks evicted */
-	uint64_t streamed;	/* reads served uncached (cache full) */
+	uint64_t fetches; /* blocks fetched from the source */
+	uint64_t checksum_failures; /* cached blocks found corrupt */
+	uint64_t evictions; /* blocks evicted */
+	uint64_t streamed; /* reads served uncached (cache full) */
 };
 
 /*
@@ -81,8 +81,8 @@ ssize_t cache_read(struct cache *c, const struct cache_object *obj,
  * where the bytes start, for splice. -EAGAIN when not possible (the caller
  * then uses cache_read).
  */
-int cache_read_fd(struct cache *c, const struct cache_object *obj,
-		  uint64_t off, size_t len, int *fd, uint64_t *fd_off);
+int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
+		  size_t len, int *fd, uint64_t *fd_off);
 
 /*
  * Make [off, off+len) of the object present (len 0: to the end) without
