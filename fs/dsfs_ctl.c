@@ -12,8 +12,9 @@
  * Life of one prefetch handle (struct dsfs_pf), owned by one open file:
  *
  *   OPEN --write--> COLLECTING (complete lines resolved against the
- *   catalog at once; the partial last line kept) --release--> SUBMITTED
- *   (the trailing line resolved, lists handed to the cache, handle freed)
+ *   catalog at once; the partial last line kept) --flush (close)-->
+ *   SUBMITTED (the trailing line resolved, lists handed to the cache, the
+ *   handle emptied: more writes start a new list) --release--> freed
  *
  * Paths are accepted as "datasets/NAME/KEY", "/datasets/NAME/KEY",
  * "<mountpoint>/datasets/NAME/KEY" or "NAME/KEY". Unknown datasets,
@@ -393,6 +394,45 @@ static void dsfs_pf_submit(struct dsfs *fs, struct dsfs_pf *pf)
 	free(objs);
 }
 
+/* Submit what was written since the last submission, then forget it.
+ * pf->lock held. */
+static void dsfs_pf_flush(struct dsfs *fs, struct dsfs_pf *pf)
+{
+	if (!pf->lines && !pf->partial_len)
+		return;
+	dsfs_pf_submit(fs, pf);
+	for (size_t i = 0; i < pf->n; i++) {
+		dsfs_dataset_put(pf->objs[i].ds);
+		free(pf->objs[i].key);
+		free(pf->objs[i].etag);
+	}
+	pf->n = 0;
+	pf->lines = pf->skipped = pf->bytes = 0;
+	pf->partial_len = 0;
+	pf->partial_too_long = false;
+}
+
+/*
+ * FLUSH normally comes with close(2), which waits for its answer; RELEASE
+ * comes later, asynchronously. Submitting on flush means that, usually, when
+ * the writer's close returns the list is with the cache and the status file
+ * shows it. The kernel does not promise a FLUSH for every close (seen here
+ * right after a daemonized mount): then RELEASE submits, a moment later.
+ */
+static int dsfs_ctl_flush(struct dsfs *fs, struct dsfs_node *n,
+			  struct fuse_file_info *fi)
+{
+	struct dsfs_pf *pf;
+
+	if (n->ino != DSFS_INO_PREFETCH || (fi->flags & O_ACCMODE) == O_RDONLY)
+		return 0;
+	pf = (struct dsfs_pf *)(uintptr_t)fi->fh;
+	pthread_mutex_lock(&pf->lock);
+	dsfs_pf_flush(fs, pf);
+	pthread_mutex_unlock(&pf->lock);
+	return 0;
+}
+
 static void dsfs_ctl_release(struct dsfs *fs, struct dsfs_node *n,
 			     struct fuse_file_info *fi)
 {
@@ -405,13 +445,8 @@ static void dsfs_ctl_release(struct dsfs *fs, struct dsfs_node *n,
 	}
 	pf = (struct dsfs_pf *)(uintptr_t)fi->fh;
 	pthread_mutex_lock(&pf->lock);
-	dsfs_pf_submit(fs, pf);
+	dsfs_pf_flush(fs, pf); /* written without a flush (no close) */
 	pthread_mutex_unlock(&pf->lock);
-	for (size_t i = 0; i < pf->n; i++) {
-		dsfs_dataset_put(pf->objs[i].ds);
-		free(pf->objs[i].key);
-		free(pf->objs[i].etag);
-	}
 	free(pf->objs);
 	pthread_mutex_destroy(&pf->lock);
 	free(pf);
@@ -440,6 +475,7 @@ const struct dsfs_subtree dsfs_ctl_subtree = {
 	.open = dsfs_ctl_open,
 	.read = dsfs_ctl_read,
 	.write = dsfs_ctl_write,
+	.flush = dsfs_ctl_flush,
 	.release = dsfs_ctl_release,
 	.setattr = dsfs_ctl_setattr,
 	.access = dsfs_ctl_access,

@@ -467,7 +467,14 @@ def test_prefetch_control_file(denv, tmp_path):
               "datasets/pf/missing", "# comment"]
     with open(m.mnt / ".dstage" / "prefetch", "w") as f:
         f.write("\n".join(lines) + "\n")
-    status = (m.mnt / ".dstage" / "prefetch").read_text()
+    # Handed over at close (FLUSH), or at RELEASE just after when the
+    # kernel sends no FLUSH: poll briefly.
+    deadline = time.time() + 5
+    while True:
+        status = (m.mnt / ".dstage" / "prefetch").read_text()
+        if "objects" in status or time.time() > deadline:
+            break
+        time.sleep(0.05)
     assert "objects 7" in status and "skipped 2" in status, status
     deadline = time.time() + 30
     while m.stats()["bytes_from_source"] < total:

@@ -55,6 +55,17 @@ static int slow_get_many(struct objstore *os, struct objstore_get *reqs,
 	return real_ops->get_many(os, reqs, n);
 }
 
+/* A byte count: plain numbers, or sizes such as 1M (config_parse_size).
+ * Anything else is 0, which the callers refuse or treat as "default". */
+static uint64_t num(const char *s)
+{
+	uint64_t v = 0;
+
+	if (config_parse_size(s, &v))
+		v = strtoull(s, NULL, 0);
+	return v;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: cache_tool [--config F] [--etag E --size N] "
@@ -302,7 +313,7 @@ int main(int argc, char **argv)
 		obj.size = size;
 	}
 	if (!strcmp(cmd, "read") && argc == 3) {
-		size_t len = strtoull(argv[2], NULL, 0);
+		size_t len = num(argv[2]);
 		char *buf = malloc(len ? len : 1);
 		ssize_t got;
 
@@ -315,9 +326,9 @@ int main(int argc, char **argv)
 			      : write_all(STDOUT_FILENO, buf, (size_t)got);
 		free(buf);
 	} else if (!strcmp(cmd, "cat") && argc >= 1) {
-		ret = cat_object(c, &obj,
-				 argc > 1 ? strtoull(argv[1], NULL, 0)
-					  : cache_block_size(c));
+		uint64_t chunk = argc > 1 ? num(argv[1]) : 0;
+
+		ret = cat_object(c, &obj, chunk ? chunk : cache_block_size(c));
 	} else if (!strcmp(cmd, "fetch") && argc >= 1) {
 		ret = cache_fetch(
 			c, &obj, argc > 2 ? strtoull(argv[1], NULL, 0) : 0,
@@ -332,7 +343,7 @@ int main(int argc, char **argv)
 		ret = cache_object_drop(c, &obj);
 	} else if (!strcmp(cmd, "threads") && argc == 3) {
 		ret = run_threads(c, &obj, (unsigned)atoi(argv[1]),
-				  strtoull(argv[2], NULL, 0));
+				  num(argv[2]));
 	} else if (!strcmp(cmd, "verify") && argc == 1) {
 		uint64_t present = 0, bad = 0;
 
