@@ -15,8 +15,8 @@
  *
  *   ABSENT --claim(lock)--> FILLING --data written, fdatasync--> WRITTEN
  *     ^                        |                                    |
- *     |  (claim released by    |                   record written,  |
- *     |   kill: still ABSENT)  v                   fdatasync        v
+ *     |  (claim released by    |                    record written  |
+ *     |   kill: still ABSENT)  v                    (no sync)       v
  *     +------------------- (fetch failed)            PRESENT <------+
  *   PRESENT --checksum mismatch on read--> FILLING (re-fetched, counted)
  *   any --eviction (file unlinked)--> gone
