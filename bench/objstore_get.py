@@ -35,7 +35,9 @@ def rgw_env(tmp):
     subprocess.run([os.path.join(REPO, "scripts", "rgw"), "start", d],
                    check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(d, "env.json")) as f:
-        env = dict(os.environ, **json.load(f))
+        info = json.load(f)
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in info.items() if not isinstance(v, list)})
     return env, d
 
 
