@@ -1074,7 +1074,7 @@ static int s3store_head(struct objstore *os, const char *key,
 	return ret;
 }
 
-struct s3_half {
+struct s3_part {
 	struct s3store *st;
 	struct s3req **reqs;
 	size_t n;
@@ -1082,46 +1082,62 @@ struct s3_half {
 	int ret;
 };
 
-static void *s3_half_run(void *arg)
+static void *s3_part_run(void *arg)
 {
-	struct s3_half *h = arg;
+	struct s3_part *h = arg;
 
 	h->ret = s3_run_some(h->st, h->reqs, h->n, h->limit);
 	return NULL;
 }
 
 /*
- * A large batch of GETs is split between two engine threads, alternating
- * requests so both walk the object front to back: one thread copying every
- * byte and running every TLS/HTTP parser is what keeps a single process
- * behind several parallel curl processes on a busy node.
+ * A large batch of GETs is spread over several engine threads (one per two
+ * requests in flight, at most S3_ENGINE_THREADS), dealing requests out in
+ * turn so that every thread walks the object front to back. One thread
+ * copying every byte and running every HTTP parser is what keeps a single
+ * process behind several parallel curl processes on a busy node.
  */
+#define S3_ENGINE_THREADS 2
+
 static int s3_run_parallel(struct s3store *st, struct s3req *reqs, size_t n)
 {
-	struct s3_half h[2];
+	struct s3_part parts[S3_ENGINE_THREADS];
+	pthread_t tids[S3_ENGINE_THREADS];
+	size_t k = st->inflight / 2, started = 0;
 	struct s3req **ptrs;
-	pthread_t tid;
-	int ret;
+	int ret = 0;
 
-	if (n < 4 || st->inflight < 4)
+	if (k > S3_ENGINE_THREADS)
+		k = S3_ENGINE_THREADS;
+	if (k > n / 2)
+		k = n / 2;
+	if (k < 2)
 		return s3_run(st, reqs, n);
 	ptrs = calloc(n, sizeof(*ptrs));
 	if (!ptrs)
 		return -ENOMEM;
-	for (size_t i = 0, k = 0; k < 2; k++) {
-		h[k] = (struct s3_half){ st, ptrs + i, (n + 1 - k) / 2,
-					 (st->inflight + 1 - k) / 2, 0 };
-		for (size_t j = k; j < n; j += 2)
+	for (size_t t = 0, i = 0; t < k; t++) {
+		parts[t] = (struct s3_part){
+			st, ptrs + i, (n - t + k - 1) / k,
+			(unsigned)((st->inflight - t + k - 1) / k), 0
+		};
+		for (size_t j = t; j < n; j += k)
 			ptrs[i++] = &reqs[j];
 	}
-	if (pthread_create(&tid, NULL, s3_half_run, &h[1])) {
-		free(ptrs);
-		return s3_run(st, reqs, n);
+	for (size_t t = 1; t < k; t++) {
+		if (pthread_create(&tids[t], NULL, s3_part_run, &parts[t]))
+			break;
+		started = t;
 	}
-	s3_half_run(&h[0]);
-	pthread_join(tid, NULL);
+	/* Parts whose thread did not start run here, in turn. */
+	for (size_t t = started + 1; t < k; t++)
+		s3_part_run(&parts[t]);
+	s3_part_run(&parts[0]);
+	for (size_t t = 1; t <= started; t++)
+		pthread_join(tids[t], NULL);
 	free(ptrs);
-	ret = h[0].ret ? h[0].ret : h[1].ret;
+	for (size_t t = 0; t < k && !ret; t++)
+		ret = parts[t].ret;
 	return ret;
 }
 
