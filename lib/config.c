@@ -23,6 +23,7 @@
 
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "inifile.h"
 #include "strutil.h"
 
 enum config_type {
@@ -574,8 +575,8 @@ int config_load(const char *path, struct dstage_config **out, char *err,
 	ctx =
 		(struct config_parse_ctx){ cfg, path, err, errlen,
 					   0,	f,    0,   false };
-	ret = ini_parse_stream(config_ini_reader, &ctx, config_ini_handler,
-			       &ctx);
+	ret = inifile_parse_stream(config_ini_reader, &ctx, config_ini_handler,
+				   &ctx, true);
 	if (ctx.ret) {
 		ret = ctx.ret;
 		goto err;

@@ -25,12 +25,10 @@
 #include <ini.h>
 
 #include "creds.h"
+#include "inifile.h"
 #include "strutil.h"
 
-/* Session tokens run to a few KiB; a line longer than this is malformed. */
-#define CREDS_MAX_LINE (64 * 1024)
-
-static pthread_mutex_t creds_ini_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Session tokens run to a few KiB; lines up to INIFILE_MAX_LINE. */
 
 struct creds_parse {
 	const char *profile;
@@ -96,27 +94,15 @@ static int creds_ini_handler(void *user, const char *section, const char *name,
 }
 
 /* Run libinih on f with the settings the AWS tools' reader implies. */
+static char *creds_ini_reader(char *str, int num, void *stream)
+{
+	return fgets(str, num, stream);
+}
+
 static int creds_ini_parse(FILE *f, struct creds_parse *p)
 {
-	bool stack, realloc_ok, inline_comments;
-	int max_line, rc;
-
-	pthread_mutex_lock(&creds_ini_lock);
-	stack = ini_use_stack;
-	realloc_ok = ini_allow_realloc;
-	inline_comments = ini_allow_inline_comments;
-	max_line = ini_max_line;
-	ini_use_stack = false;
-	ini_allow_realloc = true;
-	ini_allow_inline_comments = false;
-	ini_max_line = CREDS_MAX_LINE;
-	rc = ini_parse_file(f, creds_ini_handler, p);
-	ini_use_stack = stack;
-	ini_allow_realloc = realloc_ok;
-	ini_allow_inline_comments = inline_comments;
-	ini_max_line = max_line;
-	pthread_mutex_unlock(&creds_ini_lock);
-	return rc;
+	return inifile_parse_stream(creds_ini_reader, f, creds_ini_handler, p,
+				    false);
 }
 
 /*

@@ -214,6 +214,30 @@ static void test_bad_values(void)
 	clear_env();
 }
 
+/* Lines past libinih's default 200 bytes are read whole. */
+static void test_long_line(void)
+{
+	struct dstage_config *cfg = NULL;
+	char text[1200], dir[800], err[512];
+	const char *p;
+
+	memset(dir, 'd', sizeof(dir));
+	dir[0] = '/';
+	dir[sizeof(dir) - 1] = '\0';
+	snprintf(text, sizeof(text), "[cache]\ndir = %s\nsize = 2G ; comment\n",
+		 dir);
+	p = write_conf("long.conf", text);
+	clear_env();
+	CHECK_INT(config_load(p, &cfg, err, sizeof(err)), 0);
+	if (!cfg) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	CHECK_STR(cfg->cache_dir, dir);
+	CHECK_INT(cfg->cache_size, 2ULL << 30);
+	config_free(cfg);
+}
+
 static void test_dump_roundtrip(void)
 {
 	struct dstage_config *a = NULL, *b = NULL;
@@ -309,6 +333,7 @@ int main(void)
 	test_defaults_without_file();
 	test_file_and_env();
 	test_bad_values();
+	test_long_line();
 	test_dump_roundtrip();
 	test_docs_list_every_key();
 	char cmd[300];
