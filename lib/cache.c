@@ -814,6 +814,19 @@ static int cache_claim_add(struct cache_obj *o, uint64_t b)
 	return 0;
 }
 
+/* Forget this process's claim on b and wake its waiters. */
+static void cache_claim_drop(struct cache_obj *o, uint64_t b)
+{
+	pthread_mutex_lock(&o->lock);
+	for (size_t i = 0; i < o->nclaims; i++)
+		if (o->claims[i] == b) {
+			o->claims[i] = o->claims[--o->nclaims];
+			break;
+		}
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+}
+
 /*
  * Claim block b for filling: in this process (o->claims), then across
  * processes (OFD lock). wait: block until it is ours; else -EAGAIN if taken.
@@ -836,30 +849,15 @@ static int cache_claim(struct cache_obj *o, uint64_t b, bool wait)
 	if (ret)
 		return ret;
 	ret = cache_ofd_lock(o->fd, CACHE_LOCK_BLOCK + (off_t)b, F_WRLCK, wait);
-	if (ret) {
-		pthread_mutex_lock(&o->lock);
-		for (size_t i = 0; i < o->nclaims; i++)
-			if (o->claims[i] == b) {
-				o->claims[i] = o->claims[--o->nclaims];
-				break;
-			}
-		pthread_cond_broadcast(&o->cond);
-		pthread_mutex_unlock(&o->lock);
-	}
+	if (ret)
+		cache_claim_drop(o, b);
 	return ret;
 }
 
 static void cache_unclaim(struct cache_obj *o, uint64_t b)
 {
 	cache_ofd_unlock(o->fd, CACHE_LOCK_BLOCK + (off_t)b);
-	pthread_mutex_lock(&o->lock);
-	for (size_t i = 0; i < o->nclaims; i++)
-		if (o->claims[i] == b) {
-			o->claims[i] = o->claims[--o->nclaims];
-			break;
-		}
-	pthread_cond_broadcast(&o->cond);
-	pthread_mutex_unlock(&o->lock);
+	cache_claim_drop(o, b);
 }
 
 /* ---- space ---- */

@@ -119,19 +119,28 @@ static const struct config_key *config_find(const char *name)
 	return NULL;
 }
 
+/* A non-negative decimal number after optional blanks; *end is left after
+ * it (its unit). Returns 0 or -EINVAL. */
+static int config_parse_number(const char *s, double *v, char **end)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	*v = strtod(s, end);
+	if (errno || *end == s || !isfinite(*v))
+		return -EINVAL;
+	return 0;
+}
+
 int config_parse_size(const char *s, uint64_t *out)
 {
 	char *end;
 	double v;
 	double mult = 1;
 
-	while (isspace((unsigned char)*s))
-		s++;
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || !isfinite(v))
+	if (config_parse_number(s, &v, &end))
 		return -EINVAL;
 	while (isspace((unsigned char)*end))
 		end++;
@@ -181,13 +190,7 @@ int config_parse_duration_ms(const char *s, unsigned *out)
 	char *end;
 	double v, mult = 1000;
 
-	while (isspace((unsigned char)*s))
-		s++;
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || !isfinite(v))
+	if (config_parse_number(s, &v, &end))
 		return -EINVAL;
 	if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
 		mult = 1000;

@@ -265,24 +265,33 @@ err:
 	return ret;
 }
 
-int jobs_get(struct jobs *jq, int64_t id, struct jobs_job *j)
+/* Step a query that selects one job into j; finalizes st. Returns 0,
+ * -ENOENT (no row) or the query's -errno. */
+static int jobs_one(struct jobs *jq, sqlite3_stmt *st, struct jobs_job *j,
+		    const char *what)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int rc = sqlite3_step(st), ret;
 
-	ret = jobs_prepare(jq, "SELECT " JOBS_COLS "WHERE j.id = ?", &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, id);
-	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW)
 		ret = jobs_fill(st, j, true);
 	else if (rc == SQLITE_DONE)
 		ret = -ENOENT;
 	else
-		ret = jobs_sqlerr(jq, rc, "get");
+		ret = jobs_sqlerr(jq, rc, what);
 	sqlite3_finalize(st);
 	return ret;
+}
+
+int jobs_get(struct jobs *jq, int64_t id, struct jobs_job *j)
+{
+	sqlite3_stmt *st = NULL;
+	int ret;
+
+	ret = jobs_prepare(jq, "SELECT " JOBS_COLS "WHERE j.id = ?", &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, id);
+	return jobs_one(jq, st, j, "get");
 }
 
 int jobs_list(struct jobs *jq, unsigned finished, jobs_cb cb, void *arg)
@@ -508,7 +517,7 @@ int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 	      struct jobs_job *j)
 {
 	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int ret;
 
 	ret = jobs_prepare(jq,
 			   "SELECT " JOBS_COLS "WHERE d.name = ? AND j.kind = ?"
@@ -519,13 +528,5 @@ int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 		return ret;
 	sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
-		ret = jobs_fill(st, j, true);
-	else if (rc == SQLITE_DONE)
-		ret = -ENOENT;
-	else
-		ret = jobs_sqlerr(jq, rc, "last");
-	sqlite3_finalize(st);
-	return ret;
+	return jobs_one(jq, st, j, "last");
 }
