@@ -228,6 +228,9 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 		goto out;
 	}
 	fs.cache = cache;
+	/* Dataset files keep their pages in the mount (keep_cache): the
+	 * cache files' copies of the bytes read would only double them. */
+	cache_set_drop_behind(cache, true);
 	ret = dsfs_poller_start(&fs);
 	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
 	if (ret) {

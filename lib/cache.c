@@ -32,8 +32,10 @@
  *      c->jobs_cv; the dataset table (c->ds) and the catalog connection
  *      (c->cat). Never held across I/O other than one catalog lookup.
  *   3. o->lock (mutex, per open object): o->claims, o->verified, the
- *      sequential-access state (seq_next, window, ra_next) and o->atime.
- *      Never held across I/O or while waiting for another lock.
+ *      sequential-access state (seq_next, window, ra_next), o->atime and
+ *      the landed fills (o->lands, their refs and left). Never held across
+ *      I/O or while waiting for another lock.
+ *   4. c->buf_lock (mutex, a leaf): the idle fill buffers.
  * OFD byte-range locks on each object file (released by the kernel when a
  * process dies):
  *   - byte CACHE_LOCK_INUSE: shared by every process using the file, taken
@@ -45,10 +47,16 @@
  *     holds no other block lock; extra blocks of a batch are only tried
  *     (F_OFD_SETLK): no deadlock across processes.
  *
+ * Landed fills: a fill keeps its buffer, after its blocks became PRESENT,
+ * for the readers that waited on them (struct cache_land); they copy from
+ * memory instead of reading the file back. Only PRESENT, verified bytes
+ * land, so a landed fill is just a faster copy of what the file holds.
+ *
  * Memory: per open object (at most CACHE_MAX_OPEN idle ones are kept) a
  * bitmap of verified blocks, capped at CACHE_VERIFIED_MAX_BITS; fill buffers
- * are bounded by CACHE_BATCH_BYTES per filling thread. Nothing is kept per
- * block of objects nobody reads.
+ * of CACHE_BATCH_BYTES per filling thread, CACHE_FREE_BUFS of them kept
+ * when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
+ * use. Nothing is kept per block of objects nobody reads.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -86,6 +94,10 @@
 #define CACHE_BATCH_BYTES (16u << 20)
 #define CACHE_MAX_BATCH 64
 #define CACHE_POOL_THREADS 4
+#define CACHE_FREE_BUFS CACHE_POOL_THREADS /* idle fill buffers kept */
+#define CACHE_LAND_MAX 8 /* landed fills kept per open object */
+#define CACHE_LAND_BYTES (256u << 20) /* landed fills kept in all */
+#define CACHE_DFD_UNSET (-2)
 #define CACHE_MAX_JOBS 64
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
@@ -136,6 +148,8 @@ struct cache_obj {
 	struct objstore *os;
 	uint64_t size, nblocks, rec_off, data_off;
 	int fd;
+	int dfd; /* o->lock: O_DIRECT writer, CACHE_DFD_UNSET or -1 (none) */
+	bool no_direct; /* o->lock: direct writes were refused */
 	bool inuse_locked; /* holds the shared CACHE_LOCK_INUSE; c->lock */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -147,6 +161,25 @@ struct cache_obj {
 	uint64_t window; /* readahead window, blocks */
 	uint64_t ra_next; /* first block not yet handed to readahead */
 	time_t atime;
+	struct cache_land *lands; /* newest first */
+	unsigned nlands;
+};
+
+/*
+ * A landed fill: the bytes of blocks [b0, b0 + n) of an object, kept in
+ * memory after the fill made them PRESENT so that the readers that waited
+ * for them copy from here instead of reading the file back. Its blocks are
+ * verified (hashed as they arrived, or read and checked). It leaves
+ * o->lands when every byte was copied out once, when newer fills push it
+ * out (CACHE_LAND_MAX per object, CACHE_LAND_BYTES in all) or when the
+ * object goes idle; it is freed when its last reader is done.
+ */
+struct cache_land {
+	struct cache_land *next; /* in o->lands; o->lock */
+	unsigned refs; /* o->lock: 1 while listed, +1 per reader copying */
+	uint64_t b0, n;
+	uint64_t left; /* o->lock: bytes not yet copied out */
+	char *buf;
 };
 
 enum cache_job_kind { CACHE_JOB_READAHEAD, CACHE_JOB_PREFETCH };
@@ -184,6 +217,14 @@ struct cache {
 	bool stopping;
 	pthread_t pool[CACHE_POOL_THREADS];
 	unsigned npool;
+
+	/* c->buf_lock (a leaf: nothing is taken while holding it): */
+	pthread_mutex_t buf_lock;
+	void *free_bufs[CACHE_FREE_BUFS]; /* fill buffers, c->batch blocks */
+	unsigned nfree_bufs;
+	_Atomic uint64_t land_bytes; /* bytes held by landed fills */
+	bool drop_behind; /* set before use: cache_set_drop_behind */
+	bool no_direct; /* DSTAGE_NO_DIRECT=1: fills write through o->fd */
 
 	_Atomic uint64_t used, pinned;
 	_Atomic uint64_t hits, misses, bytes_from_cache, bytes_from_source;
@@ -534,12 +575,19 @@ out:
 	return ret;
 }
 
+static void cache_lands_drop(struct cache_obj *o);
+
 static void cache_obj_free(struct cache_obj *o)
 {
 	if (!o)
 		return;
+	pthread_mutex_lock(&o->lock);
+	cache_lands_drop(o);
+	pthread_mutex_unlock(&o->lock);
 	if (o->fd >= 0)
 		close(o->fd);
+	if (o->dfd >= 0)
+		close(o->dfd);
 	pthread_mutex_destroy(&o->lock);
 	pthread_cond_destroy(&o->cond);
 	free(o->claims);
@@ -695,6 +743,7 @@ static int cache_obj_get(struct cache *c, const struct cache_object *obj,
 		return -ENOMEM;
 	o->c = c;
 	o->fd = -1;
+	o->dfd = CACHE_DFD_UNSET;
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_cond_init(&o->cond, NULL);
 	memcpy(o->name, name, sizeof(name));
@@ -760,7 +809,13 @@ static void cache_obj_put(struct cache_obj *o)
 		return;
 	c = o->c;
 	pthread_mutex_lock(&c->lock);
-	if (--o->refs == 0 && o->inuse_locked) {
+	if (--o->refs == 0) {
+		/* Idle: nobody is waiting for landed fills. */
+		pthread_mutex_lock(&o->lock);
+		cache_lands_drop(o);
+		pthread_mutex_unlock(&o->lock);
+	}
+	if (o->refs == 0 && o->inuse_locked) {
 		/* Idle: let evictors in. */
 		cache_ofd_unlock(o->fd, CACHE_LOCK_INUSE);
 		o->inuse_locked = false;
@@ -970,6 +1025,196 @@ static int cache_fetch_error(struct cache_obj *o, uint64_t b, int ret)
 	return ret;
 }
 
+/* ---- fill buffers and landed fills ---- */
+
+/* A 4 KiB-aligned buffer for c->batch blocks; NULL when out of memory. */
+static char *cache_buf_get(struct cache *c)
+{
+	void *p = NULL;
+
+	pthread_mutex_lock(&c->buf_lock);
+	if (c->nfree_bufs)
+		p = c->free_bufs[--c->nfree_bufs];
+	pthread_mutex_unlock(&c->buf_lock);
+	if (!p && posix_memalign(&p, CACHE_ALIGN, (size_t)c->batch * c->bs))
+		p = NULL;
+	return p;
+}
+
+/* Keep p for the next fill (reused pages need no faulting in). Accepts NULL. */
+static void cache_buf_put(struct cache *c, char *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&c->buf_lock);
+	if (c->nfree_bufs < CACHE_FREE_BUFS) {
+		c->free_bufs[c->nfree_bufs++] = p;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&c->buf_lock);
+	free(p);
+}
+
+/* Drop the cache file's pages of object bytes [off, off + len) when the
+ * reader keeps its own copy (cache_set_drop_behind). */
+static void cache_drop_pages(struct cache_obj *o, uint64_t off, uint64_t len)
+{
+	if (off + len >= o->size) /* the object's last page is whole */
+		len = cache_roundup(o->size, CACHE_ALIGN) - off;
+	if (o->c->drop_behind && len)
+		posix_fadvise(o->fd, (off_t)(o->data_off + off), (off_t)len,
+			      POSIX_FADV_DONTNEED);
+}
+
+/* o->lock held: drop a reference; the last one frees the land. */
+static void cache_land_unref(struct cache_obj *o, struct cache_land *l)
+{
+	struct cache *c = o->c;
+
+	if (--l->refs)
+		return;
+	atomic_fetch_sub(&c->land_bytes, (uint64_t)c->batch * c->bs);
+	cache_buf_put(c, l->buf);
+	free(l);
+}
+
+/* o->lock held: take l out of o->lands (a no-op when it is not there). */
+static void cache_land_unlist(struct cache_obj *o, struct cache_land *l)
+{
+	for (struct cache_land **pp = &o->lands; *pp; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			o->nlands--;
+			cache_land_unref(o, l);
+			return;
+		}
+}
+
+/* o->lock held: forget every landed fill of o. */
+static void cache_lands_drop(struct cache_obj *o)
+{
+	while (o->lands)
+		cache_land_unlist(o, o->lands);
+}
+
+/*
+ * Land buf, which holds blocks [b0, b0 + n) of o, all PRESENT and verified;
+ * used: bytes of them the filling thread copied out itself. Returns true
+ * when the land took buf (the caller must not free it).
+ */
+static bool cache_land_publish(struct cache_obj *o, uint64_t b0, uint64_t n,
+			       char *buf, uint64_t used)
+{
+	struct cache *c = o->c;
+	uint64_t bytes = 0, cost = (uint64_t)c->batch * c->bs;
+	struct cache_land *l;
+
+	for (uint64_t i = 0; i < n; i++)
+		bytes += cache_block_len(o, b0 + i);
+	if (used >= bytes)
+		return false;
+	if (atomic_fetch_add(&c->land_bytes, cost) + cost > CACHE_LAND_BYTES)
+		goto no;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		goto no;
+	l->refs = 1;
+	l->b0 = b0;
+	l->n = n;
+	l->left = bytes - used;
+	l->buf = buf;
+	pthread_mutex_lock(&o->lock);
+	if (o->nlands == CACHE_LAND_MAX) {
+		struct cache_land *old = o->lands;
+
+		while (old->next)
+			old = old->next;
+		cache_land_unlist(o, old);
+	}
+	l->next = o->lands;
+	o->lands = l;
+	o->nlands++;
+	pthread_mutex_unlock(&o->lock);
+	return true;
+no:
+	atomic_fetch_sub(&c->land_bytes, cost);
+	return false;
+}
+
+/* Copy what out wants of block b from a landed fill holding it. Returns
+ * false when none does. */
+static bool cache_land_copy(struct cache_obj *o, uint64_t b,
+			    const struct cache_out *out)
+{
+	struct cache *c = o->c;
+	uint64_t bstart = b * c->bs, bend = bstart + cache_block_len(o, b);
+	uint64_t s = out->off > bstart ? out->off : bstart;
+	uint64_t e = out->off + out->len < bend ? out->off + out->len : bend;
+	uint64_t drop_off = 0, drop_len = 0;
+	struct cache_land *l;
+
+	pthread_mutex_lock(&o->lock);
+	for (l = o->lands; l; l = l->next)
+		if (b >= l->b0 && b < l->b0 + l->n)
+			break;
+	if (l)
+		l->refs++;
+	pthread_mutex_unlock(&o->lock);
+	if (!l)
+		return false;
+	cache_copy_out(o, b, l->buf + (b - l->b0) * c->bs, out);
+	pthread_mutex_lock(&o->lock);
+	l->left -= e - s < l->left ? e - s : l->left;
+	if (l->left == 0) {
+		/* Every byte went to a reader: the file's pages of it are
+		 * not needed in memory either. */
+		drop_off = l->b0 * c->bs;
+		drop_len = l->n * c->bs;
+		cache_land_unlist(o, l);
+	}
+	cache_land_unref(o, l);
+	pthread_mutex_unlock(&o->lock);
+	cache_drop_pages(o, drop_off, drop_len);
+	cache_count(&c->hits, 1);
+	cache_count(&c->bytes_from_cache, e - s);
+	return true;
+}
+
+/*
+ * The descriptor fills write block data through: the object file reopened
+ * with O_DIRECT (through /proc/self/fd, so it is the same inode even if the
+ * file was evicted meanwhile), which spares a copy into the page cache and
+ * its writeback, or -1 where that is not possible (then o->fd).
+ */
+static int cache_obj_dfd(struct cache_obj *o)
+{
+	char path[40];
+	int fd;
+
+	if (o->c->no_direct)
+		return -1;
+	pthread_mutex_lock(&o->lock);
+	fd = o->no_direct ? -1 : o->dfd;
+	pthread_mutex_unlock(&o->lock);
+	if (fd != CACHE_DFD_UNSET)
+		return fd;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", o->fd);
+	fd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0)
+		log_debug("cache: %s/%s: no direct writes (%s): buffered",
+			  o->dataset, o->key, strerror(errno));
+	pthread_mutex_lock(&o->lock);
+	if (o->dfd == CACHE_DFD_UNSET) {
+		o->dfd = fd < 0 ? -1 : fd;
+	} else {
+		if (fd >= 0)
+			close(fd);
+		fd = o->dfd;
+	}
+	pthread_mutex_unlock(&o->lock);
+	return fd;
+}
+
 /* Write the fetched blocks and then their records, each durable before the
  * next step. Returns 0 or -errno (nothing is PRESENT then). */
 static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
@@ -977,7 +1222,7 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 {
 	struct uring_io ios[CACHE_MAX_BATCH];
 	size_t nio = 0;
-	int ret;
+	int ret, dfd = cache_obj_dfd(o);
 
 	for (uint64_t i = 0; i < n; i++) {
 		if (!fetch[i])
@@ -985,9 +1230,26 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 		ios[nio].buf = buf + i * o->c->bs;
 		ios[nio].len = cache_block_len(o, b0 + i);
 		ios[nio].off = o->data_off + (b0 + i) * o->c->bs;
+		if (dfd >= 0 && ios[nio].len % CACHE_ALIGN) {
+			/* Direct I/O writes whole 4 KiB units: pad the
+			 * object's last block (its slot has room). */
+			size_t pad = CACHE_ALIGN - ios[nio].len % CACHE_ALIGN;
+
+			memset((char *)ios[nio].buf + ios[nio].len, 0, pad);
+			ios[nio].len += pad;
+		}
 		nio++;
 	}
-	ret = uring_rw(o->fd, ios, nio, true);
+	ret = uring_rw(dfd >= 0 ? dfd : o->fd, ios, nio, true);
+	if (ret == -EINVAL && dfd >= 0) {
+		/* The filesystem opened it but refuses direct writes. */
+		log_debug("cache: %s/%s: direct writes refused: buffered",
+			  o->dataset, o->key);
+		pthread_mutex_lock(&o->lock);
+		o->no_direct = true; /* dfd is closed with the object */
+		pthread_mutex_unlock(&o->lock);
+		return cache_commit(o, b0, fetch, recs, buf, n);
+	}
 	if (!ret && fdatasync(o->fd))
 		ret = -errno;
 	if (ret)
@@ -1041,7 +1303,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 	while (n < max && b0 + n < o->nblocks &&
 	       cache_claim(o, b0 + n, false) == 0)
 		n++;
-	buf = malloc(n * c->bs);
+	buf = cache_buf_get(c);
 	if (!buf) {
 		ret = -ENOMEM;
 		goto out;
@@ -1173,11 +1435,32 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		if (!fetch[i])
 			cache_count(&c->hits, 1);
 	}
+	if (!*no_space) {
+		/* Readers waiting for these blocks take them from memory
+		 * (landed before the claims go, so that they find it). */
+		uint64_t s = b0 * c->bs, e = s, used = 0;
+
+		for (uint64_t i = 0; i < n; i++)
+			e += cache_block_len(o, b0 + i);
+		if (out && out->len) {
+			uint64_t os = out->off > s ? out->off : s;
+			uint64_t oe = out->off + out->len < e
+					      ? out->off + out->len
+					      : e;
+
+			if (os < oe) {
+				used = oe - os;
+				cache_drop_pages(o, os, used);
+			}
+		}
+		if (cache_land_publish(o, b0, n, buf, used))
+			buf = NULL;
+	}
 	ret = (int)n;
 out:
 	for (uint64_t i = 0; i < n; i++)
 		cache_unclaim(o, b0 + i);
-	free(buf);
+	cache_buf_put(c, buf);
 	return ret;
 }
 
@@ -1258,6 +1541,17 @@ static int cache_serve(struct cache_obj *o, uint64_t b, uint64_t e,
 		cache_count(&c->bytes_from_cache,
 			    ios[i].len < len && direct[i] ? ios[i].len : len);
 	}
+	if (ret > 0) {
+		/* The reader has its bytes (and, for dstagefs, the kernel
+		 * keeps them in the mount's page cache). */
+		uint64_t ds = b * bs > out->off ? b * bs : out->off;
+		uint64_t de = (b + (uint64_t)ret) * bs;
+
+		if (de > out->off + out->len)
+			de = out->off + out->len;
+		if (ds < de)
+			cache_drop_pages(o, ds, de - ds);
+	}
 out:
 	free(tmp);
 	return ret;
@@ -1306,6 +1600,10 @@ static int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e,
 		if (ret)
 			return ret;
 		if (cache_rec_valid(&recs[0], b)) {
+			if (out && cache_land_copy(o, b, out)) {
+				b++;
+				continue;
+			}
 			while (k < n && cache_rec_valid(&recs[k], b + k))
 				k++;
 			if (!out) { /* prewarm: present is enough */
@@ -2117,6 +2415,12 @@ int cache_open(const struct dstage_config *cfg, struct cache **out)
 		c->batch = CACHE_MAX_BATCH;
 	pthread_mutex_init(&c->evict_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->buf_lock, NULL);
+	{
+		const char *v = getenv("DSTAGE_NO_DIRECT");
+
+		c->no_direct = v && *v && strcmp(v, "0") != 0;
+	}
 	pthread_cond_init(&c->jobs_cv, NULL);
 	c->jobs_tail = &c->jobs;
 
@@ -2218,6 +2522,9 @@ void cache_close(struct cache *c)
 		close(c->objects_fd);
 	if (c->dir_fd >= 0)
 		close(c->dir_fd);
+	while (c->nfree_bufs)
+		free(c->free_bufs[--c->nfree_bufs]);
+	pthread_mutex_destroy(&c->buf_lock);
 	pthread_cond_destroy(&c->jobs_cv);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->evict_lock);
@@ -2227,6 +2534,12 @@ void cache_close(struct cache *c)
 uint32_t cache_block_size(const struct cache *c)
 {
 	return c->bs;
+}
+
+void cache_set_drop_behind(struct cache *c, bool on)
+{
+	if (c)
+		c->drop_behind = on;
 }
 
 int cache_object_drop(struct cache *c, const struct cache_object *obj)

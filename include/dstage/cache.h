@@ -67,6 +67,15 @@ void cache_close(struct cache *c);
 uint32_t cache_block_size(const struct cache *c);
 
 /*
+ * Drop-behind: once a read has its bytes, ask the kernel to drop the cache
+ * file's pages of them (POSIX_FADV_DONTNEED). For a reader that keeps its
+ * own copy, such as dstagefs, whose mount keeps read data in the kernel's
+ * page cache: holding the bytes twice would halve what fits in RAM. Off by
+ * default; set it before the first read. Accepts NULL.
+ */
+void cache_set_drop_behind(struct cache *c, bool on);
+
+/*
  * Read up to len bytes at off into buf through the cache, fetching missing
  * blocks (and reading ahead when the access pattern is sequential). Returns
  * the bytes read (short only at the end of the object) or -errno.
