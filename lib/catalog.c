@@ -53,7 +53,6 @@ enum {
 #define CATALOG_BULK_PRAGMAS \
 	"PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0"
 
-#define SUMS_KEY "SHA256SUMS"
 #define SUMS_CHUNK (1u << 20)
 
 /*
@@ -184,6 +183,12 @@ static const char *const catalog_migrations[] = {
 	"CREATE TABLE jobs_args("
 	" job_id INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,"
 	" args TEXT NOT NULL);",
+
+	/* 3 -> 4: each dataset's sums key (stager add --manifest); the
+	 * datasets already there keep SHA256SUMS at their root. */
+	"ALTER TABLE datasets"
+	" ADD COLUMN sums_key TEXT NOT NULL"
+	" DEFAULT 'SHA256SUMS';",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==
@@ -217,7 +222,7 @@ enum catalog_st {
 	"d.id, d.name, d.source, d.state, d.pinned, d.quota, d.priority, " \
 	"d.owner_group, d.created, coalesce(m.version, 0), "               \
 	"coalesce(m.bad_keys, 0), coalesce(m.n_objects, 0), "              \
-	"coalesce(m.n_bytes, 0), coalesce(m.created, 0) "                  \
+	"coalesce(m.n_bytes, 0), coalesce(m.created, 0), d.sums_key "      \
 	"FROM datasets d LEFT JOIN manifests m "                           \
 	"ON m.dataset_id = d.id AND m.state = 1 "
 
@@ -245,7 +250,7 @@ static const char *const catalog_sql[ST_COUNT] = {
 		"  AND x.path > ?3)"
 		" ORDER BY path",
 	[ST_DS_GET] = "SELECT " DS_COLS "WHERE d.name = ? AND d.state <> 2",
-	[ST_DS_ID] = "SELECT id, state FROM datasets WHERE name = ?",
+	[ST_DS_ID] = "SELECT id, state, sums_key FROM datasets WHERE name = ?",
 	[ST_MF_STATE] = "SELECT state FROM manifests WHERE id = ?",
 	[ST_OBJ_INSERT] =
 		"INSERT INTO objects(manifest_id, path, parent, size, etag,"
@@ -526,26 +531,6 @@ int catalog_schema_version(struct catalog *cat)
 	return v;
 }
 
-/* Escape a key for a log line: control bytes as \xNN, long keys cut. */
-static const char *catalog_printable(const char *s, size_t len, char *buf,
-				     size_t size)
-{
-	size_t o = 0, i;
-
-	for (i = 0; i < len && o + 8 < size; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x20 || c == 0x7f || c == '\\')
-			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
-		else
-			buf[o++] = (char)c;
-	}
-	if (i < len)
-		o += (size_t)snprintf(buf + o, size - o, "...");
-	buf[o] = '\0';
-	return buf;
-}
-
 /* ---- datasets ---- */
 
 static char *catalog_col_dup(sqlite3_stmt *st, int col, bool *oom)
@@ -578,6 +563,7 @@ static void catalog_ds_fill(sqlite3_stmt *st, struct catalog_dataset *ds)
 	ds->objects = (uint64_t)sqlite3_column_int64(st, 11);
 	ds->bytes = (uint64_t)sqlite3_column_int64(st, 12);
 	ds->refreshed = sqlite3_column_int64(st, 13);
+	ds->sums_key = (char *)sqlite3_column_text(st, 14);
 }
 
 int catalog_dataset_add(struct catalog *cat, const char *name,
@@ -642,6 +628,7 @@ int catalog_dataset_get(struct catalog *cat, const char *name,
 	ds->name = catalog_col_dup(st, 1, &oom);
 	ds->source = catalog_col_dup(st, 2, &oom);
 	ds->group = catalog_col_dup(st, 7, &oom);
+	ds->sums_key = catalog_col_dup(st, 14, &oom);
 	if (oom) {
 		catalog_dataset_release(ds);
 		ret = -ENOMEM;
@@ -658,7 +645,8 @@ void catalog_dataset_release(struct catalog_dataset *ds)
 	free(ds->name);
 	free(ds->source);
 	free(ds->group);
-	ds->name = ds->source = ds->group = NULL;
+	free(ds->sums_key);
+	ds->name = ds->source = ds->group = ds->sums_key = NULL;
 }
 
 int catalog_dataset_list(struct catalog *cat, catalog_dataset_cb cb, void *arg)
@@ -749,6 +737,23 @@ int catalog_dataset_set_group(struct catalog *cat, const char *name,
 				   true);
 }
 
+int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
+				 const char *key)
+{
+	const char *why;
+	char buf[256];
+
+	if (!key)
+		key = CATALOG_SUMS_KEY_DEFAULT;
+	if (keypath_check(key, strlen(key), &why)) {
+		log_error("catalog: dataset %s: bad sums key '%s': %s", name,
+			  keypath_printable(key, strlen(key), buf, sizeof(buf)),
+			  why);
+		return -EINVAL;
+	}
+	return catalog_dataset_set(cat, name, DS_SET("sums_key"), 0, key, true);
+}
+
 /* Delete one manifest in batches of CATALOG_BATCH rows (autocommit). */
 static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
 {
@@ -802,11 +807,16 @@ static int catalog_purge_dead(struct catalog *cat, int64_t ds_id)
 	}
 }
 
-/* In a transaction: the id and state of dataset name, or -ENOENT. */
+/*
+ * In a transaction: the id and state of dataset name, or -ENOENT. With
+ * sums_key (KEYPATH_MAX bytes), also its sums key, which must pass
+ * keypath_check (-EUCLEAN: the row was changed behind the catalog's back).
+ */
 static int catalog_dataset_id(struct catalog *cat, const char *name,
-			      int64_t *id, int *state)
+			      int64_t *id, int *state, char *sums_key)
 {
 	sqlite3_stmt *st = NULL;
+	const char *key;
 	int rc, ret;
 
 	ret = catalog_stmt(cat, ST_DS_ID, &st);
@@ -817,6 +827,16 @@ static int catalog_dataset_id(struct catalog *cat, const char *name,
 	if (rc == SQLITE_ROW) {
 		*id = sqlite3_column_int64(st, 0);
 		*state = sqlite3_column_int(st, 1);
+		key = (const char *)sqlite3_column_text(st, 2);
+		if (sums_key &&
+		    (!key || keypath_check(key, strlen(key), NULL))) {
+			log_error("catalog: dataset %s: unusable sums key in "
+				  "the catalog",
+				  name);
+			ret = -EUCLEAN;
+		} else if (sums_key) {
+			memcpy(sums_key, key, strlen(key) + 1);
+		}
 	} else if (rc == SQLITE_DONE) {
 		ret = -ENOENT;
 	} else {
@@ -854,7 +874,7 @@ int catalog_dataset_remove(struct catalog *cat, const char *name)
 	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
-	ret = catalog_dataset_id(cat, name, &id, &state);
+	ret = catalog_dataset_id(cat, name, &id, &state, NULL);
 	if (ret)
 		goto err;
 	ret = catalog_exec_id(cat, "UPDATE datasets SET state = 2 WHERE id = ?",
@@ -896,7 +916,8 @@ struct catalog_reg {
 	unsigned batch; /* rows written in it */
 	uint64_t bad;
 	bool has_sums;
-	struct objstore_info sums;
+	struct objstore_info sums; /* .key points to sums_key */
+	char sums_key[KEYPATH_MAX]; /* the dataset's, read at the start */
 	size_t last_dir_len; /* last directory known to exist */
 	char last_dir[KEYPATH_MAX];
 };
@@ -985,7 +1006,7 @@ static void catalog_reg_bad(struct catalog_reg *r, const char *key, size_t len,
 
 	r->bad++;
 	log_warn("catalog: dataset %s: skipping key '%s': %s", r->name,
-		 catalog_printable(key, len, buf, sizeof(buf)), why);
+		 keypath_printable(key, len, buf, sizeof(buf)), why);
 }
 
 static int catalog_reg_key(void *arg, const struct objstore_info *oi)
@@ -1034,10 +1055,10 @@ static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 	ret = catalog_reg_dir(r, key, keypath_parent_len(key, len));
 	if (ret)
 		return ret;
-	if (strcmp(key, SUMS_KEY) == 0) {
+	if (strcmp(key, r->sums_key) == 0) {
 		r->has_sums = true;
 		r->sums = *oi;
-		r->sums.key = SUMS_KEY;
+		r->sums.key = r->sums_key;
 	}
 	return catalog_reg_row(r);
 }
@@ -1071,7 +1092,7 @@ static int catalog_reg_clashes(struct catalog_reg *r)
 			log_warn("catalog: dataset %s: skipping key '%s': "
 				 "both a file and a directory prefix",
 				 r->name,
-				 catalog_printable(p, strlen(p), buf,
+				 keypath_printable(p, strlen(p), buf,
 						   sizeof(buf)));
 		}
 	}
@@ -1115,10 +1136,10 @@ static int catalog_sums_entry(void *arg, const char *name, size_t len,
 	if (ret)
 		return ret;
 	if (sqlite3_changes(r->cat->db) == 0)
-		log_warn("catalog: dataset %s: " SUMS_KEY
-			 " names '%s', which is not a file of the dataset",
-			 r->name,
-			 catalog_printable(name, len, buf, sizeof(buf)));
+		log_warn("catalog: dataset %s: %s names '%s', which is not a "
+			 "file of the dataset",
+			 r->name, r->sums_key,
+			 keypath_printable(name, len, buf, sizeof(buf)));
 	return catalog_reg_row(r);
 }
 
@@ -1126,8 +1147,8 @@ static int catalog_sums_bad(void *arg, unsigned long line, const char *why)
 {
 	struct catalog_reg *r = arg;
 
-	log_warn("catalog: dataset %s: " SUMS_KEY " line %lu: %s", r->name,
-		 line, why);
+	log_warn("catalog: dataset %s: %s:%lu: %s", r->name, r->sums_key, line,
+		 why);
 	return 0;
 }
 
@@ -1147,9 +1168,9 @@ static int catalog_reg_sums(struct catalog_reg *r,
 	if (!ret)
 		ret = catalog_reg_commit(r);
 	if (!ret)
-		log_info("catalog: dataset %s: %lu hashes from " SUMS_KEY
-			 ", %lu bad lines",
-			 r->name, p->entries, p->bad_lines);
+		log_info("catalog: dataset %s: %lu hashes from %s, %lu bad "
+			 "lines",
+			 r->name, p->entries, r->sums_key, p->bad_lines);
 	sha256sums_release(p);
 	free(p);
 	return ret;
@@ -1166,7 +1187,7 @@ static int catalog_reg_start(struct catalog_reg *r)
 	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
-	ret = catalog_dataset_id(cat, r->name, &r->ds_id, &state);
+	ret = catalog_dataset_id(cat, r->name, &r->ds_id, &state, r->sums_key);
 	if (ret)
 		goto out;
 	if (state == CATALOG_DS_REMOVING) {
@@ -1313,6 +1334,13 @@ int catalog_register_source(struct catalog *cat, const char *name,
 		ret = catalog_reg_commit(r);
 	if (!ret)
 		ret = catalog_reg_clashes(r);
+	if (!ret && !r->has_sums &&
+	    strcmp(r->sums_key, CATALOG_SUMS_KEY_DEFAULT) != 0) {
+		log_error("catalog: dataset %s: its sums key %s is not at the "
+			  "source",
+			  name, r->sums_key);
+		ret = -ENODATA;
+	}
 	if (!ret && r->has_sums)
 		ret = catalog_reg_sums(r, src);
 	if (!ret)

@@ -12,7 +12,7 @@
 #include "dstage/objstore.h"
 #include "dstage/sha256sums.h"
 
-/* Where registration gets its keys and its SHA256SUMS bytes from. */
+/* Where registration gets its keys and the bytes of its sums key from. */
 struct catalog_source {
 	/* List every key in byte order, calling cb as objstore_list does
 	 * (stop and return cb's value when it returns non-zero). */

@@ -4,6 +4,7 @@
  * the rules and why each exists.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dstage/keypath.h"
@@ -89,4 +90,22 @@ const char *keypath_basename(const char *path, size_t len)
 	while (i > 0 && path[i - 1] != '/')
 		i--;
 	return path + i;
+}
+
+const char *keypath_printable(const char *s, size_t len, char *buf, size_t size)
+{
+	size_t o = 0, i;
+
+	for (i = 0; i < len && o + 8 < size; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20 || c == 0x7f || c == '\\')
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	if (i < len)
+		o += (size_t)snprintf(buf + o, size - o, "...");
+	buf[o] = '\0';
+	return buf;
 }

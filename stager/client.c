@@ -59,13 +59,13 @@ int stager_exit_code(int err)
 static bool client_string_key(const char *k)
 {
 	static const char *const keys[] = {
-		"name",	      "source",	     "state",
-		"group",      "kind",	     "dataset",
-		"error",      "args",	     "key",
-		"expected",   "actual",	     "msg",
-		"label",      "last_verify", "last_verify_msg",
-		"last_stage", "type",	     "etag",
-		"url",
+		"name",	      "source",	      "state",
+		"group",      "kind",	      "dataset",
+		"error",      "args",	      "key",
+		"expected",   "actual",	      "msg",
+		"label",      "last_verify",  "last_verify_msg",
+		"last_stage", "type",	      "etag",
+		"url",	      "manifest_key",
 	};
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
@@ -286,16 +286,19 @@ static int client_show_row(struct client *cl, void *arg)
 	printf("files:      %" PRIu64 " (%s skipped as bad keys)\n", files,
 	       client_get(cl, "bad_keys"));
 	printf("bytes:      %s\n", stager_bytes(bytes, b, sizeof(b)));
+	printf("manifest:   %s (the expected SHA-256 list)\n",
+	       client_get(cl, "manifest_key"));
 	if (client_u64(cl, "cache_available"))
 		printf("cached:     %.1f%% (%s)\n", client_pct(cached, bytes),
 		       stager_bytes(cached, c, sizeof(c)));
 	else
 		printf("cached:     unknown (the daemon has no cache)\n");
 	printf("verified:   %.1f%% (%" PRIu64 " of %" PRIu64
-	       " files; %s mismatched; %s listed in SHA256SUMS)\n",
+	       " files; %s mismatched; %s listed in %s)\n",
 	       client_pct(ver, files), ver, files,
 	       client_get(cl, "mismatched_files"),
-	       client_get(cl, "expected_files"));
+	       client_get(cl, "expected_files"),
+	       client_get(cl, "manifest_key"));
 	if (proto_get(&cl->msg, "last_verify")) {
 		proto_get_i64(&cl->msg, "last_verify_at", &t);
 		client_time(t, tb, sizeof(tb));

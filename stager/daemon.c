@@ -50,6 +50,7 @@
 
 #include "dstage/cache.h"
 #include "dstage/catalog.h"
+#include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "stager.h"
@@ -215,6 +216,8 @@ static void daemon_ds_fields(struct proto_buf *b,
 	proto_add(b, "group", ds->group ? ds->group : "");
 	proto_add_u64(b, "bad_keys", ds->bad_keys);
 	proto_add_i64(b, "refreshed", ds->refreshed);
+	proto_add(b, "manifest_key",
+		  ds->sums_key ? ds->sums_key : CATALOG_SUMS_KEY_DEFAULT);
 }
 
 static void daemon_label(struct daemon_conn *c, const char *name)
@@ -470,6 +473,21 @@ static int daemon_register(struct daemon_conn *c, const char *name,
 	return ret;
 }
 
+/* The end line of a failed registration of name from url. */
+static int daemon_register_failed(struct daemon_conn *c, const char *what,
+				  const char *name, const char *url,
+				  const char *sums_key, int err)
+{
+	if (err == -ENODATA)
+		return daemon_end(c, err,
+				  "%s %s: manifest key %s not found at %s "
+				  "(--manifest names a key relative to the "
+				  "dataset's URL)",
+				  what, name, sums_key, url);
+	return daemon_end(c, err, "%s %s from %s: %s", what, name, url,
+			  strerror(-err));
+}
+
 static int daemon_add(struct daemon_conn *c, const char *name)
 {
 	const char *url = proto_get(&c->msg, "url");
@@ -477,16 +495,20 @@ static int daemon_add(struct daemon_conn *c, const char *name)
 	const char *manifest = proto_get(&c->msg, "manifest");
 	const char *label = proto_get(&c->msg, "label");
 	struct catalog_dataset ds = { 0 };
+	const char *why;
+	char buf[512];
 	int64_t prio;
 	int ret;
 
 	if (!url || !*url)
 		return daemon_end(c, -EINVAL, "add: no URL");
-	if (manifest && strcmp(manifest, "SHA256SUMS") != 0)
-		return daemon_end(c, -EOPNOTSUPP,
-				  "--manifest %s: only SHA256SUMS at the "
-				  "dataset root is read for now",
-				  manifest);
+	if (manifest && keypath_check(manifest, strlen(manifest), &why))
+		return daemon_end(c, -EINVAL,
+				  "--manifest '%s': not a key under the "
+				  "dataset's URL: %s",
+				  keypath_printable(manifest, strlen(manifest),
+						    buf, sizeof(buf)),
+				  why);
 	ret = catalog_dataset_add(c->cat, name, url,
 				  group && *group ? group : NULL);
 	if (ret == -EEXIST)
@@ -495,7 +517,9 @@ static int daemon_add(struct daemon_conn *c, const char *name)
 		return daemon_end(c, ret, "bad dataset name '%s'", name);
 	if (ret)
 		return daemon_end(c, ret, NULL);
-	if (proto_get(&c->msg, "pin"))
+	if (manifest)
+		ret = catalog_dataset_set_sums_key(c->cat, name, manifest);
+	if (!ret && proto_get(&c->msg, "pin"))
 		ret = catalog_dataset_set_pinned(c->cat, name, true);
 	if (!ret && !proto_get_i64(&c->msg, "priority", &prio))
 		ret = catalog_dataset_set_priority(c->cat, name, (int)prio);
@@ -513,8 +537,9 @@ static int daemon_add(struct daemon_conn *c, const char *name)
 		if (r2)
 			log_warn("add %s: removing it again: %s", name,
 				 strerror(-r2));
-		return daemon_end(c, ret, "registering %s from %s: %s", name,
-				  url, strerror(-ret));
+		return daemon_register_failed(
+			c, "registering", name, url,
+			manifest ? manifest : CATALOG_SUMS_KEY_DEFAULT, ret);
 	}
 	daemon_audit(c, "dataset.add", name, url);
 	ret = catalog_dataset_get(c->cat, name, &ds);
@@ -534,21 +559,28 @@ static int daemon_refresh(struct daemon_conn *c, const char *name)
 
 	if (ret == -ENOENT)
 		return daemon_end(c, ret, "no dataset named %s", name);
-	if (!ret)
-		ret = daemon_register(c, name, ds.source);
-	catalog_dataset_release(&ds);
 	if (ret)
 		return daemon_end(c, ret, "refreshing %s: %s", name,
 				  strerror(-ret));
+	ret = daemon_register(c, name, ds.source);
+	if (ret) {
+		ret = daemon_register_failed(c, "refreshing", name, ds.source,
+					     ds.sums_key, ret);
+		goto out;
+	}
 	daemon_audit(c, "dataset.refresh", name, NULL);
+	catalog_dataset_release(&ds);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (!ret) {
 		daemon_row(c, "row");
 		daemon_ds_fields(&c->out, &ds);
-		catalog_dataset_release(&ds);
 		ret = proto_send(c->fd, &c->out);
 	}
-	return ret ? ret : daemon_end(c, 0, NULL);
+	if (!ret)
+		ret = daemon_end(c, 0, NULL);
+out:
+	catalog_dataset_release(&ds);
+	return ret;
 }
 
 struct daemon_drop {

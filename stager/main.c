@@ -34,25 +34,31 @@ static const struct stager_cmd stager_cmds[] = {
 	{ "add", 2, 2, "jVMGpP", "NAME URL",
 	  "Register a dataset: list URL (s3://bucket/prefix/ or file:///dir/)\n"
 	  "once and record its manifest, with the expected SHA-256 of every\n"
-	  "file listed in a SHA256SUMS file at its root.\n"
+	  "file listed in its SHA256SUMS file (or --manifest KEY).\n"
 	  "  --version V     a version label shown by list/show\n"
-	  "  --manifest KEY  the expected-hash list (only SHA256SUMS for now)\n"
+	  "  --manifest KEY  the expected-hash list (sha256sum format), a\n"
+	  "                  key under URL such as meta/sums.sha256, with\n"
+	  "                  names relative to URL. Default SHA256SUMS, used\n"
+	  "                  when present; any other KEY must exist.\n"
+	  "                  refresh reuses it.\n"
 	  "  --group G       owning group\n"
 	  "  --pin           never evict it from the cache\n"
 	  "  --priority N    eviction and bandwidth priority (higher: kept\n"
 	  "                  longer, more bandwidth)" },
 	{ "refresh", 1, 1, "j", "NAME",
-	  "List the dataset's source again and make that the new manifest." },
+	  "List the dataset's source again and make that the new manifest,\n"
+	  "with the expected hashes from the same --manifest key as at add." },
 	{ "remove", 1, 1, "j", "NAME",
 	  "Cancel the dataset's jobs, drop its cached blocks and forget it." },
 	{ "list", 0, 0, "j", "", "List the datasets." },
 	{ "show", 1, 1, "j", "NAME",
-	  "Files, bytes, cached and verified share, last verify of a "
-	  "dataset." },
+	  "Files, bytes, manifest key, cached and verified share and last\n"
+	  "verify of a dataset." },
 	{ "stage", 1, 1, "jwbnfF", "NAME",
 	  "Prewarm the dataset (or --files) into the cache, hashing every "
 	  "file\n"
-	  "as it streams and checking it against SHA256SUMS.\n"
+	  "as it streams and checking it against the dataset's manifest key\n"
+	  "(SHA256SUMS unless add --manifest chose another).\n"
 	  "  --wait           follow the job: a progress bar on a terminal,\n"
 	  "                   plain lines otherwise; exit 1 if it fails\n"
 	  "  --bandwidth RATE cap, bytes per second (500M, 1G)\n"
@@ -61,10 +67,10 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --fit            stage what fits in the cache instead of failing\n"
 	  "                   when the dataset is larger than cache.size" },
 	{ "verify", 1, 1, "jwscrbnf", "NAME",
-	  "Check every file's SHA-256 against SHA256SUMS or, for files it "
-	  "does\n"
-	  "not list, against the hash recorded when staging. Exit 0 only when\n"
-	  "all match. Always waits.\n"
+	  "Check every file's SHA-256 against the dataset's manifest key\n"
+	  "(SHA256SUMS unless add --manifest chose another) or, for files it\n"
+	  "does not list, against the hash recorded when staging. Exit 0 only\n"
+	  "when all match. Always waits.\n"
 	  "  --cache     read the cache, fetching what is missing (default)\n"
 	  "  --source    read the source\n"
 	  "  --repair    drop and fetch again cached files that mismatch,\n"

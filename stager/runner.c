@@ -13,7 +13,8 @@
  * (objstore_get with If-Match on the manifest's ETag). Each chunk is read
  * while holding a slot of the daemon's scheduler (sched.c: priorities and
  * bandwidth caps), and hashed (SHA-256, OpenSSL EVP) as it arrives. The
- * hash is compared to the expected one (SHA256SUMS) or, without one, to the
+ * hash is compared to the expected one (from the dataset's sums key,
+ * SHA256SUMS unless add --manifest chose another) or, without one, to the
  * one recorded at staging, and recorded with catalog_object_set_actual.
  *
  * Resuming after a crash: the job is claimed again from the start. Blocks
@@ -74,6 +75,7 @@ struct runner_ctx {
 	unsigned workers;
 	uint64_t rate;
 	char *files_arg; /* newline-separated keys, or NULL */
+	const char *sums_key; /* the dataset's, for messages */
 };
 
 const char *stager_bytes(uint64_t v, char *buf, size_t len)
@@ -162,6 +164,7 @@ static void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
 		goto out;
 	memcpy(m->expected, e, sizeof(e));
 	memcpy(m->actual, a, sizeof(a));
+	m->listed = ref == f->exp;
 	rj->n_mm++;
 out:
 	pthread_mutex_unlock(&rj->lock);
@@ -599,9 +602,9 @@ static void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
 		if (atomic_load(&c->unchecked))
 			snprintf(msg, len,
 				 "%zu files; %" PRIu64 " had no reference hash "
-				 "(no SHA256SUMS entry, never staged): their "
+				 "(no entry in %s, never staged): their "
 				 "hash is now recorded",
-				 c->n, atomic_load(&c->unchecked));
+				 c->n, atomic_load(&c->unchecked), c->sums_key);
 		goto out;
 	}
 	*st = JOBS_FAILED;
@@ -612,9 +615,11 @@ static void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
 			c->n);
 	for (size_t i = 0; i < rj->n_mm && off < len; i++)
 		off += (size_t)snprintf(
-			msg + off, len - off, " %s (expected %s, actual %s);",
-			rj->mm[i].key,
+			msg + off, len - off,
+			" %s (expected %s %s %s, actual %s);", rj->mm[i].key,
 			rj->mm[i].expected[0] ? rj->mm[i].expected : "none",
+			rj->mm[i].listed ? "in" : "as",
+			rj->mm[i].listed ? c->sums_key : "staged",
 			rj->mm[i].actual);
 	if (off < len && (atomic_load(&c->errors) || ret))
 		snprintf(msg + off, len - off, "%s%" PRIu64 " error(s): %.400s",
@@ -628,7 +633,9 @@ out:
 void runner_run(const struct runner_env *env, struct runner_job *rj,
 		const struct jobs_job *j)
 {
-	struct runner_ctx c = { .env = env, .rj = rj };
+	struct runner_ctx c = { .env = env,
+				.rj = rj,
+				.sums_key = CATALOG_SUMS_KEY_DEFAULT };
 	pthread_t tids[RUNNER_MAX_WORKERS];
 	struct jobs *jq = NULL;
 	struct catalog_dataset ds = { 0 };
@@ -652,6 +659,7 @@ void runner_run(const struct runner_env *env, struct runner_job *rj,
 			     ret == -ENOENT ? "removed" : strerror(-ret));
 		goto finish;
 	}
+	c.sums_key = ds.sums_key;
 	if (ds.state != CATALOG_DS_READY) {
 		ret = -ENOENT;
 		runner_error(&c, "dataset %s is not registered yet",

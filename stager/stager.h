@@ -87,6 +87,7 @@ void sched_release(struct sched *s);
 struct runner_mismatch {
 	char *key;
 	char expected[65]; /* hex, "" when unknown */
+	bool listed; /* expected is from the dataset's sums key, not staging */
 	char actual[65];
 };
 

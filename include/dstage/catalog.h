@@ -37,8 +37,15 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 3
+#define CATALOG_SCHEMA_VERSION 4
 #define CATALOG_BUSY_TIMEOUT_MS 5000
+
+/*
+ * A dataset's default sums key: the sha256sum-format file, relative to the
+ * source, whose hashes registration records as expected. The default is
+ * optional at the source; any other key must be there.
+ */
+#define CATALOG_SUMS_KEY_DEFAULT "SHA256SUMS"
 
 /* catalog_open flags */
 #define CATALOG_CREATE 0x1 /* create the file if missing */
@@ -67,6 +74,8 @@ struct catalog_dataset {
 	uint64_t bytes; /* their total size */
 	int64_t created; /* seconds since the epoch */
 	int64_t refreshed; /* last registration, 0: never */
+	char *sums_key; /* the expected-hash list; CATALOG_SUMS_KEY_DEFAULT
+			 * unless set */
 };
 
 /* One manifest entry: an object (file) or a directory. */
@@ -77,7 +86,7 @@ struct catalog_entry {
 	int64_t mtime; /* seconds; dirs: the registration time */
 	char etag[OBJSTORE_ETAG_MAX]; /* "" when the source gave none */
 	bool has_expected;
-	unsigned char expected_sha256[32]; /* from SHA256SUMS */
+	unsigned char expected_sha256[32]; /* from the dataset's sums key */
 	bool has_actual;
 	unsigned char actual_sha256[32]; /* computed by verify */
 	int64_t verified_at; /* 0: never */
@@ -143,6 +152,18 @@ int catalog_dataset_set_group(struct catalog *cat, const char *name,
 			      const char *group);
 
 /*
+ * Set the sums key of a dataset: the key, relative to its source, of the
+ * sha256sum-format file (names in it relative to the source) whose hashes
+ * registration records as expected. NULL sets CATALOG_SUMS_KEY_DEFAULT. It
+ * takes effect at the next registration (catalog_register), and every
+ * later one uses it.
+ * Returns 0, -EINVAL (key fails keypath_check; logged with the key and the
+ * reason), -ENOENT (no such dataset), or an error above.
+ */
+int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
+				 const char *key);
+
+/*
  * Remove a dataset and all its manifests and block records. Large manifests
  * are deleted in batches; the dataset disappears for readers at once. A
  * removal cut short by a crash is finished by calling this again.
@@ -153,14 +174,18 @@ int catalog_dataset_remove(struct catalog *cat, const char *name);
 /*
  * Register (or refresh) dataset name from os: list it once, page by page,
  * into a new manifest in bounded memory; skip and count keys that cannot be
- * paths (log_warn naming each key and why); read SHA256SUMS at the root when
- * listed, to fill expected hashes. Then, in one transaction, make the new
+ * paths (log_warn naming each key and why); read the dataset's sums key
+ * (catalog_dataset_set_sums_key; it stays in the manifest as a file) when
+ * listed, to fill expected hashes; a bad line in it is logged with its key
+ * and line number and skipped. Then, in one transaction, make the new
  * manifest current and bump the version: readers see the old manifest or
  * the new one, never a mix. The old manifest is then deleted in batches.
  * If another registration of the same dataset starts meanwhile, the later
- * one wins and this one returns -EBUSY.
- * Returns 0, -ENOENT (no such dataset), -EBUSY, an objstore error, or an
- * error above.
+ * one wins and this one returns -EBUSY. On any error the current manifest
+ * stays as it was.
+ * Returns 0, -ENOENT (no such dataset), -ENODATA (a sums key other than
+ * CATALOG_SUMS_KEY_DEFAULT is not in the listing; logged), -EBUSY, an
+ * objstore error, or an error above.
  */
 int catalog_register(struct catalog *cat, const char *name,
 		     struct objstore *os);

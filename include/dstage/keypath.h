@@ -60,4 +60,13 @@ size_t keypath_parent_len(const char *path, size_t len);
 /* The last segment of a valid path (a pointer into path). */
 const char *keypath_basename(const char *path, size_t len);
 
+/*
+ * Write len bytes of s (any bytes, valid key or not) into buf for a log line
+ * or a message: NUL, control bytes, DEL and '\\' as "\\xNN", other bytes as
+ * they are; cut with "..." when it does not fit. size must be at least 16.
+ * Returns buf.
+ */
+const char *keypath_printable(const char *s, size_t len, char *buf,
+			      size_t size);
+
 #endif

@@ -7,7 +7,12 @@ bad bytes and after flipping cache bytes; a mutation from a non-admin uid
 refused while reads are allowed; the progress bar on a pty and a bandwidth
 cap; --json parsed; kill -9 of the daemon mid-stage against radosgw behind
 a counting proxy: the job completes and no block is fetched twice (beyond
-the blocks in flight at the kill)."""
+the blocks in flight at the kill). add --manifest KEY, on file:// and on
+radosgw: hashes from another key (verify passes; a source object corrupted
+and refreshed fails verify naming it and the key; a bad line is logged with
+key:line), a missing key fails add and refresh naming it and the URL, bad
+keys refused naming them, refresh keeps the key, show/list --json report
+it."""
 import hashlib
 import json
 import os
@@ -20,6 +25,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -123,6 +129,7 @@ def test_add_stage_verify_ok_and_json(daemon, stager_dir):
     ls = daemon.json("list")
     assert [d["name"] for d in ls] == ["ds"]
     assert ls[0]["files"] == 5 and ls[0]["state"] == "ready"
+    assert ls[0]["manifest_key"] == "SHA256SUMS"
 
     p = daemon.run("stage", "ds", "--wait", "--json", check=True)
     res = json.loads(p.stdout)
@@ -361,3 +368,167 @@ def test_kill9_resume_no_refetch(tool, stager_dir, faultproxy):
     refetched = sum(n - 1 for n in fetched.values())
     # at most the blocks in flight at the kill: 2 workers, plus readahead
     assert refetched <= 4, fetched
+
+
+# ---- add --manifest KEY, on file:// and on radosgw ----
+
+def sums_text(files):
+    return "".join("%s  %s\n" % (hashlib.sha256(v).hexdigest(), k)
+                   for k, v in sorted(files.items()))
+
+
+class FileSource:
+    """A dataset in a local directory, as file:// URL."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = "file://%s/" % self.root
+        self.env = None
+
+    def put(self, key, data):
+        p = self.root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+    def delete(self, key):
+        (self.root / key).unlink()
+
+
+class RgwSource:
+    """A dataset under a fresh prefix of a radosgw bucket, as s3:// URL."""
+
+    def __init__(self, rgw, bucket):
+        self.rgw, self.bucket = rgw, rgw.make_bucket(bucket)
+        self.prefix = "m-" + uuid.uuid4().hex[:12]
+        self.url = "s3://%s/%s/" % (self.bucket, self.prefix)
+        self.env = rgw.env()
+
+    def put(self, key, data):
+        assert self.rgw.put_object(self.bucket, "%s/%s" % (self.prefix, key),
+                                   data) == 200
+
+    def delete(self, key):
+        p = self.rgw.curl("/%s/%s/%s" % (self.bucket, self.prefix, key),
+                          "-X", "DELETE", "-o", "/dev/null", "-w",
+                          "%{http_code}")
+        assert p.returncode == 0 and p.stdout.decode() == "204", p
+
+
+@pytest.fixture(params=["file", "rgw"])
+def sourced(request, tool, stager_dir):
+    """(daemon, source): a stager daemon that can read the source."""
+    if request.param == "file":
+        src = FileSource(stager_dir / "src")
+    else:
+        src = RgwSource(request.getfixturevalue("rgw"), "stager-manifest")
+    s = Stager(tool("stager"), stager_dir, env=src.env).start()
+    try:
+        yield s, src
+    finally:
+        s.stop()
+
+
+def test_manifest_key_verify_refresh_show(sourced):
+    s, src = sourced
+    files = {"a.bin": data(60, 300000), "dir/b.bin": data(61, MiB + 3),
+             "c.txt": b"hello\n"}
+    for k, v in files.items():
+        src.put(k, v)
+    lines = sums_text(files).splitlines(keepends=True)
+    # line 2 is malformed: logged with key:line and skipped, as in SHA256SUMS
+    lines.insert(1, "this is not a sha256sum line\n")
+    src.put("meta/sums.txt", "".join(lines).encode())
+    # A SHA256SUMS at the root that matches nothing: not read with --manifest
+    src.put("SHA256SUMS", sums_text({k: b"wrong" for k in files}).encode())
+
+    p = s.run("add", "ds", src.url, "--manifest", "meta/sums.txt", check=True)
+    assert b"added ds" in p.stdout
+    show = s.json("show", "ds")
+    assert show["manifest_key"] == "meta/sums.txt"
+    assert show["expected_files"] == 3
+    # the sums file stays in the manifest as a file, as SHA256SUMS does
+    assert show["files"] == 5
+    assert s.json("list")[0]["manifest_key"] == "meta/sums.txt"
+    p = s.run("show", "ds", check=True)
+    assert b"manifest:   meta/sums.txt" in p.stdout
+    assert b"3 listed in meta/sums.txt" in p.stdout
+    log = s.log.read_text(errors="replace")
+    assert "meta/sums.txt:2: " in log, log
+
+    p = s.run("verify", "ds", "--source")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # the two sums files are not listed in meta/sums.txt: hashes recorded
+    assert b"done: 5 files; 2 had no reference hash (no entry in " \
+        b"meta/sums.txt" in p.stdout
+
+    # Corrupt one object at the source (same size), refresh: the hashes
+    # still come from meta/sums.txt, so verify names the object and the key.
+    good = files["dir/b.bin"]
+    bad = b"X" + good[1:]
+    src.put("dir/b.bin", bad)
+    r = s.json("refresh", "ds")
+    assert r["version"] == 2 and r["manifest_key"] == "meta/sums.txt"
+    assert s.json("show", "ds")["expected_files"] == 3
+    p = s.run("verify", "ds", "--source", "--json")
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert [m["key"] for m in res["mismatches"]] == ["dir/b.bin"]
+    m = res["mismatches"][0]
+    assert m["expected"] == hashlib.sha256(good).hexdigest()
+    assert m["actual"] == hashlib.sha256(bad).hexdigest()
+    assert "dir/b.bin" in res["job"]["error"]
+    assert "meta/sums.txt" in res["job"]["error"]
+    p = s.run("verify", "ds", "--cache")
+    assert p.returncode == 1
+    assert b"dir/b.bin" in p.stdout and b"meta/sums.txt" in p.stdout
+    assert b"a.bin" not in p.stdout
+
+    # Mended at the source and refreshed again: all match.
+    src.put("dir/b.bin", good)
+    assert s.json("refresh", "ds")["manifest_key"] == "meta/sums.txt"
+    p = s.run("verify", "ds", "--source")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_manifest_key_missing(sourced):
+    s, src = sourced
+    src.put("a", b"a")
+    src.put("meta/sums.txt", sums_text({"a": b"a"}).encode())
+    p = s.run("add", "ds", src.url, "--manifest", "missing.txt")
+    assert p.returncode == 1, p.stdout + p.stderr
+    err = p.stderr.decode()
+    assert "missing.txt" in err and src.url in err, err
+    assert s.json("list") == []  # removed again
+
+    # SHA256SUMS, the default, is optional: there is none here.
+    s.run("add", "plain", src.url, check=True)
+    assert s.json("show", "plain")["manifest_key"] == "SHA256SUMS"
+    assert s.json("show", "plain")["expected_files"] == 0
+
+    # A key that disappears later: refresh fails the same way, the
+    # manifest and the key stay.
+    s.run("add", "ds", src.url, "--manifest", "meta/sums.txt", check=True)
+    assert s.json("show", "ds")["expected_files"] == 1
+    src.delete("meta/sums.txt")
+    p = s.run("refresh", "ds")
+    assert p.returncode == 1, p.stdout + p.stderr
+    err = p.stderr.decode()
+    assert "meta/sums.txt" in err and src.url in err, err
+    show = s.json("show", "ds")
+    assert show["version"] == 1 and show["manifest_key"] == "meta/sums.txt"
+    assert show["expected_files"] == 1
+
+
+def test_manifest_key_refused(sourced):
+    s, src = sourced
+    src.put("a", b"a")
+    for key, shown in [("../x", "../x"), ("a/../x", "a/../x"),
+                       ("/abs/sums", "/abs/sums"), ("a//b", "a//b"),
+                       ("meta/", "meta/"), ("", "''"), (".", "'.'"),
+                       ("a\nb", "a\\x0ab"), ("s" * 256, "s" * 256)]:
+        p = s.run("add", "ds", src.url, "--manifest", key)
+        assert p.returncode == 2, (key, p.stdout + p.stderr)
+        err = p.stderr.decode()
+        assert "--manifest" in err and shown in err, (key, err)
+    assert s.json("list") == []

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * catalog: open/migrate, datasets, registration from fake key streams (bad
- * keys, file/directory clashes, SHA256SUMS, duplicates), lookup/readdir,
- * atomic refresh under a concurrent reader, superseded registrations, a
- * 1,000,000-key registration in bounded memory, policy and audit.
+ * catalog: open/migrate (from every earlier version), datasets,
+ * registration from fake key streams (bad keys, file/directory clashes,
+ * SHA256SUMS, another sums key, duplicates), lookup/readdir, atomic refresh
+ * under a concurrent reader, superseded registrations, a 1,000,000-key
+ * registration in bounded memory, policy and audit.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,11 +45,17 @@ struct fake {
 	const char *const *keys; /* NULL-terminated, or NULL */
 	size_t gen; /* else: this many generated keys */
 	const char *gen_prefix; /* keys <prefix>NNNN/NNNNNNN */
-	const char *sums; /* SHA256SUMS body */
+	const char *sums; /* body of the sums key */
+	const char *sums_key; /* NULL: SHA256SUMS */
 	int fail_at; /* >= 0: return -EIO before key N */
 	void (*hook)(struct fake *f, size_t i); /* before key i */
 	size_t hook_at;
 };
+
+static const char *fake_sums_key(const struct fake *f)
+{
+	return f->sums_key ? f->sums_key : "SHA256SUMS";
+}
 
 static int fake_list(void *arg, objstore_list_cb cb, void *cb_arg)
 {
@@ -74,7 +81,7 @@ static int fake_list(void *arg, objstore_list_cb cb, void *cb_arg)
 			return -EIO;
 		if (f->hook && f->hook_at == i)
 			f->hook(f, i);
-		oi.size = strcmp(oi.key, "SHA256SUMS") == 0 && f->sums
+		oi.size = strcmp(oi.key, fake_sums_key(f)) == 0 && f->sums
 				  ? strlen(f->sums)
 				  : i;
 		snprintf(oi.etag, sizeof(oi.etag), "\"etag-%zu\"", i);
@@ -91,7 +98,7 @@ static int fake_read(void *arg, const struct objstore_info *oi,
 {
 	struct fake *f = arg;
 
-	CHECK_STR(oi->key, "SHA256SUMS");
+	CHECK_STR(oi->key, fake_sums_key(f));
 	if (!f->sums)
 		return -ENOENT;
 	/* In small pieces, as a streaming reader would. */
@@ -264,10 +271,12 @@ static void test_migrate_v1(void)
 	CHECK_INT(ds.created, 100);
 	CHECK_STR(ds.source, "file:///srv/old");
 	CHECK(!ds.pinned && ds.quota == 0 && ds.group == NULL);
+	CHECK_STR(ds.sums_key, "SHA256SUMS");
 	catalog_dataset_release(&ds);
 	CHECK_INT(catalog_dataset_get(cat, "fresh", &ds), 0);
 	CHECK_INT(ds.state, CATALOG_DS_NEW);
 	CHECK_INT(ds.version, 0);
+	CHECK_STR(ds.sums_key, "SHA256SUMS");
 	catalog_dataset_release(&ds);
 
 	CHECK_INT(catalog_lookup(cat, "old", "a/b/c.bin", &e), 0);
@@ -285,9 +294,10 @@ static void test_migrate_v1(void)
 	catalog_close(cat);
 }
 
-/* v2 -> v3: jobs and their new argument table. */
+/* v2 -> v3 -> v4: jobs and their new argument table; a dataset. */
 static void test_migrate_v2(void)
 {
+	struct catalog_dataset ds;
 	struct catalog *cat;
 	sqlite3_stmt *st = NULL;
 	char p[160];
@@ -297,8 +307,12 @@ static void test_migrate_v2(void)
 	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
 	CHECK_INT(catalog_migrate(db, 2), 0);
 	CHECK(sqlite3_exec(db,
-			   "INSERT INTO jobs(id, kind, state, created, updated)"
-			   " VALUES (5, 'stage', 'queued', 1, 2);",
+			   "INSERT INTO datasets(id, name, source, state,"
+			   " created, priority) VALUES"
+			   " (3, 'two', 's3://b/two/', 0, 10, 2);"
+			   "INSERT INTO jobs(id, kind, dataset_id, state,"
+			   " created, updated)"
+			   " VALUES (5, 'stage', 3, 'queued', 1, 2);",
 			   0, 0, 0) == SQLITE_OK);
 	/* The table of version 3 is not there yet. */
 	CHECK(sqlite3_exec(db, "SELECT * FROM jobs_args", 0, 0, 0) !=
@@ -309,6 +323,12 @@ static void test_migrate_v2(void)
 	if (!cat)
 		return;
 	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+	CHECK_INT(catalog_dataset_get(cat, "two", &ds), 0);
+	CHECK_INT(ds.id, 3);
+	CHECK_INT(ds.priority, 2);
+	CHECK_STR(ds.source, "s3://b/two/");
+	CHECK_STR(ds.sums_key, "SHA256SUMS");
+	catalog_dataset_release(&ds);
 	catalog_close(cat);
 	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
 	CHECK(sqlite3_exec(db,
@@ -320,6 +340,96 @@ static void test_migrate_v2(void)
 	CHECK(sqlite3_step(st) == SQLITE_ROW);
 	CHECK_STR((const char *)sqlite3_column_text(st, 0), "stage");
 	CHECK_STR((const char *)sqlite3_column_text(st, 1), "queued");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
+/* v3 -> v4: a registered dataset with hashes and a job keeps all of it,
+ * and gets the default sums key. */
+static void test_migrate_v3(void)
+{
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	struct catalog *cat;
+	sqlite3_stmt *st = NULL;
+	struct names nm;
+	char p[160];
+	sqlite3 *db;
+
+	snprintf(p, sizeof(p), "%s/v3.db", dir);
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK_INT(catalog_migrate(db, 3), 0);
+	CHECK(sqlite3_exec(
+		      db,
+		      "INSERT INTO datasets(id, name, source, state, created,"
+		      " pinned, priority, owner_group) VALUES"
+		      " (9, 'three', 'file:///srv/three/', 1, 300, 1, 5, 'ml'),"
+		      " (10, 'new', 's3://b/new/', 0, 301, 0, 0, NULL);"
+		      "INSERT INTO manifests(id, dataset_id, version, state,"
+		      " created, n_objects, n_bytes, bad_keys)"
+		      " VALUES (20, 9, 4, 1, 400, 1, 5, 2);"
+		      "INSERT INTO dirs(manifest_id, path, parent)"
+		      " VALUES (20, '', NULL), (20, 'd', '');"
+		      "INSERT INTO objects(id, manifest_id, path, parent, size,"
+		      " etag, mtime, expected_sha256) VALUES"
+		      " (61, 20, 'd/f.bin', 'd', 5, '\"e\"', 7, x'2c' ||"
+		      " zeroblob(31));"
+		      "INSERT INTO jobs(id, kind, dataset_id, state, created,"
+		      " updated) VALUES (6, 'verify', 9, 'queued', 1, 2);"
+		      "INSERT INTO jobs_args VALUES (6, 'mode=source');",
+		      0, 0, 0) == SQLITE_OK);
+	/* The column of version 4 is not there yet. */
+	CHECK(sqlite3_exec(db, "SELECT sums_key FROM datasets", 0, 0, 0) !=
+	      SQLITE_OK);
+	sqlite3_close(db);
+
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	if (!cat)
+		return;
+	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
+	CHECK_INT(ds.id, 9);
+	CHECK_INT(ds.state, CATALOG_DS_READY);
+	CHECK_INT(ds.version, 4);
+	CHECK_INT(ds.objects, 1);
+	CHECK_INT(ds.bytes, 5);
+	CHECK_INT(ds.bad_keys, 2);
+	CHECK_INT(ds.refreshed, 400);
+	CHECK(ds.pinned && ds.priority == 5);
+	CHECK_STR(ds.group, "ml");
+	CHECK_STR(ds.sums_key, "SHA256SUMS");
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_dataset_get(cat, "new", &ds), 0);
+	CHECK_INT(ds.state, CATALOG_DS_NEW);
+	CHECK_STR(ds.sums_key, "SHA256SUMS");
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(cat, "three", "d/f.bin", &e), 0);
+	CHECK_INT(e.id, 61);
+	CHECK_INT(e.size, 5);
+	CHECK_STR(e.etag, "\"e\"");
+	CHECK(e.has_expected && e.expected_sha256[0] == 0x2c &&
+	      e.expected_sha256[31] == 0);
+	CHECK_STR(ls(cat, "three", "", NULL, &nm), "d/");
+	/* The new column takes a key, and keeps it across connections. */
+	CHECK_INT(catalog_dataset_set_sums_key(cat, "three", "meta/s.txt"), 0);
+	catalog_close(cat);
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	if (!cat)
+		return;
+	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
+	CHECK_STR(ds.sums_key, "meta/s.txt");
+	catalog_dataset_release(&ds);
+	catalog_close(cat);
+
+	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
+	CHECK(sqlite3_prepare_v2(db,
+				 "SELECT j.kind, a.args FROM jobs j JOIN"
+				 " jobs_args a ON a.job_id = j.id"
+				 " WHERE j.id = 6 AND j.dataset_id = 9",
+				 -1, &st, NULL) == SQLITE_OK);
+	CHECK(sqlite3_step(st) == SQLITE_ROW);
+	CHECK_STR((const char *)sqlite3_column_text(st, 0), "verify");
+	CHECK_STR((const char *)sqlite3_column_text(st, 1), "mode=source");
 	sqlite3_finalize(st);
 	sqlite3_close(db);
 }
@@ -422,6 +532,114 @@ static void test_register_keys(struct catalog *cat)
 	CHECK_INT(e.size, 10); /* the first one listed */
 	CHECK_INT(catalog_lookup(cat, "ds", "d/../e", &e), -ENOENT);
 	CHECK_INT(catalog_lookup(cat, "ds", "bad", &e), -ENOENT);
+}
+
+#define SK_MANIFESTS                                       \
+	"SELECT count(*) FROM manifests m JOIN datasets d" \
+	" ON d.id = m.dataset_id WHERE d.name = 'sk'"
+
+/* Another sums key: checked like a manifest key, read instead of
+ * SHA256SUMS (which stays a plain file), required at the source, kept by
+ * every registration; NULL brings back the optional default. */
+static void test_sums_key(struct catalog *cat)
+{
+	static const char *const keys[] = { "SHA256SUMS", "a", "b",
+					    "meta/sums.txt", NULL };
+	static const char *const no_sums[] = { "SHA256SUMS", "a", "b", NULL };
+	static const char *const plain[] = { "a", "b", NULL };
+	struct fake f = {
+		.keys = keys,
+		.fail_at = -1,
+		.sums_key = "meta/sums.txt",
+		.sums = HA "  a\n"
+			   "not a line\n" HB " *./b\n" HA "  missing\n",
+	};
+	struct fake gone = { .keys = no_sums,
+			     .fail_at = -1,
+			     .sums_key = "meta/sums.txt" };
+	struct fake dflt = { .keys = no_sums,
+			     .fail_at = -1,
+			     .sums = HB "  a\n" };
+	struct fake none = { .keys = plain, .fail_at = -1 };
+	char seg[KEYPATH_SEG_MAX + 2];
+	const char *bad[] = { "",      "../x", "a/../b", "/abs", "a//b",
+			      "meta/", "a\nb", ".",	 seg };
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	struct names nm;
+	int64_t v;
+
+	memset(seg, 'x', sizeof(seg) - 1);
+	seg[sizeof(seg) - 1] = '\0';
+	CHECK_INT(catalog_dataset_add(cat, "sk", "file:///sk/", NULL), 0);
+	CHECK_INT(catalog_dataset_get(cat, "sk", &ds), 0);
+	CHECK_STR(ds.sums_key, CATALOG_SUMS_KEY_DEFAULT);
+	catalog_dataset_release(&ds);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK_INT(catalog_dataset_set_sums_key(cat, "sk", bad[i]),
+			  -EINVAL);
+	seg[KEYPATH_SEG_MAX] = '\0'; /* 255 bytes: a valid segment */
+	CHECK_INT(catalog_dataset_set_sums_key(cat, "sk", seg), 0);
+	CHECK_INT(catalog_dataset_set_sums_key(cat, "nope", "x"), -ENOENT);
+
+	/* Not at the source: the registration fails and leaves nothing. */
+	CHECK_INT(catalog_dataset_set_sums_key(cat, "sk", "missing.txt"), 0);
+	CHECK_INT(reg(cat, "sk", &f), -ENODATA);
+	CHECK_INT(catalog_dataset_get(cat, "sk", &ds), 0);
+	CHECK_INT(ds.state, CATALOG_DS_NEW);
+	CHECK_INT(ds.version, 0);
+	CHECK_STR(ds.sums_key, "missing.txt");
+	catalog_dataset_release(&ds);
+	CHECK_INT(sql_int(SK_MANIFESTS), 0);
+
+	CHECK_INT(catalog_dataset_set_sums_key(cat, "sk", "meta/sums.txt"), 0);
+	CHECK_INT(reg(cat, "sk", &f), 0);
+	CHECK_INT(catalog_dataset_get(cat, "sk", &ds), 0);
+	CHECK_INT(ds.state, CATALOG_DS_READY);
+	CHECK_INT(ds.objects, 4); /* the sums file is a file, as SHA256SUMS */
+	CHECK_STR(ds.sums_key, "meta/sums.txt");
+	v = ds.version;
+	catalog_dataset_release(&ds);
+	CHECK_STR(ls(cat, "sk", "", NULL, &nm), "SHA256SUMS,a,b,meta/");
+	CHECK_STR(ls(cat, "sk", "meta", NULL, &nm), "sums.txt");
+	CHECK_INT(catalog_lookup(cat, "sk", "a", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xaa);
+	CHECK_INT(catalog_lookup(cat, "sk", "b", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xbb);
+	CHECK_INT(catalog_lookup(cat, "sk", "SHA256SUMS", &e), 0);
+	CHECK(!e.has_expected);
+	CHECK_INT(catalog_lookup(cat, "sk", "meta/sums.txt", &e), 0);
+	CHECK(!e.has_expected);
+
+	/* A refresh reads the same key again. */
+	CHECK_INT(reg(cat, "sk", &f), 0);
+	CHECK_INT(catalog_dataset_get(cat, "sk", &ds), 0);
+	CHECK_INT(ds.version, v + 1);
+	CHECK_STR(ds.sums_key, "meta/sums.txt");
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(cat, "sk", "a", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xaa);
+
+	/* Gone from the source: the refresh fails, the manifest stays. */
+	CHECK_INT(reg(cat, "sk", &gone), -ENODATA);
+	CHECK_INT(catalog_dataset_get(cat, "sk", &ds), 0);
+	CHECK_INT(ds.version, v + 1);
+	CHECK_INT(ds.objects, 4);
+	catalog_dataset_release(&ds);
+	CHECK_INT(sql_int(SK_MANIFESTS), 1);
+
+	/* Back to the default: SHA256SUMS is read, and optional. */
+	CHECK_INT(catalog_dataset_set_sums_key(cat, "sk", NULL), 0);
+	CHECK_INT(catalog_dataset_get(cat, "sk", &ds), 0);
+	CHECK_STR(ds.sums_key, CATALOG_SUMS_KEY_DEFAULT);
+	catalog_dataset_release(&ds);
+	CHECK_INT(reg(cat, "sk", &dflt), 0);
+	CHECK_INT(catalog_lookup(cat, "sk", "a", &e), 0);
+	CHECK(e.has_expected && e.expected_sha256[0] == 0xbb);
+	CHECK_INT(reg(cat, "sk", &none), 0);
+	CHECK_INT(catalog_lookup(cat, "sk", "a", &e), 0);
+	CHECK(!e.has_expected);
+	CHECK_INT(catalog_dataset_remove(cat, "sk"), 0);
 }
 
 /* Refresh while a reader on another connection watches: old or new. */
@@ -783,12 +1001,14 @@ int main(void)
 	test_open_errors();
 	test_migrate_v1();
 	test_migrate_v2();
+	test_migrate_v3();
 
 	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
 	if (cat) {
 		CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
 		test_register_keys(cat);
 		test_register_file(cat);
+		test_sums_key(cat);
 		test_refresh(cat);
 		test_superseded(cat);
 		test_admin(cat);

@@ -28,6 +28,7 @@ static const char *bad(const char *k, size_t len)
 int main(void)
 {
 	char big[KEYPATH_MAX + 8];
+	char pbuf[64];
 	const char *why;
 
 	CHECK(ok("a"));
@@ -70,5 +71,13 @@ int main(void)
 	CHECK_INT(keypath_parent_len("abc", 3), 0);
 	CHECK_STR(keypath_basename("a/b/c", 5), "c");
 	CHECK_STR(keypath_basename("abc", 3), "abc");
+
+	CHECK_STR(keypath_printable("a/b", 3, pbuf, sizeof(pbuf)), "a/b");
+	CHECK_STR(keypath_printable("a\0b\n\\\x7f\xc3\xa9", 8, pbuf,
+				    sizeof(pbuf)),
+		  "a\\x00b\\x0a\\x5c\\x7f\xc3\xa9");
+	memset(big, 'x', 40);
+	CHECK_STR(keypath_printable(big, 40, pbuf, 16), "xxxxxxxx...");
+	CHECK_STR(keypath_printable(big, 7, pbuf, 16), "xxxxxxx");
 	return check_result();
 }
