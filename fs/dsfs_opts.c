@@ -20,7 +20,10 @@
 /* Defaults chosen by measurement: docs/dstagefs.md, "Tuning". */
 #define DSFS_DEF_MOUNTPOINT "/data"
 #define DSFS_DEF_THREADS 16
-#define DSFS_DEF_MAX_WRITE_KB 1024
+/* 1 MiB - 16 KiB: libfuse splices a reply only if it fits its pipe with 3
+ * pages to spare, and a pipe grows to at most fs.pipe-max-size (1 MiB)
+ * without CAP_SYS_RESOURCE: 1 MiB replies were silently copied instead. */
+#define DSFS_DEF_MAX_WRITE_KB 1008
 #define DSFS_DEF_READ_AHEAD_KB 16384
 #define DSFS_DEF_ENTRY_TIMEOUT 86400.0
 #define DSFS_DEF_POLL_MS 1000

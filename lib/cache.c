@@ -1582,10 +1582,59 @@ static ssize_t cache_stream(struct cache *c, const struct cache_object *obj,
 	return (ssize_t)len;
 }
 
+/*
+ * Readahead over present blocks: read and check those of [b, b + n) (recs[0]
+ * is block b's) this process has not verified yet, so that the reader finds
+ * them verified and in the page cache and dstagefs splices them. Otherwise
+ * each FUSE request (a quarter of a 4 MiB block) would read and hash the
+ * whole block itself, several at once. Blocks another thread holds are
+ * skipped; a mismatch is left to the reader's path, which counts, logs and
+ * re-fetches it under the block's fill lock.
+ */
+static void cache_verify_ahead(struct cache_obj *o, uint64_t b, uint64_t n,
+			       const struct cache_rec *recs)
+{
+	struct cache *c = o->c;
+	struct uring_io ios[CACHE_MAX_BATCH];
+	uint64_t idx[CACHE_MAX_BATCH], m = 0;
+	char *buf;
+
+	if (n > c->batch)
+		n = c->batch;
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t i = 0; i < n; i++)
+		if (!cache_verified(o, b + i) && !cache_claimed(o, b + i) &&
+		    cache_claim_add(o, b + i) == 0)
+			idx[m++] = i;
+	pthread_mutex_unlock(&o->lock);
+	if (!m)
+		return;
+	buf = cache_buf_get(c);
+	for (uint64_t j = 0; buf && j < m; j++) {
+		ios[j].buf = buf + j * c->bs;
+		ios[j].len = cache_block_len(o, b + idx[j]);
+		ios[j].off = o->data_off + (b + idx[j]) * c->bs;
+	}
+	if (buf && uring_rw(o->fd, ios, m, false) == 0)
+		for (uint64_t j = 0; j < m; j++) {
+			bool ok = XXH3_64bits(ios[j].buf, ios[j].len) ==
+				  recs[idx[j]].sum;
+
+			pthread_mutex_lock(&o->lock);
+			if (ok)
+				cache_set_verified(o, b + idx[j], true);
+			pthread_mutex_unlock(&o->lock);
+		}
+	cache_buf_put(c, buf);
+	for (uint64_t j = 0; j < m; j++)
+		cache_claim_drop(o, b + idx[j]);
+}
+
 /* Make the blocks of [b, e) present (or stream them) and copy out what the
- * read wants. wait: block for blocks others are filling. */
+ * read wants. wait: block for blocks others are filling. verify: check
+ * present blocks not yet verified (readahead, see cache_verify_ahead). */
 static int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e,
-			   bool wait, const struct cache_out *out,
+			   bool wait, bool verify, const struct cache_out *out,
 			   bool *no_space)
 {
 	struct cache_rec recs[CACHE_MAX_BATCH];
@@ -1607,6 +1656,8 @@ static int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e,
 			while (k < n && cache_rec_valid(&recs[k], b + k))
 				k++;
 			if (!out) { /* prewarm: present is enough */
+				if (verify)
+					cache_verify_ahead(o, b, k, recs);
 				b += k;
 				continue;
 			}
@@ -1703,7 +1754,8 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 				b + step < o->nblocks ? b + step : o->nblocks;
 
 			if (!cache_prefetch_current(c, j) ||
-			    cache_obj_range(o, b, e, true, NULL, &no_space))
+			    cache_obj_range(o, b, e, true, false, NULL,
+					    &no_space))
 				break;
 		}
 		cache_obj_put(o);
@@ -1734,8 +1786,8 @@ static void *cache_worker(void *arg)
 		if (!j)
 			return NULL;
 		if (j->kind == CACHE_JOB_READAHEAD && !c->stopping)
-			cache_obj_range(j->o, j->b0, j->b0 + j->n, false, NULL,
-					&no_space);
+			cache_obj_range(j->o, j->b0, j->b0 + j->n, false, true,
+					NULL, &no_space);
 		else if (j->kind == CACHE_JOB_PREFETCH)
 			cache_run_prefetch(c, j);
 		cache_job_free(j);
@@ -1849,7 +1901,7 @@ ssize_t cache_read(struct cache *c, const struct cache_object *obj,
 	cache_access(o, off, len);
 	out = (struct cache_out){ .off = off, .len = len, .buf = buf };
 	ret = cache_obj_range(o, off / c->bs, (off + len - 1) / c->bs + 1, true,
-			      &out, &no_space);
+			      false, &out, &no_space);
 	cache_obj_put(o);
 	return ret ? ret : (ssize_t)len;
 }
@@ -1921,7 +1973,8 @@ int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
 		uint64_t k = e - b < c->batch ? e - b : c->batch;
 		bool no_space = false;
 
-		ret = cache_obj_range(o, b, b + k, true, NULL, &no_space);
+		ret = cache_obj_range(o, b, b + k, true, false, NULL,
+				      &no_space);
 		if (!ret && no_space)
 			ret = -ENOSPC;
 		if (ret)
