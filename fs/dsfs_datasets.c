@@ -845,8 +845,8 @@ static void dsfs_ds_read(fuse_req_t req, struct dsfs *fs, struct dsfs_node *n,
 			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 			/* The mount's page cache has them now (keep_cache):
 			 * drop the cache file's copy (cache_set_drop_behind). */
-			posix_fadvise(fd, (off_t)fd_off, (off_t)size,
-				      POSIX_FADV_DONTNEED);
+			cache_read_fd_done(fs->cache, &f->obj, fd, fd_off, uoff,
+					   size);
 			close(fd);
 			atomic_fetch_add_explicit(&fs->ctr.splice_replies, 1,
 						  memory_order_relaxed);

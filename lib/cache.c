@@ -98,6 +98,7 @@
 #define CACHE_LAND_MAX 8 /* landed fills kept per open object */
 #define CACHE_LAND_BYTES (256u << 20) /* landed fills kept in all */
 #define CACHE_DFD_UNSET (-2)
+#define CACHE_DROP_SLACK (2u << 20) /* largest page-cache folio expected */
 #define CACHE_MAX_JOBS 64
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
@@ -1055,15 +1056,30 @@ static void cache_buf_put(struct cache *c, char *p)
 	free(p);
 }
 
-/* Drop the cache file's pages of object bytes [off, off + len) when the
- * reader keeps its own copy (cache_set_drop_behind). */
+/*
+ * Drop-behind on descriptor fd, where the object's bytes start at data_off:
+ * the reader has object bytes [off, off + len). The kernel only drops
+ * folios wholly inside the range, and a file's folios can be large (up to
+ * CACHE_DROP_SLACK, naturally aligned), so the range reaches back that far
+ * into what earlier reads of a stream took; a folio that straddles the end
+ * goes with the next read.
+ */
+static void cache_drop_range(const struct cache *c, int fd, uint64_t data_off,
+			     uint64_t size, uint64_t off, uint64_t len)
+{
+	uint64_t back = off < CACHE_DROP_SLACK ? off : CACHE_DROP_SLACK;
+
+	if (!c->drop_behind || !len)
+		return;
+	if (off + len >= size) /* the object's last page is whole */
+		len = cache_roundup(size, CACHE_ALIGN) - off;
+	posix_fadvise(fd, (off_t)(data_off + off - back), (off_t)(len + back),
+		      POSIX_FADV_DONTNEED);
+}
+
 static void cache_drop_pages(struct cache_obj *o, uint64_t off, uint64_t len)
 {
-	if (off + len >= o->size) /* the object's last page is whole */
-		len = cache_roundup(o->size, CACHE_ALIGN) - off;
-	if (o->c->drop_behind && len)
-		posix_fadvise(o->fd, (off_t)(o->data_off + off), (off_t)len,
-			      POSIX_FADV_DONTNEED);
+	cache_drop_range(o->c, o->fd, o->data_off, o->size, off, len);
 }
 
 /* o->lock held: drop a reference; the last one frees the land. */
@@ -1930,6 +1946,12 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 			all = false;
 			break;
 		}
+	/* Bytes a fill just landed are in memory; with direct writes the
+	 * file's pages are not: cache_read copies them from the landing. */
+	for (struct cache_land *l = o->lands; all && l; l = l->next)
+		if (l->b0 <= (off + len - 1) / c->bs &&
+		    off / c->bs < l->b0 + l->n)
+			all = false;
 	pthread_mutex_unlock(&o->lock);
 	ret = -EAGAIN;
 	if (all) {
@@ -2593,6 +2615,13 @@ void cache_set_drop_behind(struct cache *c, bool on)
 {
 	if (c)
 		c->drop_behind = on;
+}
+
+void cache_read_fd_done(struct cache *c, const struct cache_object *obj, int fd,
+			uint64_t fd_off, uint64_t off, size_t len)
+{
+	if (c && obj && fd >= 0 && fd_off >= off)
+		cache_drop_range(c, fd, fd_off - off, obj->size, off, len);
 }
 
 int cache_object_drop(struct cache *c, const struct cache_object *obj)

@@ -76,6 +76,13 @@ uint32_t cache_block_size(const struct cache *c);
 void cache_set_drop_behind(struct cache *c, bool on);
 
 /*
+ * After bytes [off, off + len) of obj were sent from a cache_read_fd
+ * descriptor (fd, fd_off as returned): drop-behind for them, if on.
+ */
+void cache_read_fd_done(struct cache *c, const struct cache_object *obj, int fd,
+			uint64_t fd_off, uint64_t off, size_t len);
+
+/*
  * Read up to len bytes at off into buf through the cache, fetching missing
  * blocks (and reading ahead when the access pattern is sequential). Returns
  * the bytes read (short only at the end of the object) or -errno.
