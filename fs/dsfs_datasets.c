@@ -817,13 +817,38 @@ static void dsfs_read_error(struct dsfs *fs, struct dsfs_node *n, off_t off,
 		  n->ds->name, n->path, len, (long long)off, strerror(-err));
 }
 
+/* A READ answered from cache_read_iov's bytes (no copy when they are in
+ * memory already). */
+struct dsfs_reply {
+	fuse_req_t req;
+	bool sent;
+	unsigned long long bytes;
+};
+
+static int dsfs_reply_iov(void *arg, const struct iovec *iov, int n)
+{
+	struct dsfs_reply *r = arg;
+
+	for (int i = 0; i < n; i++)
+		r->bytes += iov[i].iov_len;
+	r->sent = true;
+	/* A failed reply (the request was interrupted) has nothing left to
+	 * answer: the request is finished either way. */
+	if (n)
+		fuse_reply_iov(r->req, iov, n);
+	else
+		fuse_reply_buf(r->req, NULL, 0);
+	return 0;
+}
+
 static void dsfs_ds_read(fuse_req_t req, struct dsfs *fs, struct dsfs_node *n,
 			 struct fuse_file_info *fi, size_t size, off_t off)
 {
 	struct dsfs_file *f = (struct dsfs_file *)(uintptr_t)fi->fh;
+	struct dsfs_reply r = { .req = req };
 	uint64_t uoff = (uint64_t)off;
-	ssize_t got;
 	void *buf;
+	int ret;
 
 	if (off < 0 || uoff >= n->size || !size) {
 		fuse_reply_buf(req, NULL, 0);
@@ -860,17 +885,17 @@ static void dsfs_ds_read(fuse_req_t req, struct dsfs *fs, struct dsfs_node *n,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	got = cache_read(fs->cache, &f->obj, uoff, size, buf);
-	if (got < 0) {
-		dsfs_read_error(fs, n, off, size, (int)got);
-		fuse_reply_err(req, got == -ENOMEM ? ENOMEM : EIO);
+	ret = cache_read_iov(fs->cache, &f->obj, uoff, size, buf,
+			     dsfs_reply_iov, &r);
+	if (!r.sent) {
+		dsfs_read_error(fs, n, off, size, ret);
+		fuse_reply_err(req, ret == -ENOMEM ? ENOMEM : EIO);
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->ctr.copy_replies, 1,
 				  memory_order_relaxed);
-	atomic_fetch_add_explicit(&fs->ctr.read_bytes, (unsigned long long)got,
+	atomic_fetch_add_explicit(&fs->ctr.read_bytes, r.bytes,
 				  memory_order_relaxed);
-	fuse_reply_buf(req, buf, (size_t)got);
 }
 
 static double dsfs_ds_timeout(struct dsfs *fs, const struct dsfs_node *n)

@@ -69,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -1920,6 +1921,141 @@ ssize_t cache_read(struct cache *c, const struct cache_object *obj,
 			      false, &out, &no_space);
 	cache_obj_put(o);
 	return ret ? ret : (ssize_t)len;
+}
+
+/* At most this many blocks are handed out as iovecs in one call. */
+#define CACHE_IOV_MAX 8
+
+/*
+ * If every block of [off, off + len) is in a landed fill, call fn with
+ * iovecs pointing into them (the lands referenced meanwhile) and return its
+ * result; -EAGAIN when some block is not.
+ */
+static int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
+			   cache_iov_fn fn, void *arg)
+{
+	struct cache *c = o->c;
+	uint64_t b0 = off / c->bs, b1 = (off + len - 1) / c->bs;
+	struct cache_land *ls[CACHE_IOV_MAX];
+	struct iovec iov[CACHE_IOV_MAX];
+	uint64_t drop_off = UINT64_MAX, drop_end = 0;
+	int n = 0, ret;
+
+	if (b1 - b0 + 1 > CACHE_IOV_MAX)
+		return -EAGAIN;
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t b = b0; b <= b1; b++, n++) {
+		struct cache_land *l;
+		uint64_t bstart = b * c->bs;
+		uint64_t s = off > bstart ? off : bstart;
+		uint64_t e = bstart + cache_block_len(o, b);
+
+		if (e > off + len)
+			e = off + len;
+		for (l = o->lands; l; l = l->next)
+			if (b >= l->b0 && b < l->b0 + l->n)
+				break;
+		if (!l)
+			break;
+		l->refs++;
+		ls[n] = l;
+		iov[n].iov_base = l->buf + (b - l->b0) * c->bs + (s - bstart);
+		iov[n].iov_len = e - s;
+	}
+	if (n < (int)(b1 - b0 + 1)) {
+		while (n)
+			cache_land_unref(o, ls[--n]);
+		pthread_mutex_unlock(&o->lock);
+		return -EAGAIN;
+	}
+	pthread_mutex_unlock(&o->lock);
+	ret = fn(arg, iov, n);
+	pthread_mutex_lock(&o->lock);
+	for (int i = 0; i < n; i++) {
+		struct cache_land *l = ls[i];
+
+		l->left -= iov[i].iov_len < l->left ? iov[i].iov_len : l->left;
+		if (l->left == 0) {
+			/* Every byte went to a reader (see cache_land_copy). */
+			if (l->b0 * c->bs < drop_off)
+				drop_off = l->b0 * c->bs;
+			if ((l->b0 + l->n) * c->bs > drop_end)
+				drop_end = (l->b0 + l->n) * c->bs;
+			cache_land_unlist(o, l);
+		}
+		cache_land_unref(o, l);
+	}
+	pthread_mutex_unlock(&o->lock);
+	if (drop_end > drop_off)
+		cache_drop_pages(o, drop_off, drop_end - drop_off);
+	cache_count(&c->hits, (uint64_t)n);
+	cache_count(&c->bytes_from_cache, len);
+	return ret;
+}
+
+/* Wait while a thread of this process fills a block of [off, off + len).
+ * Returns true if it waited. */
+static bool cache_wait_fills(struct cache_obj *o, uint64_t off, size_t len)
+{
+	uint64_t b0 = off / o->c->bs, b1 = (off + len - 1) / o->c->bs;
+	bool waited = false;
+
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t b = b0; b <= b1; b++)
+		while (cache_claimed(o, b)) {
+			pthread_cond_wait(&o->cond, &o->lock);
+			waited = true;
+		}
+	pthread_mutex_unlock(&o->lock);
+	return waited;
+}
+
+int cache_read_iov(struct cache *c, const struct cache_object *obj,
+		   uint64_t off, size_t len, void *buf, cache_iov_fn fn,
+		   void *arg)
+{
+	struct cache_obj *o = NULL;
+	struct cache_out out;
+	struct iovec v;
+	bool no_space = false;
+	ssize_t got;
+	int ret;
+
+	if (!c || !obj || !obj->key || !fn || (len && !buf))
+		return -EINVAL;
+	if (off >= obj->size || len == 0)
+		return fn(arg, NULL, 0);
+	if (len > obj->size - off)
+		len = obj->size - off;
+	ret = cache_obj_get(c, obj, true, &o);
+	if (ret)
+		return ret;
+	if (!o) {
+		got = cache_stream(c, obj, off, len, buf);
+		if (got < 0)
+			return (int)got;
+		v = (struct iovec){ buf, (size_t)got };
+		return fn(arg, &v, 1);
+	}
+	cache_obj_touch(o);
+	cache_access(o, off, len);
+	/* Bytes landing now (readahead ahead of us, mostly): take them
+	 * from memory without a copy, once their fill is done. */
+	do {
+		ret = cache_land_send(o, off, len, fn, arg);
+		if (ret != -EAGAIN)
+			goto out;
+	} while (cache_wait_fills(o, off, len));
+	out = (struct cache_out){ .off = off, .len = len, .buf = buf };
+	ret = cache_obj_range(o, off / c->bs, (off + len - 1) / c->bs + 1, true,
+			      false, &out, &no_space);
+	if (ret == 0) {
+		v = (struct iovec){ buf, len };
+		ret = fn(arg, &v, 1);
+	}
+out:
+	cache_obj_put(o);
+	return ret;
 }
 
 int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,

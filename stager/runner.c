@@ -8,8 +8,9 @@
  * workers are done, then record done/failed with a message.
  *
  * Workers take files in order from a shared atomic index and read each file
- * front to back in chunks: through the cache (cache_read: present blocks are
- * read locally, missing ones fetched and stored) or from the source
+ * front to back in chunks: through the cache (cache_read_iov: present blocks
+ * are read locally, missing ones fetched and stored; bytes that just landed
+ * are hashed in place, without a copy) or from the source
  * (objstore_get with If-Match on the manifest's ETag). Each chunk is read
  * while holding a slot of the daemon's scheduler (sched.c: priorities and
  * bandwidth caps), and hashed (SHA-256, OpenSSL EVP) as it arrives. The
@@ -319,6 +320,25 @@ static void runner_obj(const struct runner_ctx *c, const struct runner_file *f,
 	o->size = f->size;
 }
 
+/* SHA-256 over the bytes cache_read_iov hands out. */
+struct runner_digest {
+	EVP_MD_CTX *md;
+	size_t bytes;
+};
+
+static int runner_digest_iov(void *arg, const struct iovec *iov, int n)
+{
+	struct runner_digest *d = arg;
+
+	for (int i = 0; i < n; i++) {
+		if (EVP_DigestUpdate(d->md, iov[i].iov_base, iov[i].iov_len) !=
+		    1)
+			return -ENOMEM;
+		d->bytes += iov[i].iov_len;
+	}
+	return 0;
+}
+
 /* Read the whole file in chunks and hash it. */
 static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 		       void *buf, unsigned char out[32])
@@ -341,7 +361,6 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 		size_t len =
 			f->size - off < c->chunk ? f->size - off : c->chunk;
 		size_t got = 0;
-		ssize_t n;
 
 		if (atomic_load(&rj->cancel)) {
 			ret = -ECANCELED;
@@ -349,13 +368,19 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 		}
 		sched_acquire(c->env->sched, c->sj, len);
 		if (c->cache_mode) {
-			n = cache_read(c->env->cache, &o, off, len, buf);
-			ret = n < 0 ? (int)n : 0;
-			got = n < 0 ? 0 : (size_t)n;
+			/* Hashed where the bytes are: landed fills need no
+			 * copy into buf. */
+			struct runner_digest d = { .md = md };
+
+			ret = cache_read_iov(c->env->cache, &o, off, len, buf,
+					     runner_digest_iov, &d);
+			got = d.bytes;
 		} else {
 			ret = objstore_get(c->os, f->key, off, len,
 					   f->etag[0] ? f->etag : NULL, buf,
 					   &got);
+			if (!ret)
+				EVP_DigestUpdate(md, buf, got);
 		}
 		sched_release(c->env->sched);
 		if (ret)
@@ -364,7 +389,6 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 			ret = -EIO; /* shorter than the manifest says */
 			goto out;
 		}
-		EVP_DigestUpdate(md, buf, got);
 		off += got;
 		atomic_fetch_add(&rj->bytes_done, got);
 	}

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 struct dstage_config;
 struct objstore;
@@ -89,6 +90,22 @@ void cache_read_fd_done(struct cache *c, const struct cache_object *obj, int fd,
  */
 ssize_t cache_read(struct cache *c, const struct cache_object *obj,
 		   uint64_t off, size_t len, void *buf);
+
+/* Receives the bytes of a cache_read_iov (n == 0: none, past the end). The
+ * iovecs are valid only during the call. Returns 0 or -errno. */
+typedef int (*cache_iov_fn)(void *arg, const struct iovec *iov, int n);
+
+/*
+ * Read [off, off + len) (cut at the object's end) as cache_read does, but
+ * hand the bytes to fn: straight from memory when they all sit in fills
+ * that just landed (a cold sequential read, mostly: no copy), otherwise
+ * read into buf (len bytes) and passed as one iovec. fn is called once,
+ * unless the read fails first. Returns fn's result or the read's -errno
+ * (as cache_read).
+ */
+int cache_read_iov(struct cache *c, const struct cache_object *obj,
+		   uint64_t off, size_t len, void *buf, cache_iov_fn fn,
+		   void *arg);
 
 /*
  * Zero-copy read support: when [off, off+len) lies in present blocks whose
