@@ -229,6 +229,9 @@ struct cache {
 	bool no_direct; /* DSTAGE_NO_DIRECT=1: fills write through o->fd */
 
 	_Atomic uint64_t used, pinned;
+	/* Reserved but not yet on disk: a scan (which counts what is on
+	 * disk) adds it back, or a fill in flight would be forgotten. */
+	_Atomic uint64_t inflight;
 	_Atomic uint64_t hits, misses, bytes_from_cache, bytes_from_source;
 	_Atomic uint64_t fetches, checksum_failures, evictions, streamed;
 };
@@ -505,11 +508,22 @@ static int cache_hdr_build(struct cache *c, const struct cache_object *obj,
 
 /* Write a new object file with O_TMPFILE and link it in; -EEXIST when
  * another thread or process won the race (the caller opens that one). */
+static int cache_reserve(struct cache *c, const char *ds, uint64_t bytes);
+static void cache_unreserve(struct cache *c, const char *ds, uint64_t bytes);
+static void cache_landed_bytes(struct cache *c, uint64_t bytes);
+
+/*
+ * Create obj's file. Its header and first page of records count against the
+ * capacity like blocks do (reserved first): -ENOSPC when there is no room,
+ * and the caller reads uncached.
+ */
 static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 			    const char *name)
 {
 	char sub[3] = { name[0], name[1], 0 }, proc[64];
+	const char *ds = cache_ds_or(obj->dataset);
 	char *hdr = NULL;
+	uint64_t cost = 0;
 	size_t len;
 	int dfd = -1, fd = -1, ret;
 
@@ -521,6 +535,11 @@ static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 	ret = cache_hdr_build(c, obj, &hdr, &len);
 	if (ret)
 		goto out;
+	ret = cache_reserve(c, ds,
+			    cache_roundup(len, CACHE_ALIGN) + CACHE_ALIGN);
+	if (ret)
+		goto out;
+	cost = cache_roundup(len, CACHE_ALIGN) + CACHE_ALIGN;
 	fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		ret = -errno;
@@ -535,6 +554,10 @@ static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 	if (linkat(AT_FDCWD, proc, dfd, name + 2, AT_SYMLINK_FOLLOW))
 		ret = -errno;
 out:
+	if (ret && cost) /* not ours after all (EEXIST: another one's) */
+		cache_unreserve(c, ds, cost);
+	else if (cost)
+		cache_landed_bytes(c, cost);
 	if (fd >= 0)
 		close(fd);
 	if (dfd >= 0)
@@ -768,7 +791,9 @@ static int cache_obj_get(struct cache *c, const struct cache_object *obj,
 	}
 	ret = cache_obj_open_file(c, obj, name, create, &o->fd, &o->data_off,
 				  &o->rec_off);
-	if (ret == -EUCLEAN || (ret == -ENOENT && !create)) {
+	if (ret == -EUCLEAN || ret == -ENOSPC || (ret == -ENOENT && !create)) {
+		/* Unusable, no room for a new file, or none wanted: the
+		 * caller streams (or has nothing to do). */
 		cache_obj_free(o);
 		return 0;
 	}
@@ -959,6 +984,7 @@ static int cache_reserve(struct cache *c, const char *ds, uint64_t bytes)
 		goto out;
 	}
 	atomic_fetch_add(&c->used, bytes);
+	atomic_fetch_add(&c->inflight, bytes);
 	if (p.pinned)
 		atomic_fetch_add(&c->pinned, bytes);
 	cache_ds_add_used(c, ds, (int64_t)bytes);
@@ -967,12 +993,23 @@ out:
 	return ret;
 }
 
+/* Reserved bytes that are now on disk (a scan counts them from there). */
+static void cache_landed_bytes(struct cache *c, uint64_t bytes)
+{
+	uint64_t cur = atomic_load(&c->inflight);
+
+	while (!atomic_compare_exchange_weak(&c->inflight, &cur,
+					     cur > bytes ? cur - bytes : 0))
+		;
+}
+
 static void cache_unreserve(struct cache *c, const char *ds, uint64_t bytes)
 {
 	struct cache_policy p;
 
 	cache_policy_of(c, ds, &p);
 	cache_sub_used(c, bytes);
+	cache_landed_bytes(c, bytes); /* no longer in flight either */
 	if (p.pinned) {
 		uint64_t cur = atomic_load(&c->pinned);
 
@@ -1418,6 +1455,8 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 				cache_evict_bytes(c, NULL, cost * 2, &freed);
 				ret = cache_commit(o, b0, fetch, recs, buf, n);
 			}
+			if (ret == 0)
+				cache_landed_bytes(c, cost);
 			if (ret) {
 				cache_unreserve(c, o->dataset, cost);
 				if (ret != -ENOSPC && ret != -EDQUOT)
@@ -2408,7 +2447,7 @@ static int cache_scan(struct cache *c, const char *only_ds,
 		closedir(sub);
 	}
 	closedir(top);
-	atomic_store(&c->used, total);
+	atomic_store(&c->used, total + atomic_load(&c->inflight));
 	atomic_store(&c->pinned, pinned);
 	qsort(h->v, h->n, sizeof(*h->v), cache_victim_cmp);
 	return ret;

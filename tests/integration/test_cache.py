@@ -302,6 +302,12 @@ def test_small_filesystem_fills_up(tool, file_source, tmp_path, tmpfs):
     os.statvfs(tmpfs)
 
 
+def disk_usage(path):
+    """Bytes allocated to the files under path (st_blocks)."""
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512
+               for d, _, fs in os.walk(str(path)) for f in fs)
+
+
 def test_eviction_pins_quotas_priorities(tool, file_source, tmp_path,
                                          tmpfs):
     """A 6 MiB cache (high 90%, low 80%) on an 8 MiB tmpfs: the lowest
@@ -352,7 +358,10 @@ def test_eviction_pins_quotas_priorities(tool, file_source, tmp_path,
         assert p.stdout == objs[f"x{i}"]
         st = c.stats(p)
         streamed += st["streamed"]
-        assert st["used"] <= 6 * MIB, st
+        # What the files really hold stays within the capacity (the
+        # process's own estimate may run one fill ahead between scans).
+        assert disk_usage(tmpfs) <= 6 * MIB, st
+        assert st["used"] <= 6 * MIB + 256 * KIB, st
     assert streamed > 0
     assert c.present("pin", "p1") == MIB
 
