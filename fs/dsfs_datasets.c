@@ -859,7 +859,8 @@ static void dsfs_ds_read(fuse_req_t req, struct dsfs *fs, struct dsfs_node *n,
 	atomic_fetch_add_explicit(&fs->ctr.reads, 1, memory_order_relaxed);
 	if (fs->opts->splice) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
-		uint64_t fd_off;
+		/* f may be freed once the reply is out (RELEASE). */
+		uint64_t fd_off, obj_size = f->obj.size;
 		int fd;
 
 		if (cache_read_fd(fs->cache, &f->obj, uoff, size, &fd,
@@ -870,8 +871,8 @@ static void dsfs_ds_read(fuse_req_t req, struct dsfs *fs, struct dsfs_node *n,
 			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 			/* The mount's page cache has them now (keep_cache):
 			 * drop the cache file's copy (cache_set_drop_behind). */
-			cache_read_fd_done(fs->cache, &f->obj, fd, fd_off, uoff,
-					   size);
+			cache_read_fd_done(fs->cache, obj_size, fd, fd_off,
+					   uoff, size);
 			close(fd);
 			atomic_fetch_add_explicit(&fs->ctr.splice_replies, 1,
 						  memory_order_relaxed);

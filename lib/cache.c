@@ -2792,11 +2792,11 @@ void cache_set_drop_behind(struct cache *c, bool on)
 		c->drop_behind = on;
 }
 
-void cache_read_fd_done(struct cache *c, const struct cache_object *obj, int fd,
+void cache_read_fd_done(struct cache *c, uint64_t obj_size, int fd,
 			uint64_t fd_off, uint64_t off, size_t len)
 {
-	if (c && obj && fd >= 0 && fd_off >= off)
-		cache_drop_range(c, fd, fd_off - off, obj->size, off, len);
+	if (c && fd >= 0 && fd_off >= off)
+		cache_drop_range(c, fd, fd_off - off, obj_size, off, len);
 }
 
 int cache_object_drop(struct cache *c, const struct cache_object *obj)

@@ -77,10 +77,12 @@ uint32_t cache_block_size(const struct cache *c);
 void cache_set_drop_behind(struct cache *c, bool on);
 
 /*
- * After bytes [off, off + len) of obj were sent from a cache_read_fd
- * descriptor (fd, fd_off as returned): drop-behind for them, if on.
+ * After bytes [off, off + len) of an object of obj_size bytes were sent from
+ * a cache_read_fd descriptor (fd, fd_off as returned): drop-behind for them,
+ * if on. Takes the size, not the object: once a reply is sent, the caller's
+ * copy of the object may be gone (FUSE may release the file at once).
  */
-void cache_read_fd_done(struct cache *c, const struct cache_object *obj, int fd,
+void cache_read_fd_done(struct cache *c, uint64_t obj_size, int fd,
 			uint64_t fd_off, uint64_t off, size_t len);
 
 /*
