@@ -236,6 +236,50 @@ static void test_open_errors(void)
 	catalog_close(NULL);
 }
 
+/*
+ * Make dir/name a catalog at schema version v holding the rows of sql, check
+ * that what version v + 1 adds is not there yet (the statement later fails),
+ * then open it (which migrates it to the current version). Returns the
+ * catalog or NULL (a failure is recorded); path receives the file's path.
+ */
+static struct catalog *migrated(const char *name, int v, const char *sql,
+				const char *later, char *path, size_t plen)
+{
+	struct catalog *cat = NULL;
+	sqlite3 *db;
+
+	snprintf(path, plen, "%s/%s", dir, name);
+	CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+	CHECK_INT(catalog_migrate(db, v), 0);
+	CHECK(sqlite3_exec(db, sql, 0, 0, 0) == SQLITE_OK);
+	if (later)
+		CHECK(sqlite3_exec(db, later, 0, 0, 0) != SQLITE_OK);
+	sqlite3_close(db);
+	CHECK_INT(catalog_open(path, 0, &cat), 0);
+	if (cat)
+		CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+	return cat;
+}
+
+/* Run setup (may be NULL) on the file at path, then check that query's
+ * first row is (a, b). */
+static void check_row(const char *path, const char *setup, const char *query,
+		      const char *a, const char *b)
+{
+	sqlite3_stmt *st = NULL;
+	sqlite3 *db;
+
+	CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+	if (setup)
+		CHECK(sqlite3_exec(db, setup, 0, 0, 0) == SQLITE_OK);
+	CHECK(sqlite3_prepare_v2(db, query, -1, &st, NULL) == SQLITE_OK);
+	CHECK(sqlite3_step(st) == SQLITE_ROW);
+	CHECK_STR((const char *)sqlite3_column_text(st, 0), a);
+	CHECK_STR((const char *)sqlite3_column_text(st, 1), b);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
 static void test_migrate_v1(void)
 {
 	struct catalog_dataset ds;
@@ -243,26 +287,18 @@ static void test_migrate_v1(void)
 	struct catalog *cat;
 	struct names nm;
 	char p[160];
-	sqlite3 *db;
 
-	snprintf(p, sizeof(p), "%s/v1.db", dir);
-	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
-	CHECK_INT(catalog_migrate(db, 1), 0);
-	CHECK(sqlite3_exec(db,
-			   "INSERT INTO datasets VALUES"
-			   " (7, 'old', 'file:///srv/old', 1, 100),"
-			   " (8, 'fresh', 's3://b/p/', 0, 200);"
-			   "INSERT INTO objects VALUES"
-			   " (41, 7, 'a/b/c.bin', 1000, '\"e1\"', 5),"
-			   " (42, 7, 'a/d.txt', 10, NULL, NULL),"
-			   " (43, 7, 'top', 0, '\"e3\"', 6);",
-			   0, 0, 0) == SQLITE_OK);
-	sqlite3_close(db);
-
-	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	cat = migrated("v1.db", 1,
+		       "INSERT INTO datasets VALUES"
+		       " (7, 'old', 'file:///srv/old', 1, 100),"
+		       " (8, 'fresh', 's3://b/p/', 0, 200);"
+		       "INSERT INTO objects VALUES"
+		       " (41, 7, 'a/b/c.bin', 1000, '\"e1\"', 5),"
+		       " (42, 7, 'a/d.txt', 10, NULL, NULL),"
+		       " (43, 7, 'top', 0, '\"e3\"', 6);",
+		       NULL, p, sizeof(p));
 	if (!cat)
 		return;
-	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
 	CHECK_INT(catalog_dataset_get(cat, "old", &ds), 0);
 	CHECK_INT(ds.version, 1);
 	CHECK_INT(ds.state, CATALOG_DS_READY);
@@ -299,30 +335,18 @@ static void test_migrate_v2(void)
 {
 	struct catalog_dataset ds;
 	struct catalog *cat;
-	sqlite3_stmt *st = NULL;
 	char p[160];
-	sqlite3 *db;
 
-	snprintf(p, sizeof(p), "%s/v2.db", dir);
-	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
-	CHECK_INT(catalog_migrate(db, 2), 0);
-	CHECK(sqlite3_exec(db,
-			   "INSERT INTO datasets(id, name, source, state,"
-			   " created, priority) VALUES"
-			   " (3, 'two', 's3://b/two/', 0, 10, 2);"
-			   "INSERT INTO jobs(id, kind, dataset_id, state,"
-			   " created, updated)"
-			   " VALUES (5, 'stage', 3, 'queued', 1, 2);",
-			   0, 0, 0) == SQLITE_OK);
-	/* The table of version 3 is not there yet. */
-	CHECK(sqlite3_exec(db, "SELECT * FROM jobs_args", 0, 0, 0) !=
-	      SQLITE_OK);
-	sqlite3_close(db);
-
-	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	cat = migrated("v2.db", 2,
+		       "INSERT INTO datasets(id, name, source, state,"
+		       " created, priority) VALUES"
+		       " (3, 'two', 's3://b/two/', 0, 10, 2);"
+		       "INSERT INTO jobs(id, kind, dataset_id, state,"
+		       " created, updated)"
+		       " VALUES (5, 'stage', 3, 'queued', 1, 2);",
+		       "SELECT * FROM jobs_args", p, sizeof(p));
 	if (!cat)
 		return;
-	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
 	CHECK_INT(catalog_dataset_get(cat, "two", &ds), 0);
 	CHECK_INT(ds.id, 3);
 	CHECK_INT(ds.priority, 2);
@@ -330,18 +354,9 @@ static void test_migrate_v2(void)
 	CHECK_STR(ds.sums_key, "SHA256SUMS");
 	catalog_dataset_release(&ds);
 	catalog_close(cat);
-	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
-	CHECK(sqlite3_exec(db,
-			   "INSERT INTO jobs_args VALUES (5, 'parallel=4');", 0,
-			   0, 0) == SQLITE_OK);
-	CHECK(sqlite3_prepare_v2(db,
-				 "SELECT kind, state FROM jobs WHERE id = 5",
-				 -1, &st, NULL) == SQLITE_OK);
-	CHECK(sqlite3_step(st) == SQLITE_ROW);
-	CHECK_STR((const char *)sqlite3_column_text(st, 0), "stage");
-	CHECK_STR((const char *)sqlite3_column_text(st, 1), "queued");
-	sqlite3_finalize(st);
-	sqlite3_close(db);
+	check_row(p, "INSERT INTO jobs_args VALUES (5, 'parallel=4');",
+		  "SELECT kind, state FROM jobs WHERE id = 5", "stage",
+		  "queued");
 }
 
 /* v3 -> v4: a registered dataset with hashes and a job keeps all of it,
@@ -351,42 +366,30 @@ static void test_migrate_v3(void)
 	struct catalog_dataset ds;
 	struct catalog_entry e;
 	struct catalog *cat;
-	sqlite3_stmt *st = NULL;
 	struct names nm;
 	char p[160];
-	sqlite3 *db;
 
-	snprintf(p, sizeof(p), "%s/v3.db", dir);
-	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
-	CHECK_INT(catalog_migrate(db, 3), 0);
-	CHECK(sqlite3_exec(
-		      db,
-		      "INSERT INTO datasets(id, name, source, state, created,"
-		      " pinned, priority, owner_group) VALUES"
-		      " (9, 'three', 'file:///srv/three/', 1, 300, 1, 5, 'ml'),"
-		      " (10, 'new', 's3://b/new/', 0, 301, 0, 0, NULL);"
-		      "INSERT INTO manifests(id, dataset_id, version, state,"
-		      " created, n_objects, n_bytes, bad_keys)"
-		      " VALUES (20, 9, 4, 1, 400, 1, 5, 2);"
-		      "INSERT INTO dirs(manifest_id, path, parent)"
-		      " VALUES (20, '', NULL), (20, 'd', '');"
-		      "INSERT INTO objects(id, manifest_id, path, parent, size,"
-		      " etag, mtime, expected_sha256) VALUES"
-		      " (61, 20, 'd/f.bin', 'd', 5, '\"e\"', 7, x'2c' ||"
-		      " zeroblob(31));"
-		      "INSERT INTO jobs(id, kind, dataset_id, state, created,"
-		      " updated) VALUES (6, 'verify', 9, 'queued', 1, 2);"
-		      "INSERT INTO jobs_args VALUES (6, 'mode=source');",
-		      0, 0, 0) == SQLITE_OK);
-	/* The column of version 4 is not there yet. */
-	CHECK(sqlite3_exec(db, "SELECT sums_key FROM datasets", 0, 0, 0) !=
-	      SQLITE_OK);
-	sqlite3_close(db);
-
-	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	cat = migrated(
+		"v3.db", 3,
+		"INSERT INTO datasets(id, name, source, state, created,"
+		" pinned, priority, owner_group) VALUES"
+		" (9, 'three', 'file:///srv/three/', 1, 300, 1, 5, 'ml'),"
+		" (10, 'new', 's3://b/new/', 0, 301, 0, 0, NULL);"
+		"INSERT INTO manifests(id, dataset_id, version, state,"
+		" created, n_objects, n_bytes, bad_keys)"
+		" VALUES (20, 9, 4, 1, 400, 1, 5, 2);"
+		"INSERT INTO dirs(manifest_id, path, parent)"
+		" VALUES (20, '', NULL), (20, 'd', '');"
+		"INSERT INTO objects(id, manifest_id, path, parent, size,"
+		" etag, mtime, expected_sha256) VALUES"
+		" (61, 20, 'd/f.bin', 'd', 5, '\"e\"', 7, x'2c' ||"
+		" zeroblob(31));"
+		"INSERT INTO jobs(id, kind, dataset_id, state, created,"
+		" updated) VALUES (6, 'verify', 9, 'queued', 1, 2);"
+		"INSERT INTO jobs_args VALUES (6, 'mode=source');",
+		"SELECT sums_key FROM datasets", p, sizeof(p));
 	if (!cat)
 		return;
-	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
 	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
 	CHECK_INT(ds.id, 9);
 	CHECK_INT(ds.state, CATALOG_DS_READY);
@@ -420,18 +423,11 @@ static void test_migrate_v3(void)
 	CHECK_STR(ds.sums_key, "meta/s.txt");
 	catalog_dataset_release(&ds);
 	catalog_close(cat);
-
-	CHECK(sqlite3_open(p, &db) == SQLITE_OK);
-	CHECK(sqlite3_prepare_v2(db,
-				 "SELECT j.kind, a.args FROM jobs j JOIN"
-				 " jobs_args a ON a.job_id = j.id"
-				 " WHERE j.id = 6 AND j.dataset_id = 9",
-				 -1, &st, NULL) == SQLITE_OK);
-	CHECK(sqlite3_step(st) == SQLITE_ROW);
-	CHECK_STR((const char *)sqlite3_column_text(st, 0), "verify");
-	CHECK_STR((const char *)sqlite3_column_text(st, 1), "mode=source");
-	sqlite3_finalize(st);
-	sqlite3_close(db);
+	check_row(p, NULL,
+		  "SELECT j.kind, a.args FROM jobs j JOIN"
+		  " jobs_args a ON a.job_id = j.id"
+		  " WHERE j.id = 6 AND j.dataset_id = 9",
+		  "verify", "mode=source");
 }
 
 #define HA "aa00000000000000000000000000000000000000000000000000000000000000"
