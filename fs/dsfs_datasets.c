@@ -886,7 +886,7 @@ static void dsfs_ds_read(fuse_req_t req, struct dsfs *fs, struct dsfs_node *n,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = cache_read_iov(fs->cache, &f->obj, uoff, size, buf,
+	ret = cache_read_iov(fs->cache, &f->obj, uoff, size, buf, 0,
 			     dsfs_reply_iov, &r);
 	if (!r.sent) {
 		dsfs_read_error(fs, n, off, size, ret);

@@ -368,11 +368,13 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 		}
 		sched_acquire(c->env->sched, c->sj, len);
 		if (c->cache_mode) {
-			/* Hashed where the bytes are: landed fills need no
-			 * copy into buf. */
+			/* Hashed where the bytes are: landed fills and
+			 * direct reads of present blocks need no copy into
+			 * buf; the workers are the parallelism. */
 			struct runner_digest d = { .md = md };
 
 			ret = cache_read_iov(c->env->cache, &o, off, len, buf,
+					     CACHE_READ_DIRECT,
 					     runner_digest_iov, &d);
 			got = d.bytes;
 		} else {

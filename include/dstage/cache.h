@@ -97,17 +97,27 @@ ssize_t cache_read(struct cache *c, const struct cache_object *obj,
  * iovecs are valid only during the call. Returns 0 or -errno. */
 typedef int (*cache_iov_fn)(void *arg, const struct iovec *iov, int n);
 
+/* cache_read_iov flags. */
+enum {
+	/*
+	 * A bulk reader that runs several reads at once (stage, verify):
+	 * ranges wholly present are read with O_DIRECT in one batch, with
+	 * no page cache and no readahead, and handed over without a copy.
+	 */
+	CACHE_READ_DIRECT = 1u << 0,
+};
+
 /*
  * Read [off, off + len) (cut at the object's end) as cache_read does, but
  * hand the bytes to fn: straight from memory when they all sit in fills
  * that just landed (a cold sequential read, mostly: no copy), otherwise
  * read into buf (len bytes) and passed as one iovec. fn is called once,
- * unless the read fails first. Returns fn's result or the read's -errno
- * (as cache_read).
+ * unless the read fails first. flags: CACHE_READ_*. Returns fn's result or
+ * the read's -errno (as cache_read).
  */
 int cache_read_iov(struct cache *c, const struct cache_object *obj,
-		   uint64_t off, size_t len, void *buf, cache_iov_fn fn,
-		   void *arg);
+		   uint64_t off, size_t len, void *buf, unsigned flags,
+		   cache_iov_fn fn, void *arg);
 
 /*
  * Zero-copy read support: when [off, off+len) lies in present blocks whose
