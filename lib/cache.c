@@ -2081,6 +2081,14 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 		if (!cache_rec_valid(&recs[i], b0 + i) ||
 		    cache_block_len(o, b0 + i) % CACHE_ALIGN)
 			return -EAGAIN;
+	/* Part of it landed (in memory): the usual path copies that. */
+	pthread_mutex_lock(&o->lock);
+	for (struct cache_land *l = o->lands; l; l = l->next)
+		if (l->b0 < b0 + n && b0 < l->b0 + l->n)
+			ret = -EAGAIN;
+	pthread_mutex_unlock(&o->lock);
+	if (ret)
+		return ret;
 	buf = cache_buf_get(c);
 	if (!buf)
 		return -ENOMEM;
@@ -2156,7 +2164,11 @@ int cache_read_iov(struct cache *c, const struct cache_object *obj,
 	}
 	cache_obj_touch(o);
 	if (flags & CACHE_READ_DIRECT) {
-		ret = cache_read_direct(o, off, len, fn, arg);
+		/* Memory first: a stage's own readahead lands most of what
+		 * its workers read next. */
+		ret = cache_land_send(o, off, len, fn, arg);
+		if (ret == -EAGAIN)
+			ret = cache_read_direct(o, off, len, fn, arg);
 		if (ret != -EAGAIN)
 			goto out;
 	}
