@@ -19,26 +19,9 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import REPO, parse_size, rgw_env
+
 EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-
-def parse_size(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
-
-
-def rgw_env(tmp):
-    if os.environ.get("RGW_DIR") and os.environ.get("AWS_ENDPOINT_URL"):
-        return dict(os.environ), None
-    d = os.path.join(tmp, "rgw")
-    subprocess.run([os.path.join(REPO, "scripts", "rgw"), "start", d],
-                   check=True, stdout=subprocess.DEVNULL)
-    with open(os.path.join(d, "env.json")) as f:
-        info = json.load(f)
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in info.items() if not isinstance(v, list)})
-    return env, d
 
 
 def curl_base(env):

@@ -1144,6 +1144,15 @@ static void cache_land_unlist(struct cache_obj *o, struct cache_land *l)
 		}
 }
 
+/* o->lock held: whether a landed fill holds any block of [b0, b1). */
+static bool cache_landed(const struct cache_obj *o, uint64_t b0, uint64_t b1)
+{
+	for (const struct cache_land *l = o->lands; l; l = l->next)
+		if (l->b0 < b1 && b0 < l->b0 + l->n)
+			return true;
+	return false;
+}
+
 /* o->lock held: forget every landed fill of o. */
 static void cache_lands_drop(struct cache_obj *o)
 {
@@ -1195,43 +1204,108 @@ no:
 	return false;
 }
 
+/* At most this many blocks are handed out as iovecs in one call. */
+#define CACHE_IOV_MAX 8
+
+/*
+ * If every block of [off, off + len) is in a landed fill, call fn with
+ * iovecs pointing into them (the lands referenced meanwhile) and return its
+ * result; -EAGAIN when some block is not.
+ */
+static int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
+			   cache_iov_fn fn, void *arg)
+{
+	struct cache *c = o->c;
+	uint64_t b0 = off / c->bs, b1 = (off + len - 1) / c->bs;
+	struct cache_land *ls[CACHE_IOV_MAX];
+	struct iovec iov[CACHE_IOV_MAX];
+	uint64_t drop_off = UINT64_MAX, drop_end = 0;
+	int n = 0, ret;
+
+	if (b1 - b0 + 1 > CACHE_IOV_MAX)
+		return -EAGAIN;
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t b = b0; b <= b1; b++, n++) {
+		struct cache_land *l;
+		uint64_t bstart = b * c->bs;
+		uint64_t s = off > bstart ? off : bstart;
+		uint64_t e = bstart + cache_block_len(o, b);
+
+		if (e > off + len)
+			e = off + len;
+		for (l = o->lands; l; l = l->next)
+			if (b >= l->b0 && b < l->b0 + l->n)
+				break;
+		if (!l)
+			break;
+		l->refs++;
+		ls[n] = l;
+		iov[n].iov_base = l->buf + (b - l->b0) * c->bs + (s - bstart);
+		iov[n].iov_len = e - s;
+	}
+	if (n < (int)(b1 - b0 + 1)) {
+		while (n)
+			cache_land_unref(o, ls[--n]);
+		pthread_mutex_unlock(&o->lock);
+		return -EAGAIN;
+	}
+	pthread_mutex_unlock(&o->lock);
+	ret = fn(arg, iov, n);
+	pthread_mutex_lock(&o->lock);
+	for (int i = 0; i < n; i++) {
+		struct cache_land *l = ls[i];
+
+		l->left -= iov[i].iov_len < l->left ? iov[i].iov_len : l->left;
+		if (l->left == 0) {
+			/* Every byte went to a reader: the file's pages of it
+			 * are not needed in memory either. */
+			if (l->b0 * c->bs < drop_off)
+				drop_off = l->b0 * c->bs;
+			if ((l->b0 + l->n) * c->bs > drop_end)
+				drop_end = (l->b0 + l->n) * c->bs;
+			cache_land_unlist(o, l);
+		}
+		cache_land_unref(o, l);
+	}
+	pthread_mutex_unlock(&o->lock);
+	if (drop_end > drop_off)
+		cache_drop_pages(o, drop_off, drop_end - drop_off);
+	cache_count(&c->hits, (uint64_t)n);
+	cache_count(&c->bytes_from_cache, len);
+	return ret;
+}
+
+/* A cache_iov_fn that copies into dst (nothing to do for bytes already
+ * there: the fallback of cache_read_iov reads into the caller's buffer). */
+struct cache_sink {
+	char *dst;
+	size_t got;
+};
+
+static int cache_sink_copy(void *arg, const struct iovec *iov, int n)
+{
+	struct cache_sink *k = arg;
+
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_base != k->dst + k->got)
+			memcpy(k->dst + k->got, iov[i].iov_base,
+			       iov[i].iov_len);
+		k->got += iov[i].iov_len;
+	}
+	return 0;
+}
+
 /* Copy what out wants of block b from a landed fill holding it. Returns
  * false when none does. */
 static bool cache_land_copy(struct cache_obj *o, uint64_t b,
 			    const struct cache_out *out)
 {
-	struct cache *c = o->c;
-	uint64_t bstart = b * c->bs, bend = bstart + cache_block_len(o, b);
+	uint64_t bstart = b * o->c->bs, bend = bstart + cache_block_len(o, b);
 	uint64_t s = out->off > bstart ? out->off : bstart;
 	uint64_t e = out->off + out->len < bend ? out->off + out->len : bend;
-	uint64_t drop_off = 0, drop_len = 0;
-	struct cache_land *l;
+	struct cache_sink k = { out->buf + (s - out->off), 0 };
 
-	pthread_mutex_lock(&o->lock);
-	for (l = o->lands; l; l = l->next)
-		if (b >= l->b0 && b < l->b0 + l->n)
-			break;
-	if (l)
-		l->refs++;
-	pthread_mutex_unlock(&o->lock);
-	if (!l)
-		return false;
-	cache_copy_out(o, b, l->buf + (b - l->b0) * c->bs, out);
-	pthread_mutex_lock(&o->lock);
-	l->left -= e - s < l->left ? e - s : l->left;
-	if (l->left == 0) {
-		/* Every byte went to a reader: the file's pages of it are
-		 * not needed in memory either. */
-		drop_off = l->b0 * c->bs;
-		drop_len = l->n * c->bs;
-		cache_land_unlist(o, l);
-	}
-	cache_land_unref(o, l);
-	pthread_mutex_unlock(&o->lock);
-	cache_drop_pages(o, drop_off, drop_len);
-	cache_count(&c->hits, 1);
-	cache_count(&c->bytes_from_cache, e - s);
-	return true;
+	return s < e && cache_land_send(o, s, e - s, cache_sink_copy, &k) == 0;
 }
 
 /*
@@ -1638,6 +1712,26 @@ static ssize_t cache_stream(struct cache *c, const struct cache_object *obj,
 	return (ssize_t)len;
 }
 
+/* Check block b's bytes (p, len) against its record r, unless this process
+ * verified it already; one that passes is marked verified. */
+static bool cache_check_block(struct cache_obj *o, uint64_t b, const void *p,
+			      size_t len, const struct cache_rec *r)
+{
+	bool ok;
+
+	pthread_mutex_lock(&o->lock);
+	ok = cache_verified(o, b);
+	pthread_mutex_unlock(&o->lock);
+	if (ok)
+		return true;
+	if (XXH3_64bits(p, len) != r->sum)
+		return false;
+	pthread_mutex_lock(&o->lock);
+	cache_set_verified(o, b, true);
+	pthread_mutex_unlock(&o->lock);
+	return true;
+}
+
 /*
  * Readahead over present blocks: read and check those of [b, b + n) (recs[0]
  * is block b's) this process has not verified yet, so that the reader finds
@@ -1672,15 +1766,9 @@ static void cache_verify_ahead(struct cache_obj *o, uint64_t b, uint64_t n,
 		ios[j].off = o->data_off + (b + idx[j]) * c->bs;
 	}
 	if (buf && uring_rw(o->fd, ios, m, false) == 0)
-		for (uint64_t j = 0; j < m; j++) {
-			bool ok = XXH3_64bits(ios[j].buf, ios[j].len) ==
-				  recs[idx[j]].sum;
-
-			pthread_mutex_lock(&o->lock);
-			if (ok)
-				cache_set_verified(o, b + idx[j], true);
-			pthread_mutex_unlock(&o->lock);
-		}
+		for (uint64_t j = 0; j < m; j++)
+			cache_check_block(o, b + idx[j], ios[j].buf, ios[j].len,
+					  &recs[idx[j]]);
 	cache_buf_put(c, buf);
 	for (uint64_t j = 0; j < m; j++)
 		cache_claim_drop(o, b + idx[j]);
@@ -1935,101 +2023,11 @@ static void cache_access(struct cache_obj *o, uint64_t off, size_t len)
 ssize_t cache_read(struct cache *c, const struct cache_object *obj,
 		   uint64_t off, size_t len, void *buf)
 {
-	struct cache_obj *o = NULL;
-	struct cache_out out;
-	bool no_space = false;
+	struct cache_sink k = { buf, 0 };
 	int ret;
 
-	if (!c || !obj || !obj->key || (len && !buf))
-		return -EINVAL;
-	if (off >= obj->size)
-		return 0;
-	if (len > obj->size - off)
-		len = obj->size - off;
-	if (len == 0)
-		return 0;
-	ret = cache_obj_get(c, obj, true, &o);
-	if (ret)
-		return ret;
-	if (!o)
-		return cache_stream(c, obj, off, len, buf);
-	cache_obj_touch(o);
-	cache_access(o, off, len);
-	out = (struct cache_out){ .off = off, .len = len, .buf = buf };
-	ret = cache_obj_range(o, off / c->bs, (off + len - 1) / c->bs + 1, true,
-			      false, &out, &no_space);
-	cache_obj_put(o);
-	return ret ? ret : (ssize_t)len;
-}
-
-/* At most this many blocks are handed out as iovecs in one call. */
-#define CACHE_IOV_MAX 8
-
-/*
- * If every block of [off, off + len) is in a landed fill, call fn with
- * iovecs pointing into them (the lands referenced meanwhile) and return its
- * result; -EAGAIN when some block is not.
- */
-static int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
-			   cache_iov_fn fn, void *arg)
-{
-	struct cache *c = o->c;
-	uint64_t b0 = off / c->bs, b1 = (off + len - 1) / c->bs;
-	struct cache_land *ls[CACHE_IOV_MAX];
-	struct iovec iov[CACHE_IOV_MAX];
-	uint64_t drop_off = UINT64_MAX, drop_end = 0;
-	int n = 0, ret;
-
-	if (b1 - b0 + 1 > CACHE_IOV_MAX)
-		return -EAGAIN;
-	pthread_mutex_lock(&o->lock);
-	for (uint64_t b = b0; b <= b1; b++, n++) {
-		struct cache_land *l;
-		uint64_t bstart = b * c->bs;
-		uint64_t s = off > bstart ? off : bstart;
-		uint64_t e = bstart + cache_block_len(o, b);
-
-		if (e > off + len)
-			e = off + len;
-		for (l = o->lands; l; l = l->next)
-			if (b >= l->b0 && b < l->b0 + l->n)
-				break;
-		if (!l)
-			break;
-		l->refs++;
-		ls[n] = l;
-		iov[n].iov_base = l->buf + (b - l->b0) * c->bs + (s - bstart);
-		iov[n].iov_len = e - s;
-	}
-	if (n < (int)(b1 - b0 + 1)) {
-		while (n)
-			cache_land_unref(o, ls[--n]);
-		pthread_mutex_unlock(&o->lock);
-		return -EAGAIN;
-	}
-	pthread_mutex_unlock(&o->lock);
-	ret = fn(arg, iov, n);
-	pthread_mutex_lock(&o->lock);
-	for (int i = 0; i < n; i++) {
-		struct cache_land *l = ls[i];
-
-		l->left -= iov[i].iov_len < l->left ? iov[i].iov_len : l->left;
-		if (l->left == 0) {
-			/* Every byte went to a reader (see cache_land_copy). */
-			if (l->b0 * c->bs < drop_off)
-				drop_off = l->b0 * c->bs;
-			if ((l->b0 + l->n) * c->bs > drop_end)
-				drop_end = (l->b0 + l->n) * c->bs;
-			cache_land_unlist(o, l);
-		}
-		cache_land_unref(o, l);
-	}
-	pthread_mutex_unlock(&o->lock);
-	if (drop_end > drop_off)
-		cache_drop_pages(o, drop_off, drop_end - drop_off);
-	cache_count(&c->hits, (uint64_t)n);
-	cache_count(&c->bytes_from_cache, len);
-	return ret;
+	ret = cache_read_iov(c, obj, off, len, buf, 0, cache_sink_copy, &k);
+	return ret ? ret : (ssize_t)k.got;
 }
 
 /* Wait while a thread of this process fills a block of [off, off + len).
@@ -2065,12 +2063,22 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 	struct cache_rec recs[CACHE_MAX_BATCH];
 	struct uring_io ios[CACHE_MAX_BATCH];
 	struct iovec iov[CACHE_IOV_MAX];
-	bool verified[CACHE_MAX_BATCH];
 	char *buf = NULL;
 	int dfd, ret;
 
 	if (n > c->batch || n > CACHE_IOV_MAX)
 		return -EAGAIN;
+	/* Some of it landed (in memory; a stage's own readahead lands most
+	 * of what its workers read next) or is being filled: the usual path
+	 * hands that over. Known without reading the records. */
+	pthread_mutex_lock(&o->lock);
+	ret = cache_landed(o, b0, b0 + n) ? -EAGAIN : 0;
+	for (uint64_t b = b0; !ret && b < b0 + n; b++)
+		if (cache_claimed(o, b))
+			ret = -EAGAIN;
+	pthread_mutex_unlock(&o->lock);
+	if (ret)
+		return ret;
 	dfd = cache_obj_dfd(o);
 	if (dfd < 0)
 		return -EAGAIN;
@@ -2081,14 +2089,6 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 		if (!cache_rec_valid(&recs[i], b0 + i) ||
 		    cache_block_len(o, b0 + i) % CACHE_ALIGN)
 			return -EAGAIN;
-	/* Part of it landed (in memory): the usual path copies that. */
-	pthread_mutex_lock(&o->lock);
-	for (struct cache_land *l = o->lands; l; l = l->next)
-		if (l->b0 < b0 + n && b0 < l->b0 + l->n)
-			ret = -EAGAIN;
-	pthread_mutex_unlock(&o->lock);
-	if (ret)
-		return ret;
 	buf = cache_buf_get(c);
 	if (!buf)
 		return -ENOMEM;
@@ -2102,21 +2102,12 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 		ret = ret == -EINVAL ? -EAGAIN : ret;
 		goto out;
 	}
-	pthread_mutex_lock(&o->lock);
 	for (uint64_t i = 0; i < n; i++)
-		verified[i] = cache_verified(o, b0 + i);
-	pthread_mutex_unlock(&o->lock);
-	for (uint64_t i = 0; i < n; i++) {
-		if (verified[i])
-			continue;
-		if (XXH3_64bits(ios[i].buf, ios[i].len) != recs[i].sum) {
+		if (!cache_check_block(o, b0 + i, ios[i].buf, ios[i].len,
+				       &recs[i])) {
 			ret = -EAGAIN; /* counted, logged, re-fetched there */
 			goto out;
 		}
-		pthread_mutex_lock(&o->lock);
-		cache_set_verified(o, b0 + i, true);
-		pthread_mutex_unlock(&o->lock);
-	}
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t bstart = (b0 + i) * c->bs;
 		uint64_t s = off > bstart ? off : bstart;
@@ -2164,11 +2155,7 @@ int cache_read_iov(struct cache *c, const struct cache_object *obj,
 	}
 	cache_obj_touch(o);
 	if (flags & CACHE_READ_DIRECT) {
-		/* Memory first: a stage's own readahead lands most of what
-		 * its workers read next. */
-		ret = cache_land_send(o, off, len, fn, arg);
-		if (ret == -EAGAIN)
-			ret = cache_read_direct(o, off, len, fn, arg);
+		ret = cache_read_direct(o, off, len, fn, arg);
 		if (ret != -EAGAIN)
 			goto out;
 	}
@@ -2218,10 +2205,8 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 		}
 	/* Bytes a fill just landed are in memory; with direct writes the
 	 * file's pages are not: cache_read copies them from the landing. */
-	for (struct cache_land *l = o->lands; all && l; l = l->next)
-		if (l->b0 <= (off + len - 1) / c->bs &&
-		    off / c->bs < l->b0 + l->n)
-			all = false;
+	if (all && cache_landed(o, off / c->bs, (off + len - 1) / c->bs + 1))
+		all = false;
 	pthread_mutex_unlock(&o->lock);
 	ret = -EAGAIN;
 	if (all) {
