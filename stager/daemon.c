@@ -427,7 +427,25 @@ static int daemon_watch(struct daemon_conn *c, int64_t id)
 		ret = proto_send(c->fd, &c->out);
 		if (ret)
 			goto out;
-		nanosleep(&ts, NULL);
+		if (rj) {
+			/* Next row in half a second, or at once when the job
+			 * ends. */
+			struct timespec dl;
+
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += ts.tv_nsec;
+			if (dl.tv_nsec >= 1000000000L) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000L;
+			}
+			pthread_mutex_lock(&rj->lock);
+			if (!atomic_load(&rj->finished))
+				pthread_cond_timedwait(&rj->cond, &rj->lock,
+						       &dl);
+			pthread_mutex_unlock(&rj->lock);
+		} else {
+			nanosleep(&ts, NULL);
+		}
 	}
 	if (rj) {
 		pthread_mutex_lock(&rj->lock);
@@ -958,6 +976,7 @@ static void *daemon_dispatch_thread(void *arg)
 				rj->created = a->j.created;
 				rj->started = stager_now();
 				pthread_mutex_init(&rj->lock, NULL);
+				pthread_cond_init(&rj->cond, NULL);
 				atomic_store(&rj->refs, 2);
 				while (d->used[slot])
 					slot++;

@@ -27,6 +27,8 @@
  * atomics; cat (one catalog connection) is used under cat_lock by workers
  * recording hashes; the mismatch list and error text are in the
  * runner_job under rj->lock. Lock order: cat_lock, then rj->lock.
+ * run_lock (a leaf) and run_cv let the job's thread sleep until a worker
+ * ends; rj->lock and rj->cond tell watchers the job finished.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -69,7 +71,9 @@ struct runner_ctx {
 	struct runner_file *files;
 	size_t n, cap;
 	_Atomic size_t next; /* next file to take */
-	_Atomic unsigned running; /* workers not finished */
+	pthread_mutex_t run_lock; /* a leaf; protects running */
+	pthread_cond_t run_cv; /* a worker ended */
+	unsigned running; /* workers not finished */
 	_Atomic uint64_t errors, unchecked;
 	bool stage, cache_mode, repair, fit;
 	size_t chunk;
@@ -112,6 +116,7 @@ void runner_put(struct runner_job *rj)
 		free(rj->mm[i].key);
 	free(rj->mm);
 	pthread_mutex_destroy(&rj->lock);
+	pthread_cond_destroy(&rj->cond);
 	free(rj);
 }
 
@@ -519,7 +524,10 @@ static void *runner_worker(void *arg)
 	}
 out:
 	free(buf);
-	atomic_fetch_sub(&c->running, 1);
+	pthread_mutex_lock(&c->run_lock);
+	c->running--;
+	pthread_cond_signal(&c->run_cv);
+	pthread_mutex_unlock(&c->run_lock);
 	return NULL;
 }
 
@@ -667,10 +675,12 @@ void runner_run(const struct runner_env *env, struct runner_job *rj,
 	struct catalog_dataset ds = { 0 };
 	enum jobs_state st = JOBS_FAILED;
 	char msg[JOBS_ERROR_MAX];
-	unsigned started = 0, tick = 0;
+	unsigned started = 0;
 	int ret;
 
 	pthread_mutex_init(&c.cat_lock, NULL);
+	pthread_mutex_init(&c.run_lock, NULL);
+	pthread_cond_init(&c.run_cv, NULL);
 	runner_args(&c, j);
 	ret = jobs_open(env->cfg->catalog_path, &jq);
 	if (!ret)
@@ -713,18 +723,29 @@ void runner_run(const struct runner_env *env, struct runner_job *rj,
 	log_info("job %" PRId64 ": %s %s: %zu files, %u workers%s", rj->id,
 		 rj->kind, rj->dataset, c.n, c.workers,
 		 c.cache_mode ? "" : ", from the source");
-	atomic_store(&c.running, c.workers);
+	c.running = c.workers;
 	for (; started < c.workers; started++)
 		if (pthread_create(&tids[started], NULL, runner_worker, &c)) {
-			atomic_fetch_sub(&c.running, c.workers - started);
+			pthread_mutex_lock(&c.run_lock);
+			c.running -= c.workers - started;
+			pthread_mutex_unlock(&c.run_lock);
 			break;
 		}
-	while (atomic_load(&c.running)) {
-		struct timespec ts = { 0, 200 * 1000 * 1000 };
+	/* Until the last worker ends (woken at once then): progress into
+	 * the catalog, and a cancel from there, once a second. */
+	for (;;) {
+		struct timespec ts;
+		bool more;
 
-		nanosleep(&ts, NULL);
-		if (++tick % 5)
-			continue;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_mutex_lock(&c.run_lock);
+		if (c.running)
+			pthread_cond_timedwait(&c.run_cv, &c.run_lock, &ts);
+		more = c.running != 0;
+		pthread_mutex_unlock(&c.run_lock);
+		if (!more)
+			break;
 		ret = jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
 				    atomic_load(&rj->bytes_total));
 		if (ret == -ECANCELED)
@@ -768,5 +789,10 @@ out:
 	catalog_close(c.cat);
 	jobs_close(jq);
 	pthread_mutex_destroy(&c.cat_lock);
+	pthread_mutex_destroy(&c.run_lock);
+	pthread_cond_destroy(&c.run_cv);
+	pthread_mutex_lock(&rj->lock);
 	atomic_store(&rj->finished, true);
+	pthread_cond_broadcast(&rj->cond);
+	pthread_mutex_unlock(&rj->lock);
 }

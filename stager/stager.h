@@ -105,6 +105,7 @@ struct runner_job {
 	double started; /* monotonic seconds, set before the job is listed */
 	/* lock protects the fields below; taken after daemon's jobs_lock */
 	pthread_mutex_t lock;
+	pthread_cond_t cond; /* broadcast when finished becomes true */
 	struct runner_mismatch *mm; /* mismatches so far */
 	size_t n_mm, cap_mm;
 	enum jobs_state state; /* final state once finished */
