@@ -136,7 +136,11 @@ def markdown(res):
         out.append("| --- | ---: |")
         for k in sorted(lims):
             v = lims[k]
-            out.append(f"| {k} | {fmt_num(v) if isinstance(v, (int, float)) else v} |")
+            if isinstance(v, list):  # runs of one limit, in the order taken
+                v = ", ".join(fmt_num(x) for x in v)
+            elif isinstance(v, (int, float)):
+                v = fmt_num(v)
+            out.append(f"| {k} | {v} |")
     notes = res.get("notes") or []
     if notes:
         out.append("")
