@@ -1402,6 +1402,43 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 }
 
 /*
+ * A block's checksum, computed as its bytes arrive (objstore_get's on_data)
+ * while they are still in the CPU's cache, rather than read back from
+ * memory afterwards. Any gap or reordering falls back to hashing the whole
+ * block once it is complete.
+ */
+struct cache_rx {
+	XXH3_state_t st;
+	size_t hashed; /* bytes hashed so far, from the block's start */
+	bool broken; /* pieces out of order: hash the block afterwards */
+};
+
+static void cache_rx_data(void *arg, size_t at, const void *p, size_t n)
+{
+	struct cache_rx *rx = arg;
+
+	if (at == 0) { /* the first piece, or a retry starting over */
+		XXH3_64bits_reset(&rx->st);
+		rx->hashed = 0;
+		rx->broken = false;
+	}
+	if (rx->broken || at != rx->hashed) {
+		rx->broken = true;
+		return;
+	}
+	XXH3_64bits_update(&rx->st, p, n);
+	rx->hashed += n;
+}
+
+/* The checksum of a fetched block of len bytes at p. */
+static uint64_t cache_rx_sum(struct cache_rx *rx, const void *p, size_t len)
+{
+	if (rx && !rx->broken && rx->hashed == len)
+		return XXH3_64bits_digest(&rx->st);
+	return XXH3_64bits(p, len);
+}
+
+/*
  * Fill blocks starting at b0 (at most max of them, all believed absent):
  * claim b0 (waiting for it when wait), try to claim the following ones, then
  * re-check each on disk, fetch those still missing in one objstore_get_many,
@@ -1417,6 +1454,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 	struct cache *c = o->c;
 	struct objstore_get reqs[CACHE_MAX_BATCH];
 	struct cache_rec recs[CACHE_MAX_BATCH];
+	struct cache_rx *rx = NULL; /* per block (not per request) */
 	bool fetch[CACHE_MAX_BATCH];
 	uint64_t n = 0, nfetch = 0, cost = 0;
 	char *buf = NULL;
@@ -1477,6 +1515,8 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		}
 		cache_log_corrupt(o, b);
 	}
+	/* Without it (no memory) each block is hashed after it arrives. */
+	rx = aligned_alloc(64, ((n * sizeof(*rx)) + 63) & ~(size_t)63);
 	for (uint64_t i = 0; i < n; i++) {
 		if (!fetch[i])
 			continue;
@@ -1486,7 +1526,14 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 			.len = cache_block_len(o, b0 + i),
 			.if_match = o->etag[0] ? o->etag : NULL,
 			.buf = buf + i * c->bs,
+			.on_data = rx ? cache_rx_data : NULL,
+			.on_data_arg = rx ? &rx[i] : NULL,
 		};
+		if (rx) {
+			XXH3_64bits_reset(&rx[i].st);
+			rx[i].hashed = 0;
+			rx[i].broken = false;
+		}
 		nfetch++;
 		cost += cache_block_cost(o, b0 + i);
 	}
@@ -1513,8 +1560,9 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		for (uint64_t i = 0; i < n; i++) {
 			if (!fetch[i])
 				continue;
-			recs[i].sum = XXH3_64bits(buf + i * c->bs,
-						  cache_block_len(o, b0 + i));
+			recs[i].sum = cache_rx_sum(rx ? &rx[i] : NULL,
+						   buf + i * c->bs,
+						   cache_block_len(o, b0 + i));
 			recs[i].magic = CACHE_REC_MAGIC;
 			recs[i].check = cache_rec_check(&recs[i], b0 + i);
 		}
@@ -1591,6 +1639,7 @@ out:
 	for (uint64_t i = 0; i < n; i++)
 		cache_unclaim(o, b0 + i);
 	cache_buf_put(c, buf);
+	free(rx);
 	return ret;
 }
 

@@ -380,6 +380,9 @@ static int filestore_get_one(struct filestore *fs, struct objstore_get *rq)
 		}
 		if (r == 0)
 			break;
+		if (rq->on_data)
+			rq->on_data(rq->on_data_arg, done,
+				    (char *)rq->buf + done, (size_t)r);
 		done += (size_t)r;
 	}
 	rq->got = done;

@@ -103,6 +103,9 @@ struct s3req {
 	char payload_hash[65];
 	void *dst; /* 2xx body goes here (dst_cap bytes), or */
 	size_t dst_cap;
+	/* called on each piece stored in dst (objstore_get's on_data) */
+	void (*on_data)(void *arg, size_t at, const void *p, size_t n);
+	void *on_data_arg;
 
 	/* One attempt's answer. */
 	long status;
@@ -245,6 +248,9 @@ static size_t s3_write_cb(char *p, size_t size, size_t nmemb, void *arg)
 			return 0;
 		}
 		memcpy((char *)rq->dst + rq->got, p, n);
+		if (rq->on_data)
+			rq->on_data(rq->on_data_arg, rq->got,
+				    (char *)rq->dst + rq->got, n);
 		rq->got += n;
 		return n;
 	}
@@ -1160,6 +1166,8 @@ static int s3store_get_many(struct objstore *os, struct objstore_get *gets,
 		reqs[i].if_match = gets[i].if_match;
 		reqs[i].dst = gets[i].buf;
 		reqs[i].dst_cap = gets[i].len;
+		reqs[i].on_data = gets[i].on_data;
+		reqs[i].on_data_arg = gets[i].on_data_arg;
 	}
 	/* A zero-length read sends no request. */
 	size_t m = 0;

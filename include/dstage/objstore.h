@@ -49,6 +49,14 @@ struct objstore_get {
 	void *buf;
 	size_t got; /* out: bytes stored; == len unless at EOF */
 	int result; /* out: 0 or -errno */
+	/*
+	 * Optional (NULL: none): called as the body lands in buf, in order,
+	 * with each piece just stored at buf + at (n bytes), while it is
+	 * still in the CPU's cache. A retry that starts over calls it again
+	 * from at == 0. Must not fail or block.
+	 */
+	void (*on_data)(void *arg, size_t at, const void *p, size_t n);
+	void *on_data_arg;
 };
 
 /* Counters since objstore_open; all monotonic. */

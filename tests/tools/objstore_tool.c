@@ -62,6 +62,54 @@ static int write_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
+/*
+ * objstore_get's on_data contract, checked on every cat: pieces arrive in
+ * order from 0 (again from 0 after a retry that starts over), and what they
+ * showed, hashed as it came, equals the bytes left in buf.
+ */
+struct rx_check {
+	uint64_t fnv; /* FNV-1a of the pieces so far */
+	size_t next; /* where the next piece must start */
+	bool bad;
+};
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+#define FNV_INIT 0xcbf29ce484222325ULL
+
+static void rx_data(void *arg, size_t at, const void *p, size_t n)
+{
+	struct rx_check *rx = arg;
+
+	if (at == 0) {
+		rx->fnv = FNV_INIT;
+		rx->next = 0;
+	}
+	if (at != rx->next)
+		rx->bad = true;
+	rx->fnv = fnv1a(rx->fnv, p, n);
+	rx->next = at + n;
+}
+
+static bool rx_ok(const struct rx_check *rx, const struct objstore_get *g)
+{
+	if (!rx->bad && rx->next == g->got &&
+	    rx->fnv == fnv1a(FNV_INIT, g->buf, g->got))
+		return true;
+	fprintf(stderr,
+		"objstore_tool: on_data of %s at %llu: pieces out of order "
+		"or not the bytes stored\n",
+		g->key, (unsigned long long)g->off);
+	return false;
+}
+
 /* Whole object with ranged GETs in flight at once, written in order. */
 static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 		      const char *key, uint64_t chunk, int outfd)
@@ -71,11 +119,12 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 	 * flight and the batch barrier is paid once per 4 rounds. */
 	unsigned n = 4 * cfg->s3_max_inflight;
 	struct objstore_get *g = calloc(n, sizeof(*g));
+	struct rx_check *rx = calloc(n, sizeof(*rx));
 	char *buf = malloc((size_t)chunk * n);
 	uint64_t off = 0;
 	int ret;
 
-	if (!g || !buf) {
+	if (!g || !rx || !buf) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -94,14 +143,17 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 				.len = (size_t)len,
 				.if_match = oi.etag[0] ? oi.etag : NULL,
 				.buf = buf + (size_t)chunk * m,
+				.on_data = rx_data,
+				.on_data_arg = &rx[m],
 			};
+			rx[m] = (struct rx_check){ .fnv = FNV_INIT };
 			off += len;
 		}
 		ret = objstore_get_many(os, g, m);
 		if (ret)
 			goto out;
 		for (unsigned i = 0; i < m; i++) {
-			if (g[i].got != g[i].len) {
+			if (g[i].got != g[i].len || !rx_ok(&rx[i], &g[i])) {
 				ret = -EIO;
 				goto out;
 			}
@@ -114,6 +166,7 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 	}
 out:
 	free(g);
+	free(rx);
 	free(buf);
 	return ret;
 }
