@@ -74,6 +74,9 @@
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
+#ifdef DSTAGE_XXH_DISPATCH
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "dstage/cache.h"
 #include "dstage/catalog.h"
@@ -81,6 +84,28 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "uring.h"
+
+/* Block checksums: XXH3 through the library's run-time choice of vector
+ * unit where it has one (lib/CMakeLists.txt), else its baseline build. The
+ * value is the same either way. */
+static inline uint64_t cache_xxh3(const void *p, size_t len)
+{
+#ifdef DSTAGE_XXH_DISPATCH
+	return XXH3_64bits_dispatch(p, len);
+#else
+	return XXH3_64bits(p, len);
+#endif
+}
+
+static inline void cache_xxh3_update(XXH3_state_t *st, const void *p,
+				     size_t len)
+{
+#ifdef DSTAGE_XXH_DISPATCH
+	XXH3_64bits_update_dispatch(st, p, len);
+#else
+	XXH3_64bits_update(st, p, len);
+#endif
+}
 
 #define CACHE_ID_FILE "dstage-cache"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"
@@ -1426,7 +1451,7 @@ static void cache_rx_data(void *arg, size_t at, const void *p, size_t n)
 		rx->broken = true;
 		return;
 	}
-	XXH3_64bits_update(&rx->st, p, n);
+	cache_xxh3_update(&rx->st, p, n);
 	rx->hashed += n;
 }
 
@@ -1435,7 +1460,7 @@ static uint64_t cache_rx_sum(struct cache_rx *rx, const void *p, size_t len)
 {
 	if (rx && !rx->broken && rx->hashed == len)
 		return XXH3_64bits_digest(&rx->st);
-	return XXH3_64bits(p, len);
+	return cache_xxh3(p, len);
 }
 
 /*
@@ -1509,7 +1534,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		ret = uring_rw(o->fd, &io, 1, false);
 		if (ret)
 			goto out;
-		if (XXH3_64bits(p, len) == recs[i].sum) {
+		if (cache_xxh3(p, len) == recs[i].sum) {
 			fetch[i] = false;
 			continue;
 		}
@@ -1704,7 +1729,7 @@ static int cache_serve(struct cache_obj *o, uint64_t b, uint64_t e,
 		uint64_t k = b + i, len = cache_block_len(o, k);
 
 		if (!verified[i]) {
-			if (XXH3_64bits(ios[i].buf, len) != recs[i].sum) {
+			if (cache_xxh3(ios[i].buf, len) != recs[i].sum) {
 				/* cache_fill re-checks it under the block's
 				 * lock, then counts and logs it. */
 				ret = (int)i;
@@ -1773,7 +1798,7 @@ static bool cache_check_block(struct cache_obj *o, uint64_t b, const void *p,
 	pthread_mutex_unlock(&o->lock);
 	if (ok)
 		return true;
-	if (XXH3_64bits(p, len) != r->sum)
+	if (cache_xxh3(p, len) != r->sum)
 		return false;
 	pthread_mutex_lock(&o->lock);
 	cache_set_verified(o, b, true);
@@ -2387,7 +2412,7 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 			if (ret)
 				break;
 			pthread_mutex_lock(&o->lock);
-			bool ok = XXH3_64bits(buf, len) == recs[i].sum;
+			bool ok = cache_xxh3(buf, len) == recs[i].sum;
 
 			cache_set_verified(o, k, ok);
 			pthread_mutex_unlock(&o->lock);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "check.h"
 #include "dstage/cache.h"
@@ -186,6 +187,63 @@ static void flip_byte(uint64_t block, uint64_t at)
 		close(fd);
 	}
 	globfree(&g);
+}
+
+/*
+ * The block records on disk hold the plain XXH3_64bits of each block, as the
+ * baseline build of libxxhash computes it, whichever vector unit the cache
+ * hashed with (run-time dispatch) and whether it hashed while the bytes
+ * arrived: a cache stays readable by any build on any host.
+ */
+static void test_on_disk_sums(void)
+{
+	struct cache_object obj = { .dataset = "sums" };
+	char etag[128], pat[400];
+	size_t size = 3 * BS + 12345;
+	char *data = put_src("sums.bin", size, &obj, etag);
+	struct cache *c = open_cache();
+	unsigned found = 0;
+	glob_t g;
+
+	CHECK(read_eq(c, &obj, data, 0, size));
+	cache_close(c);
+	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
+	CHECK_INT(glob(pat, 0, NULL, &g), 0);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		uint32_t lens[3];
+		uint64_t data_off, rec_off, sum;
+		char ds[8] = "";
+		char *blk = malloc(BS);
+		int fd = open(g.gl_pathv[i], O_RDONLY);
+
+		CHECK(fd >= 0 && blk);
+		CHECK(pread(fd, ds, 4, 64) == 4);
+		if (memcmp(ds, "sums", 4)) {
+			close(fd);
+			free(blk);
+			continue;
+		}
+		found++;
+		CHECK(pread(fd, &data_off, 8, 24) == 8);
+		CHECK(pread(fd, lens, sizeof(lens), 32) == sizeof(lens));
+		rec_off = (64 + (uint64_t)lens[0] + lens[1] + lens[2] + 4095) &
+			  ~(uint64_t)4095;
+		for (uint64_t b = 0; b * BS < size; b++) {
+			size_t len = size - b * BS < BS ? size - b * BS : BS;
+
+			CHECK(pread(fd, &sum, 8, (off_t)(rec_off + b * 16)) ==
+			      8);
+			CHECK(pread(fd, blk, len, (off_t)(data_off + b * BS)) ==
+			      (ssize_t)len);
+			CHECK(!memcmp(blk, data + b * BS, len));
+			CHECK(sum == XXH3_64bits(blk, len));
+		}
+		close(fd);
+		free(blk);
+	}
+	globfree(&g);
+	CHECK_INT(found, 1);
+	free(data);
 }
 
 static void test_corruption(void)
@@ -621,6 +679,7 @@ int main(void)
 	CHECK(uring_available() || getenv("DSTAGE_NO_URING"));
 
 	test_ranges();
+	test_on_disk_sums();
 	test_corruption();
 	test_stale();
 	test_threads();
