@@ -532,3 +532,41 @@ def test_manifest_key_refused(sourced):
         err = p.stderr.decode()
         assert "--manifest" in err and shown in err, (key, err)
     assert s.json("list") == []
+
+
+def test_sums_ok_and_corrupt_object_on_each_source(sourced):
+    """The core contract on file:// and on radosgw alike: a dataset whose
+    SHA256SUMS matches stages and verifies with exit 0; one whose object was
+    corrupted at the source fails both, naming that key and both hashes."""
+    s, src = sourced
+    good = {"a.bin": data(70, 5 * MiB + 17), "d/b.bin": data(71, 200000),
+            "d/e/c.txt": b"hello\n", "empty": b""}
+    for k, v in good.items():
+        src.put("good/" + k, v)
+        src.put("bad/" + k, v if k != "d/b.bin" else b"Y" + v[1:])
+    src.put("good/SHA256SUMS", sums_text(good).encode())
+    src.put("bad/SHA256SUMS", sums_text(good).encode())
+    s.run("add", "good", src.url + "good/", check=True)
+    s.run("add", "bad", src.url + "bad/", check=True)
+
+    res = json.loads(s.run("stage", "good", "--wait", "--json",
+                           check=True).stdout)
+    assert res["job"]["state"] == "done" and res["mismatches"] == []
+    for mode in ("--cache", "--source"):
+        p = s.run("verify", "good", mode)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert b"all match" in p.stdout
+
+    p = s.run("stage", "bad", "--wait")
+    assert p.returncode == 1
+    assert b"d/b.bin" in p.stdout and b"a.bin" not in p.stdout
+    for mode in ("--cache", "--source"):
+        p = s.run("verify", "bad", mode, "--json")
+        assert p.returncode == 1, p.stdout + p.stderr
+        mm = json.loads(p.stdout)["mismatches"]
+        assert [m["key"] for m in mm] == ["d/b.bin"]
+        assert mm[0]["expected"] == hashlib.sha256(good["d/b.bin"]).hexdigest()
+        assert mm[0]["actual"] == hashlib.sha256(
+            b"Y" + good["d/b.bin"][1:]).hexdigest()
+    assert s.json("show", "bad")["mismatched_files"] == 1
+    assert s.json("show", "good")["mismatched_files"] == 0
