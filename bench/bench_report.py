@@ -141,6 +141,18 @@ def markdown(res):
             elif isinstance(v, (int, float)):
                 v = fmt_num(v)
             out.append(f"| {k} | {v} |")
+    mem = res.get("memory") or {}
+    if mem:
+        out.append("")
+        out.append("Memory, peak resident set (VmHWM) over the whole run of each process:")
+        out.append("")
+        out.append("| system | FUSE process, MiB | stager daemon (stage + verify), MiB |")
+        out.append("| --- | ---: | ---: |")
+        for name in ("dstage", *PEERS):
+            m = mem.get(name)
+            if m:
+                out.append(f"| {name} | {fmt_num(m.get('fuse_peak_rss_MiB'))} "
+                           f"| {fmt_num(m.get('daemon_peak_rss_MiB'))} |")
     notes = res.get("notes") or []
     if notes:
         out.append("")
