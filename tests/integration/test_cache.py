@@ -2,8 +2,9 @@
 tests/tools/cache_tool, against radosgw and file:// sources: bytes equal the
 source, kill -9 during fills, a flipped byte, 2 processes x 8 threads
 fetching each block once, a small tmpfs that fills up (pins, quotas,
-priorities), a source object replaced under a snapshot, and the io_uring
-fallback path."""
+priorities), a tmpfs too full for a new object file's header, a source
+object replaced under a snapshot, and the io_uring fallback path."""
+import errno
 import hashlib
 import json
 import os
@@ -300,6 +301,93 @@ def test_small_filesystem_fills_up(tool, file_source, tmp_path, tmpfs):
     for k, v in objs.items():
         assert c.run("ds", "cat", k).stdout == v
     os.statvfs(tmpfs)
+
+
+def fill_up(d):
+    """Fill the filesystem of d with one file until ENOSPC; returns it."""
+    filler = d / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        for size in (1 * MIB, 4 * KIB):
+            chunk = b"\xa5" * size
+            while True:
+                try:
+                    os.write(fd, chunk)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_full_filesystem_no_room_for_a_header(tool, file_source, tmp_path,
+                                              tmpfs):
+    """A filesystem so full that a new object file cannot get even its
+    header page (the capacity, 64 MiB, says there is room): every read
+    still succeeds, streamed from the source, and nothing is cached or
+    left behind; a fetch, which must cache, fails with ENOSPC. Once there
+    is room again the same reads cache their objects."""
+    rnd = random.Random(13)
+    sizes = {"a": 1, "b": 64 * KIB - 1, "c": 64 * KIB + 1,
+             "d": 300 * KIB + 5, "e": 1 * MIB + 3}
+    objs = {k: rnd.randbytes(n) for k, n in sizes.items()}
+    for k, v in objs.items():
+        file_source.put(k, v)
+    c = make_cache(tool, file_source, tmpfs, size="64M")
+    c.env["DSTAGE_CATALOG_PATH"] = str(tmp_path / "catalog.db")
+    c.run("ds", "stats")  # creates the cache directory, before the fill
+    assert (c.dir / "dstage-cache").exists()
+    filler = fill_up(tmpfs)
+    assert os.statvfs(tmpfs).f_bavail == 0
+    # Not a page left: a new file's first write fails.
+    probe = tmpfs / "probe"
+    try:
+        with pytest.raises(OSError) as e:
+            with open(probe, "wb", buffering=0) as f:
+                f.write(b"x")
+        assert e.value.errno == errno.ENOSPC
+    finally:
+        probe.unlink(missing_ok=True)
+
+    chunk = 100000
+    for k, v in objs.items():
+        p = c.run("ds", "cat", k, str(chunk))
+        assert p.stdout == v, k
+        st = c.stats(p)
+        assert st["fetches"] == 0 and st["used"] == 0, (k, st)
+        assert st["streamed"] == -(-len(v) // chunk), (k, st)
+        assert st["bytes_from_source"] == len(v), (k, st)
+        off = len(v) // 3
+        p = c.read("ds", k, off, 70000)
+        assert p.stdout == v[off:off + 70000], k
+        assert c.stats(p)["streamed"] == 1, k
+    p = c.run("ds", "threads", "e", "4", "50000")
+    assert c.stats(p)["fetches"] == 0
+    p = c.run("ds", "fetch", "d", check=False)
+    assert p.returncode == 1 and b"error: ENOSPC" in p.stderr, p.stderr
+    for k in objs:
+        assert c.present("ds", k) == 0, k
+    assert object_files(c.dir) == []
+    assert sorted(x.name for x in tmpfs.iterdir()) == ["cache", "filler"]
+    assert os.statvfs(tmpfs).f_bavail == 0
+
+    # Room again: the next reads cache, and the ones after read the cache.
+    filler.unlink()
+    for k, v in objs.items():
+        p = c.run("ds", "cat", k, str(chunk))
+        assert p.stdout == v, k
+        st = c.stats(p)
+        assert st["streamed"] == 0, (k, st)
+        assert st["fetches"] == -(-len(v) // (64 * KIB)), (k, st)
+        assert c.present("ds", k) == len(v), k
+    assert len(object_files(c.dir)) == len(objs)
+    for k, v in objs.items():
+        p = c.run("ds", "cat", k, str(chunk))
+        assert p.stdout == v, k
+        st = c.stats(p)
+        assert st["fetches"] == 0 and st["bytes_from_source"] == 0, (k, st)
 
 
 def disk_usage(path):
