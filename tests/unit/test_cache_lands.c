@@ -35,6 +35,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -465,47 +466,17 @@ static void test_many_objects(void)
 	two_passes("many_objects", s, SMALL_N, setup_many_objects);
 }
 
-static void on_alarm(int sig)
+/* The tests, in a child process (see main). */
+static int run_tests(void)
 {
-	static const char msg[] =
-		"test_cache_lands: timed out (a reader hung?)\n";
-
-	ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-
-	(void)sig;
-	(void)w;
-	_exit(1); /* leaves the temporary directory, for a look */
-}
-
-int main(void)
-{
-	const char *base = getenv("TMPDIR");
-	uint64_t need = 3ULL * (BIG_SIZE + SMALL_N * (uint64_t)SMALL_SIZE);
-	struct statvfs sv;
 	struct rusage ru;
-	char url[400], cmd[300];
+	char url[400];
 
-	log_set_level(LOG_LVL_ERROR);
+	alarm(120); /* a hang kills the child: main reports it */
 	if (getenv("DSTAGE_NO_URING") && uring_available()) {
 		fprintf(stderr, "DSTAGE_NO_URING=1 did not disable io_uring\n");
 		return 1;
 	}
-	snprintf(tmp, sizeof(tmp), "%s/test_cache_lands.XXXXXX",
-		 base && *base ? base : "/tmp");
-	if (!mkdtemp(tmp))
-		return 1;
-	/* Sources and cache: 2 copies of 520 MiB, and some room. */
-	if (statvfs(tmp, &sv) == 0 &&
-	    (uint64_t)sv.f_bavail * sv.f_frsize < need) {
-		fprintf(stderr,
-			"test_cache_lands: %s has under %llu MiB free: "
-			"skipped\n",
-			tmp, (unsigned long long)(need >> 20));
-		rmdir(tmp);
-		return 77;
-	}
-	signal(SIGALRM, on_alarm);
-	alarm(120);
 	snprintf(srcdir, sizeof(srcdir), "%s/src", tmp);
 	snprintf(cachedir, sizeof(cachedir), "%s/cache", tmp);
 	mkdir(srcdir, 0755);
@@ -532,8 +503,56 @@ int main(void)
 	cfg->cache_dir = orig_dir;
 	cfg->catalog_path = orig_cat;
 	config_free(cfg);
+	return check_result();
+}
+
+/*
+ * The tests run in a child, so that the temporary directory (about
+ * 1.1 GiB) goes whatever becomes of them: a crash or a hang (killed after
+ * 120 s) is a failure, not a leftover.
+ */
+int main(void)
+{
+	const char *base = getenv("TMPDIR");
+	uint64_t need = 3ULL * (BIG_SIZE + SMALL_N * (uint64_t)SMALL_SIZE);
+	struct statvfs sv;
+	char cmd[300];
+	int status = 0, ret;
+	pid_t pid;
+
+	log_set_level(LOG_LVL_ERROR);
+	snprintf(tmp, sizeof(tmp), "%s/test_cache_lands.XXXXXX",
+		 base && *base ? base : "/tmp");
+	if (!mkdtemp(tmp))
+		return 1;
+	/* Sources and cache: 2 copies of 520 MiB, and some room. */
+	if (statvfs(tmp, &sv) == 0 &&
+	    (uint64_t)sv.f_bavail * sv.f_frsize < need) {
+		fprintf(stderr,
+			"test_cache_lands: %s has under %llu MiB free: "
+			"skipped\n",
+			tmp, (unsigned long long)(need >> 20));
+		rmdir(tmp);
+		return 77;
+	}
+	fflush(stderr);
+	pid = fork();
+	if (pid == 0)
+		exit(run_tests());
+	if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+		perror("test_cache_lands: fork/waitpid");
+		ret = 1;
+	} else if (WIFSIGNALED(status)) {
+		fprintf(stderr, "test_cache_lands: killed by %s%s\n",
+			strsignal(WTERMSIG(status)),
+			WTERMSIG(status) == SIGALRM ? " (timed out: a hang?)"
+						    : "");
+		ret = 1;
+	} else {
+		ret = WEXITSTATUS(status);
+	}
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
 	if (system(cmd))
-		return 1;
-	return check_result();
+		ret = 1;
+	return ret;
 }
