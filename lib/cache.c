@@ -2593,8 +2593,10 @@ static int cache_scan(struct cache *c, const char *only_ds,
 			}
 			if (only_ds && strcmp(only_ds, ds))
 				continue;
-			snprintf(v.name, sizeof(v.name), "%s%s", de->d_name,
-				 fe->d_name);
+			/* 2 + 30 hex digits, both lengths checked above */
+			memcpy(v.name, de->d_name, 2);
+			memcpy(v.name + 2, fe->d_name, 30);
+			v.name[32] = '\0';
 			v.priority = p.priority;
 			cache_heap_add(h, &v);
 		}

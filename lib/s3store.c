@@ -1247,7 +1247,7 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 	uint64_t part = cfg->s3_part_size;
 	struct s3req *parts = NULL, rq;
 	const char **etags = NULL;
-	char *upload_id = NULL, *body = NULL, num[16];
+	char *upload_id = NULL, *body = NULL, num[24];
 	size_t nparts;
 	int ret;
 

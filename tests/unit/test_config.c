@@ -300,7 +300,7 @@ static void test_docs_list_every_key(void)
 	config_dump(cfg, dump);
 	rewind(dump);
 	while (fgets(line, sizeof(line), dump)) {
-		char key[200], want[260];
+		char key[100], want[180];
 		int end = 0;
 
 		if (sscanf(line, "[%63[^]]]", section) == 1)
