@@ -250,6 +250,7 @@ struct cache {
 	void *free_bufs[CACHE_FREE_BUFS]; /* fill buffers, c->batch blocks */
 	unsigned nfree_bufs;
 	_Atomic uint64_t land_bytes; /* bytes held by landed fills */
+	_Atomic uint64_t land_peak, lands_refused, lands_displaced;
 	bool drop_behind; /* set before use: cache_set_drop_behind */
 	bool no_direct; /* DSTAGE_NO_DIRECT=1: fills write through o->fd */
 
@@ -264,6 +265,15 @@ struct cache {
 static void cache_count(_Atomic uint64_t *ctr, uint64_t v)
 {
 	atomic_fetch_add_explicit(ctr, v, memory_order_relaxed);
+}
+
+/* Raise a high-water mark to v. */
+static void cache_count_max(_Atomic uint64_t *ctr, uint64_t v)
+{
+	uint64_t cur = atomic_load_explicit(ctr, memory_order_relaxed);
+
+	while (v > cur && !atomic_compare_exchange_weak(ctr, &cur, v))
+		;
 }
 
 static uint64_t cache_roundup(uint64_t v, uint64_t a)
@@ -1194,15 +1204,19 @@ static bool cache_land_publish(struct cache_obj *o, uint64_t b0, uint64_t n,
 			       char *buf, uint64_t used)
 {
 	struct cache *c = o->c;
-	uint64_t bytes = 0, cost = (uint64_t)c->batch * c->bs;
+	uint64_t bytes = 0, cost = (uint64_t)c->batch * c->bs, held;
 	struct cache_land *l;
 
 	for (uint64_t i = 0; i < n; i++)
 		bytes += cache_block_len(o, b0 + i);
 	if (used >= bytes)
 		return false;
-	if (atomic_fetch_add(&c->land_bytes, cost) + cost > CACHE_LAND_BYTES)
+	held = atomic_fetch_add(&c->land_bytes, cost) + cost;
+	if (held > CACHE_LAND_BYTES) {
+		cache_count(&c->lands_refused, 1);
 		goto no;
+	}
+	cache_count_max(&c->land_peak, held);
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		goto no;
@@ -1218,6 +1232,7 @@ static bool cache_land_publish(struct cache_obj *o, uint64_t b0, uint64_t n,
 		while (old->next)
 			old = old->next;
 		cache_land_unlist(o, old);
+		cache_count(&c->lands_displaced, 1);
 	}
 	l->next = o->lands;
 	o->lands = l;
@@ -3012,6 +3027,11 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	st->checksum_failures = atomic_load(&c->checksum_failures);
 	st->evictions = atomic_load(&c->evictions);
 	st->streamed = atomic_load(&c->streamed);
+	st->land_limit = CACHE_LAND_BYTES;
+	st->land_bytes = atomic_load(&c->land_bytes);
+	st->land_peak = atomic_load(&c->land_peak);
+	st->lands_refused = atomic_load(&c->lands_refused);
+	st->lands_displaced = atomic_load(&c->lands_displaced);
 }
 
 int cache_prefetch(struct cache *c, const struct cache_object *objs, size_t n,

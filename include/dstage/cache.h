@@ -52,6 +52,12 @@ struct cache_stats {
 	uint64_t checksum_failures; /* cached blocks found corrupt */
 	uint64_t evictions; /* blocks evicted */
 	uint64_t streamed; /* reads served uncached (cache full) */
+	/* Landed fills (fill buffers kept for waiting readers), each charged
+	 * a whole fill buffer: */
+	uint64_t land_limit; /* bytes they may hold in all */
+	uint64_t land_bytes, land_peak; /* held now, most ever held */
+	uint64_t lands_refused; /* not kept: land_limit reached */
+	uint64_t lands_displaced; /* dropped early: per-object limit */
 };
 
 /*

@@ -367,8 +367,12 @@ static double now(void)
  * every object whole; the second, through a fresh cache_open, fetches
  * nothing.
  */
+/* Which cap a test's cold pass must run into. */
+enum cap { CAP_PER_OBJECT, CAP_TOTAL };
+
 static void two_passes(const char *name, const struct src *s, int n,
-		       int (*setup)(const struct src *, struct reader *))
+		       int (*setup)(const struct src *, struct reader *),
+		       enum cap cap)
 {
 	struct reader r[64];
 	uint64_t blocks = 0, bytes = 0;
@@ -394,8 +398,17 @@ static void two_passes(const char *name, const struct src *s, int n,
 		objstore_get_stats(os, &os1);
 		fprintf(stderr,
 			"%s pass %d: %.2f s, %d threads, %llu iovec calls "
-			"from landed fills\n",
-			name, pass, now() - t0, k, (unsigned long long)zc);
+			"from landed fills; lands: peak %llu MiB of %llu, "
+			"%llu refused, %llu displaced\n",
+			name, pass, now() - t0, k, (unsigned long long)zc,
+			(unsigned long long)(st.land_peak >> 20),
+			(unsigned long long)(st.land_limit >> 20),
+			(unsigned long long)st.lands_refused,
+			(unsigned long long)st.lands_displaced);
+		/* The caps hold, and nothing stays landed once the objects
+		 * are idle. */
+		CHECK(st.land_peak <= st.land_limit);
+		CHECK_INT(st.land_bytes, 0);
 		check_present(c, s, n);
 		CHECK_INT(st.streamed, 0);
 		CHECK_INT(st.checksum_failures, 0);
@@ -403,8 +416,14 @@ static void two_passes(const char *name, const struct src *s, int n,
 			/* Each block fetched once, lands or not. */
 			CHECK_INT(st.fetches, blocks);
 			CHECK_INT(os1.bytes_in - os0.bytes_in, bytes);
-			/* Some bytes were handed over from landed fills. */
+			/* Some bytes were handed over from landed fills,
+			 * and the cap under test was reached. */
 			CHECK(zc > 0);
+			CHECK(st.land_peak > 0);
+			if (cap == CAP_PER_OBJECT)
+				CHECK(st.lands_displaced > 0);
+			else
+				CHECK(st.lands_refused > 0);
 		} else {
 			CHECK_INT(st.fetches, 0);
 			CHECK_INT(st.bytes_from_source, 0);
@@ -450,7 +469,7 @@ static void test_one_object(void)
 	struct src s[1];
 
 	put_src(&s[0], "big.bin", 1, BIG_SIZE);
-	two_passes("one_object", s, 1, setup_one_object);
+	two_passes("one_object", s, 1, setup_one_object, CAP_PER_OBJECT);
 }
 
 static void test_many_objects(void)
@@ -463,7 +482,7 @@ static void test_many_objects(void)
 		snprintf(key, sizeof(key), "small-%02d.bin", i);
 		put_src(&s[i], key, 100 + (uint64_t)i, SMALL_SIZE);
 	}
-	two_passes("many_objects", s, SMALL_N, setup_many_objects);
+	two_passes("many_objects", s, SMALL_N, setup_many_objects, CAP_TOTAL);
 }
 
 /* The tests, in a child process (see main). */
