@@ -68,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -1822,6 +1823,37 @@ static bool cache_check_block(struct cache_obj *o, uint64_t b, const void *p,
 }
 
 /*
+ * Check present block b (record r) where it lies, in the page cache, through
+ * a mapping of the file: no copy into a buffer, and the pages stay for the
+ * splice that follows. Returns 1 (verified, marked so), 0 (mismatch: left
+ * to the reader's path, which re-checks, counts and re-fetches), or -errno
+ * when it cannot be mapped (the caller reads it instead). The file must
+ * cover the block: mapped pages past its end would fault (SIGBUS), so a
+ * short file (damaged, or cut by hand) is left to the read path too.
+ */
+static int cache_verify_map(struct cache_obj *o, uint64_t b,
+			    const struct cache_rec *r)
+{
+	uint64_t off = o->data_off + b * o->c->bs;
+	size_t len = cache_block_len(o, b);
+	struct stat st;
+	void *p;
+	bool ok;
+
+	if (fstat(o->fd, &st))
+		return -errno;
+	if ((uint64_t)st.st_size < off + len)
+		return -EIO;
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, o->fd,
+		 (off_t)off);
+	if (p == MAP_FAILED)
+		return -errno;
+	ok = cache_check_block(o, b, p, len, r);
+	munmap(p, len);
+	return ok;
+}
+
+/*
  * Readahead over present blocks: read and check those of [b, b + n) (recs[0]
  * is block b's) this process has not verified yet, so that the reader finds
  * them verified and in the page cache and dstagefs splices them. Otherwise
@@ -1835,7 +1867,7 @@ static void cache_verify_ahead(struct cache_obj *o, uint64_t b, uint64_t n,
 {
 	struct cache *c = o->c;
 	struct uring_io ios[CACHE_MAX_BATCH];
-	uint64_t idx[CACHE_MAX_BATCH], m = 0;
+	uint64_t idx[CACHE_MAX_BATCH], m = 0, k = 0;
 	char *buf;
 
 	if (n > c->batch)
@@ -1846,6 +1878,14 @@ static void cache_verify_ahead(struct cache_obj *o, uint64_t b, uint64_t n,
 		    cache_claim_add(o, b + i) == 0)
 			idx[m++] = i;
 	pthread_mutex_unlock(&o->lock);
+	/* Checked in place; those that cannot be mapped are read. */
+	for (uint64_t j = 0; j < m; j++) {
+		if (cache_verify_map(o, b + idx[j], &recs[idx[j]]) >= 0)
+			cache_claim_drop(o, b + idx[j]);
+		else
+			idx[k++] = idx[j];
+	}
+	m = k;
 	if (!m)
 		return;
 	buf = cache_buf_get(c);
@@ -2268,11 +2308,54 @@ out:
 	return ret;
 }
 
+/*
+ * For cache_read_fd: make [b0, b1] verified in this process, checking in
+ * place (cache_verify_map) the present blocks nobody holds; waits while
+ * another thread of this process holds one (verifying or filling it).
+ * Returns 0 when all are verified and none is landed, -EAGAIN when the
+ * caller must take cache_read_iov (a block absent, landed, damaged or not
+ * mappable), or -errno.
+ */
+static int cache_fd_ready(struct cache_obj *o, uint64_t b0, uint64_t b1)
+{
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	uint64_t mine[CACHE_MAX_BATCH], nmine = 0;
+	int ret = 0;
+
+	if (b1 - b0 + 1 > CACHE_MAX_BATCH)
+		return -EAGAIN;
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t b = b0; b <= b1; b++)
+		while (cache_claimed(o, b))
+			pthread_cond_wait(&o->cond, &o->lock);
+	/* Bytes a fill just landed are in memory; with direct writes the
+	 * file's pages are not: cache_read_iov hands them from the land. */
+	if (cache_landed(o, b0, b1 + 1))
+		ret = -EAGAIN;
+	for (uint64_t b = b0; !ret && b <= b1; b++)
+		if (!cache_verified(o, b)) {
+			ret = cache_claim_add(o, b);
+			if (!ret)
+				mine[nmine++] = b;
+		}
+	pthread_mutex_unlock(&o->lock);
+	if (!ret && nmine)
+		ret = cache_read_recs(o, b0, b1 - b0 + 1, recs);
+	for (uint64_t i = 0; i < nmine; i++) {
+		const struct cache_rec *r = &recs[mine[i] - b0];
+
+		if (!ret && (!cache_rec_valid(r, mine[i]) ||
+			     cache_verify_map(o, mine[i], r) != 1))
+			ret = -EAGAIN;
+		cache_claim_drop(o, mine[i]);
+	}
+	return ret;
+}
+
 int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 		  size_t len, int *fd, uint64_t *fd_off)
 {
 	struct cache_obj *o = NULL;
-	bool all = true;
 	int ret;
 
 	if (!c || !obj || !fd || !fd_off)
@@ -2286,19 +2369,10 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 		return ret;
 	if (!o)
 		return -EAGAIN;
-	pthread_mutex_lock(&o->lock);
-	for (uint64_t b = off / c->bs; b <= (off + len - 1) / c->bs; b++)
-		if (!cache_verified(o, b)) {
-			all = false;
-			break;
-		}
-	/* Bytes a fill just landed are in memory; with direct writes the
-	 * file's pages are not: cache_read copies them from the landing. */
-	if (all && cache_landed(o, off / c->bs, (off + len - 1) / c->bs + 1))
-		all = false;
-	pthread_mutex_unlock(&o->lock);
-	ret = -EAGAIN;
-	if (all) {
+	ret = cache_fd_ready(o, off / c->bs, (off + len - 1) / c->bs);
+	if (!ret) {
+		/* (cache_read_iov sees the others.) */
+		cache_access(o, off, len);
 		*fd = fcntl(o->fd, F_DUPFD_CLOEXEC, 0);
 		if (*fd < 0) {
 			ret = -errno;
@@ -2307,7 +2381,6 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 			cache_count(&c->hits, 1);
 			cache_count(&c->bytes_from_cache, len);
 			cache_obj_touch(o);
-			ret = 0;
 		}
 	}
 	cache_obj_put(o);

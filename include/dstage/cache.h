@@ -126,11 +126,14 @@ int cache_read_iov(struct cache *c, const struct cache_object *obj,
 		   cache_iov_fn fn, void *arg);
 
 /*
- * Zero-copy read support: when [off, off+len) lies in present blocks whose
- * checksums have been verified since they were written or last opened,
- * return a file descriptor (a dup the caller closes) and the offset in it
- * where the bytes start, for splice. -EAGAIN when not possible (the caller
- * then uses cache_read).
+ * Zero-copy read support: when [off, off+len) (at most 64 blocks) lies in
+ * present blocks, return a file descriptor (a dup the caller closes) and the
+ * offset in it where the bytes start, for splice. Blocks this process has
+ * not verified yet are checked first, in place in the page cache (a mapping
+ * of the file, no copy), waiting while another thread of this process
+ * verifies or fills one. -EAGAIN when not possible: a block absent, just
+ * landed in memory, failing its checksum or not mappable; the caller then
+ * uses cache_read or cache_read_iov, which fetch, copy or repair.
  */
 int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 		  size_t len, int *fd, uint64_t *fd_off);
