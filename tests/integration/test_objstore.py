@@ -31,6 +31,7 @@ class Store:
 
     def run(self, *args, check=True, input=None, timeout=300, env=None):
         e = dict(self.env)
+        e["OBJSTORE_TOOL_CHECK_RX"] = "1"  # cat checks objstore_get.on_data
         e.update(env or {})
         p = subprocess.run([self.tool, self.url] + list(args), env=e,
                            capture_output=True, timeout=timeout, input=input)

