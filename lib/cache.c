@@ -1567,6 +1567,8 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		struct uring_io io = { p, len, o->data_off + b * c->bs };
 
 		ret = uring_rw(o->fd, &io, 1, false);
+		if (ret == -EIO) /* unreadable, or past a cut-off end */
+			continue;
 		if (ret)
 			goto out;
 		if (cache_xxh3(p, len) == recs[i].sum) {
@@ -1754,6 +1756,19 @@ static int cache_serve(struct cache_obj *o, uint64_t b, uint64_t e,
 		ios[i].off = o->data_off + bstart;
 	}
 	ret = uring_rw(o->fd, ios, n, false);
+	if (ret == -EIO && n > 1) /* which block? the first alone */
+		ret = uring_rw(o->fd, ios, n = 1, false);
+	if (ret == -EIO) {
+		/* Unreadable or cut off (a file shorter than its records
+		 * say): like a checksum mismatch, cache_fill fetches it
+		 * again and rewrites it. */
+		log_warn("cache: %s/%s: block %" PRIu64 " is unreadable (file "
+			 "%.2s/%s: %s): re-fetching",
+			 o->dataset, o->key, b, o->name, o->name + 2,
+			 strerror(-ret));
+		ret = 0;
+		goto out;
+	}
 	if (ret) {
 		log_error("cache: %s/%s: reading cached blocks failed: %s",
 			  o->dataset, o->key, strerror(-ret));
