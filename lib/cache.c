@@ -2262,7 +2262,10 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 	}
 	ret = uring_rw(dfd, ios, n, false);
 	if (ret) {
-		ret = ret == -EINVAL ? -EAGAIN : ret;
+		/* EINVAL: O_DIRECT refused after all; EIO: a block unreadable
+		 * or past a cut-off end. The usual path copes (and repairs). */
+		if (ret == -EINVAL || ret == -EIO)
+			ret = -EAGAIN;
 		goto out;
 	}
 	for (uint64_t i = 0; i < n; i++)
