@@ -1766,6 +1766,11 @@ static int cache_serve(struct cache_obj *o, uint64_t b, uint64_t e,
 			 "%.2s/%s: %s): re-fetching",
 			 o->dataset, o->key, b, o->name, o->name + 2,
 			 strerror(-ret));
+		/* Not verified any more, or cache_fill would send it back
+		 * here as one this process already checked. */
+		pthread_mutex_lock(&o->lock);
+		cache_set_verified(o, b, false);
+		pthread_mutex_unlock(&o->lock);
 		ret = 0;
 		goto out;
 	}
@@ -2407,6 +2412,15 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 	if (!o)
 		return -EAGAIN;
 	ret = cache_fd_ready(o, off / c->bs, (off + len - 1) / c->bs);
+	if (!ret) {
+		/* A file cut short since its blocks were verified would
+		 * splice short: the copying path repairs it instead. */
+		struct stat st;
+
+		if (fstat(o->fd, &st) ||
+		    (uint64_t)st.st_size < o->data_off + off + len)
+			ret = -EAGAIN;
+	}
 	if (!ret) {
 		/* (cache_read_iov sees the others.) */
 		cache_access(o, off, len);
