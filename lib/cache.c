@@ -75,9 +75,6 @@
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
-#ifdef DSTAGE_XXH_DISPATCH
-#include <xxh_x86dispatch.h>
-#endif
 
 #include "dstage/cache.h"
 #include "dstage/catalog.h"
@@ -85,28 +82,6 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "uring.h"
-
-/* Block checksums: XXH3 through the library's run-time choice of vector
- * unit where it has one (lib/CMakeLists.txt), else its baseline build. The
- * value is the same either way. */
-static inline uint64_t cache_xxh3(const void *p, size_t len)
-{
-#ifdef DSTAGE_XXH_DISPATCH
-	return XXH3_64bits_dispatch(p, len);
-#else
-	return XXH3_64bits(p, len);
-#endif
-}
-
-static inline void cache_xxh3_update(XXH3_state_t *st, const void *p,
-				     size_t len)
-{
-#ifdef DSTAGE_XXH_DISPATCH
-	XXH3_64bits_update_dispatch(st, p, len);
-#else
-	XXH3_64bits_update(st, p, len);
-#endif
-}
 
 #define CACHE_ID_FILE "dstage-cache"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"
@@ -1473,20 +1448,24 @@ struct cache_rx {
 	bool broken; /* pieces out of order: hash the block afterwards */
 };
 
+static void cache_rx_reset(struct cache_rx *rx)
+{
+	XXH3_64bits_reset(&rx->st);
+	rx->hashed = 0;
+	rx->broken = false;
+}
+
 static void cache_rx_data(void *arg, size_t at, const void *p, size_t n)
 {
 	struct cache_rx *rx = arg;
 
-	if (at == 0) { /* the first piece, or a retry starting over */
-		XXH3_64bits_reset(&rx->st);
-		rx->hashed = 0;
-		rx->broken = false;
-	}
+	if (at == 0) /* the first piece, or a retry starting over */
+		cache_rx_reset(rx);
 	if (rx->broken || at != rx->hashed) {
 		rx->broken = true;
 		return;
 	}
-	cache_xxh3_update(&rx->st, p, n);
+	XXH3_64bits_update(&rx->st, p, n);
 	rx->hashed += n;
 }
 
@@ -1495,7 +1474,7 @@ static uint64_t cache_rx_sum(struct cache_rx *rx, const void *p, size_t len)
 {
 	if (rx && !rx->broken && rx->hashed == len)
 		return XXH3_64bits_digest(&rx->st);
-	return cache_xxh3(p, len);
+	return XXH3_64bits(p, len);
 }
 
 /*
@@ -1571,7 +1550,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 			continue;
 		if (ret)
 			goto out;
-		if (cache_xxh3(p, len) == recs[i].sum) {
+		if (XXH3_64bits(p, len) == recs[i].sum) {
 			fetch[i] = false;
 			continue;
 		}
@@ -1591,11 +1570,8 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 			.on_data = rx ? cache_rx_data : NULL,
 			.on_data_arg = rx ? &rx[i] : NULL,
 		};
-		if (rx) {
-			XXH3_64bits_reset(&rx[i].st);
-			rx[i].hashed = 0;
-			rx[i].broken = false;
-		}
+		if (rx)
+			cache_rx_reset(&rx[i]);
 		nfetch++;
 		cost += cache_block_cost(o, b0 + i);
 	}
@@ -1784,7 +1760,7 @@ static int cache_serve(struct cache_obj *o, uint64_t b, uint64_t e,
 		uint64_t k = b + i, len = cache_block_len(o, k);
 
 		if (!verified[i]) {
-			if (cache_xxh3(ios[i].buf, len) != recs[i].sum) {
+			if (XXH3_64bits(ios[i].buf, len) != recs[i].sum) {
 				/* cache_fill re-checks it under the block's
 				 * lock, then counts and logs it. */
 				ret = (int)i;
@@ -1853,7 +1829,7 @@ static bool cache_check_block(struct cache_obj *o, uint64_t b, const void *p,
 	pthread_mutex_unlock(&o->lock);
 	if (ok)
 		return true;
-	if (cache_xxh3(p, len) != r->sum)
+	if (XXH3_64bits(p, len) != r->sum)
 		return false;
 	pthread_mutex_lock(&o->lock);
 	cache_set_verified(o, b, true);
@@ -1862,27 +1838,36 @@ static bool cache_check_block(struct cache_obj *o, uint64_t b, const void *p,
 }
 
 /*
+ * Whether o's file still holds the data of blocks up to b1: one cut short
+ * (damaged, or by hand) while its records say those blocks are present
+ * would fault a mapping past its end (SIGBUS) and splice short, so such
+ * blocks go to the read path, which repairs them.
+ */
+static bool cache_file_covers(struct cache_obj *o, uint64_t b1)
+{
+	struct stat st;
+
+	return fstat(o->fd, &st) == 0 &&
+	       (uint64_t)st.st_size >=
+		       o->data_off + b1 * o->c->bs + cache_block_len(o, b1);
+}
+
+/*
  * Check present block b (record r) where it lies, in the page cache, through
  * a mapping of the file: no copy into a buffer, and the pages stay for the
- * splice that follows. Returns 1 (verified, marked so), 0 (mismatch: left
+ * splice that follows. The caller made sure the file covers the block
+ * (cache_file_covers). Returns 1 (verified, marked so), 0 (mismatch: left
  * to the reader's path, which re-checks, counts and re-fetches), or -errno
- * when it cannot be mapped (the caller reads it instead). The file must
- * cover the block: mapped pages past its end would fault (SIGBUS), so a
- * short file (damaged, or cut by hand) is left to the read path too.
+ * when it cannot be mapped (the caller reads it instead).
  */
 static int cache_verify_map(struct cache_obj *o, uint64_t b,
 			    const struct cache_rec *r)
 {
 	uint64_t off = o->data_off + b * o->c->bs;
 	size_t len = cache_block_len(o, b);
-	struct stat st;
 	void *p;
 	bool ok;
 
-	if (fstat(o->fd, &st))
-		return -errno;
-	if ((uint64_t)st.st_size < off + len)
-		return -EIO;
 	p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, o->fd,
 		 (off_t)off);
 	if (p == MAP_FAILED)
@@ -1907,6 +1892,7 @@ static void cache_verify_ahead(struct cache_obj *o, uint64_t b, uint64_t n,
 	struct cache *c = o->c;
 	struct uring_io ios[CACHE_MAX_BATCH];
 	uint64_t idx[CACHE_MAX_BATCH], m = 0, k = 0;
+	bool covers;
 	char *buf;
 
 	if (n > c->batch)
@@ -1918,8 +1904,10 @@ static void cache_verify_ahead(struct cache_obj *o, uint64_t b, uint64_t n,
 			idx[m++] = i;
 	pthread_mutex_unlock(&o->lock);
 	/* Checked in place; those that cannot be mapped are read. */
+	covers = m && cache_file_covers(o, b + idx[m - 1]);
 	for (uint64_t j = 0; j < m; j++) {
-		if (cache_verify_map(o, b + idx[j], &recs[idx[j]]) >= 0)
+		if (covers &&
+		    cache_verify_map(o, b + idx[j], &recs[idx[j]]) >= 0)
 			cache_claim_drop(o, b + idx[j]);
 		else
 			idx[k++] = idx[j];
@@ -2355,8 +2343,8 @@ out:
  * place (cache_verify_map) the present blocks nobody holds; waits while
  * another thread of this process holds one (verifying or filling it).
  * Returns 0 when all are verified and none is landed, -EAGAIN when the
- * caller must take cache_read_iov (a block absent, landed, damaged or not
- * mappable), or -errno.
+ * caller must take cache_read_iov (a block absent, landed, damaged, past
+ * the file's end or not mappable), or -errno.
  */
 static int cache_fd_ready(struct cache_obj *o, uint64_t b0, uint64_t b1)
 {
@@ -2381,6 +2369,10 @@ static int cache_fd_ready(struct cache_obj *o, uint64_t b0, uint64_t b1)
 				mine[nmine++] = b;
 		}
 	pthread_mutex_unlock(&o->lock);
+	/* One fstat for the range: what the splice sends and what
+	 * cache_verify_map maps. */
+	if (!ret && !cache_file_covers(o, b1))
+		ret = -EAGAIN;
 	if (!ret && nmine)
 		ret = cache_read_recs(o, b0, b1 - b0 + 1, recs);
 	for (uint64_t i = 0; i < nmine; i++) {
@@ -2412,15 +2404,6 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 	if (!o)
 		return -EAGAIN;
 	ret = cache_fd_ready(o, off / c->bs, (off + len - 1) / c->bs);
-	if (!ret) {
-		/* A file cut short since its blocks were verified would
-		 * splice short: the copying path repairs it instead. */
-		struct stat st;
-
-		if (fstat(o->fd, &st) ||
-		    (uint64_t)st.st_size < o->data_off + off + len)
-			ret = -EAGAIN;
-	}
 	if (!ret) {
 		/* (cache_read_iov sees the others.) */
 		cache_access(o, off, len);
@@ -2551,7 +2534,7 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 			if (ret)
 				break;
 			pthread_mutex_lock(&o->lock);
-			bool ok = cache_xxh3(buf, len) == recs[i].sum;
+			bool ok = XXH3_64bits(buf, len) == recs[i].sum;
 
 			cache_set_verified(o, k, ok);
 			pthread_mutex_unlock(&o->lock);

@@ -158,42 +158,50 @@ static void test_ranges(void)
 	free(d1);
 }
 
-/* The object file of the only object cached under dataset "flip". */
-static void flip_byte(uint64_t block, uint64_t at)
+/* The object file of the only object cached under dataset ds. */
+static int open_obj_file(const char *ds_name, uint64_t *data_off)
 {
 	char pat[400];
 	glob_t g;
-	uint64_t data_off;
-	char ch;
-	int fd;
+	int fd = -1;
 
 	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
-	CHECK_INT(glob(pat, 0, NULL, &g), 0);
-	for (size_t i = 0; i < g.gl_pathc; i++) {
-		char ds[8] = "";
+	if (glob(pat, 0, NULL, &g))
+		return -1;
+	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
+		char ds[16] = "";
+		int f = open(g.gl_pathv[i], O_RDWR);
 
-		fd = open(g.gl_pathv[i], O_RDWR);
-		CHECK(pread(fd, ds, 4, 64) == 4);
-		if (memcmp(ds, "flip", 4)) {
-			close(fd);
-			continue;
-		}
-		CHECK(pread(fd, &data_off, 8, 24) == 8);
-		off_t p = (off_t)(data_off + block * BS + at);
-
-		CHECK(pread(fd, &ch, 1, p) == 1);
-		ch ^= 0x20;
-		CHECK(pwrite(fd, &ch, 1, p) == 1);
-		close(fd);
+		if (f >= 0 && pread(f, ds, strlen(ds_name), 64) > 0 &&
+		    !memcmp(ds, ds_name, strlen(ds_name)) &&
+		    pread(f, data_off, 8, 24) == 8)
+			fd = f;
+		else if (f >= 0)
+			close(f);
 	}
 	globfree(&g);
+	return fd;
+}
+
+/* Flip one bit of a byte of the object cached under dataset "flip". */
+static void flip_byte(uint64_t block, uint64_t at)
+{
+	uint64_t data_off = 0;
+	int fd = open_obj_file("flip", &data_off);
+	off_t p = (off_t)(data_off + block * BS + at);
+	char ch;
+
+	CHECK(fd >= 0);
+	CHECK(pread(fd, &ch, 1, p) == 1);
+	ch ^= 0x20;
+	CHECK(pwrite(fd, &ch, 1, p) == 1);
+	close(fd);
 }
 
 /*
- * The block records on disk hold the plain XXH3_64bits of each block, as the
- * baseline build of libxxhash computes it, whichever vector unit the cache
- * hashed with (run-time dispatch) and whether it hashed while the bytes
- * arrived: a cache stays readable by any build on any host.
+ * The block records on disk hold the plain XXH3_64bits of each block,
+ * whether the cache hashed the block whole or piece by piece as its bytes
+ * arrived (objstore_get.on_data): a cache stays readable by any build.
  */
 static void test_on_disk_sums(void)
 {
@@ -246,40 +254,21 @@ static void test_on_disk_sums(void)
 	free(data);
 }
 
-/* The object file of the only object cached under dataset ds. */
-static int open_obj_file(const char *ds_name, uint64_t *data_off)
-{
-	char pat[400];
-	glob_t g;
-	int fd = -1;
-
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
-	if (glob(pat, 0, NULL, &g))
-		return -1;
-	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
-		char ds[16] = "";
-		int f = open(g.gl_pathv[i], O_RDWR);
-
-		if (f >= 0 && pread(f, ds, strlen(ds_name), 64) > 0 &&
-		    !memcmp(ds, ds_name, strlen(ds_name)) &&
-		    pread(f, data_off, 8, 24) == 8)
-			fd = f;
-		else if (f >= 0)
-			close(f);
-	}
-	globfree(&g);
-	return fd;
-}
-
-struct trunc_sink {
-	char *out;
-	size_t at;
+struct iov_sink {
+	char *out, *buf; /* out: where the bytes go; buf: the bounce buffer */
+	size_t at, len, calls, zero_copy, empty;
 };
 
-static int trunc_sink_fn(void *arg, const struct iovec *iov, int n)
+static int iov_sink_fn(void *arg, const struct iovec *iov, int n)
 {
-	struct trunc_sink *k = arg;
+	struct iov_sink *k = arg;
 
+	k->calls++;
+	if (n == 0)
+		k->empty++;
+	else if ((char *)iov[0].iov_base < k->buf ||
+		 (char *)iov[0].iov_base >= k->buf + k->len)
+		k->zero_copy++;
 	for (int i = 0; i < n; i++) {
 		memcpy(k->out + k->at, iov[i].iov_base, iov[i].iov_len);
 		k->at += iov[i].iov_len;
@@ -318,17 +307,18 @@ static void test_truncated_file(void)
 	close(sfd);
 	{
 		/* The stager's bulk reads (O_DIRECT batches) too. */
-		struct trunc_sink k = { malloc(size), 0 };
-		char *bounce = malloc(2 * BS);
+		struct iov_sink k = { .out = malloc(size),
+				      .buf = malloc(2 * BS),
+				      .len = 2 * BS };
 
 		for (uint64_t off = 0; off < size; off += 2 * BS)
-			CHECK_INT(cache_read_iov(c, &obj, off, 2 * BS, bounce,
-						 CACHE_READ_DIRECT,
-						 trunc_sink_fn, &k),
+			CHECK_INT(cache_read_iov(c, &obj, off, 2 * BS, k.buf,
+						 CACHE_READ_DIRECT, iov_sink_fn,
+						 &k),
 				  0);
 		CHECK(k.at == size && !memcmp(k.out, data, size));
 		free(k.out);
-		free(bounce);
+		free(k.buf);
 	}
 	CHECK(read_eq(c, &obj, data, 0, size));
 	cache_get_stats(c, &st);
@@ -627,28 +617,6 @@ static bool direct_writes(void)
 		close(fd);
 	unlink(p);
 	return ok;
-}
-
-struct iov_sink {
-	char *out, *buf; /* out: where the bytes go; buf: the bounce buffer */
-	size_t at, len, calls, zero_copy, empty;
-};
-
-static int iov_sink_fn(void *arg, const struct iovec *iov, int n)
-{
-	struct iov_sink *k = arg;
-
-	k->calls++;
-	if (n == 0)
-		k->empty++;
-	else if ((char *)iov[0].iov_base < k->buf ||
-		 (char *)iov[0].iov_base >= k->buf + k->len)
-		k->zero_copy++;
-	for (int i = 0; i < n; i++) {
-		memcpy(k->out + k->at, iov[i].iov_base, iov[i].iov_len);
-		k->at += iov[i].iov_len;
-	}
-	return 0;
 }
 
 static int iov_sink_fail(void *arg, const struct iovec *iov, int n)
