@@ -491,3 +491,41 @@ def test_io_uring_fallback(tool, file_source, tmp_path):
     assert p.stderr.decode().count("io_uring disabled") == 1
     p = c.run("ds", "cat", "obj", env=env)
     assert p.stdout == data and c.stats(p)["fetches"] == 0
+
+
+def fail_mmap_env(tool, log):
+    """Environment preloading tests/preload/fail_mmap.c: every mapping the
+    cache asks to populate (cache_verify_map) fails with ENOMEM and is
+    logged to `log`, one byte each."""
+    shim = str(Path(tool("cache_tool")).parent / "fail_mmap.so")
+    assert os.path.exists(shim), shim
+    return {"LD_PRELOAD": shim, "FAIL_MMAP_LOG": str(log)}
+
+
+def test_unmappable_blocks_are_read_and_checked(tool, file_source, tmp_path):
+    data = random.Random(13).randbytes(4 * MIB + 7)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path)
+    assert c.run("ds", "fetch", "obj").returncode == 0
+    log = tmp_path / "refused"
+    env = fail_mmap_env(tool, log)
+    # A fresh process checks present blocks before serving them; none can
+    # be mapped, so each is read into a buffer and checked there.
+    p = c.run("ds", "cat", "obj", env=env)
+    assert p.stdout == data
+    st = c.stats(p)
+    assert st["fetches"] == 0 and st["checksum_failures"] == 0, st
+    assert log.exists() and log.stat().st_size > 0, "no mapping was refused"
+    # A damaged block is still caught on that path, and only it fetched.
+    [f] = object_files(c.dir)
+    with open(f, "r+b") as fh:
+        data_off = struct.unpack("<Q", fh.read(32)[24:32])[0]
+        fh.seek(data_off + 40 * 64 * KIB + 99)
+        b = fh.read(1)
+        fh.seek(data_off + 40 * 64 * KIB + 99)
+        fh.write(bytes([b[0] ^ 0x80]))
+    p = c.run("ds", "cat", "obj", env=env)
+    assert p.stdout == data
+    st = c.stats(p)
+    assert st["checksum_failures"] == 1 and st["fetches"] == 1, st
+    assert b"block 40 failed its checksum" in p.stderr

@@ -645,3 +645,33 @@ def test_reads_while_the_stager_fills_the_same_file(denv, tool, tmp_path):
         daemon.terminate()
         daemon.wait(30)
         log.close()
+
+
+def test_unmappable_cache_blocks_are_served_by_copy(denv, tool, tmp_path):
+    """A fresh mount checks cached blocks in place through a mapping before
+    splicing them; when no mapping can be made (tests/preload/fail_mmap.c
+    refuses them all) each read takes the copying path, which reads and
+    checks the block itself: same bytes, nothing fetched again."""
+    src = tmp_path / "u"
+    src.mkdir()
+    data = {("f%d.bin" % i): os.urandom((5 << 20) + i) for i in range(3)}
+    for k, v in data.items():
+        (src / k).write_bytes(v)
+    denv.catalog("add", "u", "file://%s/" % src)
+    m = denv.mount()
+    for k, v in data.items():
+        assert (m.mnt / "datasets/u" / k).read_bytes() == v
+    assert m.stop() == 0
+    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"])
+    log = tmp_path / "refused"
+    shim = Path(tool("cache_tool")).parent / "fail_mmap.so"
+    assert shim.exists(), shim
+    env = dict(denv.env, LD_PRELOAD=str(shim), FAIL_MMAP_LOG=str(log))
+    m2 = denv.mount(env=env, name="mnt2")
+    for k, v in data.items():
+        assert sha256_file(m2.mnt / "datasets/u" / k) == \
+            hashlib.sha256(v).hexdigest()
+    st = m2.stats()
+    assert st["bytes_from_source"] == 0 and st["checksum_failures"] == 0, st
+    assert log.exists() and log.stat().st_size > 0, "no mapping was refused"
+    assert m2.stop() == 0
