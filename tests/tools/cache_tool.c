@@ -4,7 +4,10 @@
  *
  *   cache_tool [OPTIONS] URL DATASET read KEY OFF LEN   (bytes to stdout)
  *   cache_tool [OPTIONS] URL DATASET cat KEY [CHUNK]    (whole object in
- *                                  sequential CHUNK reads, to stdout)
+ *                                  sequential CHUNK reads, to stdout, through
+ *                                  cache_read_iov: no copy of bytes that sit
+ *                                  in memory, as dstagefs reads; `read`
+ *                                  takes cache_read's copying path)
  *   cache_tool [OPTIONS] URL DATASET fetch KEY [OFF LEN]
  *   cache_tool [OPTIONS] URL DATASET present KEY        (bytes present)
  *   cache_tool [OPTIONS] URL DATASET drop KEY
@@ -213,6 +216,19 @@ out:
 	return ret;
 }
 
+/* cache_iov_fn for cat: the bytes to stdout; *arg counts them. */
+static int cat_sink(void *arg, const struct iovec *iov, int n)
+{
+	uint64_t *got = arg;
+	int ret = 0;
+
+	for (int i = 0; i < n && !ret; i++) {
+		ret = write_all(STDOUT_FILENO, iov[i].iov_base, iov[i].iov_len);
+		*got += iov[i].iov_len;
+	}
+	return ret;
+}
+
 static int cat_object(struct cache *c, const struct cache_object *obj,
 		      size_t chunk)
 {
@@ -223,16 +239,15 @@ static int cat_object(struct cache *c, const struct cache_object *obj,
 	if (!buf)
 		return -ENOMEM;
 	while (off < obj->size) {
-		ssize_t got = cache_read(c, obj, off, chunk, buf);
+		uint64_t got = 0;
 
-		if (got <= 0) {
-			ret = got < 0 ? (int)got : -EIO;
-			break;
-		}
-		ret = write_all(STDOUT_FILENO, buf, (size_t)got);
+		ret = cache_read_iov(c, obj, off, chunk, buf, 0, cat_sink,
+				     &got);
+		if (!ret && got == 0)
+			ret = -EIO;
 		if (ret)
 			break;
-		off += (uint64_t)got;
+		off += got;
 	}
 	free(buf);
 	return ret;
