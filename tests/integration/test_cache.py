@@ -493,13 +493,19 @@ def test_io_uring_fallback(tool, file_source, tmp_path):
     assert p.stdout == data and c.stats(p)["fetches"] == 0
 
 
+def preload(tool, name):
+    """The path of tests/preload/NAME.c, built next to cache_tool."""
+    shim = str(Path(tool("cache_tool")).parent / (name + ".so"))
+    assert os.path.exists(shim), shim
+    return shim
+
+
 def fail_mmap_env(tool, log):
     """Environment preloading tests/preload/fail_mmap.c: every mapping the
     cache asks to populate (cache_verify_map) fails with ENOMEM and is
     logged to `log`, one byte each."""
-    shim = str(Path(tool("cache_tool")).parent / "fail_mmap.so")
-    assert os.path.exists(shim), shim
-    return {"LD_PRELOAD": shim, "FAIL_MMAP_LOG": str(log)}
+    return {"LD_PRELOAD": preload(tool, "fail_mmap"),
+            "FAIL_MMAP_LOG": str(log)}
 
 
 def test_unmappable_blocks_are_read_and_checked(tool, file_source, tmp_path):
@@ -529,3 +535,23 @@ def test_unmappable_blocks_are_read_and_checked(tool, file_source, tmp_path):
     st = c.stats(p)
     assert st["checksum_failures"] == 1 and st["fetches"] == 1, st
     assert b"block 40 failed its checksum" in p.stderr
+
+
+def test_direct_writes_refused_at_write_time(tool, file_source, tmp_path):
+    """A file system that opens with O_DIRECT but refuses the writes
+    (tests/preload/fail_direct.c, on the pread/pwrite path): fills fall
+    back to buffered writes of the same bytes, which are kept and durable
+    like any others."""
+    data = random.Random(14).randbytes(3 * MIB + 11)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path)
+    log = tmp_path / "refused"
+    env = {"DSTAGE_NO_URING": "1", "LD_PRELOAD": preload(tool, "fail_direct"),
+           "FAIL_DIRECT_LOG": str(log)}
+    p = c.run("ds", "cat", "obj", env=env)
+    assert p.stdout == data
+    assert log.exists() and log.stat().st_size > 0, "no direct write refused"
+    # Every block is present and sound; a fresh process fetches nothing.
+    assert c.verify("ds", "obj") == (49, 0)
+    p = c.run("ds", "cat", "obj")
+    assert p.stdout == data and c.stats(p)["fetches"] == 0
