@@ -114,6 +114,7 @@ int dsfs_init(struct dsfs *fs, struct dsfs_opts *o,
 	pthread_mutex_init(&fs->poll_lock, NULL);
 	pthread_cond_init(&fs->poll_cond, NULL);
 	pthread_mutex_init(&fs->ctl_lock, NULL);
+	pthread_mutex_init(&fs->handle_lock, NULL);
 	ret = dsfs_datasets_refresh(fs);
 	if (ret) {
 		dsfs_destroy(fs);
@@ -125,12 +126,14 @@ int dsfs_init(struct dsfs *fs, struct dsfs_opts *o,
 void dsfs_destroy(struct dsfs *fs)
 {
 	dsfs_poller_stop(fs);
+	dsfs_handles_release(fs);
 	dsfs_datasets_destroy(fs);
 	dsfs_nodes_destroy(fs);
 	pthread_rwlock_destroy(&fs->ds_lock);
 	pthread_mutex_destroy(&fs->poll_lock);
 	pthread_cond_destroy(&fs->poll_cond);
 	pthread_mutex_destroy(&fs->ctl_lock);
+	pthread_mutex_destroy(&fs->handle_lock);
 }
 
 /* Raise the mount's readahead window (the kernel only lets the FUSE init

@@ -41,6 +41,7 @@ struct cache;
 struct dstage_config;
 struct dsfs;
 struct dsfs_node;
+struct dsfs_handle;
 
 enum {
 	DSFS_INO_ROOT = FUSE_ROOT_ID,
@@ -299,12 +300,28 @@ struct dsfs {
 	/* .dstage/prefetch: the summary of the last list; leaf lock. */
 	pthread_mutex_t ctl_lock;
 	char ctl_status[512]; /* ctl_lock */
+
+	/*
+	 * Every open file and directory handle a subtree handed out and the
+	 * kernel has not released (dsfs_ops.c). Leaf lock.
+	 */
+	pthread_mutex_t handle_lock;
+	struct dsfs_handle *handles; /* handle_lock: doubly linked */
 };
 
 /* fs/dsfs.c: set up and tear down struct dsfs. */
 int dsfs_init(struct dsfs *fs, struct dsfs_opts *o,
 	      const struct dstage_config *cfg);
 void dsfs_destroy(struct dsfs *fs);
+
+/*
+ * Release what subtrees still hold for open files and directories, as
+ * RELEASE and RELEASEDIR would have: the kernel sends none once the session
+ * has ended (an unmount with files open, or a RELEASE still queued when a
+ * signal stopped the loop). Call after the session loop, while the cache is
+ * still open.
+ */
+void dsfs_handles_release(struct dsfs *fs);
 /* Start/stop the poller; start only after the session is mounted. Stop
  * in two steps around fuse_session_unmount: request (no more kernel
  * notifications), unmount, then stop (join). */

@@ -8,6 +8,12 @@
  * hooks, without touching this file.
  *
  * Stateless apart from struct dsfs (see dsfs.h for its locks).
+ *
+ * Open handles: the fi->fh the kernel holds is a struct dsfs_handle, kept on
+ * fs->handles from the OPEN/OPENDIR/CREATE reply until RELEASE/RELEASEDIR;
+ * subtrees see their own fh only (dsfs_fi_sub). Whatever the kernel never
+ * releases (the session ended first) dsfs_handles_release releases at
+ * teardown, so no subtree state outlives the mount.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -22,6 +28,85 @@
 static struct dsfs *dsfs_of(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
+}
+
+struct dsfs_handle {
+	struct dsfs_handle *prev, *next; /* fs->handle_lock */
+	struct dsfs_node *n; /* kept by the kernel's lookup while open */
+	uint64_t fh; /* the subtree's */
+	int flags; /* open(2) flags, for the subtree's release */
+	bool dir;
+};
+
+/* Wrap the subtree's fi->fh in a handle on fs->handles. -ENOMEM. */
+static int dsfs_handle_add(struct dsfs *fs, struct dsfs_node *n,
+			   struct fuse_file_info *fi, bool dir)
+{
+	struct dsfs_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->n = n;
+	h->fh = fi->fh;
+	h->flags = fi->flags;
+	h->dir = dir;
+	pthread_mutex_lock(&fs->handle_lock);
+	h->next = fs->handles;
+	if (h->next)
+		h->next->prev = h;
+	fs->handles = h;
+	pthread_mutex_unlock(&fs->handle_lock);
+	fi->fh = (uintptr_t)h;
+	return 0;
+}
+
+/* The subtree's view of fi (its own fh). fi may be NULL. */
+static struct fuse_file_info *dsfs_fi_sub(const struct fuse_file_info *fi,
+					  struct fuse_file_info *sub)
+{
+	if (!fi)
+		return NULL;
+	*sub = *fi;
+	sub->fh = ((struct dsfs_handle *)(uintptr_t)fi->fh)->fh;
+	return sub;
+}
+
+/* Call the subtree's release for h, unlink h and free it. */
+static void dsfs_handle_release(struct dsfs *fs, struct dsfs_handle *h)
+{
+	struct fuse_file_info fi = { .flags = h->flags, .fh = h->fh };
+	const struct dsfs_subtree *sub = h->n->sub;
+
+	pthread_mutex_lock(&fs->handle_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&fs->handle_lock);
+	if (h->dir ? sub->releasedir != NULL : sub->release != NULL)
+		(h->dir ? sub->releasedir : sub->release)(fs, h->n, &fi);
+	free(h);
+}
+
+void dsfs_handles_release(struct dsfs *fs)
+{
+	size_t n = 0;
+
+	for (;;) {
+		struct dsfs_handle *h;
+
+		pthread_mutex_lock(&fs->handle_lock);
+		h = fs->handles;
+		pthread_mutex_unlock(&fs->handle_lock);
+		if (!h)
+			break;
+		dsfs_handle_release(fs, h);
+		n++;
+	}
+	if (n)
+		log_info("released %zu handle(s) the kernel left open", n);
 }
 
 void dsfs_caller_get(fuse_req_t req, struct dsfs_caller *who)
@@ -266,7 +351,10 @@ static void dsfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	ret = n->sub->setattr ? n->sub->setattr(fs, n, attr, to_set, fi)
+	struct fuse_file_info sfi;
+
+	ret = n->sub->setattr ? n->sub->setattr(fs, n, attr, to_set,
+						dsfs_fi_sub(fi, &sfi))
 			      : -EROFS;
 	if (ret) {
 		fuse_reply_err(req, -ret);
@@ -341,6 +429,11 @@ static void dsfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ret = dir->sub->create
 		      ? dir->sub->create(fs, dir, name, mode, &who, fi, &n)
 		      : -EROFS;
+	if (!ret && dsfs_handle_add(fs, n, fi, false)) {
+		if (n->sub->release)
+			n->sub->release(fs, n, fi);
+		ret = -ENOMEM;
+	}
 	dsfs_reply_new(req, fs, ret, n, fi);
 }
 
@@ -435,12 +528,18 @@ static void dsfs_op_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	dsfs_caller_get(req, &who);
 	ret = n->sub->open ? n->sub->open(fs, n, &who, fi) : -EISDIR;
+	if (!ret && dsfs_handle_add(fs, n, fi, false)) {
+		if (n->sub->release)
+			n->sub->release(fs, n, fi);
+		ret = -ENOMEM;
+	}
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	if (fuse_reply_open(req, fi) == -ENOENT && n->sub->release)
-		n->sub->release(fs, n, fi); /* interrupted: no RELEASE */
+	if (fuse_reply_open(req, fi) == -ENOENT) /* interrupted: no RELEASE */
+		dsfs_handle_release(fs,
+				    (struct dsfs_handle *)(uintptr_t)fi->fh);
 }
 
 static void dsfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -453,7 +552,9 @@ static void dsfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, n ? EISDIR : ESTALE);
 		return;
 	}
-	n->sub->read(req, fs, n, fi, size, off);
+	struct fuse_file_info sfi;
+
+	n->sub->read(req, fs, n, dsfs_fi_sub(fi, &sfi), size, off);
 }
 
 static void dsfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
@@ -467,7 +568,11 @@ static void dsfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	w = n->sub->write ? n->sub->write(fs, n, fi, buf, size, off) : -EROFS;
+	struct fuse_file_info sfi;
+
+	w = n->sub->write ? n->sub->write(fs, n, dsfs_fi_sub(fi, &sfi), buf,
+					  size, off)
+			  : -EROFS;
 	if (w < 0)
 		fuse_reply_err(req, (int)-w);
 	else
@@ -484,7 +589,12 @@ static void dsfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	fuse_reply_err(req, n->sub->flush ? -n->sub->flush(fs, n, fi) : 0);
+	struct fuse_file_info sfi;
+
+	fuse_reply_err(req,
+		       n->sub->flush
+			       ? -n->sub->flush(fs, n, dsfs_fi_sub(fi, &sfi))
+			       : 0);
 }
 
 static void dsfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
@@ -497,18 +607,20 @@ static void dsfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	fuse_reply_err(req,
-		       n->sub->fsync ? -n->sub->fsync(fs, n, datasync, fi) : 0);
+	struct fuse_file_info sfi;
+
+	fuse_reply_err(req, n->sub->fsync
+				    ? -n->sub->fsync(fs, n, datasync,
+						     dsfs_fi_sub(fi, &sfi))
+				    : 0);
 }
 
 static void dsfs_op_release(fuse_req_t req, fuse_ino_t ino,
 			    struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-
-	if (n && n->sub->release)
-		n->sub->release(fs, n, fi);
+	(void)ino;
+	dsfs_handle_release(dsfs_of(req),
+			    (struct dsfs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -544,12 +656,18 @@ static void dsfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	dsfs_caller_get(req, &who);
 	ret = n->sub->opendir ? n->sub->opendir(fs, n, &who, fi) : 0;
+	if (!ret && dsfs_handle_add(fs, n, fi, true)) {
+		if (n->sub->releasedir)
+			n->sub->releasedir(fs, n, fi);
+		ret = -ENOMEM;
+	}
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	if (fuse_reply_open(req, fi) == -ENOENT && n->sub->releasedir)
-		n->sub->releasedir(fs, n, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		dsfs_handle_release(fs,
+				    (struct dsfs_handle *)(uintptr_t)fi->fh);
 }
 
 static void dsfs_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
@@ -570,7 +688,9 @@ static void dsfs_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = n->sub->readdir(fs, n, fi, off, &db);
+	struct fuse_file_info sfi;
+
+	ret = n->sub->readdir(fs, n, dsfs_fi_sub(fi, &sfi), off, &db);
 	/* Entries already added were counted as looked up (plus): they
 	 * must go out even if a later one failed. */
 	if (ret && !db.used)
@@ -595,11 +715,9 @@ static void dsfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void dsfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
 			       struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-
-	if (n && n->sub->releasedir)
-		n->sub->releasedir(fs, n, fi);
+	(void)ino;
+	dsfs_handle_release(dsfs_of(req),
+			    (struct dsfs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

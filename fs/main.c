@@ -270,6 +270,7 @@ out:
 	fuse_loop_cfg_destroy(lcfg);
 	fuse_opt_free_args(&args);
 	free(mopts);
+	dsfs_handles_release(&fs); /* no RELEASE comes any more */
 	cache_close(cache);
 	fs.cache = NULL;
 	dsfs_destroy(&fs);
