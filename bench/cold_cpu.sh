@@ -6,9 +6,11 @@
 #   - curl, 8 parallel ranged GETs of 128 MiB (bench/run's cold limit);
 #   - dd bs=4M of the object through a fresh dstagefs mount, empty cache;
 # and prints MB/s and the CPU seconds (utime + stime from /proc/PID/stat)
-# that radosgw + ceph-osd and dstagefs spent per GiB moved. docs/cache.md
-# ("Bench") explains the figures. Needs root (drop_caches, FUSE) and
-# about 4 GiB of RAM.
+# that radosgw + ceph-osd and dstagefs spent per GiB moved, and dstagefs's
+# page faults over the read (fill buffers on huge pages: thousands, where
+# 4 KiB pages took ~50,000 a GiB). Give it two builds' directories in turn
+# to compare them. docs/cache.md ("Bench") explains the figures. Needs
+# root (drop_caches, FUSE) and about 4 GiB of RAM.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$repo/build}" && pwd)
@@ -58,6 +60,13 @@ cpu() { # cpu PATTERN: clock ticks used so far by the processes matching it
 	done
 	echo $t
 }
+faults() { # faults PATTERN: page faults (minor + major) of the processes
+	local t=0 p
+	for p in $(pgrep -f "$1"); do
+		t=$((t + $(awk '{print $10 + $12}' "/proc/$p/stat")))
+	done
+	echo $t
+}
 per_gib() { echo "scale=2; ($2 - $1) * 1073741824 / $tck / $size" | bc; }
 mbps() { echo "scale=0; $1 / 1000000 / ($3 - $2)" | bc; }
 
@@ -88,13 +97,16 @@ for run in 1 2; do
 	echo 3 >/proc/sys/vm/drop_caches
 	r0=$(cpu "radosgw|ceph-osd")
 	d0=$(cpu "dstagefs $mnt")
+	f0=$(faults "dstagefs $mnt")
 	t0=$(date +%s.%N)
 	dd if="$mnt/datasets/d/obj" of=/dev/null bs=4M 2>/dev/null
 	t1=$(date +%s.%N)
 	r1=$(cpu "radosgw|ceph-osd")
 	d1=$(cpu "dstagefs $mnt")
+	f1=$(faults "dstagefs $mnt")
 	fusermount3 -u "$mnt"
 	echo "run $run dstagefs cold dd: $(mbps $size "$t0" "$t1") MB/s," \
 		"radosgw+osd $(per_gib "$r0" "$r1") cpu-s/GiB," \
-		"dstagefs $(per_gib "$d0" "$d1") cpu-s/GiB"
+		"dstagefs $(per_gib "$d0" "$d1") cpu-s/GiB," \
+		"$((f1 - f0)) page faults"
 done

@@ -38,14 +38,30 @@ struct dsfs_handle {
 	bool dir;
 };
 
-/* Wrap the subtree's fi->fh in a handle on fs->handles. -ENOMEM. */
+/* Call the subtree's release for what it handed out (fh, with the open
+ * flags it saw). */
+static void dsfs_sub_release(struct dsfs *fs, struct dsfs_node *n, bool dir,
+			     uint64_t fh, int flags)
+{
+	struct fuse_file_info fi = { .flags = flags, .fh = fh };
+
+	if (dir && n->sub->releasedir)
+		n->sub->releasedir(fs, n, &fi);
+	else if (!dir && n->sub->release)
+		n->sub->release(fs, n, &fi);
+}
+
+/* Wrap the subtree's fi->fh in a handle on fs->handles. On -ENOMEM the
+ * subtree's handle is released here. */
 static int dsfs_handle_add(struct dsfs *fs, struct dsfs_node *n,
 			   struct fuse_file_info *fi, bool dir)
 {
 	struct dsfs_handle *h = calloc(1, sizeof(*h));
 
-	if (!h)
+	if (!h) {
+		dsfs_sub_release(fs, n, dir, fi->fh, fi->flags);
 		return -ENOMEM;
+	}
 	h->n = n;
 	h->fh = fi->fh;
 	h->flags = fi->flags;
@@ -71,12 +87,9 @@ static struct fuse_file_info *dsfs_fi_sub(const struct fuse_file_info *fi,
 	return sub;
 }
 
-/* Call the subtree's release for h, unlink h and free it. */
+/* RELEASE / RELEASEDIR: take h off fs->handles, release what it wraps. */
 static void dsfs_handle_release(struct dsfs *fs, struct dsfs_handle *h)
 {
-	struct fuse_file_info fi = { .flags = h->flags, .fh = h->fh };
-	const struct dsfs_subtree *sub = h->n->sub;
-
 	pthread_mutex_lock(&fs->handle_lock);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -85,24 +98,25 @@ static void dsfs_handle_release(struct dsfs *fs, struct dsfs_handle *h)
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&fs->handle_lock);
-	if (h->dir ? sub->releasedir != NULL : sub->release != NULL)
-		(h->dir ? sub->releasedir : sub->release)(fs, h->n, &fi);
+	dsfs_sub_release(fs, h->n, h->dir, h->fh, h->flags);
 	free(h);
 }
 
 void dsfs_handles_release(struct dsfs *fs)
 {
+	struct dsfs_handle *h;
 	size_t n = 0;
 
-	for (;;) {
-		struct dsfs_handle *h;
+	pthread_mutex_lock(&fs->handle_lock);
+	h = fs->handles;
+	fs->handles = NULL;
+	pthread_mutex_unlock(&fs->handle_lock);
+	while (h) {
+		struct dsfs_handle *next = h->next;
 
-		pthread_mutex_lock(&fs->handle_lock);
-		h = fs->handles;
-		pthread_mutex_unlock(&fs->handle_lock);
-		if (!h)
-			break;
-		dsfs_handle_release(fs, h);
+		dsfs_sub_release(fs, h->n, h->dir, h->fh, h->flags);
+		free(h);
+		h = next;
 		n++;
 	}
 	if (n)
@@ -429,11 +443,8 @@ static void dsfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ret = dir->sub->create
 		      ? dir->sub->create(fs, dir, name, mode, &who, fi, &n)
 		      : -EROFS;
-	if (!ret && dsfs_handle_add(fs, n, fi, false)) {
-		if (n->sub->release)
-			n->sub->release(fs, n, fi);
-		ret = -ENOMEM;
-	}
+	if (!ret)
+		ret = dsfs_handle_add(fs, n, fi, false);
 	dsfs_reply_new(req, fs, ret, n, fi);
 }
 
@@ -528,11 +539,8 @@ static void dsfs_op_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	dsfs_caller_get(req, &who);
 	ret = n->sub->open ? n->sub->open(fs, n, &who, fi) : -EISDIR;
-	if (!ret && dsfs_handle_add(fs, n, fi, false)) {
-		if (n->sub->release)
-			n->sub->release(fs, n, fi);
-		ret = -ENOMEM;
-	}
+	if (!ret)
+		ret = dsfs_handle_add(fs, n, fi, false);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -656,11 +664,8 @@ static void dsfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	dsfs_caller_get(req, &who);
 	ret = n->sub->opendir ? n->sub->opendir(fs, n, &who, fi) : 0;
-	if (!ret && dsfs_handle_add(fs, n, fi, true)) {
-		if (n->sub->releasedir)
-			n->sub->releasedir(fs, n, fi);
-		ret = -ENOMEM;
-	}
+	if (!ret)
+		ret = dsfs_handle_add(fs, n, fi, true);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;

@@ -1082,10 +1082,10 @@ static int cache_fetch_error(struct cache_obj *o, uint64_t b, int ret)
 /*
  * A buffer for c->batch blocks, NULL when out of memory. A new one is
  * aligned for transparent huge pages and asked for them: its first touch
- * (curl's copy into it) then faults 2 MiB at a time, not 4 KiB. Measured
- * on a cold read of 2 GiB through dstagefs: 103,000 -> 2,700 page faults,
- * 2.0 -> 1.8 CPU-s. Where the kernel has none to give, it is an ordinary
- * buffer.
+ * (curl's copy into it) then faults 2 MiB at a time, not 4 KiB: a cold
+ * 2 GiB read through dstagefs took ~110,000 page faults before, a few
+ * thousand after, and about 10% less CPU (bench/cold_cpu.sh, docs/cache.md).
+ * Where the kernel has none to give, it is an ordinary buffer.
  */
 static char *cache_buf_get(struct cache *c)
 {
@@ -2184,7 +2184,8 @@ static void cache_access(struct cache_obj *o, uint64_t off, size_t len)
 	 * or, once verified, by the kernel's own readahead on the cache file.
 	 * POSIX_FADV_WILLNEED here as well cost the reader's thread the page
 	 * allocation and submission: with it a fresh reader ran at 0.8 of
-	 * dd's speed and a second pass at 0.75 of its speed without it.
+	 * dd's speed and a second pass at 0.75 of its speed without it
+	 * (bench/warm_ab.sh, docs/cache.md).
 	 */
 	if (ra_n)
 		cache_readahead(o, ra_b, ra_n);

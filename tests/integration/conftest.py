@@ -174,6 +174,27 @@ def tool(build_dir):
     return find
 
 
+@pytest.fixture
+def faults(tool, tmp_path):
+    """faults(NAME) -> (environment, log): run a program with
+    tests/preload/faults.c injecting fault NAME (see that file); each
+    injected failure appends a byte to log, so a test can check the
+    fallback was taken."""
+    shim = str(Path(tool("cache_tool")).parent / "faults.so")
+    assert os.path.exists(shim), shim
+
+    def env(name):
+        log = tmp_path / ("fault-" + name)
+        return {"LD_PRELOAD": shim, "DSTAGE_FAULT": name,
+                "DSTAGE_FAULT_LOG": str(log)}, log
+    return env
+
+
+def injected(log):
+    """How many failures faults.so injected (see the faults fixture)."""
+    return log.stat().st_size if log.exists() else 0
+
+
 class RgwProxy(FaultProxy):
     """A FaultProxy in front of the session's radosgw."""
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import injected
+
 KIB = 1024
 MIB = 1024 * 1024
 
@@ -233,18 +235,23 @@ def object_files(cache_dir):
     return sorted((cache_dir / "objects").glob("*/*"))
 
 
+def flip_cached_byte(cache_dir, off, mask):
+    """XOR byte `off` of the one object cached in cache_dir with mask."""
+    [f] = object_files(cache_dir)
+    with open(f, "r+b") as fh:
+        data_off = struct.unpack("<Q", fh.read(32)[24:32])[0]
+        fh.seek(data_off + off)
+        b = fh.read(1)
+        fh.seek(data_off + off)
+        fh.write(bytes([b[0] ^ mask]))
+
+
 def test_flipped_byte_is_refetched(tool, source, tmp_path):
     data = random.Random(4).randbytes(1 * MIB)
     source.put("obj", data)
     c = make_cache(tool, source, tmp_path)
     assert c.run("ds", "cat", "obj").stdout == data
-    [f] = object_files(c.dir)
-    with open(f, "r+b") as fh:
-        data_off = struct.unpack("<Q", fh.read(32)[24:32])[0]
-        fh.seek(data_off + 5 * 64 * KIB + 1234)
-        b = fh.read(1)
-        fh.seek(data_off + 5 * 64 * KIB + 1234)
-        fh.write(bytes([b[0] ^ 0x01]))
+    flip_cached_byte(c.dir, 5 * 64 * KIB + 1234, 0x01)
     p = c.read("ds", "obj", 5 * 64 * KIB, 64 * KIB)
     assert p.stdout == data[5 * 64 * KIB:6 * 64 * KIB]
     st = c.stats(p)
@@ -493,43 +500,22 @@ def test_io_uring_fallback(tool, file_source, tmp_path):
     assert p.stdout == data and c.stats(p)["fetches"] == 0
 
 
-def preload(tool, name):
-    """The path of tests/preload/NAME.c, built next to cache_tool."""
-    shim = str(Path(tool("cache_tool")).parent / (name + ".so"))
-    assert os.path.exists(shim), shim
-    return shim
-
-
-def fail_mmap_env(tool, log):
-    """Environment preloading tests/preload/fail_mmap.c: every mapping the
-    cache asks to populate (cache_verify_map) fails with ENOMEM and is
-    logged to `log`, one byte each."""
-    return {"LD_PRELOAD": preload(tool, "fail_mmap"),
-            "FAIL_MMAP_LOG": str(log)}
-
-
-def test_unmappable_blocks_are_read_and_checked(tool, file_source, tmp_path):
+def test_unmappable_blocks_are_read_and_checked(tool, file_source, tmp_path,
+                                                faults):
     data = random.Random(13).randbytes(4 * MIB + 7)
     file_source.put("obj", data)
     c = make_cache(tool, file_source, tmp_path)
     assert c.run("ds", "fetch", "obj").returncode == 0
-    log = tmp_path / "refused"
-    env = fail_mmap_env(tool, log)
+    env, log = faults("mmap_populate")
     # A fresh process checks present blocks before serving them; none can
     # be mapped, so each is read into a buffer and checked there.
     p = c.run("ds", "cat", "obj", env=env)
     assert p.stdout == data
     st = c.stats(p)
     assert st["fetches"] == 0 and st["checksum_failures"] == 0, st
-    assert log.exists() and log.stat().st_size > 0, "no mapping was refused"
+    assert injected(log) > 0, "no mapping was refused"
     # A damaged block is still caught on that path, and only it fetched.
-    [f] = object_files(c.dir)
-    with open(f, "r+b") as fh:
-        data_off = struct.unpack("<Q", fh.read(32)[24:32])[0]
-        fh.seek(data_off + 40 * 64 * KIB + 99)
-        b = fh.read(1)
-        fh.seek(data_off + 40 * 64 * KIB + 99)
-        fh.write(bytes([b[0] ^ 0x80]))
+    flip_cached_byte(c.dir, 40 * 64 * KIB + 99, 0x80)
     p = c.run("ds", "cat", "obj", env=env)
     assert p.stdout == data
     st = c.stats(p)
@@ -537,20 +523,20 @@ def test_unmappable_blocks_are_read_and_checked(tool, file_source, tmp_path):
     assert b"block 40 failed its checksum" in p.stderr
 
 
-def test_direct_writes_refused_at_write_time(tool, file_source, tmp_path):
+def test_direct_writes_refused_at_write_time(tool, file_source, tmp_path,
+                                            faults):
     """A file system that opens with O_DIRECT but refuses the writes
-    (tests/preload/fail_direct.c, on the pread/pwrite path): fills fall
-    back to buffered writes of the same bytes, which are kept and durable
-    like any others."""
+    (tests/preload/faults.c, on the pread/pwrite path): fills fall back to
+    buffered writes of the same bytes, which are kept and durable like any
+    others."""
     data = random.Random(14).randbytes(3 * MIB + 11)
     file_source.put("obj", data)
     c = make_cache(tool, file_source, tmp_path)
-    log = tmp_path / "refused"
-    env = {"DSTAGE_NO_URING": "1", "LD_PRELOAD": preload(tool, "fail_direct"),
-           "FAIL_DIRECT_LOG": str(log)}
+    env, log = faults("direct_write")
+    env["DSTAGE_NO_URING"] = "1"
     p = c.run("ds", "cat", "obj", env=env)
     assert p.stdout == data
-    assert log.exists() and log.stat().st_size > 0, "no direct write refused"
+    assert injected(log) > 0, "no direct write refused"
     # Every block is present and sound; a fresh process fetches nothing.
     assert c.verify("ds", "obj") == (49, 0)
     p = c.run("ds", "cat", "obj")

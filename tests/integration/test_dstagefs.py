@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import injected
+
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
 
@@ -142,6 +144,16 @@ class Env:
             raise AssertionError("catalog_tool %s: %s" %
                                  (args, p.stderr.decode(errors="replace")))
         return p
+
+    def add_dataset(self, name, files):
+        """A file:// dataset `name` of files ({name: bytes}) under tmp,
+        added to the catalog; returns its source directory."""
+        src = self.tmp / ("src-" + name)
+        src.mkdir()
+        for k, v in files.items():
+            (src / k).write_bytes(v)
+        self.catalog("add", name, "file://%s/" % src)
+        return src
 
     def mount(self, opts=(), env=None, name="mnt"):
         m = Dstagefs(self.tool("dstagefs"), self.tmp / name, env or self.env,
@@ -403,13 +415,9 @@ def test_group_restriction(denv, tmp_path):
             subprocess.run([cmd, name], capture_output=True)
 
 
-def test_kill9_then_remount_downloads_nothing(denv, tmp_path):
-    src = tmp_path / "k"
-    src.mkdir()
+def test_kill9_then_remount_downloads_nothing(denv):
     data = {("f%d.bin" % i): os.urandom(3 << 20) for i in range(4)}
-    for k, v in data.items():
-        (src / k).write_bytes(v)
-    denv.catalog("add", "k", "file://%s/" % src)
+    denv.add_dataset("k", data)
     m = denv.mount()
     for k, v in data.items():
         assert (m.mnt / "datasets/k" / k).read_bytes() == v
@@ -436,10 +444,7 @@ def test_fusermount_unmount_ends_process(denv):
 
 
 def test_source_down_file_gives_eio(denv, tmp_path):
-    src = tmp_path / "gone"
-    src.mkdir()
-    (src / "x.bin").write_bytes(os.urandom(100000))
-    denv.catalog("add", "gone", "file://%s/" % src)
+    src = denv.add_dataset("gone", {"x.bin": os.urandom(100000)})
     m = denv.mount()
     # The source loses the object (a file:// store keeps its directory
     # open, so renaming the directory would not be noticed).
@@ -452,15 +457,10 @@ def test_source_down_file_gives_eio(denv, tmp_path):
     assert log.count("dataset gone key x.bin") == 1, log
 
 
-def test_prefetch_control_file(denv, tmp_path):
-    src = tmp_path / "pf"
-    src.mkdir()
-    total = 0
-    for i in range(6):
-        b = os.urandom(2 << 20)
-        (src / ("s%d" % i)).write_bytes(b)
-        total += len(b)
-    denv.catalog("add", "pf", "file://%s/" % src)
+def test_prefetch_control_file(denv):
+    files = {("s%d" % i): os.urandom(2 << 20) for i in range(6)}
+    denv.add_dataset("pf", files)
+    total = sum(map(len, files.values()))
     m = denv.mount()
     lines = ["datasets/pf/s%d" % i for i in range(6)]
     lines += [str(m.mnt / "datasets/pf/s0"), "datasets/nope/x",
@@ -483,7 +483,7 @@ def test_prefetch_control_file(denv, tmp_path):
     assert m.stats()["fs_reads"] == 0
     for i in range(6):
         assert (m.mnt / "datasets/pf" / ("s%d" % i)).read_bytes() == \
-            (src / ("s%d" % i)).read_bytes()
+            files["s%d" % i]
     assert m.stats()["bytes_from_source"] == total
 
 
@@ -647,44 +647,34 @@ def test_reads_while_the_stager_fills_the_same_file(denv, tool, tmp_path):
         log.close()
 
 
-def test_unmappable_cache_blocks_are_served_by_copy(denv, tool, tmp_path):
+def test_unmappable_cache_blocks_are_served_by_copy(denv, faults):
     """A fresh mount checks cached blocks in place through a mapping before
-    splicing them; when no mapping can be made (tests/preload/fail_mmap.c
+    splicing them; when no mapping can be made (tests/preload/faults.c
     refuses them all) each read takes the copying path, which reads and
     checks the block itself: same bytes, nothing fetched again."""
-    src = tmp_path / "u"
-    src.mkdir()
     data = {("f%d.bin" % i): os.urandom((5 << 20) + i) for i in range(3)}
-    for k, v in data.items():
-        (src / k).write_bytes(v)
-    denv.catalog("add", "u", "file://%s/" % src)
+    denv.add_dataset("u", data)
     m = denv.mount()
     for k, v in data.items():
         assert (m.mnt / "datasets/u" / k).read_bytes() == v
     assert m.stop() == 0
     subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"])
-    log = tmp_path / "refused"
-    shim = Path(tool("cache_tool")).parent / "fail_mmap.so"
-    assert shim.exists(), shim
-    env = dict(denv.env, LD_PRELOAD=str(shim), FAIL_MMAP_LOG=str(log))
-    m2 = denv.mount(env=env, name="mnt2")
+    fenv, log = faults("mmap_populate")
+    m2 = denv.mount(env=dict(denv.env, **fenv), name="mnt2")
     for k, v in data.items():
         assert sha256_file(m2.mnt / "datasets/u" / k) == \
             hashlib.sha256(v).hexdigest()
     st = m2.stats()
     assert st["bytes_from_source"] == 0 and st["checksum_failures"] == 0, st
-    assert log.exists() and log.stat().st_size > 0, "no mapping was refused"
+    assert injected(log) > 0, "no mapping was refused"
     assert m2.stop() == 0
 
 
-def test_handles_left_open_are_released_at_unmount(denv, tmp_path):
+def test_handles_left_open_are_released_at_unmount(denv):
     """Files and directories still open when dstagefs stops get no RELEASE
     from the kernel; dstagefs releases what its subtrees hold itself (the
     ASan build's leak check fails the exit code otherwise)."""
-    src = tmp_path / "h"
-    src.mkdir()
-    (src / "a.bin").write_bytes(os.urandom(1 << 20))
-    denv.catalog("add", "h", "file://%s/" % src)
+    denv.add_dataset("h", {"a.bin": os.urandom(1 << 20)})
     m = denv.mount()
     f = open(m.mnt / "datasets/h/a.bin", "rb")
     d = os.open(m.mnt / "datasets/h", os.O_RDONLY | os.O_DIRECTORY)

@@ -705,6 +705,24 @@ static size_t resident_tail(int fd, size_t len)
 	return n;
 }
 
+/* Open (read-only) the one object file of the cache at dir; -1, a failed
+ * check, when the cache holds none or several. */
+static int sole_obj_file(const char *dir)
+{
+	char pat[400];
+	glob_t g;
+	int fd = -1;
+
+	snprintf(pat, sizeof(pat), "%s/objects/*/*", dir);
+	CHECK_INT(glob(pat, 0, NULL, &g), 0);
+	CHECK_INT(g.gl_pathc, 1);
+	if (g.gl_pathc == 1)
+		fd = open(g.gl_pathv[0], O_RDONLY);
+	CHECK(fd >= 0);
+	globfree(&g);
+	return fd;
+}
+
 /*
  * Fills write block data with O_DIRECT (none of it lands in the page
  * cache), unless DSTAGE_NO_DIRECT=1 (then it does); bytes read back equal
@@ -714,24 +732,19 @@ static size_t resident_tail(int fd, size_t len)
 static void test_direct_and_drop_behind(void)
 {
 	struct cache_object obj = { 0 };
-	char etag[128], dir[320], pat[340], *saved = cfg->cache_dir;
+	char etag[128], dir[320], *saved = cfg->cache_dir;
 	size_t size = 40 * BS + 5;
 	char *data = put_src("direct.bin", size, &obj, etag);
 	bool direct = direct_writes();
 	struct statfs sf;
 	struct cache *c;
-	glob_t g;
 	int fd;
 
 	snprintf(dir, sizeof(dir), "%s/cache-direct", tmp);
 	cfg->cache_dir = dir;
 	c = open_cache();
 	CHECK_INT(cache_fetch(c, &obj, 0, 0, NULL, NULL), 0);
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", dir);
-	CHECK_INT(glob(pat, 0, NULL, &g), 0);
-	CHECK_INT(g.gl_pathc, 1);
-	fd = g.gl_pathc == 1 ? open(g.gl_pathv[0], O_RDONLY) : -1;
-	CHECK(fd >= 0);
+	fd = sole_obj_file(dir);
 	if (fd >= 0 && statfs(dir, &sf) == 0 && sf.f_type != TMPFS_MAGIC) {
 		size_t res = resident_tail(fd, 32 * BS);
 
@@ -753,7 +766,6 @@ static void test_direct_and_drop_behind(void)
 	}
 	if (fd >= 0)
 		close(fd);
-	globfree(&g);
 	cache_close(c);
 	cfg->cache_dir = saved;
 	free(data);
@@ -789,14 +801,13 @@ out:
 static void test_drop_behind_chunks(void)
 {
 	struct cache_object obj = { 0 };
-	char etag[128], dir[320], pat[340], *saved = cfg->cache_dir;
+	char etag[128], dir[320], *saved = cfg->cache_dir;
 	const uint64_t mib = 1 << 20;
 	size_t size = 40 * mib;
 	char *data = put_src("chunks.bin", size, &obj, etag);
 	uint64_t data_off = 0;
 	struct statfs sf;
 	struct cache *c;
-	glob_t g;
 	int fd;
 
 	snprintf(dir, sizeof(dir), "%s/cache-chunks", tmp);
@@ -804,11 +815,7 @@ static void test_drop_behind_chunks(void)
 	c = open_cache();
 	CHECK_INT(cache_fetch(c, &obj, 0, 0, NULL, NULL), 0);
 	cache_close(c);
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", dir);
-	CHECK_INT(glob(pat, 0, NULL, &g), 0);
-	CHECK_INT(g.gl_pathc, 1);
-	fd = g.gl_pathc == 1 ? open(g.gl_pathv[0], O_RDONLY) : -1;
-	CHECK(fd >= 0);
+	fd = sole_obj_file(dir);
 	if (fd >= 0 && statfs(dir, &sf) == 0 && sf.f_type != TMPFS_MAGIC) {
 		CHECK(pread(fd, &data_off, 8, 24) == 8);
 		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -830,7 +837,6 @@ static void test_drop_behind_chunks(void)
 	}
 	if (fd >= 0)
 		close(fd);
-	globfree(&g);
 	cfg->cache_dir = saved;
 	free(data);
 }

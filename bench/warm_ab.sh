@@ -1,0 +1,91 @@
+#!/bin/bash
+# bench/warm_ab.sh [BUILD_DIR...]: the warm read through dstagefs, by build,
+# interleaved with dd of the same cache files.
+#
+# Stages FILES x SIZE_MB MiB (default 4 x 512) from a file:// source with
+# the first build's stager, then ROUNDS times (default 3), page cache
+# dropped before each read:
+#   - for each build: dd bs=4M of every file through a fresh dstagefs mount
+#     (a fresh reader: blocks checked in place, then spliced), then, in the
+#     same mount, caches dropped again, a second pass (blocks already
+#     verified by this process);
+#   - dd bs=4M of the cache files themselves (the limit);
+# and prints MB/s for each, with dstagefs's CPU seconds per GiB (utime +
+# stime, /proc/PID/stat) over the fresh read. The disk under the cache
+# swings from minute to minute here, hence the interleaving: compare
+# figures of one round. docs/cache.md cites its runs. Needs root
+# (drop_caches, FUSE), SIZE_MB x FILES of disk twice over.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+builds=()
+for b in "${@:-$repo/build}"; do builds+=("$(cd "$b" && pwd)"); done
+files=${FILES:-4} size_mb=${SIZE_MB:-512} rounds=${ROUNDS:-3}
+work=$(mktemp -d /var/tmp/dstage-warm-ab.XXXXXX)
+mnt=$work/mnt
+cleanup() {
+	fusermount3 -u "$mnt" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+mkdir -p "$work/src" "$mnt"
+for i in $(seq "$files"); do
+	head -c $((size_mb << 20)) /dev/urandom >"$work/src/f$i"
+done
+cat >"$work/dstage.conf" <<CONF
+[cache]
+dir = $work/cache
+size = $((files * size_mb * 2))M
+[catalog]
+path = $work/catalog.db
+[daemon]
+socket = $work/stager.sock
+[log]
+level = warn
+CONF
+export DSTAGE_CONFIG=$work/dstage.conf
+"${builds[0]}/stager/stager" daemon >"$work/daemon.log" 2>&1 &
+daemon=$!
+for _ in $(seq 50); do [ -S "$work/stager.sock" ] && break; sleep 0.1; done
+"${builds[0]}/stager/stager" add d "file://$work/src/" >/dev/null
+"${builds[0]}/stager/stager" stage d --wait >/dev/null
+kill "$daemon"
+wait "$daemon" 2>/dev/null || true
+
+total=$((files * size_mb << 20))
+tck=$(getconf CLK_TCK)
+drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+mbps() { echo "scale=0; $total / 1000000 / ($2 - $1)" | bc; }
+read_all() { # read_all DIR: dd every file of the dataset
+	for i in $(seq "$files"); do
+		dd if="$1/f$i" of=/dev/null bs=4M 2>/dev/null
+	done
+}
+for r in $(seq "$rounds"); do
+	for b in "${builds[@]}"; do
+		"$b/fs/dstagefs" "$mnt"
+		pid=$(pgrep -n -f "dstagefs $mnt")
+		drop
+		c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+		t0=$(now)
+		read_all "$mnt/datasets/d"
+		t1=$(now)
+		c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+		drop
+		t2=$(now)
+		read_all "$mnt/datasets/d"
+		t3=$(now)
+		fusermount3 -u "$mnt"
+		cpu=$(echo "scale=2; ($c1 - $c0) * 1073741824 / $tck / $total" | bc)
+		echo "round $r $b: fresh mount $(mbps "$t0" "$t1") MB/s" \
+			"(dstagefs $cpu cpu-s/GiB), second pass" \
+			"$(mbps "$t2" "$t3") MB/s"
+	done
+	drop
+	t0=$(now)
+	find "$work/cache/objects" -type f -size +1M \
+		-exec dd if={} of=/dev/null bs=4M status=none \;
+	t1=$(now)
+	echo "round $r dd of the cache files: $(mbps "$t0" "$t1") MB/s"
+done
