@@ -20,10 +20,22 @@ tool               tool(name) -> str: path of a built binary, looked up in
 faultproxy         (function) a tests/faultproxy.FaultProxy in front of rgw,
                    with a control port; plus env(**overrides) pointing
                    AWS_ENDPOINT_URL at the proxy, and .rgw.
+users              (function) throwaway local users and groups for access
+                   tests, run as a second, unprivileged uid (needs root,
+                   useradd and setpriv; skips otherwise). Methods:
+                     group(name) -> name           groupadd
+                     user(name, groups=()) -> name useradd, no home, no shell
+                     uid(user) / gid(user) -> int
+                     run(user, cmd, **kw) -> CompletedProcess (setpriv with
+                         the user's uid, gid and supplementary groups)
+                     popen(user, cmd, **kw) -> Popen
+                     reach(path)  make path's parents traversable by others
+                   Everything created is removed at teardown.
 """
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -215,3 +227,68 @@ def faultproxy(rgw):
         yield p
     finally:
         p.stop()
+
+
+class LocalUsers:
+    """See the `users` fixture."""
+
+    def __init__(self):
+        self.tag = "%05d" % (os.getpid() % 100000)
+        self.created = []  # (command, name), undone in reverse
+
+    def group(self, name):
+        name = name + self.tag
+        subprocess.run(["groupadd", name], check=True, capture_output=True)
+        self.created.append(("groupdel", name))
+        return name
+
+    def user(self, name, groups=()):
+        name = name + self.tag
+        extra = ["-G", ",".join(groups)] if groups else []
+        subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin"] +
+                       extra + [name], check=True, capture_output=True)
+        self.created.append(("userdel", name))
+        return name
+
+    def uid(self, user):
+        return pwd.getpwnam(user).pw_uid
+
+    def gid(self, user):
+        return pwd.getpwnam(user).pw_gid
+
+    def prefix(self, user):
+        pw = pwd.getpwnam(user)
+        return ["setpriv", "--reuid", str(pw.pw_uid), "--regid",
+                str(pw.pw_gid), "--init-groups", "--"]
+
+    def run(self, user, cmd, timeout=60, **kw):
+        kw.setdefault("capture_output", True)
+        return subprocess.run(self.prefix(user) + [str(c) for c in cmd],
+                              timeout=timeout, **kw)
+
+    def popen(self, user, cmd, **kw):
+        return subprocess.Popen(self.prefix(user) + [str(c) for c in cmd],
+                                **kw)
+
+    def reach(self, path):
+        for p in [Path(path)] + list(Path(path).parents):
+            if str(p) in ("/", "/tmp"):
+                break
+            os.chmod(p, os.stat(p).st_mode | 0o005)
+
+    def cleanup(self):
+        for cmd, name in reversed(self.created):
+            subprocess.run([cmd, name], capture_output=True)
+        self.created = []
+
+
+@pytest.fixture
+def users():
+    if os.geteuid() != 0 or not shutil.which("useradd") or \
+            not shutil.which("setpriv"):
+        pytest.skip("needs root, useradd and setpriv")
+    u = LocalUsers()
+    try:
+        yield u
+    finally:
+        u.cleanup()
