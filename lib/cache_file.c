@@ -111,20 +111,28 @@ static pid_t cache_lock_holder(int fd, off_t start)
 	return pid;
 }
 
+/* Which lock byte of an object file byte is, in words. */
+static void cache_lock_byte_name(off_t byte, char *out, size_t len)
+{
+	if (byte == CACHE_LOCK_INUSE)
+		snprintf(out, len, "in-use byte");
+	else if (byte >= CACHE_LOCK_BLOCK)
+		snprintf(out, len, "fill byte of block %lld",
+			 (long long)(byte - CACHE_LOCK_BLOCK));
+	else
+		snprintf(out, len, "byte %lld", (long long)byte);
+}
+
 /* Log who holds the lock that fl (wanted on fd) conflicts with. */
 static void cache_ofd_blame(const struct cache *c, int fd,
 			    const struct flock *want, const char *ds,
 			    const char *key, const char *name)
 {
 	struct flock fl = *want;
-	char held[160], byte[48];
+	char held[200], byte[48], hbyte[48];
 	pid_t pid;
 
-	if (want->l_start == CACHE_LOCK_INUSE)
-		snprintf(byte, sizeof(byte), "in-use byte");
-	else
-		snprintf(byte, sizeof(byte), "fill byte of block %lld",
-			 (long long)(want->l_start - CACHE_LOCK_BLOCK));
+	cache_lock_byte_name(want->l_start, byte, sizeof(byte));
 	if (fcntl(fd, F_OFD_GETLK, &fl)) {
 		snprintf(held, sizeof(held), "holder unknown (F_OFD_GETLK: %s)",
 			 strerror(errno));
@@ -133,12 +141,13 @@ static void cache_ofd_blame(const struct cache *c, int fd,
 	} else {
 		pid = fl.l_pid > 0 ? fl.l_pid
 				   : cache_lock_holder(fd, fl.l_start);
+		cache_lock_byte_name(fl.l_start, hbyte, sizeof(hbyte));
 		snprintf(held, sizeof(held),
-			 "held: a %s lock on bytes %lld+%lld, by %s%d",
-			 fl.l_type == F_WRLCK ? "write" : "read",
-			 (long long)fl.l_start, (long long)fl.l_len,
-			 pid > 0 ? "pid " : "an unknown process, pid ",
-			 pid > 0 ? (int)pid : -1);
+			 "held by %s%d: a %s lock from the %s, %lld byte(s)",
+			 pid > 0 ? "pid " : "a process not found, pid ",
+			 pid > 0 ? (int)pid : -1,
+			 fl.l_type == F_WRLCK ? "write" : "read", hbyte,
+			 (long long)fl.l_len);
 	}
 	log_error("cache: %s/%s: waited %u ms for the %s lock on the %s of "
 		  "object file %s/objects/%.2s/%s, %s; giving up (ETIMEDOUT). "
