@@ -343,6 +343,22 @@ int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
 	return ret;
 }
 
+/* For a walk over a whole object's records: its open object, or NULL (and
+ * 0) when it is empty or has no file. */
+static int cache_obj_existing(struct cache *c, const struct cache_object *obj,
+			      struct cache_obj **op)
+{
+	*op = NULL;
+	return obj->size ? cache_obj_get(c, obj, false, op) : 0;
+}
+
+/* How many records from block b such a walk reads at once. */
+static uint64_t cache_recs_batch(const struct cache_obj *o, uint64_t b)
+{
+	return o->nblocks - b < CACHE_MAX_BATCH ? o->nblocks - b
+						: CACHE_MAX_BATCH;
+}
+
 int cache_object_present(struct cache *c, const struct cache_object *obj,
 			 uint64_t *bytes)
 {
@@ -353,14 +369,11 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 	if (!c || !obj || !bytes)
 		return -EINVAL;
 	*bytes = 0;
-	if (!obj->size)
-		return 0;
-	ret = cache_obj_get(c, obj, false, &o);
+	ret = cache_obj_existing(c, obj, &o);
 	if (ret || !o)
 		return ret;
 	for (uint64_t b = 0; b < o->nblocks; b += CACHE_MAX_BATCH) {
-		uint64_t n = o->nblocks - b < CACHE_MAX_BATCH ? o->nblocks - b
-							      : CACHE_MAX_BATCH;
+		uint64_t n = cache_recs_batch(o, b);
 
 		ret = cache_read_recs(o, b, n, recs);
 		if (ret)
@@ -384,9 +397,7 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 	if (!c || !obj || !present || !bad)
 		return -EINVAL;
 	*present = *bad = 0;
-	if (!obj->size)
-		return 0;
-	ret = cache_obj_get(c, obj, false, &o);
+	ret = cache_obj_existing(c, obj, &o);
 	if (ret || !o)
 		return ret;
 	buf = malloc(c->bs);
@@ -395,8 +406,7 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 		goto out;
 	}
 	for (uint64_t b = 0; b < o->nblocks && !ret; b += CACHE_MAX_BATCH) {
-		uint64_t n = o->nblocks - b < CACHE_MAX_BATCH ? o->nblocks - b
-							      : CACHE_MAX_BATCH;
+		uint64_t n = cache_recs_batch(o, b);
 
 		ret = cache_read_recs(o, b, n, recs);
 		for (uint64_t i = 0; i < n && !ret; i++) {
