@@ -740,3 +740,32 @@ def test_full_disk_reported_as_such(tool, file_source, tmp_path, tmpfs):
     assert p.returncode == 1 and "error: ENOSPC" in log, log
     assert "is full" not in log, log
     assert small.stats(p)["disk_full"] == 0
+
+
+def test_stage_on_a_full_disk_says_so(tool, tmp_path):
+    """The stager, its cache.dir a tmpfs filled up behind its back: a stage
+    reports what was not kept as the file system of cache.dir being full,
+    not as "full of pinned or busy data?"."""
+    from test_stager import Stager, make_dataset, data
+    root = tmp_path / "st"
+    (root / "cache").mkdir(parents=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700",
+                        "tmpfs", str(root / "cache")], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a tmpfs: %s" % p.stderr.decode())
+    s = None
+    try:
+        s = Stager(tool("stager"), root, cache_size="64M").start()
+        make_dataset(root / "src", {"a": data(40, 3 * MIB)})
+        s.run("add", "ds", "file://%s/src/" % root, check=True)
+        fill_up(root / "cache")
+        p = s.run("stage", "ds", "--wait")
+        out = (p.stdout + p.stderr).decode(errors="replace")
+        assert p.returncode != 0, out
+        assert "the file system of cache.dir %s/cache is full" % root in out, \
+            out
+        assert "pinned or busy" not in out, out
+    finally:
+        if s:
+            s.stop()
+        subprocess.run(["umount", str(root / "cache")], check=True)
