@@ -23,6 +23,7 @@
 
 #include "dsfs.h"
 #include "dstage/cache.h"
+#include "dstage/cachepol.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
 
@@ -137,6 +138,7 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	struct fuse_loop_config *lcfg = NULL;
 	struct fuse_session *se = NULL;
 	struct cache *cache = NULL;
+	struct cachepol *pol = NULL;
 	char *mopts = NULL, *real_mp = NULL;
 	bool mounted = false, handlers = false;
 	sigset_t sigs, oldsigs;
@@ -219,7 +221,9 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, &oldsigs);
-	ret = cache_open(cfg, &cache);
+	ret = cachepol_open(cfg, &pol);
+	if (!ret)
+		ret = cache_open(cfg, cachepol_source(pol), &cache);
 	if (ret) {
 		pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
 		log_error("cache %s: cannot open: %s", cfg->cache_dir,
@@ -272,6 +276,7 @@ out:
 	free(mopts);
 	dsfs_handles_release(&fs); /* no RELEASE comes any more */
 	cache_close(cache);
+	cachepol_close(pol);
 	fs.cache = NULL;
 	dsfs_destroy(&fs);
 	free(real_mp);

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "dstage/cache.h"
+#include "dstage/cachepol.h"
 #include "dstage/catalog.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
@@ -1083,6 +1084,7 @@ int daemon_main(const struct dstage_config *cfg)
 	struct daemon d = { .cfg = cfg, .lfd = -1, .lockfd = -1 };
 	struct catalog *cat = NULL;
 	struct jobs *jq = NULL;
+	struct cachepol *pol = NULL; /* kept with the cache: see out */
 	pthread_t acc, disp;
 	bool acc_started = false, disp_started = false;
 	unsigned requeued = 0;
@@ -1115,7 +1117,9 @@ int daemon_main(const struct dstage_config *cfg)
 	if (requeued)
 		log_info("resuming %u job(s) interrupted by a crash or stop",
 			 requeued);
-	ret = cache_open(cfg, &d.env.cache);
+	ret = cachepol_open(cfg, &pol);
+	if (!ret)
+		ret = cache_open(cfg, cachepol_source(pol), &d.env.cache);
 	if (ret) {
 		log_error("the cache %s cannot be opened (%s): stage and "
 			  "verify --cache will fail until it can",

@@ -23,6 +23,7 @@
 #include <openssl/evp.h>
 
 #include "dstage/cache.h"
+#include "dstage/cachepol.h"
 #include "dstage/catalog.h"
 #include "dstage/objstore.h"
 #include "stager.h"
@@ -337,6 +338,7 @@ static void local_rate(const char *what, double r, bool json, bool *first)
 int local_bench(const struct dstage_config *cfg, const struct stager_opts *o)
 {
 	struct local_bench b = { .cfg = cfg, .limit = o->bench_bytes };
+	struct cachepol *pol = NULL;
 	struct catalog *cat = NULL;
 	struct catalog_dataset ds = { 0 };
 	const char *url = o->argv[0];
@@ -376,7 +378,8 @@ int local_bench(const struct dstage_config *cfg, const struct stager_opts *o)
 		goto out;
 	}
 	src = local_pass(&b, false, threads);
-	if (!cache_open(cfg, &b.cache)) {
+	if (!cachepol_open(cfg, &pol) &&
+	    !cache_open(cfg, cachepol_source(pol), &b.cache)) {
 		local_drop(&b);
 		cold = local_pass(&b, true, threads);
 		warm = local_pass(&b, true, threads);
@@ -422,6 +425,7 @@ out:
 		free(b.objs[i].key);
 	free(b.objs);
 	cache_close(b.cache);
+	cachepol_close(pol);
 	objstore_free(b.os);
 	catalog_dataset_release(&ds);
 	catalog_close(cat);

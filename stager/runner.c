@@ -499,10 +499,16 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 		runner_mismatch(c, f, ref, got);
 	if (c->stage && c->env->cache && !runner_present(c, f)) {
 		atomic_fetch_add(&c->errors, 1);
-		runner_error(c,
-			     "%s: not kept in the cache (full of pinned or "
-			     "busy data?)",
-			     f->key);
+		if (cache_disk_full(c->env->cache))
+			runner_error(c,
+				     "%s: not kept in the cache: the file "
+				     "system of cache.dir %s is full",
+				     f->key, c->env->cfg->cache_dir);
+		else
+			runner_error(c,
+				     "%s: not kept in the cache (full of "
+				     "pinned or busy data?)",
+				     f->key);
 	}
 }
 

@@ -16,7 +16,11 @@
  *   -ENOENT     the object is gone at the source
  *   -ESTALE     the source object changed (If-Match failed): never mixed bytes
  *   -EIO        source errors after the retry budget, or local I/O errors
- *   -ENOSPC     (cache_fetch only) nothing can be evicted to make room
+ *   -ENOSPC     (cache_fetch only) nothing can be evicted to make room, or
+ *               cache.dir's file system is full (cache_disk_full tells)
+ *   -ETIMEDOUT  a lock on a cache file stayed held by another process past
+ *               its bound (DSTAGE_CACHE_LOCK_TIMEOUT seconds, default 30);
+ *               the holder is logged
  *   -ENOMEM, -EINVAL
  * Reads never fail because the cache is full: they stream through uncached.
  */
@@ -46,12 +50,14 @@ struct cache_stats {
 	uint64_t capacity; /* cache.size */
 	uint64_t used; /* bytes of present blocks */
 	uint64_t pinned; /* of which in pinned datasets */
-	uint64_t hits, misses; /* block lookups */
+	uint64_t hits; /* blocks served from the cache (file or memory) */
+	uint64_t misses; /* blocks fetched from the source for a reader */
 	uint64_t bytes_from_cache, bytes_from_source;
 	uint64_t fetches; /* blocks fetched from the source */
 	uint64_t checksum_failures; /* cached blocks found corrupt */
-	uint64_t evictions; /* blocks evicted */
-	uint64_t streamed; /* reads served uncached (cache full) */
+	uint64_t evictions; /* object files evicted (whole files, not blocks) */
+	uint64_t streamed; /* reads or fills served uncached (cache full) */
+	uint64_t disk_full; /* of which: cache.dir's file system was full */
 	/* Landed fills (fill buffers kept for waiting readers), each charged
 	 * a whole fill buffer: */
 	uint64_t land_limit; /* bytes they may hold in all */
@@ -60,13 +66,40 @@ struct cache_stats {
 	uint64_t lands_displaced; /* dropped early: per-object limit */
 };
 
+/* A dataset's eviction policy, as its caller keeps it. */
+struct cache_policy {
+	bool pinned; /* never evicted */
+	uint64_t quota; /* bytes it may hold; 0: no quota */
+	int priority; /* lower priorities are evicted first */
+};
+
 /*
- * Open (creating if needed) the cache in cfg->cache_dir, with the catalog at
- * cfg->catalog_path for eviction policy (pins, quotas, priorities). cfg must
- * outlive the cache. -EACCES/-ENOENT/-ENOTDIR for a bad cache.dir; -EINVAL if
- * the directory was created with another block size (message names both).
+ * Where the cache takes policies from (lib/cachepol.c reads the catalog).
+ * lookup fills *p for a dataset and returns 0, -ENOENT (no such dataset:
+ * no pin, quota or priority) or another -errno (the cache keeps the last
+ * policy it had). It is called from any thread of the cache, at most once
+ * per dataset every 2 seconds, with the cache's table lock held: it must
+ * not call into the cache, and should be quick.
  */
-int cache_open(const struct dstage_config *cfg, struct cache **out);
+struct cache_policy_source {
+	int (*lookup)(void *arg, const char *dataset, struct cache_policy *p);
+	void *arg;
+};
+
+/*
+ * Open (creating if needed) the cache in cfg->cache_dir, with the eviction
+ * policy (pins, quotas, priorities) from pol (copied; NULL: none; pol->arg
+ * must outlive the cache). cfg must outlive the cache.
+ *
+ * cache.dir must be owned by the process's euid and not writable by group
+ * or others: -EACCES otherwise (logged with the chown/chmod that fixes it).
+ * The cache keeps its directories 0700 and its files 0600; an older cache's
+ * looser modes are tightened here (one log line).
+ * -EACCES/-ENOENT/-ENOTDIR for a bad cache.dir; -EINVAL if the directory
+ * was created with another block size (message names both).
+ */
+int cache_open(const struct dstage_config *cfg,
+	       const struct cache_policy_source *pol, struct cache **out);
 
 /* Accepts NULL. */
 void cache_close(struct cache *c);
@@ -175,6 +208,14 @@ int cache_object_drop(struct cache *c, const struct cache_object *obj);
 int cache_evict(struct cache *c, uint64_t *freed);
 
 void cache_get_stats(struct cache *c, struct cache_stats *st);
+
+/*
+ * Whether the last time blocks (or a new object file) could not be kept,
+ * the cause was cache.dir's file system being full (ENOSPC or EDQUOT from
+ * the disk) rather than cache.size being taken by pinned or busy data (or a
+ * dataset's quota). For a caller's message on what was not kept.
+ */
+bool cache_disk_full(struct cache *c);
 
 /*
  * Known-order prefetch (dstagefs's control file): fetch these objects ahead,

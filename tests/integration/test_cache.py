@@ -541,3 +541,231 @@ def test_direct_writes_refused_at_write_time(tool, file_source, tmp_path,
     assert c.verify("ds", "obj") == (49, 0)
     p = c.run("ds", "cat", "obj")
     assert p.stdout == data and c.stats(p)["fetches"] == 0
+
+
+# ---- Issue 12: the cache kept from other local users ----
+
+LOCK_INUSE = 1 << 62  # lib/cache_i.h: CACHE_LOCK_INUSE
+LOCK_BLOCK = LOCK_INUSE + 1  # + block number
+
+
+def mode(p):
+    return os.stat(p).st_mode & 0o7777
+
+
+def cache_entries(d):
+    """(directories, files) the cache keeps under d."""
+    dirs = [d, d / "objects"] + sorted((d / "objects").glob("*"))
+    files = [d / "dstage-cache"] + object_files(d)
+    return dirs, files
+
+
+def reachable(users, path):
+    """Let other users walk down to path (not into it): o+x on parents."""
+    users.reach(path.parent)
+
+
+def test_cache_modes_keep_other_users_out(tool, file_source, tmp_path,
+                                          users):
+    """A new cache is 0700 directories and 0600 files: a second,
+    unprivileged uid can neither list cache.dir nor read, nor open to lock,
+    an object file (whose header names dataset and key)."""
+    data = random.Random(21).randbytes(200 * KIB)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path)
+    assert c.run("ds", "cat", "obj").stdout == data
+    dirs, files = cache_entries(c.dir)
+    assert len(files) == 2
+    for d in dirs:
+        assert mode(d) == 0o700, (d, oct(mode(d)))
+    for f in files:
+        assert mode(f) == 0o600, (f, oct(mode(f)))
+    u = users.user("cacheu")
+    reachable(users, c.dir)
+    obj = object_files(c.dir)[0]
+    p = users.run(u, ["ls", c.dir / "objects"])
+    assert p.returncode != 0 and b"Permission denied" in p.stderr, p
+    # Even with a way into the directories, the file itself is closed.
+    os.chmod(c.dir, 0o711)
+    os.chmod(c.dir / "objects", 0o711)
+    os.chmod(obj.parent, 0o711)
+    try:
+        p = users.run(u, ["/usr/bin/python3", "-c",
+                          "import sys; open(sys.argv[1], 'rb').read(1)",
+                          obj])
+        assert p.returncode != 0 and b"PermissionError" in p.stderr, p
+    finally:
+        for d in (obj.parent, c.dir / "objects", c.dir):
+            os.chmod(d, 0o700)
+
+
+def test_looser_modes_tightened_at_open(tool, file_source, tmp_path,
+                                        users):
+    """An older cache (0755 directories, 0644 files) is tightened by the
+    next open, with one log line saying what changed; then a second uid
+    cannot read its files."""
+    data = random.Random(22).randbytes(300 * KIB)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path)
+    assert c.run("ds", "cat", "obj").stdout == data
+    dirs, files = cache_entries(c.dir)
+    for d in dirs:
+        os.chmod(d, 0o755)
+    for f in files:
+        os.chmod(f, 0o644)
+    u = users.user("cacheu")
+    reachable(users, c.dir)
+    obj = object_files(c.dir)[0]
+    assert users.run(u, ["head", "-c1", obj]).returncode == 0  # the hole
+    p = c.run("ds", "stats")
+    log = p.stderr.decode()
+    assert log.count("modes tightened") == 1, log
+    assert "3 directories to 0700 and 2 files to 0600" in log, log
+    for d in dirs:
+        assert mode(d) == 0o700, d
+    for f in files:
+        assert mode(f) == 0o600, f
+    p = users.run(u, ["head", "-c1", obj])
+    assert p.returncode != 0 and b"Permission denied" in p.stderr, p
+    # Nothing left to tighten: no line the next time.
+    assert b"modes tightened" not in c.run("ds", "stats").stderr
+
+
+@pytest.mark.parametrize("how", ["group-writable", "world-writable",
+                                 "other-owner"])
+def test_unsafe_cache_dir_refused(tool, file_source, tmp_path, users, how):
+    """cache.dir writable by group or others, or owned by another user, is
+    refused at open with the path and the fix; once fixed it opens."""
+    file_source.put("obj", b"x" * 1000)
+    c = make_cache(tool, file_source, tmp_path)
+    c.run("ds", "stats")
+    if how == "other-owner":
+        u = users.user("cacheo")
+        os.chown(c.dir, users.uid(u), -1)
+        fix = "chown %d %s" % (os.geteuid(), c.dir)
+    else:
+        os.chmod(c.dir, 0o770 if how == "group-writable" else 0o707)
+        fix = "chmod go-w %s" % c.dir
+    p = c.run("ds", "cat", "obj", check=False)
+    assert p.returncode != 0 and b"EACCES" in p.stderr, p.stderr
+    assert fix.encode() in p.stderr, p.stderr
+    assert str(c.dir).encode() in p.stderr
+    if how == "other-owner":
+        os.chown(c.dir, os.geteuid(), -1)
+    else:
+        os.chmod(c.dir, 0o750)
+    assert c.run("ds", "cat", "obj").stdout == b"x" * 1000
+    assert mode(c.dir) == 0o700
+
+
+HOLD_LOCK = r"""
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fl = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, int(sys.argv[2]), 1, 0)
+fcntl.fcntl(fd, fcntl.F_OFD_SETLK, fl)
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("what", ["block", "inuse"])
+def test_lock_wait_is_bounded(tool, file_source, tmp_path, users, what):
+    """Another process (root: the modes keep other users from even opening
+    the file, checked here too) holds a block's fill lock, or the in-use
+    lock exclusively: a read that needs it fails with ETIMEDOUT within
+    DSTAGE_CACHE_LOCK_TIMEOUT instead of hanging, and the log names the
+    lock and the holder's pid. Released, the same read succeeds."""
+    data = random.Random(23).randbytes(4 * 64 * KIB)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmp_path, readahead_max=0)
+    assert c.read("ds", "obj", 0, 100).stdout == data[:100]  # block 0 only
+    [obj] = object_files(c.dir)
+    u = users.user("cachel")
+    reachable(users, c.dir)
+    os.chmod(c.dir, 0o711)  # a way in, to show the file itself is closed
+    os.chmod(c.dir / "objects", 0o711)
+    os.chmod(obj.parent, 0o711)
+    try:
+        p = users.run(u, ["/usr/bin/python3", "-c", HOLD_LOCK, obj,
+                          str(LOCK_BLOCK + 2)], timeout=30)
+        assert p.returncode != 0 and b"PermissionError" in p.stderr, p
+    finally:
+        for d in (obj.parent, c.dir / "objects", c.dir):
+            os.chmod(d, 0o700)
+    byte = LOCK_BLOCK + 2 if what == "block" else LOCK_INUSE
+    holder = subprocess.Popen(["/usr/bin/python3", "-c", HOLD_LOCK, obj,
+                               str(byte)],
+                              stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        env = {"DSTAGE_CACHE_LOCK_TIMEOUT": "1"}
+        t0 = time.monotonic()
+        p = c.read("ds", "obj", 2 * 64 * KIB, 100, env=env, check=False,
+                   timeout=30)
+        took = time.monotonic() - t0
+        log = p.stderr.decode()
+        assert p.returncode == 1 and "error: ETIMEDOUT" in log, log
+        assert took < 10, took
+        assert "pid %d" % holder.pid in log, log
+        assert ("fill byte of block 2" if what == "block"
+                else "in-use byte") in log, log
+        assert "DSTAGE_CACHE_LOCK_TIMEOUT" in log
+    finally:
+        holder.kill()
+        holder.wait()
+    p = c.read("ds", "obj", 2 * 64 * KIB, 100, timeout=30)
+    assert p.stdout == data[2 * 64 * KIB:2 * 64 * KIB + 100]
+
+
+def test_full_disk_reported_as_such(tool, file_source, tmp_path, tmpfs):
+    """ENOSPC from cache.dir's file system is logged naming cache.dir and
+    the full disk, and counted (disk_full); a cache full by its own
+    capacity (cache.size) is not reported as a full disk."""
+    data = random.Random(24).randbytes(3 * MIB + 5)
+    file_source.put("obj", data)
+    c = make_cache(tool, file_source, tmpfs, size="64M")
+    c.run("ds", "stats")
+    filler = fill_up(tmpfs)
+    p = c.run("ds", "fetch", "obj", check=False)
+    log = p.stderr.decode()
+    assert p.returncode == 1 and "error: ENOSPC" in log, log
+    assert "the file system of cache.dir %s is full" % c.dir in log, log
+    assert log.count("is full (") == 1, log  # once, not per block
+    assert c.stats(p)["disk_full"] >= 1
+    filler.unlink()
+    # Full by cache.size, with room on the disk: not a disk problem.
+    small = make_cache(tool, file_source, tmp_path, size="1M")
+    p = small.run("ds", "fetch", "obj", check=False)
+    log = p.stderr.decode()
+    assert p.returncode == 1 and "error: ENOSPC" in log, log
+    assert "is full" not in log, log
+    assert small.stats(p)["disk_full"] == 0
+
+
+def test_stage_on_a_full_disk_says_so(tool, tmp_path):
+    """The stager, its cache.dir a tmpfs filled up behind its back: a stage
+    reports what was not kept as the file system of cache.dir being full,
+    not as "full of pinned or busy data?"."""
+    from test_stager import Stager, make_dataset, data
+    root = tmp_path / "st"
+    (root / "cache").mkdir(parents=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700",
+                        "tmpfs", str(root / "cache")], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a tmpfs: %s" % p.stderr.decode())
+    s = None
+    try:
+        s = Stager(tool("stager"), root, cache_size="64M").start()
+        make_dataset(root / "src", {"a": data(40, 3 * MIB)})
+        s.run("add", "ds", "file://%s/src/" % root, check=True)
+        fill_up(root / "cache")
+        p = s.run("stage", "ds", "--wait")
+        out = (p.stdout + p.stderr).decode(errors="replace")
+        assert p.returncode != 0, out
+        assert "the file system of cache.dir %s/cache is full" % root in out, \
+            out
+        assert "pinned or busy" not in out, out
+    finally:
+        if s:
+            s.stop()
+        subprocess.run(["umount", str(root / "cache")], check=True)

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "dstage/cache.h"
+#include "dstage/cachepol.h"
 #include "dstage/catalog.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
@@ -107,12 +108,13 @@ static void print_stats(struct cache *c, struct objstore *os, FILE *f,
 		", \"misses\": %" PRIu64 ", \"bytes_from_cache\": %" PRIu64
 		", \"bytes_from_source\": %" PRIu64 ", \"fetches\": %" PRIu64
 		", \"checksum_failures\": %" PRIu64 ", \"evictions\": %" PRIu64
-		", \"streamed\": %" PRIu64 ", \"source_requests\": %" PRIu64
-		", \"source_bytes\": %" PRIu64 "}\n",
+		", \"streamed\": %" PRIu64 ", \"disk_full\": %" PRIu64
+		", \"source_requests\": %" PRIu64 ", \"source_bytes\": %" PRIu64
+		"}\n",
 		prefix, st.capacity, st.used, st.pinned, st.hits, st.misses,
 		st.bytes_from_cache, st.bytes_from_source, st.fetches,
-		st.checksum_failures, st.evictions, st.streamed, ost.requests,
-		ost.bytes_in);
+		st.checksum_failures, st.evictions, st.streamed, st.disk_full,
+		ost.requests, ost.bytes_in);
 	fflush(f);
 }
 
@@ -260,6 +262,7 @@ int main(int argc, char **argv)
 	struct dstage_config *cfg = NULL;
 	struct objstore *os = NULL;
 	struct cache *c = NULL;
+	struct cachepol *pol = NULL;
 	struct cache_object obj = { 0 };
 	uint64_t size = 0;
 	bool have_size = false;
@@ -300,7 +303,10 @@ int main(int argc, char **argv)
 		slow_ops.get_many = slow_get_many;
 		os->ops = &slow_ops;
 	}
-	ret = cache_open(cfg, &c);
+	ret = cachepol_open(cfg, &pol);
+	if (ret)
+		goto out;
+	ret = cache_open(cfg, cachepol_source(pol), &c);
 	if (ret)
 		goto out;
 	obj.dataset = dataset;
@@ -381,6 +387,7 @@ out:
 	if (c)
 		print_stats(c, os, stderr, "stats: ");
 	cache_close(c);
+	cachepol_close(pol);
 	objstore_free(os);
 	config_free(cfg);
 	if (ret < 0) {

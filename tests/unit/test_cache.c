@@ -23,6 +23,7 @@
 
 #include "check.h"
 #include "dstage/cache.h"
+#include "dstage/cachepol.h"
 #include "dstage/catalog.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
@@ -66,11 +67,19 @@ static char *put_src(const char *key, size_t size, struct cache_object *obj,
 	return data;
 }
 
+/* Policies of the caches opened, closed at the end (main). */
+static struct cachepol *pols[64];
+static unsigned npols;
+
 static struct cache *open_cache(void)
 {
+	struct cachepol *pol = NULL;
 	struct cache *c = NULL;
 
-	CHECK_INT(cache_open(cfg, &c), 0);
+	CHECK_INT(cachepol_open(cfg, &pol), 0);
+	CHECK(npols < sizeof(pols) / sizeof(pols[0]));
+	pols[npols++] = pol;
+	CHECK_INT(cache_open(cfg, cachepol_source(pol), &c), 0);
 	return c;
 }
 
@@ -881,9 +890,11 @@ int main(void)
 
 	cfg->cache_dir = cachedir;
 	cfg->cache_block_size = 2 * BS;
-	CHECK_INT(cache_open(cfg, &c), -EINVAL);
+	CHECK_INT(cache_open(cfg, NULL, &c), -EINVAL);
 
 	objstore_free(os);
+	while (npols)
+		cachepol_close(pols[--npols]);
 	cfg->cache_dir = orig_dir;
 	cfg->catalog_path = orig_cat;
 	config_free(cfg);

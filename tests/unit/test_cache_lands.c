@@ -135,7 +135,7 @@ static struct cache *open_cache(void)
 {
 	struct cache *c = NULL;
 
-	CHECK_INT(cache_open(cfg, &c), 0);
+	CHECK_INT(cache_open(cfg, NULL, &c), 0);
 	return c;
 }
 

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cache_ahead.c, layer 5 of the cache (lib/cache_i.h draws all seven):
+ * readahead and known-order prefetch, run by CACHE_POOL_THREADS workers.
+ * Calls layers 2 to 4.
+ *
+ * A job (struct cache_job) is queued on c->jobs (c->lock, c->jobs_cv) and
+ * taken by one worker:
+ *   READAHEAD: blocks [b0, b0 + n) of an open object (a reference): filled
+ *     if absent (never waiting for blocks others fill), checked if present
+ *     and not yet verified. At most CACHE_MAX_JOBS queued; more are dropped.
+ *   PREFETCH: a list of objects of one dataset, fetched in order in steps
+ *     of window bytes; it stops as soon as a newer prefetch of the dataset
+ *     bumps the dataset's pf_gen, or the cache stops.
+ * Sequential detection (cache_access, o->lock): a read that continues the
+ * stream doubles the object's window up to cache.readahead_max blocks and
+ * queues the blocks past the read; any other read resets it.
+ * Stopping (cache_ahead_stop): c->stopping set under c->lock, workers
+ * joined, queued jobs freed.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_i.h"
+#include "dstage/config.h"
+
+static void cache_job_free(struct cache_job *j)
+{
+	if (!j)
+		return;
+	cache_obj_put(j->o);
+	for (size_t i = 0; i < j->nobjs; i++) {
+		free((char *)j->objs[i].dataset);
+		free((char *)j->objs[i].key);
+		free((char *)j->objs[i].etag);
+	}
+	free(j->objs);
+	free(j->dataset);
+	free(j);
+}
+
+/* Queue a job; drops it (returns -EBUSY) when the queue is full. */
+static int cache_job_push(struct cache *c, struct cache_job *j)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->stopping || !c->npool ||
+	    (j->kind == CACHE_JOB_READAHEAD && c->njobs >= CACHE_MAX_JOBS)) {
+		pthread_mutex_unlock(&c->lock);
+		return -EBUSY;
+	}
+	j->next = NULL;
+	*c->jobs_tail = j;
+	c->jobs_tail = &j->next;
+	c->njobs++;
+	pthread_cond_signal(&c->jobs_cv);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static bool cache_prefetch_current(struct cache *c, const struct cache_job *j)
+{
+	struct cache_ds *d;
+	bool cur = false;
+
+	pthread_mutex_lock(&c->lock);
+	for (d = c->ds; d; d = d->next)
+		if (!strcmp(d->name, j->dataset))
+			cur = d->pf_gen == j->gen && !c->stopping;
+	pthread_mutex_unlock(&c->lock);
+	return cur;
+}
+
+static void cache_run_prefetch(struct cache *c, struct cache_job *j)
+{
+	uint64_t step = j->window / c->bs;
+
+	if (step < 1)
+		step = 1;
+	for (size_t i = 0; i < j->nobjs; i++) {
+		struct cache_obj *o;
+		bool no_space = false;
+
+		if (!j->objs[i].size)
+			continue;
+		if (cache_obj_get(c, &j->objs[i], true, &o) || !o)
+			continue;
+		for (uint64_t b = 0; b < o->nblocks && !no_space; b += step) {
+			uint64_t e =
+				b + step < o->nblocks ? b + step : o->nblocks;
+
+			if (!cache_prefetch_current(c, j) ||
+			    cache_obj_range(o, b, e, true, false, NULL,
+					    &no_space))
+				break;
+		}
+		cache_obj_put(o);
+		if (!cache_prefetch_current(c, j))
+			break;
+	}
+}
+
+static void *cache_worker(void *arg)
+{
+	struct cache *c = arg;
+
+	for (;;) {
+		struct cache_job *j;
+		bool no_space = false;
+
+		pthread_mutex_lock(&c->lock);
+		while (!c->jobs && !c->stopping)
+			pthread_cond_wait(&c->jobs_cv, &c->lock);
+		j = c->jobs;
+		if (j) {
+			c->jobs = j->next;
+			if (!c->jobs)
+				c->jobs_tail = &c->jobs;
+			c->njobs--;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (!j)
+			return NULL;
+		if (j->kind == CACHE_JOB_READAHEAD && !c->stopping)
+			cache_obj_range(j->o, j->b0, j->b0 + j->n, false, true,
+					NULL, &no_space);
+		else if (j->kind == CACHE_JOB_PREFETCH)
+			cache_run_prefetch(c, j);
+		cache_job_free(j);
+	}
+}
+
+/* Hand [b0, b0 + n) to the readahead workers, in batches. */
+static void cache_readahead(struct cache_obj *o, uint64_t b0, uint64_t n)
+{
+	struct cache *c = o->c;
+
+	while (n) {
+		uint64_t k = n < c->batch ? n : c->batch;
+		struct cache_job *j = calloc(1, sizeof(*j));
+
+		if (!j)
+			return;
+		j->kind = CACHE_JOB_READAHEAD;
+		j->o = o;
+		j->b0 = b0;
+		j->n = k;
+		pthread_mutex_lock(&c->lock);
+		o->refs++;
+		pthread_mutex_unlock(&c->lock);
+		if (cache_job_push(c, j)) {
+			cache_job_free(j);
+			return;
+		}
+		b0 += k;
+		n -= k;
+	}
+}
+
+/* Sequential detection: a read starting where the previous one ended grows
+ * the window (1, 2, 4... up to cache.readahead_max blocks); any other read
+ * resets it. */
+void cache_access(struct cache_obj *o, uint64_t off, size_t len)
+{
+	struct cache *c = o->c;
+	uint64_t last = (off + len - 1) / c->bs, ra_b = 0, ra_n = 0;
+	uint64_t max = c->cfg->cache_readahead_max;
+
+	pthread_mutex_lock(&o->lock);
+	/*
+	 * Sequential: the read starts where the stream is, or, once a stream
+	 * is established, within its window of it. The kernel's readahead
+	 * sends a stream's requests through several FUSE threads at once, so
+	 * they arrive slightly out of order; an exact match would see such a
+	 * reader as random. A new stream needs an exact match, so random
+	 * reads never start one.
+	 */
+	uint64_t slack = o->window * c->bs;
+	bool seq = max && (off == o->seq_next ||
+			   (o->window && off + slack >= o->seq_next &&
+			    off <= o->seq_next + slack));
+
+	if (seq) {
+		o->window = o->window ? o->window * 2 : 1;
+		if (o->window > max)
+			o->window = max;
+		uint64_t start = last + 1 > o->ra_next ? last + 1 : o->ra_next;
+		uint64_t end = last + 1 + o->window;
+
+		if (end > o->nblocks)
+			end = o->nblocks;
+		if (start < end) {
+			ra_b = start;
+			ra_n = end - start;
+			o->ra_next = end;
+		}
+	} else {
+		o->window = 0;
+		o->ra_next = 0;
+	}
+	if (!seq || off + len > o->seq_next)
+		o->seq_next = off + len;
+	pthread_mutex_unlock(&o->lock);
+	/*
+	 * Present blocks of the window are read by verify-ahead in the pool,
+	 * or, once verified, by the kernel's own readahead on the cache file.
+	 * POSIX_FADV_WILLNEED here as well cost the reader's thread the page
+	 * allocation and submission: with it a fresh reader ran at 0.8 of
+	 * dd's speed and a second pass at 0.75 of its speed without it
+	 * (bench/warm_ab.sh, docs/cache.md).
+	 */
+	if (ra_n)
+		cache_readahead(o, ra_b, ra_n);
+}
+
+int cache_prefetch(struct cache *c, const struct cache_object *objs, size_t n,
+		   uint64_t window)
+{
+	struct cache_job *j;
+	struct cache_ds *d;
+	const char *ds;
+	int ret = -ENOMEM;
+
+	if (!c || (n && !objs))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	ds = cache_ds_or(objs[0].dataset);
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->kind = CACHE_JOB_PREFETCH;
+	j->window = window ? window : (uint64_t)c->bs * c->batch;
+	j->dataset = strdup(ds);
+	j->objs = calloc(n, sizeof(*j->objs));
+	if (!j->dataset || !j->objs)
+		goto err;
+	for (size_t i = 0; i < n; i++) {
+		struct cache_object *d2 = &j->objs[i];
+
+		j->nobjs = i + 1;
+		d2->os = objs[i].os;
+		d2->size = objs[i].size;
+		d2->dataset = strdup(cache_ds_or(objs[i].dataset));
+		d2->key = objs[i].key ? strdup(objs[i].key) : NULL;
+		d2->etag = strdup(objs[i].etag ? objs[i].etag : "");
+		if (!d2->dataset || !d2->key || !d2->etag)
+			goto err;
+	}
+	pthread_mutex_lock(&c->lock);
+	d = cache_ds_get(c, ds);
+	if (d)
+		j->gen = ++d->pf_gen; /* replaces the previous prefetch */
+	pthread_mutex_unlock(&c->lock);
+	if (!d)
+		goto err;
+	ret = cache_job_push(c, j);
+	if (ret)
+		goto err;
+	return 0;
+err:
+	cache_job_free(j);
+	return ret;
+}
+
+/* Start the workers (as many as can be). Returns 0. */
+int cache_ahead_start(struct cache *c)
+{
+	for (unsigned i = 0; i < CACHE_POOL_THREADS; i++) {
+		if (pthread_create(&c->pool[i], NULL, cache_worker, c))
+			break;
+		c->npool++;
+	}
+	return 0;
+}
+
+/* Stop the workers and free the jobs they did not take. */
+void cache_ahead_stop(struct cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->jobs_cv);
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned i = 0; i < c->npool; i++)
+		pthread_join(c->pool[i], NULL);
+	while (c->jobs) {
+		struct cache_job *j = c->jobs;
+
+		c->jobs = j->next;
+		cache_job_free(j);
+	}
+}

@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cache_obj.c, layer 3 of the cache (lib/cache_i.h draws all seven): the
+ * object versions open in this process, their files, their claims and the
+ * lifecycle of their landed fills. Calls layers 1 and 2.
+ *
+ * An open object (struct cache_obj) in c->objs (c->lock):
+ *
+ *   (none) --cache_obj_get: file opened or created, in-use byte shared-
+ *            locked--> IN USE (refs > 0)
+ *   IN USE --last cache_obj_put: landed fills dropped, in-use lock
+ *            released (evictors may take the file)--> IDLE (refs == 0)
+ *   IDLE --cache_obj_get: in-use lock re-taken; the file was evicted
+ *            meanwhile (no links): freed, opened afresh--> IN USE
+ *   IDLE --more than CACHE_MAX_OPEN idle, eviction (c->release_idle),
+ *            cache_object_drop, close--> freed
+ *
+ * Invariants: an IN USE object holds the shared lock on CACHE_LOCK_INUSE of
+ * a file that was linked when it was taken (o->inuse_locked); an IDLE one
+ * holds no lock and no landed fill. A block is in o->claims while a thread
+ * of this process fills or verifies it; cache_claim then also holds the
+ * block's OFD lock (exclusive across processes).
+ *
+ * An object file is created whole or not at all: O_TMPFILE (0600), header
+ * written, linkat; its header and first page of records are reserved
+ * (layer 2) first.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_i.h"
+#include "dstage/log.h"
+
+/* o->lock held: drop a reference; the last one frees the land. */
+void cache_land_unref(struct cache_obj *o, struct cache_land *l)
+{
+	struct cache *c = o->c;
+
+	if (--l->refs)
+		return;
+	atomic_fetch_sub(&c->land_bytes, (uint64_t)c->batch * c->bs);
+	cache_buf_put(c, l->buf);
+	free(l);
+}
+
+/* o->lock held: take l out of o->lands (a no-op when it is not there). */
+void cache_land_unlist(struct cache_obj *o, struct cache_land *l)
+{
+	for (struct cache_land **pp = &o->lands; *pp; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			o->nlands--;
+			cache_land_unref(o, l);
+			return;
+		}
+}
+
+/* o->lock held: whether a landed fill holds any block of [b0, b1). */
+bool cache_landed(const struct cache_obj *o, uint64_t b0, uint64_t b1)
+{
+	for (const struct cache_land *l = o->lands; l; l = l->next)
+		if (l->b0 < b1 && b0 < l->b0 + l->n)
+			return true;
+	return false;
+}
+
+/* o->lock held: forget every landed fill of o. */
+void cache_lands_drop(struct cache_obj *o)
+{
+	while (o->lands)
+		cache_land_unlist(o, o->lands);
+}
+
+/*
+ * Create obj's file. Its header and first page of records count against the
+ * capacity like blocks do (reserved first): -ENOSPC when there is no room,
+ * and the caller reads uncached.
+ */
+static int cache_obj_create(struct cache *c, const struct cache_object *obj,
+			    const char *name)
+{
+	char sub[3] = { name[0], name[1], 0 }, proc[64];
+	const char *ds = cache_ds_or(obj->dataset);
+	char *hdr = NULL;
+	uint64_t cost = 0;
+	size_t len;
+	int dfd = -1, fd = -1, ret;
+
+	if (mkdirat(c->objects_fd, sub, CACHE_DIR_MODE) && errno != EEXIST) {
+		ret = -errno;
+		if (ret == -ENOSPC || ret == -EDQUOT) {
+			cache_note_disk_full(c, ret, "a directory of objects/");
+			ret = -ENOSPC;
+		}
+		return ret;
+	}
+	dfd = openat(c->objects_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	ret = cache_hdr_build(c, obj, &hdr, &len);
+	if (ret)
+		goto out;
+	ret = cache_reserve(c, ds,
+			    cache_roundup(len, CACHE_ALIGN) + CACHE_ALIGN);
+	if (ret)
+		goto out;
+	cost = cache_roundup(len, CACHE_ALIGN) + CACHE_ALIGN;
+	fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, CACHE_FILE_MODE);
+	if (fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	errno = 0;
+	if (pwrite(fd, hdr, len, 0) != (ssize_t)len) {
+		ret = errno ? -errno : -ENOSPC;
+		goto out;
+	}
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	if (linkat(AT_FDCWD, proc, dfd, name + 2, AT_SYMLINK_FOLLOW))
+		ret = -errno;
+out:
+	if (cost && (ret == -ENOSPC || ret == -EDQUOT)) {
+		/* Reserved, so there was room by cache.size: the disk is full. */
+		cache_note_disk_full(c, ret, "a new object file");
+		ret = -ENOSPC;
+	}
+	if (ret && cost) /* not ours after all (EEXIST: another one's) */
+		cache_unreserve(c, ds, cost);
+	else if (cost)
+		cache_landed_bytes(c, cost);
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	free(hdr);
+	return ret;
+}
+
+static void cache_obj_free(struct cache_obj *o)
+{
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->lock);
+	cache_lands_drop(o);
+	pthread_mutex_unlock(&o->lock);
+	if (o->fd >= 0)
+		close(o->fd);
+	if (o->dfd >= 0)
+		close(o->dfd);
+	pthread_mutex_destroy(&o->lock);
+	pthread_cond_destroy(&o->cond);
+	free(o->claims);
+	free(o->verified);
+	free(o->dataset);
+	free(o->key);
+	free(o->etag);
+	free(o);
+}
+
+/* Open (creating if needed) the file of obj, holding the shared in-use lock
+ * on a file that is still linked. -EUCLEAN: the file is not usable (corrupt
+ * header nobody could remove, or a hash collision): stream through. */
+static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
+			       const char *name, bool create, int *fdp,
+			       uint64_t *data_off, uint64_t *rec_off)
+{
+	char path[40];
+	int fd = -1, ret = 0;
+
+	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	for (int tries = 0; tries < 16; tries++) {
+		struct stat st;
+
+		fd = openat(c->objects_fd, path, O_RDWR | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && !create)
+			return -ENOENT;
+		if (fd < 0 && errno == ENOENT) {
+			ret = cache_obj_create(c, obj, name);
+			if (ret && ret != -EEXIST)
+				return ret;
+			continue;
+		}
+		if (fd < 0)
+			return -errno;
+		ret = cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_RDLCK, true,
+				     cache_ds_or(obj->dataset), obj->key, name);
+		if (ret)
+			goto fail;
+		if (fstat(fd, &st)) {
+			ret = -errno;
+			goto fail;
+		}
+		if (st.st_nlink == 0) { /* evicted meanwhile */
+			close(fd);
+			fd = -1;
+			continue;
+		}
+		ret = cache_hdr_check(c, fd, obj, data_off, rec_off);
+		if (ret == 0) {
+			*fdp = fd;
+			return 0;
+		}
+		if (ret != -EUCLEAN)
+			goto fail;
+		/* A bad header (torn by a power loss, or a collision): remove
+		 * the file if nobody else uses it, else stream through. */
+		if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "",
+				   "", name) == 0) {
+			log_warn("cache: %s/%s: object file %s has a bad "
+				 "header, removed",
+				 cache_ds_or(obj->dataset), obj->key, path);
+			unlinkat(c->objects_fd, path, 0);
+			close(fd);
+			fd = -1;
+			continue;
+		}
+		log_warn("cache: %s/%s: object file %s has a bad header and "
+			 "is in use: reading uncached",
+			 cache_ds_or(obj->dataset), obj->key, path);
+		goto fail;
+	}
+	return -EUCLEAN;
+fail:
+	close(fd);
+	return ret;
+}
+
+/* c->lock held: close idle entries beyond CACHE_MAX_OPEN (all if all). */
+static void cache_trim_idle(struct cache *c, bool all)
+{
+	while (c->nobjs > (all ? 0 : CACHE_MAX_OPEN)) {
+		struct cache_obj **pp, **victim = NULL;
+
+		for (pp = &c->objs; *pp; pp = &(*pp)->next)
+			if (!(*pp)->refs &&
+			    (!victim || (*pp)->used_at < (*victim)->used_at))
+				victim = pp;
+		if (!victim)
+			return;
+		struct cache_obj *o = *victim;
+
+		*victim = o->next;
+		c->nobjs--;
+		cache_obj_free(o);
+	}
+}
+
+/* Close this process's idle open objects (the c->release_idle hook:
+ * eviction's victims may be among them). */
+void cache_obj_trim_all(struct cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	cache_trim_idle(c, true);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* cache_close: every object is idle by now. */
+void cache_obj_close_all(struct cache *c)
+{
+	cache_obj_trim_all(c);
+}
+
+/* Close the idle open object of file name (32 hex digits) if there is one.
+ * Returns 0, or -EBUSY when it is in use. */
+int cache_obj_forget(struct cache *c, const char *name)
+{
+	struct cache_obj **pp;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->objs; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->name, name))
+			break;
+	if (*pp && (*pp)->refs) {
+		ret = -EBUSY;
+	} else if (*pp) {
+		struct cache_obj *o = *pp;
+
+		*pp = o->next;
+		c->nobjs--;
+		cache_obj_free(o);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+/*
+ * Get a referenced open object for obj. *op is NULL (and 0 returned) when the
+ * object cannot be cached (bad file in use: the caller streams), or when it
+ * has no file and create is false.
+ */
+int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
+		  struct cache_obj **op)
+{
+	char name[33];
+	struct cache_obj *o, *other;
+	int ret;
+
+	*op = NULL;
+	cache_obj_name(obj, name);
+	pthread_mutex_lock(&c->lock);
+	for (o = c->objs; o; o = o->next)
+		if (!strcmp(o->name, name))
+			break;
+	if (o) {
+		o->refs++;
+		o->used_at = ++c->tick;
+		if (o->refs == 1 && !o->inuse_locked) {
+			/* Idle entries hold no in-use lock: re-take it and
+			 * make sure the file was not evicted meanwhile. */
+			struct stat st;
+
+			ret = cache_ofd_lock(c, o->fd, CACHE_LOCK_INUSE,
+					     F_RDLCK, true, o->dataset, o->key,
+					     o->name);
+			if (ret == 0 && fstat(o->fd, &st) == 0 &&
+			    st.st_nlink > 0) {
+				o->inuse_locked = true;
+			} else {
+				/* Evicted: forget this entry, open afresh. */
+				struct cache_obj **pp;
+
+				if (ret == 0)
+					cache_ofd_unlock(o->fd,
+							 CACHE_LOCK_INUSE);
+				for (pp = &c->objs; *pp != o; pp = &(*pp)->next)
+					;
+				*pp = o->next;
+				c->nobjs--;
+				cache_obj_free(o);
+				o = NULL;
+			}
+		}
+		if (o) {
+			pthread_mutex_unlock(&c->lock);
+			*op = o;
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->c = c;
+	o->fd = -1;
+	o->dfd = CACHE_DFD_UNSET;
+	pthread_mutex_init(&o->lock, NULL);
+	pthread_cond_init(&o->cond, NULL);
+	memcpy(o->name, name, sizeof(name));
+	o->dataset = strdup(cache_ds_or(obj->dataset));
+	o->key = strdup(obj->key);
+	o->etag = strdup(obj->etag ? obj->etag : "");
+	o->os = obj->os;
+	o->size = obj->size;
+	o->nblocks = (obj->size + c->bs - 1) / c->bs;
+	if (!o->dataset || !o->key || !o->etag) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	if (o->nblocks <= CACHE_VERIFIED_MAX_BITS) {
+		o->verified = calloc(1, (o->nblocks + 7) / 8 + 1);
+		if (!o->verified) {
+			ret = -ENOMEM;
+			goto err;
+		}
+	}
+	ret = cache_obj_open_file(c, obj, name, create, &o->fd, &o->data_off,
+				  &o->rec_off);
+	if (ret == -EUCLEAN || ret == -ENOSPC || (ret == -ENOENT && !create)) {
+		/* Unusable, no room for a new file, or none wanted: the
+		 * caller streams (or has nothing to do). */
+		cache_obj_free(o);
+		return 0;
+	}
+	if (ret)
+		goto err;
+	o->inuse_locked = true;
+	o->refs = 1;
+
+	pthread_mutex_lock(&c->lock);
+	for (other = c->objs; other; other = other->next)
+		if (!strcmp(other->name, name))
+			break;
+	if (other) {
+		/* Another thread opened it first: use that one. Our
+		 * descriptor's shared lock goes away with it. */
+		pthread_mutex_unlock(&c->lock);
+		cache_obj_free(o);
+		return cache_obj_get(c, obj, create, op);
+	}
+	o->used_at = ++c->tick;
+	o->next = c->objs;
+	c->objs = o;
+	c->nobjs++;
+	cache_trim_idle(c, false);
+	pthread_mutex_unlock(&c->lock);
+	*op = o;
+	return 0;
+err:
+	log_error("cache: %s/%s: cannot open its cache file: %s",
+		  cache_ds_or(obj->dataset), obj->key, strerror(-ret));
+	cache_obj_free(o);
+	return ret;
+}
+
+void cache_obj_put(struct cache_obj *o)
+{
+	struct cache *c;
+
+	if (!o)
+		return;
+	c = o->c;
+	pthread_mutex_lock(&c->lock);
+	if (--o->refs == 0) {
+		/* Idle: nobody is waiting for landed fills. */
+		pthread_mutex_lock(&o->lock);
+		cache_lands_drop(o);
+		pthread_mutex_unlock(&o->lock);
+	}
+	if (o->refs == 0 && o->inuse_locked) {
+		/* Idle: let evictors in. */
+		cache_ofd_unlock(o->fd, CACHE_LOCK_INUSE);
+		o->inuse_locked = false;
+	}
+	cache_trim_idle(c, false);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Record an access, at most once per CACHE_ATIME_STEP seconds per object. */
+void cache_obj_touch(struct cache_obj *o)
+{
+	time_t now = time(NULL);
+	uint64_t t = (uint64_t)now;
+	bool write = false;
+
+	pthread_mutex_lock(&o->lock);
+	if (now - o->atime >= CACHE_ATIME_STEP) {
+		o->atime = now;
+		write = true;
+	}
+	pthread_mutex_unlock(&o->lock);
+	if (write &&
+	    pwrite(o->fd, &t, sizeof(t), offsetof(struct cache_hdr, atime)) < 0)
+		log_debug("cache: %s/%s: access time not recorded: %s",
+			  o->dataset, o->key, strerror(errno));
+}
+
+bool cache_claimed(struct cache_obj *o, uint64_t b)
+{
+	for (size_t i = 0; i < o->nclaims; i++)
+		if (o->claims[i] == b)
+			return true;
+	return false;
+}
+
+/* o->lock held. */
+int cache_claim_add(struct cache_obj *o, uint64_t b)
+{
+	if (o->nclaims == o->claims_cap) {
+		size_t cap = o->claims_cap ? o->claims_cap * 2 : 16;
+		uint64_t *n = realloc(o->claims, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		o->claims = n;
+		o->claims_cap = cap;
+	}
+	o->claims[o->nclaims++] = b;
+	return 0;
+}
+
+/* Forget this process's claim on b and wake its waiters. */
+void cache_claim_drop(struct cache_obj *o, uint64_t b)
+{
+	pthread_mutex_lock(&o->lock);
+	for (size_t i = 0; i < o->nclaims; i++)
+		if (o->claims[i] == b) {
+			o->claims[i] = o->claims[--o->nclaims];
+			break;
+		}
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+}
+
+/*
+ * Claim block b for filling: in this process (o->claims), then across
+ * processes (OFD lock). wait: block until it is ours; else -EAGAIN if taken.
+ * Never called with wait while the thread holds another claim.
+ */
+int cache_claim(struct cache_obj *o, uint64_t b, bool wait)
+{
+	int ret;
+
+	pthread_mutex_lock(&o->lock);
+	while (cache_claimed(o, b)) {
+		if (!wait) {
+			pthread_mutex_unlock(&o->lock);
+			return -EAGAIN;
+		}
+		pthread_cond_wait(&o->cond, &o->lock);
+	}
+	ret = cache_claim_add(o, b);
+	pthread_mutex_unlock(&o->lock);
+	if (ret)
+		return ret;
+	ret = cache_ofd_lock(o->c, o->fd, CACHE_LOCK_BLOCK + (off_t)b, F_WRLCK,
+			     wait, o->dataset, o->key, o->name);
+	if (ret)
+		cache_claim_drop(o, b);
+	return ret;
+}
+
+void cache_unclaim(struct cache_obj *o, uint64_t b)
+{
+	cache_ofd_unlock(o->fd, CACHE_LOCK_BLOCK + (off_t)b);
+	cache_claim_drop(o, b);
+}

@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cache_read.c, layer 6 of the cache (lib/cache_i.h draws all seven): the
+ * public read paths. Calls layers 1 to 5.
+ *
+ * Each public call takes a reference on the open object (layer 3), does its
+ * work and puts it back; none holds a cache lock across its I/O. The paths
+ * of cache_read_iov, tried in order:
+ *   object file unusable or no room for one -> stream from the source;
+ *   CACHE_READ_DIRECT and all present -> one O_DIRECT batch, no copy;
+ *   all in landed fills (waiting for this process's fills in flight) ->
+ *   handed over from memory, no copy;
+ *   otherwise cache_obj_range (layer 4) into the caller's buffer.
+ * cache_read_fd only ever serves verified, present, not landed blocks; it
+ * answers -EAGAIN for anything else, and the caller takes cache_read_iov.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "cache_i.h"
+#include "dstage/log.h"
+#include "dstage/objstore.h"
+#include "uring.h"
+
+/* Read through without caching (the object file is unusable). */
+static ssize_t cache_stream(struct cache *c, const struct cache_object *obj,
+			    uint64_t off, size_t len, void *buf)
+{
+	size_t got = 0;
+	int ret;
+
+	ret = objstore_get(obj->os, obj->key, off, len,
+			   obj->etag && obj->etag[0] ? obj->etag : NULL, buf,
+			   &got);
+	if (ret == -ESTALE) {
+		log_error("cache: %s/%s: the source object changed under the "
+			  "snapshot (expected ETag %s): EIO",
+			  cache_ds_or(obj->dataset), obj->key, obj->etag);
+		return -EIO;
+	}
+	if (ret)
+		return ret;
+	if (got != len)
+		return -EIO;
+	cache_count(&c->streamed, 1);
+	cache_count(&c->bytes_from_source, len);
+	return (ssize_t)len;
+}
+
+ssize_t cache_read(struct cache *c, const struct cache_object *obj,
+		   uint64_t off, size_t len, void *buf)
+{
+	struct cache_sink k = { buf, 0 };
+	int ret;
+
+	ret = cache_read_iov(c, obj, off, len, buf, 0, cache_sink_copy, &k);
+	return ret ? ret : (ssize_t)k.got;
+}
+
+/* Wait while a thread of this process fills a block of [off, off + len).
+ * Returns true if it waited. */
+static bool cache_wait_fills(struct cache_obj *o, uint64_t off, size_t len)
+{
+	uint64_t b0 = off / o->c->bs, b1 = (off + len - 1) / o->c->bs;
+	bool waited = false;
+
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t b = b0; b <= b1; b++)
+		while (cache_claimed(o, b)) {
+			pthread_cond_wait(&o->cond, &o->lock);
+			waited = true;
+		}
+	pthread_mutex_unlock(&o->lock);
+	return waited;
+}
+
+/*
+ * Bulk read (CACHE_READ_DIRECT): when every block of [off, off + len) is
+ * present and whole 4 KiB units, read them with O_DIRECT into a fill buffer
+ * in one batch (no page cache, no readahead: the caller runs several such
+ * reads at once), check those not verified yet, and hand the bytes to fn
+ * without a copy. -EAGAIN when not possible (the caller takes the usual
+ * path, which also deals with a block failing its checksum).
+ */
+static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
+			     cache_iov_fn fn, void *arg)
+{
+	struct cache *c = o->c;
+	uint64_t b0 = off / c->bs, n = (off + len - 1) / c->bs - b0 + 1;
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	struct uring_io ios[CACHE_MAX_BATCH];
+	struct iovec iov[CACHE_IOV_MAX];
+	char *buf = NULL;
+	int dfd, ret;
+
+	if (n > c->batch || n > CACHE_IOV_MAX)
+		return -EAGAIN;
+	/* Some of it landed (in memory; a stage's own readahead lands most
+	 * of what its workers read next) or is being filled: the usual path
+	 * hands that over. Known without reading the records. */
+	pthread_mutex_lock(&o->lock);
+	ret = cache_landed(o, b0, b0 + n) ? -EAGAIN : 0;
+	for (uint64_t b = b0; !ret && b < b0 + n; b++)
+		if (cache_claimed(o, b))
+			ret = -EAGAIN;
+	pthread_mutex_unlock(&o->lock);
+	if (ret)
+		return ret;
+	dfd = cache_obj_dfd(o);
+	if (dfd < 0)
+		return -EAGAIN;
+	ret = cache_read_recs(o, b0, n, recs);
+	if (ret)
+		return ret;
+	for (uint64_t i = 0; i < n; i++)
+		if (!cache_rec_valid(&recs[i], b0 + i) ||
+		    cache_block_len(o, b0 + i) % CACHE_ALIGN)
+			return -EAGAIN;
+	buf = cache_buf_get(c);
+	if (!buf)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < n; i++) {
+		ios[i].buf = buf + i * c->bs;
+		ios[i].len = cache_block_len(o, b0 + i);
+		ios[i].off = o->data_off + (b0 + i) * c->bs;
+	}
+	ret = uring_rw(dfd, ios, n, false);
+	if (ret) {
+		/* EINVAL: O_DIRECT refused after all; EIO: a block unreadable
+		 * or past a cut-off end. The usual path copes (and repairs). */
+		if (ret == -EINVAL || ret == -EIO)
+			ret = -EAGAIN;
+		goto out;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		if (!cache_check_block(o, b0 + i, ios[i].buf, ios[i].len,
+				       &recs[i])) {
+			ret = -EAGAIN; /* counted, logged, re-fetched there */
+			goto out;
+		}
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t bstart = (b0 + i) * c->bs, s, e;
+
+		cache_block_span(o, b0 + i, off, len, &s, &e);
+		iov[i].iov_base = buf + i * c->bs + (s - bstart);
+		iov[i].iov_len = e - s;
+	}
+	cache_count(&c->hits, n);
+	cache_count(&c->bytes_from_cache, len);
+	ret = fn(arg, iov, (int)n);
+out:
+	cache_buf_put(c, buf);
+	return ret;
+}
+
+int cache_read_iov(struct cache *c, const struct cache_object *obj,
+		   uint64_t off, size_t len, void *buf, unsigned flags,
+		   cache_iov_fn fn, void *arg)
+{
+	struct cache_obj *o = NULL;
+	struct cache_out out;
+	struct iovec v;
+	bool no_space = false;
+	ssize_t got;
+	int ret;
+
+	if (!c || !obj || !obj->key || !fn || (len && !buf))
+		return -EINVAL;
+	if (off >= obj->size || len == 0)
+		return fn(arg, NULL, 0);
+	if (len > obj->size - off)
+		len = obj->size - off;
+	ret = cache_obj_get(c, obj, true, &o);
+	if (ret)
+		return ret;
+	if (!o) {
+		got = cache_stream(c, obj, off, len, buf);
+		if (got < 0)
+			return (int)got;
+		v = (struct iovec){ buf, (size_t)got };
+		return fn(arg, &v, 1);
+	}
+	cache_obj_touch(o);
+	if (flags & CACHE_READ_DIRECT) {
+		ret = cache_read_direct(o, off, len, fn, arg);
+		if (ret != -EAGAIN)
+			goto out;
+	}
+	cache_access(o, off, len);
+	/* Bytes landing now (readahead ahead of us, mostly): take them
+	 * from memory without a copy, once their fill is done. */
+	do {
+		ret = cache_land_send(o, off, len, fn, arg);
+		if (ret != -EAGAIN)
+			goto out;
+	} while (cache_wait_fills(o, off, len));
+	out = (struct cache_out){ .off = off, .len = len, .buf = buf };
+	ret = cache_obj_range(o, off / c->bs, (off + len - 1) / c->bs + 1, true,
+			      false, &out, &no_space);
+	if (ret == 0) {
+		v = (struct iovec){ buf, len };
+		ret = fn(arg, &v, 1);
+	}
+out:
+	cache_obj_put(o);
+	return ret;
+}
+
+/*
+ * For cache_read_fd: make [b0, b1] verified in this process, checking in
+ * place (cache_verify_map) the present blocks nobody holds; waits while
+ * another thread of this process holds one (verifying or filling it).
+ * Returns 0 when all are verified and none is landed, -EAGAIN when the
+ * caller must take cache_read_iov (a block absent, landed, damaged, past
+ * the file's end or not mappable), or -errno.
+ */
+static int cache_fd_ready(struct cache_obj *o, uint64_t b0, uint64_t b1)
+{
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	uint64_t mine[CACHE_MAX_BATCH], nmine = 0;
+	int ret = 0;
+
+	if (b1 - b0 + 1 > CACHE_MAX_BATCH)
+		return -EAGAIN;
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t b = b0; b <= b1; b++)
+		while (cache_claimed(o, b))
+			pthread_cond_wait(&o->cond, &o->lock);
+	/* Bytes a fill just landed are in memory; with direct writes the
+	 * file's pages are not: cache_read_iov hands them from the land. */
+	if (cache_landed(o, b0, b1 + 1))
+		ret = -EAGAIN;
+	for (uint64_t b = b0; !ret && b <= b1; b++)
+		if (!cache_verified(o, b)) {
+			ret = cache_claim_add(o, b);
+			if (!ret)
+				mine[nmine++] = b;
+		}
+	pthread_mutex_unlock(&o->lock);
+	/* One fstat for the range: what the splice sends and what
+	 * cache_verify_map maps. */
+	if (!ret && !cache_file_covers(o, b1))
+		ret = -EAGAIN;
+	if (!ret && nmine)
+		ret = cache_read_recs(o, b0, b1 - b0 + 1, recs);
+	for (uint64_t i = 0; i < nmine; i++) {
+		const struct cache_rec *r = &recs[mine[i] - b0];
+
+		if (!ret && (!cache_rec_valid(r, mine[i]) ||
+			     cache_verify_map(o, mine[i], r) != 1))
+			ret = -EAGAIN;
+		cache_claim_drop(o, mine[i]);
+	}
+	return ret;
+}
+
+int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
+		  size_t len, int *fd, uint64_t *fd_off)
+{
+	struct cache_obj *o = NULL;
+	int ret;
+
+	if (!c || !obj || !fd || !fd_off)
+		return -EINVAL;
+	if (off >= obj->size || len == 0)
+		return -EAGAIN;
+	if (len > obj->size - off)
+		len = obj->size - off;
+	ret = cache_obj_get(c, obj, false, &o);
+	if (ret)
+		return ret;
+	if (!o)
+		return -EAGAIN;
+	ret = cache_fd_ready(o, off / c->bs, (off + len - 1) / c->bs);
+	if (!ret) {
+		/* (cache_read_iov sees the others.) */
+		cache_access(o, off, len);
+		*fd = fcntl(o->fd, F_DUPFD_CLOEXEC, 0);
+		if (*fd < 0) {
+			ret = -errno;
+		} else {
+			*fd_off = o->data_off + off;
+			/* hits counts blocks, as every other path does */
+			cache_count(&c->hits,
+				    (off + len - 1) / c->bs - off / c->bs + 1);
+			cache_count(&c->bytes_from_cache, len);
+			cache_obj_touch(o);
+		}
+	}
+	cache_obj_put(o);
+	return ret;
+}
+
+int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
+		uint64_t len, cache_progress_cb progress, void *arg)
+{
+	struct cache_obj *o = NULL;
+	uint64_t b, e;
+	int ret;
+
+	if (!c || !obj || !obj->key)
+		return -EINVAL;
+	if (off >= obj->size)
+		return 0;
+	if (len == 0 || len > obj->size - off)
+		len = obj->size - off;
+	ret = cache_obj_get(c, obj, true, &o);
+	if (ret)
+		return ret;
+	if (!o)
+		return -ENOSPC;
+	cache_obj_touch(o);
+	b = off / c->bs;
+	e = (off + len - 1) / c->bs + 1;
+	while (b < e) {
+		uint64_t k = e - b < c->batch ? e - b : c->batch;
+		bool no_space = false;
+
+		ret = cache_obj_range(o, b, b + k, true, false, NULL,
+				      &no_space);
+		if (!ret && no_space)
+			ret = -ENOSPC;
+		if (ret)
+			break;
+		b += k;
+		if (progress) {
+			uint64_t end =
+				b * c->bs < off + len ? b * c->bs : off + len;
+
+			ret = progress(arg, end - off);
+			if (ret)
+				break;
+		}
+	}
+	cache_obj_put(o);
+	return ret;
+}
+
+/* For a walk over a whole object's records: its open object, or NULL (and
+ * 0) when it is empty or has no file. */
+static int cache_obj_existing(struct cache *c, const struct cache_object *obj,
+			      struct cache_obj **op)
+{
+	*op = NULL;
+	return obj->size ? cache_obj_get(c, obj, false, op) : 0;
+}
+
+/* How many records from block b such a walk reads at once. */
+static uint64_t cache_recs_batch(const struct cache_obj *o, uint64_t b)
+{
+	return o->nblocks - b < CACHE_MAX_BATCH ? o->nblocks - b
+						: CACHE_MAX_BATCH;
+}
+
+int cache_object_present(struct cache *c, const struct cache_object *obj,
+			 uint64_t *bytes)
+{
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	struct cache_obj *o = NULL;
+	int ret;
+
+	if (!c || !obj || !bytes)
+		return -EINVAL;
+	*bytes = 0;
+	ret = cache_obj_existing(c, obj, &o);
+	if (ret || !o)
+		return ret;
+	for (uint64_t b = 0; b < o->nblocks; b += CACHE_MAX_BATCH) {
+		uint64_t n = cache_recs_batch(o, b);
+
+		ret = cache_read_recs(o, b, n, recs);
+		if (ret)
+			break;
+		for (uint64_t i = 0; i < n; i++)
+			if (cache_rec_valid(&recs[i], b + i))
+				*bytes += cache_block_len(o, b + i);
+	}
+	cache_obj_put(o);
+	return ret;
+}
+
+int cache_object_verify(struct cache *c, const struct cache_object *obj,
+			uint64_t *present, uint64_t *bad)
+{
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	struct cache_obj *o = NULL;
+	char *buf = NULL;
+	int ret;
+
+	if (!c || !obj || !present || !bad)
+		return -EINVAL;
+	*present = *bad = 0;
+	ret = cache_obj_existing(c, obj, &o);
+	if (ret || !o)
+		return ret;
+	buf = malloc(c->bs);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t b = 0; b < o->nblocks && !ret; b += CACHE_MAX_BATCH) {
+		uint64_t n = cache_recs_batch(o, b);
+
+		ret = cache_read_recs(o, b, n, recs);
+		for (uint64_t i = 0; i < n && !ret; i++) {
+			uint64_t k = b + i, len = cache_block_len(o, k);
+			struct uring_io io = { buf, len,
+					       o->data_off + k * c->bs };
+
+			if (!cache_rec_valid(&recs[i], k))
+				continue;
+			(*present)++;
+			ret = uring_rw(o->fd, &io, 1, false);
+			if (ret)
+				break;
+			pthread_mutex_lock(&o->lock);
+			bool ok = XXH3_64bits(buf, len) == recs[i].sum;
+
+			cache_set_verified(o, k, ok);
+			pthread_mutex_unlock(&o->lock);
+			if (!ok) {
+				(*bad)++;
+				cache_log_corrupt(o, k);
+			}
+		}
+	}
+out:
+	free(buf);
+	cache_obj_put(o);
+	return ret;
+}
+
+int cache_object_drop(struct cache *c, const struct cache_object *obj)
+{
+	char name[33], path[40], ds[4096];
+	uint64_t bytes;
+	int ret;
+
+	if (!c || !obj || !obj->key)
+		return -EINVAL;
+	cache_obj_name(obj, name);
+	ret = cache_obj_forget(c, name);
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	if (faccessat(c->objects_fd, path, F_OK, 0))
+		return 0; /* nothing cached */
+	pthread_mutex_lock(&c->evict_lock);
+	bytes = cache_evict_one(c, name, ds, sizeof(ds));
+	if (bytes) {
+		cache_count_sub(&c->used, bytes);
+		cache_ds_add_used(c, ds, -(int64_t)bytes);
+	} else if (!faccessat(c->objects_fd, path, F_OK, 0)) {
+		ret = -EBUSY;
+	}
+	pthread_mutex_unlock(&c->evict_lock);
+	return ret;
+}
+
+void cache_read_fd_done(struct cache *c, uint64_t obj_size, int fd,
+			uint64_t fd_off, uint64_t off, size_t len)
+{
+	if (c && fd >= 0 && fd_off >= off)
+		cache_drop_range(c, fd, fd_off - off, obj_size, off, len);
+}
