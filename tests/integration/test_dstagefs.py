@@ -774,6 +774,8 @@ def test_prefetch_limits_second_uid(denv, users, tmp_path):
                            n_keys], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = {}
+    killer = threading.Timer(120, p.kill)  # bounds the reads below
+    killer.start()
     try:
         line = p.stdout.readline()
         assert line, p.stderr.read().decode(errors="replace")
@@ -786,6 +788,7 @@ def test_prefetch_limits_second_uid(denv, users, tmp_path):
             out[d["phase"]] = d
         rc = p.wait(120)
     finally:
+        killer.cancel()
         if p.poll() is None:
             p.kill()
             p.wait(30)
