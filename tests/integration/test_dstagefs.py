@@ -753,18 +753,33 @@ def _rss_kb(pid):
     raise AssertionError("no VmRSS for %d" % pid)
 
 
-def test_prefetch_limits_second_uid(denv, users, tmp_path):
+def test_prefetch_limits_second_uid(tool, users):
     """Any user of an allow_other mount can write .dstage/prefetch, and
     dstagefs runs as root: a flood of one key must not grow it (duplicates
     are dropped), distinct keys stop at the list's and the uid's limits
     with EDQUOT and one log line, open .dstage files are capped per uid,
     and a normal list still works afterwards."""
+    import shutil
+    import tempfile
+    # Not under pytest's basetemp: a pytest session starting meanwhile
+    # (another checkout's) resets /tmp/pytest-of-root to 0700, and the
+    # test user could no longer reach the mount.
+    base = Path(tempfile.mkdtemp(prefix="dstage-pflim-", dir="/tmp"))
+    denv = Env(tool, base)
+    try:
+        _prefetch_limits(denv, users, base)
+    finally:
+        denv.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _prefetch_limits(denv, users, base):
     import errno
     import json
     n_keys = 2000
     denv.add_dataset("flood", {"f%05d" % i: b"x" for i in range(n_keys)})
-    os.chmod(tmp_path, 0o755)
-    users.reach(tmp_path)
+    os.chmod(base, 0o755)
+    users.reach(base)
     user = users.user("dspf")
     m = denv.mount(opts=["-o", "allow_other,prefetch_max_entries=1000,"
                          "prefetch_uid_max_entries=1500,ctl_max_handles=4"])
