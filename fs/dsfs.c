@@ -1,18 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * dsfs: set-up and tear-down of struct dsfs, the per-thread catalog
- * connections, and the poller thread.
+ * dsfs: the dispatcher's life cycle (see dsfs.h): the mount context, the
+ * subtrees' init/destroy, and the poller thread that calls their poll
+ * hooks.
  *
  * Poller state machine: STOPPED --dsfs_poller_start--> RUNNING (first:
  * wait for the mount to answer, raise the bdi's read_ahead_kb; then every
- * opts.poll_ms: refresh the dataset table, send queued invalidations)
+ * opts.poll_ms: each subtree's poll hook) --dsfs_poller_request_stop-->
+ * STOPPING (fs->stopping set: subtrees send no more notifications)
  * --dsfs_poller_stop--> STOPPED (joined). poll_stop is guarded by
  * poll_lock, a leaf lock.
- *
- * Catalog connections: a struct catalog serves one thread at a time, so
- * each thread (the session loop's workers, the poller) opens its own on
- * first use, read-only; a thread-specific-data destructor closes it when
- * the thread exits.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,115 +22,69 @@
 #include <unistd.h>
 
 #include "dsfs.h"
-#include "dstage/config.h"
+#include "dsfs_ckpt.h"
+#include "dsfs_ctl.h"
+#include "dsfs_dataset.h"
+#include "dsfs_datasets.h"
+#include "dsfs_ops.h"
+#include "dsfs_root.h"
 #include "dstage/log.h"
 
-static pthread_key_t dsfs_cat_key;
-static pthread_once_t dsfs_cat_once = PTHREAD_ONCE_INIT;
-
-static void dsfs_cat_close(void *p)
-{
-	catalog_close(p);
-}
-
-static void dsfs_cat_key_make(void)
-{
-	pthread_key_create(&dsfs_cat_key, dsfs_cat_close);
-}
-
-struct catalog *dsfs_catalog(struct dsfs *fs, int *err)
-{
-	struct catalog *cat;
-
-	pthread_once(&dsfs_cat_once, dsfs_cat_key_make);
-	cat = pthread_getspecific(dsfs_cat_key);
-	if (cat)
-		return cat;
-	*err = catalog_open(fs->cfg->catalog_path, CATALOG_READONLY, &cat);
-	if (*err) {
-		/* A catalog nobody created yet is an empty one (polled). */
-		if (*err != -ENOENT)
-			log_error("catalog %s: cannot open: %s",
-				  fs->cfg->catalog_path, strerror(-*err));
-		return NULL;
-	}
-	pthread_setspecific(dsfs_cat_key, cat);
-	return cat;
-}
-
-uint64_t dsfs_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void dsfs_static_node(struct dsfs_node *n, fuse_ino_t ino,
-			     fuse_ino_t parent, const struct dsfs_subtree *sub,
-			     enum dsfs_kind kind, const char *name, time_t now)
-{
-	memset(n, 0, sizeof(*n));
-	n->ino = ino;
-	n->parent = parent;
-	n->sub = sub;
-	n->kind = kind;
-	n->name = (char *)name;
-	n->nlookup = 1;
-	n->mtime = now;
-}
-
-int dsfs_init(struct dsfs *fs, struct dsfs_opts *o,
+int dsfs_init(struct dsfs *fs, const struct dsfs_opts *o,
 	      const struct dstage_config *cfg)
 {
-	time_t now = time(NULL);
 	int ret;
 
 	memset(fs, 0, sizeof(*fs));
 	fs->opts = o;
 	fs->cfg = cfg;
-	dsfs_static_node(&fs->root, DSFS_INO_ROOT, DSFS_INO_ROOT,
-			 &dsfs_root_subtree, DSFS_STATIC_DIR, "", now);
-	dsfs_static_node(&fs->datasets, DSFS_INO_DATASETS, DSFS_INO_ROOT,
-			 &dsfs_datasets_subtree, DSFS_STATIC_DIR, "datasets",
-			 now);
-	dsfs_static_node(&fs->checkpoints, DSFS_INO_CHECKPOINTS, DSFS_INO_ROOT,
-			 &dsfs_ckpt_subtree, DSFS_STATIC_DIR, "checkpoints",
-			 now);
-	dsfs_static_node(&fs->ctl, DSFS_INO_CTL, DSFS_INO_ROOT,
-			 &dsfs_ctl_subtree, DSFS_STATIC_DIR, ".dstage", now);
-	dsfs_static_node(&fs->prefetch, DSFS_INO_PREFETCH, DSFS_INO_CTL,
-			 &dsfs_ctl_subtree, DSFS_CTL_FILE, "prefetch", now);
-	dsfs_static_node(&fs->stats, DSFS_INO_STATS, DSFS_INO_CTL,
-			 &dsfs_ctl_subtree, DSFS_CTL_FILE, "stats", now);
-	snprintf(fs->ctl_status, sizeof(fs->ctl_status), "no list yet\n");
-	ret = dsfs_nodes_init(fs);
-	if (ret)
-		return ret;
-	pthread_rwlock_init(&fs->ds_lock, NULL);
+	fs->mount_time = time(NULL);
+	atomic_init(&fs->stopping, false);
 	pthread_mutex_init(&fs->poll_lock, NULL);
 	pthread_cond_init(&fs->poll_cond, NULL);
-	pthread_mutex_init(&fs->ctl_lock, NULL);
 	pthread_mutex_init(&fs->handle_lock, NULL);
-	ret = dsfs_datasets_refresh(fs);
-	if (ret) {
+	fs->subs[DSFS_SUB_ROOT] = &dsfs_root_subtree;
+	fs->subs[DSFS_SUB_DATASETS] = &dsfs_datasets_subtree;
+	fs->subs[DSFS_SUB_CKPT] = &dsfs_ckpt_subtree;
+	fs->subs[DSFS_SUB_CTL] = &dsfs_ctl_subtree;
+	ret = dsfs_nodes_init(&fs->nodes);
+	for (int i = 0; !ret && i < DSFS_SUB_COUNT; i++)
+		if (fs->subs[i]->init)
+			ret = fs->subs[i]->init(fs);
+	if (ret)
 		dsfs_destroy(fs);
-		return ret;
-	}
-	return 0;
+	return ret;
+}
+
+/* dsfs_nodes_release's drop: the subtree lets go of the node's priv. */
+static void dsfs_drop_node(struct dsfs_node *n, void *arg)
+{
+	if (n->sub && n->sub->forget)
+		n->sub->forget(arg, n);
 }
 
 void dsfs_destroy(struct dsfs *fs)
 {
 	dsfs_poller_stop(fs);
-	dsfs_handles_release(fs);
-	dsfs_datasets_destroy(fs);
-	dsfs_nodes_destroy(fs);
-	pthread_rwlock_destroy(&fs->ds_lock);
+	dsfs_release_handles(fs);
+	dsfs_nodes_release(&fs->nodes, dsfs_drop_node, fs);
+	for (int i = DSFS_SUB_COUNT - 1; i >= 0; i--)
+		if (fs->subs[i] && fs->subs[i]->destroy)
+			fs->subs[i]->destroy(fs);
 	pthread_mutex_destroy(&fs->poll_lock);
 	pthread_cond_destroy(&fs->poll_cond);
-	pthread_mutex_destroy(&fs->ctl_lock);
 	pthread_mutex_destroy(&fs->handle_lock);
+	memset(fs->subs, 0, sizeof(fs->subs));
+}
+
+void dsfs_release_handles(struct dsfs *fs)
+{
+	dsfs_ops_release_handles(fs);
+}
+
+size_t dsfs_ndatasets(struct dsfs *fs)
+{
+	return fs->datasets ? dsfs_dataset_table_count(fs->datasets) : 0;
 }
 
 /* Raise the mount's readahead window (the kernel only lets the FUSE init
@@ -194,15 +145,10 @@ static void *dsfs_poller_main(void *arg)
 	struct dsfs *fs = arg;
 
 	dsfs_set_read_ahead(fs);
-	while (!dsfs_poller_wait(fs, fs->opts->poll_ms)) {
-		int ret = dsfs_datasets_refresh(fs);
-
-		if (ret)
-			log_warn("catalog poll failed: %s (keeping the "
-				 "current datasets)",
-				 strerror(-ret));
-		dsfs_datasets_flush_inval(fs);
-	}
+	while (!dsfs_poller_wait(fs, fs->opts->poll_ms))
+		for (int i = 0; i < DSFS_SUB_COUNT; i++)
+			if (fs->subs[i]->poll)
+				fs->subs[i]->poll(fs);
 	return NULL;
 }
 
@@ -220,20 +166,11 @@ int dsfs_poller_start(struct dsfs *fs)
 
 void dsfs_poller_request_stop(struct dsfs *fs)
 {
+	atomic_store(&fs->stopping, true);
 	pthread_mutex_lock(&fs->poll_lock);
 	fs->poll_stop = true;
 	pthread_cond_signal(&fs->poll_cond);
 	pthread_mutex_unlock(&fs->poll_lock);
-}
-
-bool dsfs_poller_stopping(struct dsfs *fs)
-{
-	bool stop;
-
-	pthread_mutex_lock(&fs->poll_lock);
-	stop = fs->poll_stop;
-	pthread_mutex_unlock(&fs->poll_lock);
-	return stop;
 }
 
 void dsfs_poller_stop(struct dsfs *fs)

@@ -1,25 +1,27 @@
 // SPDX-License-Identifier: MIT
 /*
- * dsfs_node: the node (inode) table of dstagefs.
+ * dsfs_node: the node (inode) table of dstagefs (see dsfs_node.h).
  *
  * State machine of a dynamic node:
  *
- *   made by lookup/readdirplus --> LIVE (nlookup >= 1, in by_ino;
- *                                  in by_name while it is the current child)
- *   LIVE --FORGET to 0--> freed (removed from both hashes)
+ *   dsfs_node_new --> UNLINKED (the subtree fills priv)
+ *   UNLINKED --dsfs_nodes_insert--> LIVE (nlookup >= 1, in by_ino; in
+ *                                   by_name while it is the current child)
  *   LIVE --replaced by a newer child of the same name--> LIVE, unnamed
  *          (only by_ino finds it; the kernel still holds it)
+ *   LIVE --dsfs_nodes_forget to 0--> UNLINKED, handed back to be freed
  *
- * Invariants (all under dsfs.node_lock): a node is in by_ino iff nlookup > 0;
- * at most one node per (parent, name) is in by_name; inode numbers are never
- * reused (next_ino only grows), so a stale (parent, name) key never matches
- * a new parent. Static nodes are never in the table.
+ * Invariants (all under dsfs_nodes.lock): a dynamic node is in by_ino iff
+ * nlookup > 0; at most one node per (parent, name) is in by_name; inode
+ * numbers are never reused (next_ino only grows), so a stale (parent, name)
+ * key never matches a new parent. Fixed nodes live in fixed_nodes only,
+ * set before the session starts and read without the lock after that.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dsfs.h"
+#include "dsfs_node.h"
 
 #define DSFS_NODES_MIN_BUCKETS 1024
 
@@ -41,59 +43,101 @@ static size_t dsfs_node_hash_name(fuse_ino_t parent, const char *name, size_t n)
 	return (size_t)(h ^ (h >> 29)) & (n - 1);
 }
 
-int dsfs_nodes_init(struct dsfs *fs)
+int dsfs_nodes_init(struct dsfs_nodes *t)
 {
-	fs->nbuckets = DSFS_NODES_MIN_BUCKETS;
-	fs->by_ino = calloc(fs->nbuckets, sizeof(*fs->by_ino));
-	fs->by_name = calloc(fs->nbuckets, sizeof(*fs->by_name));
-	fs->next_ino = DSFS_INO_FIRST;
-	if (!fs->by_ino || !fs->by_name) {
-		free(fs->by_ino);
-		free(fs->by_name);
-		fs->by_ino = NULL;
-		fs->by_name = NULL;
+	memset(t, 0, sizeof(*t));
+	t->nbuckets = DSFS_NODES_MIN_BUCKETS;
+	t->by_ino = calloc(t->nbuckets, sizeof(*t->by_ino));
+	t->by_name = calloc(t->nbuckets, sizeof(*t->by_name));
+	t->next_ino = DSFS_INO_FIRST;
+	if (!t->by_ino || !t->by_name || pthread_mutex_init(&t->lock, NULL)) {
+		free(t->by_ino);
+		free(t->by_name);
+		t->by_ino = NULL;
+		t->by_name = NULL;
 		return -ENOMEM;
 	}
-	return pthread_mutex_init(&fs->node_lock, NULL) ? -ENOMEM : 0;
+	return 0;
+}
+
+struct dsfs_node *dsfs_node_new(const struct dsfs_subtree *sub,
+				const char *name, void *priv)
+{
+	struct dsfs_node *n = calloc(1, sizeof(*n));
+
+	if (!n)
+		return NULL;
+	n->name = strdup(name);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->sub = sub;
+	n->priv = priv;
+	return n;
 }
 
 void dsfs_node_free(struct dsfs_node *n)
 {
 	if (!n)
 		return;
-	if (n->ds)
-		dsfs_dataset_put(n->ds);
 	free(n->name);
-	free(n->path);
-	free(n->etag);
 	free(n);
 }
 
-void dsfs_nodes_destroy(struct dsfs *fs)
+void dsfs_nodes_release(struct dsfs_nodes *t,
+			void (*drop)(struct dsfs_node *n, void *arg), void *arg)
 {
-	if (!fs->by_ino)
+	if (!t->by_ino)
 		return;
-	for (size_t i = 0; i < fs->nbuckets; i++) {
-		struct dsfs_node *n = fs->by_ino[i];
+	for (size_t i = 0; i < t->nbuckets; i++) {
+		struct dsfs_node *n = t->by_ino[i];
 
 		while (n) {
 			struct dsfs_node *next = n->next_ino;
 
+			if (drop)
+				drop(n, arg);
 			dsfs_node_free(n);
 			n = next;
 		}
 	}
-	free(fs->by_ino);
-	free(fs->by_name);
-	fs->by_ino = NULL;
-	fs->by_name = NULL;
-	pthread_mutex_destroy(&fs->node_lock);
+	for (size_t i = 0; i < DSFS_INO_FIRST; i++) {
+		if (t->fixed_nodes[i] && drop)
+			drop(t->fixed_nodes[i], arg);
+		dsfs_node_free(t->fixed_nodes[i]);
+		t->fixed_nodes[i] = NULL;
+	}
+	free(t->by_ino);
+	free(t->by_name);
+	t->by_ino = NULL;
+	t->by_name = NULL;
+	pthread_mutex_destroy(&t->lock);
 }
 
-/* Double the buckets when the table is full. Called with node_lock. */
-static void dsfs_nodes_grow(struct dsfs *fs)
+int dsfs_nodes_add_fixed(struct dsfs_nodes *t, fuse_ino_t ino,
+			 fuse_ino_t parent, const struct dsfs_subtree *sub,
+			 const char *name, void *priv)
 {
-	size_t n = fs->nbuckets * 2;
+	struct dsfs_node *n;
+
+	if (ino == 0 || ino >= DSFS_INO_FIRST || t->fixed_nodes[ino])
+		return -EINVAL;
+	n = dsfs_node_new(sub, name, priv);
+	if (!n)
+		return -ENOMEM;
+	n->ino = ino;
+	n->parent = parent;
+	n->fixed = true;
+	n->nlookup = 1;
+	t->fixed_nodes[ino] = n;
+	return 0;
+}
+
+/* Double the buckets when the table is full. Called with t->lock. */
+static void dsfs_nodes_grow(struct dsfs_nodes *t)
+{
+	size_t n = t->nbuckets * 2;
 	struct dsfs_node **bi = calloc(n, sizeof(*bi));
 	struct dsfs_node **bn = calloc(n, sizeof(*bn));
 
@@ -103,8 +147,8 @@ static void dsfs_nodes_grow(struct dsfs *fs)
 		free(bn);
 		return;
 	}
-	for (size_t i = 0; i < fs->nbuckets; i++) {
-		struct dsfs_node *x = fs->by_ino[i];
+	for (size_t i = 0; i < t->nbuckets; i++) {
+		struct dsfs_node *x = t->by_ino[i];
 
 		while (x) {
 			struct dsfs_node *next = x->next_ino;
@@ -114,7 +158,7 @@ static void dsfs_nodes_grow(struct dsfs *fs)
 			bi[h] = x;
 			x = next;
 		}
-		x = fs->by_name[i];
+		x = t->by_name[i];
 		while (x) {
 			struct dsfs_node *next = x->next_name;
 			size_t h = dsfs_node_hash_name(x->parent, x->name, n);
@@ -124,56 +168,47 @@ static void dsfs_nodes_grow(struct dsfs *fs)
 			x = next;
 		}
 	}
-	free(fs->by_ino);
-	free(fs->by_name);
-	fs->by_ino = bi;
-	fs->by_name = bn;
-	fs->nbuckets = n;
+	free(t->by_ino);
+	free(t->by_name);
+	t->by_ino = bi;
+	t->by_name = bn;
+	t->nbuckets = n;
 }
 
-static struct dsfs_node *dsfs_node_static(struct dsfs *fs, fuse_ino_t ino)
-{
-	switch (ino) {
-	case DSFS_INO_ROOT:
-		return &fs->root;
-	case DSFS_INO_DATASETS:
-		return &fs->datasets;
-	case DSFS_INO_CHECKPOINTS:
-		return &fs->checkpoints;
-	case DSFS_INO_CTL:
-		return &fs->ctl;
-	case DSFS_INO_PREFETCH:
-		return &fs->prefetch;
-	case DSFS_INO_STATS:
-		return &fs->stats;
-	default:
-		return NULL;
-	}
-}
-
-struct dsfs_node *dsfs_node_find(struct dsfs *fs, fuse_ino_t ino)
+struct dsfs_node *dsfs_nodes_find(struct dsfs_nodes *t, fuse_ino_t ino)
 {
 	struct dsfs_node *n;
 
 	if (ino < DSFS_INO_FIRST)
-		return dsfs_node_static(fs, ino);
-	pthread_mutex_lock(&fs->node_lock);
-	n = fs->by_ino[dsfs_node_hash_ino(ino, fs->nbuckets)];
+		return t->fixed_nodes[ino];
+	pthread_mutex_lock(&t->lock);
+	n = t->by_ino[dsfs_node_hash_ino(ino, t->nbuckets)];
 	while (n && n->ino != ino)
 		n = n->next_ino;
-	pthread_mutex_unlock(&fs->node_lock);
+	pthread_mutex_unlock(&t->lock);
 	return n;
 }
 
-/* Remove n from the name hash. Called with node_lock. */
-static void dsfs_node_unname(struct dsfs *fs, struct dsfs_node *n)
+/* The named child (parent, name). Called with t->lock. */
+static struct dsfs_node *dsfs_nodes_named(struct dsfs_nodes *t,
+					  fuse_ino_t parent, const char *name)
+{
+	struct dsfs_node *n;
+
+	n = t->by_name[dsfs_node_hash_name(parent, name, t->nbuckets)];
+	while (n && (n->parent != parent || strcmp(n->name, name) != 0))
+		n = n->next_name;
+	return n;
+}
+
+/* Remove n from the name hash. Called with t->lock. */
+static void dsfs_nodes_unname(struct dsfs_nodes *t, struct dsfs_node *n)
 {
 	struct dsfs_node **pp;
 
 	if (!n->named)
 		return;
-	pp = &fs->by_name[dsfs_node_hash_name(n->parent, n->name,
-					      fs->nbuckets)];
+	pp = &t->by_name[dsfs_node_hash_name(n->parent, n->name, t->nbuckets)];
 	while (*pp && *pp != n)
 		pp = &(*pp)->next_name;
 	if (*pp)
@@ -182,97 +217,85 @@ static void dsfs_node_unname(struct dsfs *fs, struct dsfs_node *n)
 	n->named = false;
 }
 
-int dsfs_node_get_child(struct dsfs *fs, fuse_ino_t parent, const char *name,
-			dsfs_node_match_fn match, dsfs_node_make_fn make,
-			void *arg, struct dsfs_node **out)
+struct dsfs_node *
+dsfs_nodes_find_child(struct dsfs_nodes *t, fuse_ino_t parent, const char *name,
+		      bool (*match)(const struct dsfs_node *n, void *arg),
+		      void *arg)
 {
-	struct dsfs_node *n, *old = NULL;
+	struct dsfs_node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = dsfs_nodes_named(t, parent, name);
+	if (n && match(n, arg))
+		n->nlookup++;
+	else
+		n = NULL;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+int dsfs_nodes_insert(struct dsfs_nodes *t, fuse_ino_t parent,
+		      struct dsfs_node *n,
+		      bool (*match)(const struct dsfs_node *n, void *arg),
+		      void *arg, struct dsfs_node **out)
+{
+	struct dsfs_node *old;
 	size_t h;
 
-	pthread_mutex_lock(&fs->node_lock);
-	h = dsfs_node_hash_name(parent, name, fs->nbuckets);
-	for (n = fs->by_name[h]; n; n = n->next_name)
-		if (n->parent == parent && strcmp(n->name, name) == 0)
-			break;
-	if (n && match(n, arg)) {
-		n->nlookup++;
-		pthread_mutex_unlock(&fs->node_lock);
-		*out = n;
-		return 0;
-	}
-	old = n;
-	pthread_mutex_unlock(&fs->node_lock);
-
-	/* Build outside the lock; another thread may race us, see below. */
-	n = make(arg);
-	if (!n)
-		return -ENOMEM;
-	n->parent = parent;
-
-	pthread_mutex_lock(&fs->node_lock);
-	h = dsfs_node_hash_name(parent, name, fs->nbuckets);
-	for (old = fs->by_name[h]; old; old = old->next_name)
-		if (old->parent == parent && strcmp(old->name, name) == 0)
-			break;
+	pthread_mutex_lock(&t->lock);
+	old = dsfs_nodes_named(t, parent, n->name);
 	if (old && match(old, arg)) {
 		/* Someone else inserted the same child meanwhile. */
 		old->nlookup++;
-		pthread_mutex_unlock(&fs->node_lock);
-		dsfs_node_free(n);
+		pthread_mutex_unlock(&t->lock);
 		*out = old;
-		return 0;
+		return 1;
 	}
 	if (old)
-		dsfs_node_unname(fs, old);
-	if (fs->nnodes >= fs->nbuckets)
-		dsfs_nodes_grow(fs);
-	n->ino = fs->next_ino++;
+		dsfs_nodes_unname(t, old);
+	if (t->nnodes >= t->nbuckets)
+		dsfs_nodes_grow(t);
+	n->parent = parent;
+	n->ino = t->next_ino++;
 	n->nlookup = 1;
-	h = dsfs_node_hash_ino(n->ino, fs->nbuckets);
-	n->next_ino = fs->by_ino[h];
-	fs->by_ino[h] = n;
-	h = dsfs_node_hash_name(parent, n->name, fs->nbuckets);
-	n->next_name = fs->by_name[h];
-	fs->by_name[h] = n;
+	h = dsfs_node_hash_ino(n->ino, t->nbuckets);
+	n->next_ino = t->by_ino[h];
+	t->by_ino[h] = n;
+	h = dsfs_node_hash_name(parent, n->name, t->nbuckets);
+	n->next_name = t->by_name[h];
+	t->by_name[h] = n;
 	n->named = true;
-	fs->nnodes++;
-	pthread_mutex_unlock(&fs->node_lock);
+	t->nnodes++;
+	pthread_mutex_unlock(&t->lock);
 	*out = n;
 	return 0;
 }
 
-void dsfs_node_ref(struct dsfs *fs, struct dsfs_node *n)
-{
-	if (n->ino < DSFS_INO_FIRST)
-		return;
-	pthread_mutex_lock(&fs->node_lock);
-	n->nlookup++;
-	pthread_mutex_unlock(&fs->node_lock);
-}
-
-void dsfs_node_forget(struct dsfs *fs, fuse_ino_t ino, uint64_t count)
+struct dsfs_node *dsfs_nodes_forget(struct dsfs_nodes *t, fuse_ino_t ino,
+				    uint64_t count)
 {
 	struct dsfs_node **pp, *n;
 
 	if (ino < DSFS_INO_FIRST)
-		return;
-	pthread_mutex_lock(&fs->node_lock);
-	pp = &fs->by_ino[dsfs_node_hash_ino(ino, fs->nbuckets)];
+		return NULL;
+	pthread_mutex_lock(&t->lock);
+	pp = &t->by_ino[dsfs_node_hash_ino(ino, t->nbuckets)];
 	while (*pp && (*pp)->ino != ino)
 		pp = &(*pp)->next_ino;
 	n = *pp;
 	if (!n) {
-		pthread_mutex_unlock(&fs->node_lock);
-		return;
+		pthread_mutex_unlock(&t->lock);
+		return NULL;
 	}
 	n->nlookup = count >= n->nlookup ? 0 : n->nlookup - count;
 	if (n->nlookup) {
-		pthread_mutex_unlock(&fs->node_lock);
-		return;
+		pthread_mutex_unlock(&t->lock);
+		return NULL;
 	}
 	*pp = n->next_ino;
-	dsfs_node_unname(fs, n);
-	fs->nnodes--;
-	pthread_mutex_unlock(&fs->node_lock);
-	dsfs_node_free(n);
+	n->next_ino = NULL;
+	dsfs_nodes_unname(t, n);
+	t->nnodes--;
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }

@@ -1,34 +1,32 @@
 // SPDX-License-Identifier: MIT
 /*
- * dsfs_ops: the FUSE low-level operations of dstagefs. Each one finds the
- * node, dispatches to the node's subtree (struct dsfs_subtree) and turns the
- * subtree's 0 / -errno into the one FUSE reply. Modifying operations whose
- * hook a subtree leaves NULL are answered EROFS: the dataset view is
- * read-only, and the checkpoint subtree becomes writable by filling in its
- * hooks, without touching this file.
+ * dsfs_ops: the FUSE low-level operations of dstagefs, the top of the
+ * dispatcher. Each one finds the node, takes the caller from the request,
+ * calls the node's subtree hook (struct dsfs_subtree, dsfs_subtree.h) and
+ * turns its 0 / -errno into the one FUSE reply. A hook a subtree leaves
+ * NULL gets the default written next to it in dsfs_subtree.h: EROFS for
+ * every modification (the dataset view, the root and checkpoints/ are
+ * read-only), ENOTSUP for reading extended attributes, EISDIR/ENOTDIR
+ * where a file or directory operation meets the other kind. A writable
+ * subtree fills in its hooks; this file does not change.
  *
- * Stateless apart from struct dsfs (see dsfs.h for its locks).
- *
- * Open handles: the fi->fh the kernel holds is a struct dsfs_handle, kept on
- * fs->handles from the OPEN/OPENDIR/CREATE reply until RELEASE/RELEASEDIR;
- * subtrees see their own fh only (dsfs_fi_sub). Whatever the kernel never
- * releases (the session ended first) dsfs_handles_release releases at
- * teardown, so no subtree state outlives the mount.
+ * Stateless apart from the open handles. The fi->fh the kernel holds is a
+ * struct dsfs_handle, kept on fs->handles (fs->handle_lock, a leaf lock)
+ * from the OPEN/OPENDIR/CREATE reply until RELEASE/RELEASEDIR; subtrees
+ * see their own fh only (dsfs_ops_fi). Whatever the kernel never releases
+ * (the session ended first) dsfs_ops_release_handles releases at teardown,
+ * so no subtree state outlives the mount.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "dsfs.h"
-#include "dstage/cache.h"
+#include "dsfs_ops.h"
+#include "dsfs_opts.h"
 #include "dstage/log.h"
-
-static struct dsfs *dsfs_of(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
 
 struct dsfs_handle {
 	struct dsfs_handle *prev, *next; /* fs->handle_lock */
@@ -38,28 +36,72 @@ struct dsfs_handle {
 	bool dir;
 };
 
+static struct dsfs *dsfs_ops_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* The node ino and the request's caller; replies ESTALE if there is no
+ * such node (then returns NULL). */
+static struct dsfs_node *dsfs_ops_node(fuse_req_t req, fuse_ino_t ino,
+				       struct dsfs_caller *who)
+{
+	struct dsfs_node *n = dsfs_nodes_find(&dsfs_ops_fs(req)->nodes, ino);
+
+	if (!n)
+		fuse_reply_err(req, ESTALE);
+	else
+		dsfs_caller_get(req, who);
+	return n;
+}
+
+/* Reply 0 or -ret. */
+static void dsfs_ops_reply_err(fuse_req_t req, int ret)
+{
+	fuse_reply_err(req, ret < 0 ? -ret : 0);
+}
+
+/* Let the node's subtree release n->priv and free an unlinked node. */
+static void dsfs_ops_free_node(struct dsfs *fs, struct dsfs_node *n)
+{
+	if (!n)
+		return;
+	if (n->sub->forget)
+		n->sub->forget(fs, n);
+	dsfs_node_free(n);
+}
+
+static void dsfs_ops_unref(struct dsfs *fs, struct dsfs_node *n, uint64_t count)
+{
+	dsfs_ops_free_node(fs, dsfs_nodes_forget(&fs->nodes, n->ino, count));
+}
+
+/* ---- open handles ---- */
+
 /* Call the subtree's release for what it handed out (fh, with the open
  * flags it saw). */
-static void dsfs_sub_release(struct dsfs *fs, struct dsfs_node *n, bool dir,
-			     uint64_t fh, int flags)
+static void dsfs_ops_sub_release(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, bool dir, uint64_t fh,
+				 int flags)
 {
 	struct fuse_file_info fi = { .flags = flags, .fh = fh };
 
 	if (dir && n->sub->releasedir)
-		n->sub->releasedir(fs, n, &fi);
+		n->sub->releasedir(fs, who, n, &fi);
 	else if (!dir && n->sub->release)
-		n->sub->release(fs, n, &fi);
+		n->sub->release(fs, who, n, &fi);
 }
 
 /* Wrap the subtree's fi->fh in a handle on fs->handles. On -ENOMEM the
  * subtree's handle is released here. */
-static int dsfs_handle_add(struct dsfs *fs, struct dsfs_node *n,
-			   struct fuse_file_info *fi, bool dir)
+static int dsfs_ops_handle_add(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, struct fuse_file_info *fi,
+			       bool dir)
 {
 	struct dsfs_handle *h = calloc(1, sizeof(*h));
 
 	if (!h) {
-		dsfs_sub_release(fs, n, dir, fi->fh, fi->flags);
+		dsfs_ops_sub_release(fs, who, n, dir, fi->fh, fi->flags);
 		return -ENOMEM;
 	}
 	h->n = n;
@@ -77,7 +119,7 @@ static int dsfs_handle_add(struct dsfs *fs, struct dsfs_node *n,
 }
 
 /* The subtree's view of fi (its own fh). fi may be NULL. */
-static struct fuse_file_info *dsfs_fi_sub(const struct fuse_file_info *fi,
+static struct fuse_file_info *dsfs_ops_fi(const struct fuse_file_info *fi,
 					  struct fuse_file_info *sub)
 {
 	if (!fi)
@@ -88,7 +130,8 @@ static struct fuse_file_info *dsfs_fi_sub(const struct fuse_file_info *fi,
 }
 
 /* RELEASE / RELEASEDIR: take h off fs->handles, release what it wraps. */
-static void dsfs_handle_release(struct dsfs *fs, struct dsfs_handle *h)
+static void dsfs_ops_handle_release(struct dsfs *fs, struct dsfs_caller *who,
+				    struct dsfs_handle *h)
 {
 	pthread_mutex_lock(&fs->handle_lock);
 	if (h->prev)
@@ -98,15 +141,17 @@ static void dsfs_handle_release(struct dsfs *fs, struct dsfs_handle *h)
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&fs->handle_lock);
-	dsfs_sub_release(fs, h->n, h->dir, h->fh, h->flags);
+	dsfs_ops_sub_release(fs, who, h->n, h->dir, h->fh, h->flags);
 	free(h);
 }
 
-void dsfs_handles_release(struct dsfs *fs)
+void dsfs_ops_release_handles(struct dsfs *fs)
 {
+	struct dsfs_caller who;
 	struct dsfs_handle *h;
 	size_t n = 0;
 
+	dsfs_caller_none(&who);
 	pthread_mutex_lock(&fs->handle_lock);
 	h = fs->handles;
 	fs->handles = NULL;
@@ -114,7 +159,7 @@ void dsfs_handles_release(struct dsfs *fs)
 	while (h) {
 		struct dsfs_handle *next = h->next;
 
-		dsfs_sub_release(fs, h->n, h->dir, h->fh, h->flags);
+		dsfs_ops_sub_release(fs, &who, h->n, h->dir, h->fh, h->flags);
 		free(h);
 		h = next;
 		n++;
@@ -123,114 +168,46 @@ void dsfs_handles_release(struct dsfs *fs)
 		log_info("released %zu handle(s) the kernel left open", n);
 }
 
-void dsfs_caller_get(fuse_req_t req, struct dsfs_caller *who)
+/* Answer an OPEN, OPENDIR (or CREATE, e set) whose hook returned ret. */
+static void dsfs_ops_reply_open(fuse_req_t req, struct dsfs *fs,
+				struct dsfs_caller *who, struct dsfs_node *n,
+				int ret, struct fuse_file_info *fi, bool dir,
+				struct dsfs_entry *e)
 {
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fuse_entry_param ep;
+	int sent;
 
-	who->uid = ctx->uid;
-	who->gid = ctx->gid;
-	who->pid = ctx->pid;
-	who->req = req;
-	who->ngroups = -1;
-}
-
-void dsfs_caller_load_groups(struct dsfs_caller *who)
-{
-	if (who->ngroups == -1) {
-		int n = fuse_req_getgroups(
-			who->req,
-			(int)(sizeof(who->groups) / sizeof(who->groups[0])),
-			who->groups);
-
-		if (n > (int)(sizeof(who->groups) / sizeof(who->groups[0])))
-			n = (int)(sizeof(who->groups) / sizeof(who->groups[0]));
-		who->ngroups = n < 0 ? -2 : n;
+	if (!ret)
+		ret = dsfs_ops_handle_add(fs, who, e ? e->node : n, fi, dir);
+	if (ret) {
+		if (e)
+			dsfs_ops_unref(fs, e->node, 1);
+		dsfs_ops_reply_err(req, ret);
+		return;
 	}
-}
-
-bool dsfs_caller_in_group(struct dsfs_caller *who, gid_t gid)
-{
-	if (who->gid == gid)
-		return true;
-	dsfs_caller_load_groups(who);
-	for (int i = 0; i < who->ngroups; i++)
-		if (who->groups[i] == gid)
-			return true;
-	return false;
-}
-
-static double dsfs_timeout(struct dsfs *fs, const struct dsfs_node *n)
-{
-	return n->sub->timeout ? n->sub->timeout(fs, n) : 0;
-}
-
-static int dsfs_access_check(struct dsfs *fs, struct dsfs_node *n,
-			     struct dsfs_caller *who, int mask)
-{
-	if (n->sub->access)
-		return n->sub->access(fs, n, who, mask);
-	return (mask & W_OK) ? -EROFS : 0;
-}
-
-static void dsfs_entry_fill(struct dsfs *fs, struct dsfs_node *n,
-			    struct fuse_entry_param *e)
-{
-	memset(e, 0, sizeof(*e));
-	e->ino = n->ino;
-	e->generation = 1;
-	n->sub->stat(fs, n, &e->attr);
-	e->attr_timeout = dsfs_timeout(fs, n);
-	e->entry_timeout = e->attr_timeout;
-}
-
-bool dsfs_dirbuf_fits(const struct dsfs_dirbuf *db, const char *name)
-{
-	size_t need =
-		db->plus ? fuse_add_direntry_plus(db->req, NULL, 0, name, NULL,
-						  0)
-			 : fuse_add_direntry(db->req, NULL, 0, name, NULL, 0);
-
-	return db->used + need <= db->size;
-}
-
-int dsfs_dirbuf_add(struct dsfs_dirbuf *db, const char *name,
-		    struct dsfs_node *n, fuse_ino_t ino, mode_t mode, off_t off)
-{
-	char *p = db->buf + db->used;
-	size_t left = db->size - db->used, need;
-
-	if (!dsfs_dirbuf_fits(db, name))
-		return 1;
-	if (db->plus) {
-		struct fuse_entry_param e;
-
-		if (n) {
-			dsfs_entry_fill(db->fs, n, &e);
-		} else {
-			/* "." and "..": no node id, so the kernel takes
-			 * no lookup reference. */
-			memset(&e, 0, sizeof(e));
-			e.attr.st_ino = ino;
-			e.attr.st_mode = mode;
-		}
-		need = fuse_add_direntry_plus(db->req, p, left, name, &e, off);
+	if (e) {
+		memset(&ep, 0, sizeof(ep));
+		ep.ino = e->node->ino;
+		ep.generation = 1;
+		ep.attr = e->attr;
+		ep.attr.st_ino = e->node->ino;
+		ep.attr_timeout = e->attr_timeout;
+		ep.entry_timeout = e->entry_timeout;
+		sent = fuse_reply_create(req, &ep, fi);
 	} else {
-		struct stat st = { 0 };
-
-		if (n)
-			n->sub->stat(db->fs, n, &st);
-		else
-			st.st_mode = mode;
-		st.st_ino = n ? n->ino : ino;
-		need = fuse_add_direntry(db->req, p, left, name, &st, off);
+		sent = fuse_reply_open(req, fi);
 	}
-	db->used += need;
-	return 0;
+	if (sent == -ENOENT) { /* interrupted: no RELEASE will come */
+		dsfs_ops_handle_release(
+			fs, who, (struct dsfs_handle *)(uintptr_t)fi->fh);
+		if (e)
+			dsfs_ops_unref(fs, e->node, 1);
+	}
 }
 
 /* ---- lifecycle ---- */
 
-static void dsfs_op_init(void *userdata, struct fuse_conn_info *conn)
+static void dsfs_ops_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct dsfs *fs = userdata;
 	unsigned max_write = fs->opts->max_write_kb * 1024;
@@ -276,522 +253,669 @@ static void dsfs_op_init(void *userdata, struct fuse_conn_info *conn)
 
 /* ---- names ---- */
 
-static void dsfs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* Answer an operation that found or made an entry (lookup, mknod, mkdir,
+ * symlink, link). */
+static void dsfs_ops_reply_entry(fuse_req_t req, struct dsfs *fs, int ret,
+				 const struct dsfs_entry *e)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *dir = dsfs_node_find(fs, parent), *n = NULL;
-	struct fuse_entry_param e;
-	struct dsfs_caller who;
-	int ret;
+	struct fuse_entry_param ep;
 
-	if (!dir) {
-		fuse_reply_err(req, ESTALE);
+	memset(&ep, 0, sizeof(ep));
+	if (ret == -ENOENT && !e->node && e->entry_timeout > 0) {
+		/* A negative entry: the kernel remembers the absence. */
+		ep.entry_timeout = e->entry_timeout;
+		fuse_reply_entry(req, &ep);
 		return;
 	}
-	if (!dir->sub->lookup) {
-		fuse_reply_err(req, ENOTDIR);
+	if (ret || !e->node) {
+		dsfs_ops_reply_err(req, ret ? ret : -EIO);
 		return;
 	}
-	dsfs_caller_get(req, &who);
-	ret = dir->sub->lookup(fs, dir, name, &who, &n);
-	if (ret == -ENOENT && dir->sub->neg_timeout) {
-		double t = dir->sub->neg_timeout(fs, dir);
-
-		if (t > 0) {
-			memset(&e, 0, sizeof(e));
-			e.entry_timeout = t;
-			fuse_reply_entry(req, &e);
-			return;
-		}
-	}
-	if (ret) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	dsfs_entry_fill(fs, n, &e);
-	if (fuse_reply_entry(req, &e) == -ENOENT)
-		dsfs_node_forget(fs, n->ino, 1); /* request interrupted */
+	ep.ino = e->node->ino;
+	ep.generation = 1;
+	ep.attr = e->attr;
+	ep.attr.st_ino = e->node->ino;
+	ep.attr_timeout = e->attr_timeout;
+	ep.entry_timeout = e->entry_timeout;
+	if (fuse_reply_entry(req, &ep) == -ENOENT)
+		dsfs_ops_unref(fs, e->node, 1); /* request interrupted */
 }
 
-static void dsfs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+static void dsfs_ops_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	dsfs_node_forget(dsfs_of(req), ino, nlookup);
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_entry e = { 0 };
+	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	int ret;
+
+	if (!dir)
+		return;
+	ret = dir->sub->lookup ? dir->sub->lookup(fs, &who, dir, name, &e)
+			       : -ENOTDIR;
+	dsfs_ops_reply_entry(req, fs, ret, &e);
+}
+
+static void dsfs_ops_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+
+	dsfs_ops_free_node(fs, dsfs_nodes_forget(&fs->nodes, ino, nlookup));
 	fuse_reply_none(req);
 }
 
-static void dsfs_op_forget_multi(fuse_req_t req, size_t count,
-				 struct fuse_forget_data *forgets)
+static void dsfs_ops_forget_multi(fuse_req_t req, size_t count,
+				  struct fuse_forget_data *forgets)
 {
-	struct dsfs *fs = dsfs_of(req);
+	struct dsfs *fs = dsfs_ops_fs(req);
 
 	for (size_t i = 0; i < count; i++)
-		dsfs_node_forget(fs, forgets[i].ino, forgets[i].nlookup);
+		dsfs_ops_free_node(fs,
+				   dsfs_nodes_forget(&fs->nodes, forgets[i].ino,
+						     forgets[i].nlookup));
 	fuse_reply_none(req);
 }
 
-static void dsfs_op_getattr(fuse_req_t req, fuse_ino_t ino,
-			    struct fuse_file_info *fi)
+static void dsfs_ops_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+			   mode_t mode, dev_t rdev)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_entry e = { 0 };
 	struct dsfs_caller who;
-	struct stat st;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+
+	if (dir)
+		dsfs_ops_reply_entry(
+			req, fs,
+			dir->sub->mknod ? dir->sub->mknod(fs, &who, dir, name,
+							  mode, rdev, &e)
+					: -EROFS,
+			&e);
+}
+
+static void dsfs_ops_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+			   mode_t mode)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_entry e = { 0 };
+	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+
+	if (dir)
+		dsfs_ops_reply_entry(
+			req, fs,
+			dir->sub->mkdir
+				? dir->sub->mkdir(fs, &who, dir, name, mode, &e)
+				: -EROFS,
+			&e);
+}
+
+static void dsfs_ops_symlink(fuse_req_t req, const char *link,
+			     fuse_ino_t parent, const char *name)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_entry e = { 0 };
+	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+
+	if (dir)
+		dsfs_ops_reply_entry(req, fs,
+				     dir->sub->symlink
+					     ? dir->sub->symlink(fs, &who, link,
+								 dir, name, &e)
+					     : -EROFS,
+				     &e);
+}
+
+static void dsfs_ops_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+			  const char *newname)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_entry e = { 0 };
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who), *dir;
 	int ret;
 
-	(void)fi;
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
+	if (!n)
 		return;
-	}
-	dsfs_caller_get(req, &who);
-	ret = dsfs_access_check(fs, n, &who, 0);
-	if (ret) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	n->sub->stat(fs, n, &st);
-	fuse_reply_attr(req, &st, dsfs_timeout(fs, n));
-}
-
-static void dsfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
-			    int to_set, struct fuse_file_info *fi)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-	struct stat st;
-	int ret;
-
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
-	struct fuse_file_info sfi;
-
-	ret = n->sub->setattr ? n->sub->setattr(fs, n, attr, to_set,
-						dsfs_fi_sub(fi, &sfi))
-			      : -EROFS;
-	if (ret) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	n->sub->stat(fs, n, &st);
-	fuse_reply_attr(req, &st, dsfs_timeout(fs, n));
-}
-
-static void dsfs_op_access(fuse_req_t req, fuse_ino_t ino, int mask)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-	struct dsfs_caller who;
-
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
-	dsfs_caller_get(req, &who);
-	fuse_reply_err(req, -dsfs_access_check(fs, n, &who, mask));
-}
-
-/* Reply to an operation that made a node (create, mkdir). */
-static void dsfs_reply_new(fuse_req_t req, struct dsfs *fs, int ret,
-			   struct dsfs_node *n, struct fuse_file_info *fi)
-{
-	struct fuse_entry_param e;
-
-	if (ret) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	dsfs_entry_fill(fs, n, &e);
-	if (fi)
-		fuse_reply_create(req, &e, fi);
+	dir = dsfs_nodes_find(&fs->nodes, newparent);
+	if (!dir)
+		ret = -ESTALE;
+	else if (!n->sub->link)
+		ret = -EROFS;
+	else if (dir->sub != n->sub)
+		ret = -EXDEV;
 	else
-		fuse_reply_entry(req, &e);
+		ret = n->sub->link(fs, &who, n, dir, newname, &e);
+	dsfs_ops_reply_entry(req, fs, ret, &e);
 }
 
-static void dsfs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
-			  mode_t mode)
+static void dsfs_ops_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *dir = dsfs_node_find(fs, parent), *n = NULL;
+	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+
+	if (dir)
+		dsfs_ops_reply_err(
+			req, dir->sub->unlink
+				     ? dir->sub->unlink(fs, &who, dir, name)
+				     : -EROFS);
+}
+
+static void dsfs_ops_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+
+	if (dir)
+		dsfs_ops_reply_err(
+			req, dir->sub->rmdir
+				     ? dir->sub->rmdir(fs, &who, dir, name)
+				     : -EROFS);
+}
+
+static void dsfs_ops_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    fuse_ino_t newparent, const char *newname,
+			    unsigned int flags)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who), *ndir;
 	int ret;
 
-	if (!dir) {
-		fuse_reply_err(req, ESTALE);
+	if (!dir)
 		return;
-	}
-	dsfs_caller_get(req, &who);
-	ret = dir->sub->mkdir ? dir->sub->mkdir(fs, dir, name, mode, &who, &n)
-			      : -EROFS;
-	dsfs_reply_new(req, fs, ret, n, NULL);
-}
-
-static void dsfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
-			   mode_t mode, struct fuse_file_info *fi)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *dir = dsfs_node_find(fs, parent), *n = NULL;
-	struct dsfs_caller who;
-	int ret;
-
-	if (!dir) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
-	dsfs_caller_get(req, &who);
-	ret = dir->sub->create
-		      ? dir->sub->create(fs, dir, name, mode, &who, fi, &n)
-		      : -EROFS;
-	if (!ret)
-		ret = dsfs_handle_add(fs, n, fi, false);
-	dsfs_reply_new(req, fs, ret, n, fi);
-}
-
-static void dsfs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
-			  mode_t mode, dev_t rdev)
-{
-	(void)parent;
-	(void)name;
-	(void)mode;
-	(void)rdev;
-	fuse_reply_err(req, EROFS);
-}
-
-static void dsfs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
-			    const char *name)
-{
-	(void)link;
-	(void)parent;
-	(void)name;
-	fuse_reply_err(req, EROFS);
-}
-
-static void dsfs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
-			 const char *newname)
-{
-	(void)ino;
-	(void)newparent;
-	(void)newname;
-	fuse_reply_err(req, EROFS);
-}
-
-static void dsfs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *dir = dsfs_node_find(fs, parent);
-
-	if (!dir) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
-	fuse_reply_err(req, dir->sub->unlink ? -dir->sub->unlink(fs, dir, name)
-					     : EROFS);
-}
-
-static void dsfs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *dir = dsfs_node_find(fs, parent);
-
-	if (!dir) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
-	fuse_reply_err(req, dir->sub->rmdir ? -dir->sub->rmdir(fs, dir, name)
-					    : EROFS);
-}
-
-static void dsfs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
-			   fuse_ino_t newparent, const char *newname,
-			   unsigned int flags)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *dir = dsfs_node_find(fs, parent);
-	struct dsfs_node *ndir = dsfs_node_find(fs, newparent);
-
-	if (!dir || !ndir) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
+	ndir = dsfs_nodes_find(&fs->nodes, newparent);
 	/* Only within one subtree; across subtrees is another device. */
-	if (dir->sub != ndir->sub || !dir->sub->rename) {
-		fuse_reply_err(req, dir->sub->rename ? EXDEV : EROFS);
+	if (!ndir)
+		ret = -ESTALE;
+	else if (!dir->sub->rename)
+		ret = -EROFS;
+	else if (dir->sub != ndir->sub)
+		ret = -EXDEV;
+	else
+		ret = dir->sub->rename(fs, &who, dir, name, ndir, newname,
+				       flags);
+	dsfs_ops_reply_err(req, ret);
+}
+
+static void dsfs_ops_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    mode_t mode, struct fuse_file_info *fi)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_entry e = { 0 };
+	struct dsfs_caller who;
+	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	int ret;
+
+	if (!dir)
+		return;
+	ret = dir->sub->create
+		      ? dir->sub->create(fs, &who, dir, name, mode, fi, &e)
+		      : -EROFS;
+	if (ret || !e.node) {
+		dsfs_ops_reply_err(req, ret ? ret : -EIO);
 		return;
 	}
-	fuse_reply_err(req,
-		       -dir->sub->rename(fs, dir, name, ndir, newname, flags));
+	dsfs_ops_reply_open(req, fs, &who, dir, 0, fi, false, &e);
+}
+
+/* ---- attributes ---- */
+
+static void dsfs_ops_getattr(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct fuse_file_info sfi;
+	double timeout = 0;
+	struct stat st;
+	int ret;
+
+	if (!n)
+		return;
+	ret = n->sub->getattr
+		      ? n->sub->getattr(fs, &who, n, dsfs_ops_fi(fi, &sfi), &st,
+					&timeout)
+		      : -ENOSYS;
+	if (ret) {
+		dsfs_ops_reply_err(req, ret);
+		return;
+	}
+	st.st_ino = n->ino;
+	fuse_reply_attr(req, &st, timeout);
+}
+
+static void dsfs_ops_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			     int to_set, struct fuse_file_info *fi)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct fuse_file_info sfi;
+	double timeout = 0;
+	struct stat st;
+	int ret;
+
+	if (!n)
+		return;
+	ret = n->sub->setattr
+		      ? n->sub->setattr(fs, &who, n, attr, to_set,
+					dsfs_ops_fi(fi, &sfi), &st, &timeout)
+		      : -EROFS;
+	if (ret) {
+		dsfs_ops_reply_err(req, ret);
+		return;
+	}
+	st.st_ino = n->ino;
+	fuse_reply_attr(req, &st, timeout);
+}
+
+static void dsfs_ops_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+
+	if (!n)
+		return;
+	if (n->sub->access)
+		dsfs_ops_reply_err(req, n->sub->access(fs, &who, n, mask));
+	else
+		dsfs_ops_reply_err(req, (mask & W_OK) ? -EROFS : 0);
+}
+
+static void dsfs_ops_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	char buf[PATH_MAX];
+	int ret;
+
+	if (!n)
+		return;
+	ret = n->sub->readlink ? n->sub->readlink(fs, &who, n, buf, sizeof(buf))
+			       : -EINVAL;
+	if (ret) {
+		dsfs_ops_reply_err(req, ret);
+		return;
+	}
+	buf[sizeof(buf) - 1] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+static void dsfs_ops_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_node *n = dsfs_nodes_find(&fs->nodes, ino);
+	struct dsfs_node *root = dsfs_nodes_find(&fs->nodes, DSFS_INO_ROOT);
+	struct dsfs_caller who;
+	struct statvfs sv;
+	int ret = 0;
+
+	dsfs_caller_get(req, &who);
+	memset(&sv, 0, sizeof(sv));
+	sv.f_namemax = 255;
+	if (n && n->sub->statfs)
+		ret = n->sub->statfs(fs, &who, n, &sv);
+	else if (root && root->sub->statfs)
+		ret = root->sub->statfs(fs, &who, root, &sv);
+	if (ret)
+		dsfs_ops_reply_err(req, ret);
+	else
+		fuse_reply_statfs(req, &sv);
 }
 
 /* ---- files ---- */
 
-static void dsfs_op_open(fuse_req_t req, fuse_ino_t ino,
-			 struct fuse_file_info *fi)
+static void dsfs_ops_open(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
+	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+
+	if (n)
+		dsfs_ops_reply_open(req, fs, &who, n,
+				    n->sub->open ? n->sub->open(fs, &who, n, fi)
+						 : -EISDIR,
+				    fi, false, NULL);
+}
+
+static void dsfs_ops_read(fuse_req_t req, fuse_ino_t ino, size_t size,
+			  off_t off, struct fuse_file_info *fi)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_reply_read r = { .req = req };
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct fuse_file_info sfi;
 	int ret;
 
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
+	if (!n)
 		return;
-	}
-	dsfs_caller_get(req, &who);
-	ret = n->sub->open ? n->sub->open(fs, n, &who, fi) : -EISDIR;
-	if (!ret)
-		ret = dsfs_handle_add(fs, n, fi, false);
-	if (ret) {
-		fuse_reply_err(req, -ret);
+	ret = n->sub->read ? n->sub->read(fs, &who, n, dsfs_ops_fi(fi, &sfi),
+					  size, off, &r)
+			   : -EISDIR;
+	if (r.sent)
 		return;
-	}
-	if (fuse_reply_open(req, fi) == -ENOENT) /* interrupted: no RELEASE */
-		dsfs_handle_release(fs,
-				    (struct dsfs_handle *)(uintptr_t)fi->fh);
+	if (ret)
+		dsfs_ops_reply_err(req, ret);
+	else
+		fuse_reply_buf(req, NULL, 0);
 }
 
-static void dsfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-			 struct fuse_file_info *fi)
+static void dsfs_ops_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			   size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-
-	if (!n || !n->sub->read) {
-		fuse_reply_err(req, n ? EISDIR : ESTALE);
-		return;
-	}
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
 	struct fuse_file_info sfi;
-
-	n->sub->read(req, fs, n, dsfs_fi_sub(fi, &sfi), size, off);
-}
-
-static void dsfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
-			  size_t size, off_t off, struct fuse_file_info *fi)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
 	ssize_t w;
 
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
+	if (!n)
 		return;
-	}
-	struct fuse_file_info sfi;
-
-	w = n->sub->write ? n->sub->write(fs, n, dsfs_fi_sub(fi, &sfi), buf,
-					  size, off)
+	w = n->sub->write ? n->sub->write(fs, &who, n, dsfs_ops_fi(fi, &sfi),
+					  buf, size, off)
 			  : -EROFS;
 	if (w < 0)
-		fuse_reply_err(req, (int)-w);
+		dsfs_ops_reply_err(req, (int)w);
 	else
 		fuse_reply_write(req, (size_t)w);
 }
 
-static void dsfs_op_flush(fuse_req_t req, fuse_ino_t ino,
-			  struct fuse_file_info *fi)
+static void dsfs_ops_flush(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
 	struct fuse_file_info sfi;
 
-	fuse_reply_err(req,
-		       n->sub->flush
-			       ? -n->sub->flush(fs, n, dsfs_fi_sub(fi, &sfi))
-			       : 0);
+	if (n)
+		dsfs_ops_reply_err(
+			req, n->sub->flush
+				     ? n->sub->flush(fs, &who, n,
+						     dsfs_ops_fi(fi, &sfi))
+				     : 0);
 }
 
-static void dsfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
-			  struct fuse_file_info *fi)
+static void dsfs_ops_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+			   struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
 	struct fuse_file_info sfi;
 
-	fuse_reply_err(req, n->sub->fsync
-				    ? -n->sub->fsync(fs, n, datasync,
-						     dsfs_fi_sub(fi, &sfi))
-				    : 0);
+	if (n)
+		dsfs_ops_reply_err(
+			req, n->sub->fsync
+				     ? n->sub->fsync(fs, &who, n, datasync,
+						     dsfs_ops_fi(fi, &sfi))
+				     : 0);
 }
 
-static void dsfs_op_release(fuse_req_t req, fuse_ino_t ino,
-			    struct fuse_file_info *fi)
+static void dsfs_ops_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+			       off_t off, off_t len, struct fuse_file_info *fi)
 {
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct fuse_file_info sfi;
+
+	if (n)
+		dsfs_ops_reply_err(
+			req,
+			n->sub->fallocate
+				? n->sub->fallocate(fs, &who, n, mode, off, len,
+						    dsfs_ops_fi(fi, &sfi))
+				: -EROFS);
+}
+
+static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
+{
+	struct dsfs_caller who;
+
 	(void)ino;
-	dsfs_handle_release(dsfs_of(req),
-			    (struct dsfs_handle *)(uintptr_t)fi->fh);
+	dsfs_caller_get(req, &who);
+	dsfs_ops_handle_release(dsfs_ops_fs(req), &who,
+				(struct dsfs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
-}
-
-static void dsfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
-			      off_t offset, off_t length,
-			      struct fuse_file_info *fi)
-{
-	(void)ino;
-	(void)mode;
-	(void)offset;
-	(void)length;
-	(void)fi;
-	fuse_reply_err(req, EROFS);
 }
 
 /* ---- directories ---- */
 
-static void dsfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
-			    struct fuse_file_info *fi)
+static void dsfs_ops_opendir(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
+	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
 	int ret;
 
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
+	if (!n)
 		return;
-	}
+	if (!n->sub->readdir)
+		ret = -ENOTDIR;
+	else
+		ret = n->sub->opendir ? n->sub->opendir(fs, &who, n, fi) : 0;
+	dsfs_ops_reply_open(req, fs, &who, n, ret, fi, true, NULL);
+}
+
+static void dsfs_ops_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
+				 off_t off, struct fuse_file_info *fi,
+				 bool plus)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_reply_dir d = { .req = req, .plus = plus, .size = size };
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct fuse_file_info sfi;
+	int ret;
+
+	if (!n)
+		return;
 	if (!n->sub->readdir) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	dsfs_caller_get(req, &who);
-	ret = n->sub->opendir ? n->sub->opendir(fs, n, &who, fi) : 0;
-	if (!ret)
-		ret = dsfs_handle_add(fs, n, fi, true);
-	if (ret) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	if (fuse_reply_open(req, fi) == -ENOENT)
-		dsfs_handle_release(fs,
-				    (struct dsfs_handle *)(uintptr_t)fi->fh);
-}
-
-static void dsfs_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
-			     off_t off, struct fuse_file_info *fi, bool plus)
-{
-	struct dsfs *fs = dsfs_of(req);
-	struct dsfs_node *n = dsfs_node_find(fs, ino);
-	struct dsfs_dirbuf db = { .req = req, .fs = fs, .plus = plus };
-	int ret;
-
-	if (!n) {
-		fuse_reply_err(req, ESTALE);
-		return;
-	}
-	db.size = size;
-	db.buf = malloc(size ? size : 1);
-	if (!db.buf) {
+	d.buf = malloc(size ? size : 1);
+	if (!d.buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	struct fuse_file_info sfi;
-
-	ret = n->sub->readdir(fs, n, dsfs_fi_sub(fi, &sfi), off, &db);
+	ret = n->sub->readdir(fs, &who, n, dsfs_ops_fi(fi, &sfi), off, &d);
 	/* Entries already added were counted as looked up (plus): they
 	 * must go out even if a later one failed. */
-	if (ret && !db.used)
-		fuse_reply_err(req, -ret);
+	if (ret && !d.used)
+		dsfs_ops_reply_err(req, ret);
 	else
-		fuse_reply_buf(req, db.buf, db.used);
-	free(db.buf);
+		fuse_reply_buf(req, d.buf, d.used);
+	free(d.buf);
 }
 
-static void dsfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
-			    off_t off, struct fuse_file_info *fi)
+static void dsfs_ops_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			     off_t off, struct fuse_file_info *fi)
 {
-	dsfs_readdir_any(req, ino, size, off, fi, false);
+	dsfs_ops_readdir_any(req, ino, size, off, fi, false);
 }
 
-static void dsfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
-				off_t off, struct fuse_file_info *fi)
+static void dsfs_ops_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+				 off_t off, struct fuse_file_info *fi)
 {
-	dsfs_readdir_any(req, ino, size, off, fi, true);
+	dsfs_ops_readdir_any(req, ino, size, off, fi, true);
 }
 
-static void dsfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
-			       struct fuse_file_info *fi)
+static void dsfs_ops_releasedir(fuse_req_t req, fuse_ino_t ino,
+				struct fuse_file_info *fi)
 {
+	struct dsfs_caller who;
+
 	(void)ino;
-	dsfs_handle_release(dsfs_of(req),
-			    (struct dsfs_handle *)(uintptr_t)fi->fh);
+	dsfs_caller_get(req, &who);
+	dsfs_ops_handle_release(dsfs_ops_fs(req), &who,
+				(struct dsfs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
-static void dsfs_op_statfs(fuse_req_t req, fuse_ino_t ino)
+static void dsfs_ops_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			      struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_of(req);
-	struct cache_stats cs;
-	struct statvfs sv = { 0 };
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct fuse_file_info sfi;
 
-	(void)ino;
-	cache_get_stats(fs->cache, &cs);
-	sv.f_bsize = 4096;
-	sv.f_frsize = 4096;
-	sv.f_blocks = cs.capacity / 4096;
-	sv.f_bfree = cs.capacity > cs.used ? (cs.capacity - cs.used) / 4096 : 0;
-	sv.f_bavail = sv.f_bfree;
-	sv.f_namemax = 255;
-	fuse_reply_statfs(req, &sv);
+	if (n)
+		dsfs_ops_reply_err(
+			req, n->sub->fsyncdir
+				     ? n->sub->fsyncdir(fs, &who, n, datasync,
+							dsfs_ops_fi(fi, &sfi))
+				     : 0);
 }
 
-/* ---- extended attributes: none; setting them is a modification ---- */
+/* ---- extended attributes ---- */
 
-static void dsfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			     const char *value, size_t size, int flags)
+static void dsfs_ops_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			      const char *value, size_t size, int flags)
 {
-	(void)ino;
-	(void)name;
-	(void)value;
-	(void)size;
-	(void)flags;
-	fuse_reply_err(req, EROFS);
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+
+	if (n)
+		dsfs_ops_reply_err(req, n->sub->setxattr
+						? n->sub->setxattr(fs, &who, n,
+								   name, value,
+								   size, flags)
+						: -EROFS);
 }
 
-static void dsfs_op_removexattr(fuse_req_t req, fuse_ino_t ino,
-				const char *name)
+static void dsfs_ops_removexattr(fuse_req_t req, fuse_ino_t ino,
+				 const char *name)
 {
-	(void)ino;
-	(void)name;
-	fuse_reply_err(req, EROFS);
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+
+	if (n)
+		dsfs_ops_reply_err(
+			req, n->sub->removexattr
+				     ? n->sub->removexattr(fs, &who, n, name)
+				     : -EROFS);
 }
 
-const struct fuse_lowlevel_ops dsfs_ll_ops = {
-	.init = dsfs_op_init,
-	.lookup = dsfs_op_lookup,
-	.forget = dsfs_op_forget,
-	.forget_multi = dsfs_op_forget_multi,
-	.getattr = dsfs_op_getattr,
-	.setattr = dsfs_op_setattr,
-	.access = dsfs_op_access,
-	.mknod = dsfs_op_mknod,
-	.mkdir = dsfs_op_mkdir,
-	.unlink = dsfs_op_unlink,
-	.rmdir = dsfs_op_rmdir,
-	.symlink = dsfs_op_symlink,
-	.rename = dsfs_op_rename,
-	.link = dsfs_op_link,
-	.create = dsfs_op_create,
-	.open = dsfs_op_open,
-	.read = dsfs_op_read,
-	.write = dsfs_op_write,
-	.flush = dsfs_op_flush,
-	.fsync = dsfs_op_fsync,
-	.release = dsfs_op_release,
-	.fallocate = dsfs_op_fallocate,
-	.opendir = dsfs_op_opendir,
-	.readdir = dsfs_op_readdir,
-	.readdirplus = dsfs_op_readdirplus,
-	.releasedir = dsfs_op_releasedir,
-	.statfs = dsfs_op_statfs,
-	.setxattr = dsfs_op_setxattr,
-	.removexattr = dsfs_op_removexattr,
+/*
+ * The answer to GETXATTR/LISTXATTR on a subtree without the hook: ENOTSUP.
+ * While no subtree has them, ENOSYS instead: the kernel then stops asking
+ * (ls -l asks per file) and gives callers the same EOPNOTSUPP.
+ */
+static int dsfs_ops_no_xattr(struct dsfs *fs)
+{
+	for (int i = 0; i < DSFS_SUB_COUNT; i++)
+		if (fs->subs[i]->getxattr || fs->subs[i]->listxattr)
+			return ENOTSUP;
+	return ENOSYS;
+}
+
+/* GETXATTR and LISTXATTR: size 0 asks for the length only. */
+static void dsfs_ops_reply_xattr(fuse_req_t req, ssize_t len, const char *buf,
+				 size_t size)
+{
+	if (len < 0)
+		dsfs_ops_reply_err(req, (int)len);
+	else if (!size)
+		fuse_reply_xattr(req, (size_t)len);
+	else
+		fuse_reply_buf(req, buf, (size_t)len);
+}
+
+static void dsfs_ops_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			      size_t size)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	char *buf = NULL;
+	ssize_t len;
+
+	if (!n)
+		return;
+	if (!n->sub->getxattr) {
+		fuse_reply_err(req, dsfs_ops_no_xattr(fs));
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	len = n->sub->getxattr(fs, &who, n, name, buf, size);
+	dsfs_ops_reply_xattr(req, len, buf, size);
+	free(buf);
+}
+
+static void dsfs_ops_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct dsfs *fs = dsfs_ops_fs(req);
+	struct dsfs_caller who;
+	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	char *buf = NULL;
+	ssize_t len;
+
+	if (!n)
+		return;
+	if (!n->sub->listxattr) {
+		fuse_reply_err(req, dsfs_ops_no_xattr(fs));
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	len = n->sub->listxattr(fs, &who, n, buf, size);
+	dsfs_ops_reply_xattr(req, len, buf, size);
+	free(buf);
+}
+
+const struct fuse_lowlevel_ops dsfs_ops_ll = {
+	.init = dsfs_ops_init,
+	.lookup = dsfs_ops_lookup,
+	.forget = dsfs_ops_forget,
+	.forget_multi = dsfs_ops_forget_multi,
+	.getattr = dsfs_ops_getattr,
+	.setattr = dsfs_ops_setattr,
+	.readlink = dsfs_ops_readlink,
+	.mknod = dsfs_ops_mknod,
+	.mkdir = dsfs_ops_mkdir,
+	.unlink = dsfs_ops_unlink,
+	.rmdir = dsfs_ops_rmdir,
+	.symlink = dsfs_ops_symlink,
+	.rename = dsfs_ops_rename,
+	.link = dsfs_ops_link,
+	.open = dsfs_ops_open,
+	.read = dsfs_ops_read,
+	.write = dsfs_ops_write,
+	.flush = dsfs_ops_flush,
+	.release = dsfs_ops_release,
+	.fsync = dsfs_ops_fsync,
+	.opendir = dsfs_ops_opendir,
+	.readdir = dsfs_ops_readdir,
+	.releasedir = dsfs_ops_releasedir,
+	.fsyncdir = dsfs_ops_fsyncdir,
+	.statfs = dsfs_ops_statfs,
+	.setxattr = dsfs_ops_setxattr,
+	.getxattr = dsfs_ops_getxattr,
+	.listxattr = dsfs_ops_listxattr,
+	.removexattr = dsfs_ops_removexattr,
+	.access = dsfs_ops_access,
+	.create = dsfs_ops_create,
+	.fallocate = dsfs_ops_fallocate,
+	.readdirplus = dsfs_ops_readdirplus,
 };

@@ -4,7 +4,10 @@
  * dsfs_opts that is immutable once the file system is mounted.
  *
  * dstagefs's own settings come as long options or as -o NAME=VALUE; every
- * other -o option goes to libfuse (allow_other, max_read=N, ...).
+ * other -o option goes to libfuse (allow_other, max_read=N, ...). The -o
+ * lists are split by fuse_opt_parse (which also handles "\," escapes):
+ * our names are taken out, the rest stay in o->fuse_args for
+ * fuse_session_new.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dsfs.h"
+#include "dsfs_opts.h"
 #include "dstage/config.h"
 
 /* Defaults chosen by measurement: docs/dstagefs.md, "Tuning". */
@@ -78,6 +81,16 @@ void dsfs_opts_help(const char *prog)
 	       "                        (default %d)\n"
 	       "  -o prefetch_window=SIZE  bytes in flight for "
 	       ".dstage/prefetch (default 1G)\n"
+	       "  -o prefetch_max_entries=N, prefetch_max_bytes=SIZE\n"
+	       "                        one prefetch list's limits (default "
+	       "%u, %lluM)\n"
+	       "  -o prefetch_uid_max_entries=N, prefetch_uid_max_bytes=SIZE\n"
+	       "                        one user's open lists together "
+	       "(default %u, %lluM);\n"
+	       "                        writes past a limit fail with "
+	       "EDQUOT\n"
+	       "  -o ctl_max_handles=N  open .dstage files per user (default "
+	       "%d)\n"
 	       "  -o max_read=N, ...    other options go to libfuse\n"
 	       "  -h, --help            this text\n"
 	       "  -V, --version         the version\n"
@@ -98,7 +111,22 @@ void dsfs_opts_help(const char *prog)
 	       "  4  the catalog or the cache could not be opened\n",
 	       prog, DSFS_DEF_MOUNTPOINT, CONFIG_DEFAULT_PATH, DSFS_DEF_THREADS,
 	       DSFS_DEF_MAX_WRITE_KB, DSFS_DEF_READ_AHEAD_KB,
-	       DSFS_DEF_ENTRY_TIMEOUT, DSFS_DEF_POLL_MS);
+	       DSFS_DEF_ENTRY_TIMEOUT, DSFS_DEF_POLL_MS,
+	       DSFS_DEF_PF_MAX_ENTRIES, DSFS_DEF_PF_MAX_BYTES >> 20,
+	       DSFS_DEF_PF_UID_MAX_ENTRIES, DSFS_DEF_PF_UID_MAX_BYTES >> 20,
+	       DSFS_DEF_CTL_MAX_HANDLES);
+}
+
+static int dsfs_opts_size(const char *name, const char *v, uint64_t *out)
+{
+	if (config_parse_size(v, out) || *out == 0) {
+		fprintf(stderr,
+			"dstagefs: bad value '%s' for %s: expected a size such "
+			"as 256M or 1G\n",
+			v, name);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int dsfs_opts_uint(const char *name, const char *v, unsigned long min,
@@ -117,20 +145,6 @@ static int dsfs_opts_uint(const char *name, const char *v, unsigned long min,
 		return -EINVAL;
 	}
 	*out = x;
-	return 0;
-}
-
-static int dsfs_opts_append_fuse(struct dsfs_opts *o, const char *opt)
-{
-	size_t a = o->fuse_opts ? strlen(o->fuse_opts) : 0, b = strlen(opt);
-	char *p = realloc(o->fuse_opts, a + b + 2);
-
-	if (!p)
-		return -ENOMEM;
-	if (a)
-		p[a++] = ',';
-	memcpy(p + a, opt, b + 1);
-	o->fuse_opts = p;
 	return 0;
 }
 
@@ -188,17 +202,26 @@ static int dsfs_opts_set(struct dsfs_opts *o, const char *name, const char *v)
 		ret = dsfs_opts_uint(name, v, 10, 3600000, 10, &x);
 		o->poll_ms = (unsigned)x;
 	} else if (strcmp(name, "prefetch_window") == 0) {
-		uint64_t sz;
-
 		NEED_VALUE;
-		if (config_parse_size(v, &sz) || sz == 0) {
-			fprintf(stderr,
-				"dstagefs: bad value '%s' for prefetch_window: "
-				"expected a size such as 256M or 1G\n",
-				v);
-			return -EINVAL;
-		}
-		o->prefetch_window = sz;
+		ret = dsfs_opts_size(name, v, &o->prefetch_window);
+	} else if (strcmp(name, "prefetch_max_bytes") == 0) {
+		NEED_VALUE;
+		ret = dsfs_opts_size(name, v, &o->pf_max_bytes);
+	} else if (strcmp(name, "prefetch_uid_max_bytes") == 0) {
+		NEED_VALUE;
+		ret = dsfs_opts_size(name, v, &o->pf_uid_max_bytes);
+	} else if (strcmp(name, "prefetch_max_entries") == 0) {
+		NEED_VALUE;
+		ret = dsfs_opts_uint(name, v, 1, UINT_MAX, 10, &x);
+		o->pf_max_entries = x;
+	} else if (strcmp(name, "prefetch_uid_max_entries") == 0) {
+		NEED_VALUE;
+		ret = dsfs_opts_uint(name, v, 1, UINT_MAX, 10, &x);
+		o->pf_uid_max_entries = x;
+	} else if (strcmp(name, "ctl_max_handles") == 0) {
+		NEED_VALUE;
+		ret = dsfs_opts_uint(name, v, 1, 1u << 20, 10, &x);
+		o->ctl_max_handles = (unsigned)x;
 	} else {
 		return 1; /* not ours */
 	}
@@ -206,31 +229,32 @@ static int dsfs_opts_set(struct dsfs_opts *o, const char *name, const char *v)
 	return ret;
 }
 
-/* Split a -o list: our settings are applied, the rest go to libfuse. */
-static int dsfs_opts_o(struct dsfs_opts *o, const char *list)
+/*
+ * fuse_opt_parse's callback for one option of a -o list: ours are applied
+ * and dropped (0), the rest kept for libfuse (1), errors stop it (-1).
+ */
+static int dsfs_opts_proc(void *data, const char *arg, int key,
+			  struct fuse_args *outargs)
 {
-	char *copy = strdup(list), *save = NULL, *tok;
-	int ret = 0;
+	struct dsfs_opts *o = data;
+	const char *eq;
+	char name[64];
+	size_t len;
+	int ret;
 
-	if (!copy)
-		return -ENOMEM;
-	for (tok = strtok_r(copy, ",", &save); tok && !ret;
-	     tok = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(tok, '=');
-
-		if (eq)
-			*eq = '\0';
-		ret = dsfs_opts_set(o, tok, eq ? eq + 1 : NULL);
-		if (eq)
-			*eq = '=';
-		if (ret == 1) {
-			if (strcmp(tok, "allow_other") == 0)
-				o->allow_other = true;
-			ret = dsfs_opts_append_fuse(o, tok);
-		}
-	}
-	free(copy);
-	return ret;
+	(void)outargs;
+	if (key != FUSE_OPT_KEY_OPT)
+		return 1; /* "-o" itself and argv[0] */
+	eq = strchr(arg, '=');
+	len = eq ? (size_t)(eq - arg) : strlen(arg);
+	if (len >= sizeof(name))
+		return 1; /* no name of ours is that long */
+	memcpy(name, arg, len);
+	name[len] = '\0';
+	ret = dsfs_opts_set(o, name, eq ? eq + 1 : NULL);
+	if (ret == 1 && strcmp(name, "allow_other") == 0)
+		o->allow_other = true;
+	return ret == 1 ? 1 : ret ? -1 : 0;
 }
 
 int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
@@ -251,6 +275,11 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 		{ "entry-timeout", required_argument, NULL, 1 },
 		{ "poll-ms", required_argument, NULL, 1 },
 		{ "prefetch-window", required_argument, NULL, 1 },
+		{ "prefetch-max-entries", required_argument, NULL, 1 },
+		{ "prefetch-max-bytes", required_argument, NULL, 1 },
+		{ "prefetch-uid-max-entries", required_argument, NULL, 1 },
+		{ "prefetch-uid-max-bytes", required_argument, NULL, 1 },
+		{ "ctl-max-handles", required_argument, NULL, 1 },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, idx, ret;
@@ -267,6 +296,13 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 	o->entry_timeout = DSFS_DEF_ENTRY_TIMEOUT;
 	o->poll_ms = DSFS_DEF_POLL_MS;
 	o->prefetch_window = DSFS_DEF_PREFETCH_WINDOW;
+	o->pf_max_entries = DSFS_DEF_PF_MAX_ENTRIES;
+	o->pf_max_bytes = DSFS_DEF_PF_MAX_BYTES;
+	o->pf_uid_max_entries = DSFS_DEF_PF_UID_MAX_ENTRIES;
+	o->pf_uid_max_bytes = DSFS_DEF_PF_UID_MAX_BYTES;
+	o->ctl_max_handles = DSFS_DEF_CTL_MAX_HANDLES;
+	if (fuse_opt_add_arg(&o->fuse_args, "dstagefs"))
+		return -ENOMEM;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "hVfdo:", longopts, &idx)) != -1) {
@@ -285,9 +321,10 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 			o->foreground = true;
 			break;
 		case 'o':
-			ret = dsfs_opts_o(o, optarg);
-			if (ret)
-				return ret < 0 ? ret : -EINVAL;
+			/* Gathered here, split below by fuse_opt_parse. */
+			if (fuse_opt_add_arg(&o->fuse_args, "-o") ||
+			    fuse_opt_add_arg(&o->fuse_args, optarg))
+				return -ENOMEM;
 			break;
 		case 'c':
 			o->config_path = optarg;
@@ -296,7 +333,7 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 			o->log_level = optarg;
 			break;
 		case 1: {
-			char name[32];
+			char name[40];
 			size_t i;
 
 			/* --read-ahead-kb -> read_ahead_kb */
@@ -320,11 +357,12 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 			argv[optind]);
 		return -EINVAL;
 	}
+	if (fuse_opt_parse(&o->fuse_args, o, NULL, dsfs_opts_proc))
+		return -EINVAL;
 	return 0;
 }
 
 void dsfs_opts_release(struct dsfs_opts *o)
 {
-	free(o->fuse_opts);
-	o->fuse_opts = NULL;
+	fuse_opt_free_args(&o->fuse_args);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "dsfs.h"
+#include "dsfs_ops.h"
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
 #include "dstage/config.h"
@@ -134,12 +135,12 @@ static bool dsfs_already_mounted(const char *mp)
 
 static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 {
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_args *args = &o->fuse_args;
 	struct fuse_loop_config *lcfg = NULL;
 	struct fuse_session *se = NULL;
 	struct cache *cache = NULL;
 	struct cachepol *pol = NULL;
-	char *mopts = NULL, *real_mp = NULL;
+	char *real_mp = NULL;
 	bool mounted = false, handlers = false;
 	sigset_t sigs, oldsigs;
 	struct dsfs fs;
@@ -167,22 +168,17 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 		free(real_mp);
 		return DSFS_EXIT_STORE;
 	}
-	if (asprintf(&mopts, "fsname=dstage,subtype=dstagefs%s%s",
-		     o->fuse_opts ? "," : "",
-		     o->fuse_opts ? o->fuse_opts : "") < 0) {
-		mopts = NULL;
+	/* The -o options dsfs_opts_parse left for libfuse, and ours. */
+	if (fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, "fsname=dstage,subtype=dstagefs") ||
+	    (o->debug && fuse_opt_add_arg(args, "-d"))) {
 		code = DSFS_EXIT_RUNTIME;
 		goto out;
 	}
-	if (fuse_opt_add_arg(&args, "dstagefs") ||
-	    fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, mopts) ||
-	    (o->debug && fuse_opt_add_arg(&args, "-d"))) {
-		code = DSFS_EXIT_RUNTIME;
-		goto out;
-	}
-	se = fuse_session_new(&args, &dsfs_ll_ops, sizeof(dsfs_ll_ops), &fs);
+	se = fuse_session_new(args, &dsfs_ops_ll, sizeof(dsfs_ops_ll), &fs);
 	if (!se) {
-		log_error("libfuse refused the options '%s'", mopts);
+		log_error("libfuse refused the options (see the message "
+			  "above); dstagefs --help lists its own");
 		code = DSFS_EXIT_USAGE;
 		goto out;
 	}
@@ -250,8 +246,8 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	fuse_loop_cfg_set_max_threads(lcfg, o->threads);
 	fuse_loop_cfg_set_idle_threads(lcfg, o->threads);
 	log_info("mounted %s: %zu datasets from %s, cache %s, %u threads%s",
-		 o->mountpoint, fs.ndsents, cfg->catalog_path, cfg->cache_dir,
-		 o->threads, o->clone_fd ? ", clone_fd" : "");
+		 o->mountpoint, dsfs_ndatasets(&fs), cfg->catalog_path,
+		 cfg->cache_dir, o->threads, o->clone_fd ? ", clone_fd" : "");
 	ret = fuse_session_loop_mt(se, lcfg);
 	if (ret > 0) /* 3.14: the number of the signal that ended it */
 		log_info("signal %d: unmounting %s", ret, o->mountpoint);
@@ -272,9 +268,7 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_loop_cfg_destroy(lcfg);
-	fuse_opt_free_args(&args);
-	free(mopts);
-	dsfs_handles_release(&fs); /* no RELEASE comes any more */
+	dsfs_release_handles(&fs); /* no RELEASE comes any more */
 	cache_close(cache);
 	cachepol_close(pol);
 	fs.cache = NULL;
