@@ -794,6 +794,12 @@ int64_t pinned_read_batch(struct pinned *p, struct pinned_entry *e, size_t n,
 				ret = -EISDIR;
 			else
 				f->size = (uint64_t)st.st_size;
+		} else if (e[i].file) {
+			*f = *e[i].file;
+			f->fd = -1; /* not ours to close: reads use file's */
+			ret = pinned_check_range(e[i].file, e[i].off,
+						 (size_t)e[i].len);
+			f->size = e[i].len;
 		} else if (e[i].cache && e[i].obj && e[i].obj->key) {
 			f->c = e[i].cache;
 			f->obj = *e[i].obj;
@@ -823,7 +829,9 @@ int64_t pinned_read_batch(struct pinned *p, struct pinned_entry *e, size_t n,
 	}
 	/* One submission for every file (the ring holds PINNED_IOS). */
 	for (i = 0; i < n && !ret; i++) {
-		ret = pinned_queue_range(&fs[i], 0, (size_t)fs[i].size,
+		ret = pinned_queue_range(e[i].file ? e[i].file : &fs[i],
+					 e[i].file ? e[i].off : 0,
+					 (size_t)fs[i].size,
 					 (char *)arena + e[i].arena_off, false,
 					 &pending, &e[i].err);
 		if (ret && !e[i].err)

@@ -156,12 +156,15 @@ int pinned_read_host(struct pinned_file *f, uint64_t off, size_t len,
 int pinned_read_device(struct pinned_file *f, uint64_t off, size_t len,
 		       void *dev, void *stream);
 
-/* One file of a batch. path, or cache and obj, say what to read; the rest
- * is set by pinned_read_batch. */
+/* One file of a batch: path (the whole file), or cache and obj (the whole
+ * object), or file, off and len (a range of an open file, e.g. a member of
+ * a tar shard). The rest is set by pinned_read_batch. */
 struct pinned_entry {
-	const char *path; /* a file (whole), or NULL: */
-	struct cache *cache; /* an object through the cache */
+	const char *path;
+	struct cache *cache;
 	const struct cache_object *obj;
+	struct pinned_file *file;
+	uint64_t off, len; /* file's range (must lie within it) */
 	uint64_t size; /* out: its size in bytes */
 	uint64_t arena_off; /* out: where its bytes start in the arena */
 	int err; /* out: 0 or this file's -errno */

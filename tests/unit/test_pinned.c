@@ -488,6 +488,41 @@ static void test_batch(void)
 	}
 	CHECK_INT(pinned_read_batch(p, e, 10, arena, arena_len, 3, NULL, NULL),
 		  -EINVAL);
+	/* Ranges of an open file (members of a tar shard). */
+	{
+		static const uint64_t r[][2] = {
+			{ 0, 100 }, { 100, 4000 }, { 5000, 0 }, { 60000, 5536 }
+		};
+		char path[400];
+		char *shard = put_file("shard", 65536, path, sizeof(path));
+		struct pinned_file *f = NULL;
+		struct pinned_entry re[5];
+
+		CHECK_INT(pinned_file_open(p, path, &f), 0);
+		for (int i = 0; i < 4; i++)
+			re[i] = (struct pinned_entry){ .file = f,
+						       .off = r[i][0],
+						       .len = r[i][1] };
+		re[4] = (struct pinned_entry){ .path = paths[1] };
+		used = pinned_read_batch(p, re, 5, arena, arena_len, 64, dev,
+					 NULL);
+		CHECK_INT(used,
+			  9728 + e[1].size); /* 0, 128, 4160, 4160, 9728 */
+		for (int i = 0; i < 4; i++) {
+			CHECK_INT(re[i].err, 0);
+			CHECK_INT(re[i].size, r[i][1]);
+			CHECK(!memcmp(arena + re[i].arena_off, shard + r[i][0],
+				      r[i][1]));
+		}
+		CHECK(!memcmp(arena + re[4].arena_off, data[1], re[4].size));
+		re[3].len = 5537;
+		CHECK_INT(pinned_read_batch(p, re, 5, arena, arena_len, 64, dev,
+					    NULL),
+			  -EINVAL);
+		CHECK_INT(re[3].err, -EINVAL);
+		pinned_file_close(f);
+		free(shard);
+	}
 	/* Too small an arena: refused before reading. */
 	memset(arena, SENTINEL, 4096);
 	CHECK_INT(pinned_read_batch(p, e, N, arena, 4096, 0, dev, NULL),
