@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -65,6 +66,31 @@ static char *put_file(const char *name, size_t size, char *path, size_t plen)
 		fclose(f);
 	}
 	return d;
+}
+
+/* Pages of path in the page cache (cachestat(2)), or -1 without it. */
+static long long cached_pages(const char *path)
+{
+	uint64_t range[2] = { 0, 0 }, st[5] = { 0 };
+	int fd = open(path, O_RDONLY);
+	long r;
+
+	if (fd < 0)
+		return -1;
+	r = syscall(451 /* cachestat */, fd, range, st, 0);
+	close(fd);
+	return r ? -1 : (long long)st[0];
+}
+
+/* Write back and drop path's pages: the next read is cold. */
+static void drop_pages(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+
+	CHECK(fd >= 0);
+	CHECK_INT(fdatasync(fd), 0);
+	CHECK_INT(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
 }
 
 /* True when every byte of buf is the sentinel. */
@@ -174,6 +200,16 @@ static void test_sizes(void)
 				data = put_file(name, sz, path, sizeof(path));
 				CHECK_INT(pinned_file_open(p, path, &f), 0);
 				CHECK_INT(pinned_file_size(f), sz);
+				/* Cold: O_DIRECT where aligned (the tail
+				 * too, rounded up in the staging chunk), so
+				 * the page cache stays empty; warm (or with
+				 * PINNED_NO_DIRECT): buffered. */
+				drop_pages(path);
+				CHECK(dev_eq(p, f, 0, sz, data));
+				if (sz >= 4096 && cached_pages(path) >= 0)
+					CHECK_INT(cached_pages(path),
+						  flags[fl] ? (sz + 4095) / 4096
+							    : 0);
 				CHECK(dev_eq(p, f, 0, sz, data));
 				CHECK(host_eq(p, f, 0, sz, 0, data));
 				CHECK(host_eq(p, f, 0, sz, 1, data));
