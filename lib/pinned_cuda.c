@@ -117,62 +117,48 @@ static int pinned_cuda_err(struct pinned_cuda *cu, const char *what,
 	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
-static void *pinned_cuda_open_lib(char *why, size_t whylen)
-{
-	static const char *const names[] = { DSTAGE_CUDART_SONAME,
-					     "libcudart.so",
-					     DSTAGE_CUDART_PATH };
-	void *lib = NULL;
-
-	for (size_t i = 0; !lib && i < sizeof(names) / sizeof(names[0]); i++)
-		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
-		snprintf(why, whylen,
-			 "no CUDA runtime (dlopen %s: %s): install the CUDA "
-			 "runtime or add its lib64 to the loader path",
-			 DSTAGE_CUDART_SONAME, dlerror());
-	return lib;
-}
-
-#define PINNED_SYM(rt, name, why, whylen)                                    \
-	do {                                                                 \
-		*(void **)&(rt)->name = dlsym((rt)->lib, "cuda" #name);      \
-		if (!(rt)->name) {                                           \
-			snprintf(why, whylen, "libcudart lacks cuda" #name); \
-			goto err;                                            \
-		}                                                            \
+#define PINNED_SYM(rt, name)                                               \
+	do {                                                               \
+		*(void **)&(rt)->name = dlsym((rt)->lib, "cuda" #name);    \
+		if (!(rt)->name) {                                         \
+			snprintf(why, wl, "%s lacks cuda" #name, libname); \
+			goto err;                                          \
+		}                                                          \
 	} while (0)
 
-static int pinned_cuda_load(struct pinned_cuda *cu, int device)
+/* Load one CUDA runtime and check that it sees the device. Returns 0, or
+ * -ENODEV with why (wl bytes) saying what failed. */
+static int pinned_cuda_try(struct pinned_cuda *cu, const char *libname,
+			   int device, char *why, size_t wl)
 {
 	struct pinned_cudart *rt = calloc(1, sizeof(*rt));
-	char *why = cu->reason;
-	size_t wl = sizeof(cu->reason);
 	cudaError_t e;
 	int n = 0;
 
 	if (!rt)
 		return -ENOMEM;
-	rt->lib = pinned_cuda_open_lib(why, wl);
-	if (!rt->lib)
+	rt->lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+	if (!rt->lib) {
+		snprintf(why, wl, "no CUDA runtime: %s", dlerror());
 		goto err;
-	PINNED_SYM(rt, GetDeviceCount, why, wl);
-	PINNED_SYM(rt, SetDevice, why, wl);
-	PINNED_SYM(rt, GetErrorString, why, wl);
-	PINNED_SYM(rt, HostAlloc, why, wl);
-	PINNED_SYM(rt, FreeHost, why, wl);
-	PINNED_SYM(rt, Malloc, why, wl);
-	PINNED_SYM(rt, Free, why, wl);
-	PINNED_SYM(rt, Memcpy, why, wl);
-	PINNED_SYM(rt, MemcpyAsync, why, wl);
-	PINNED_SYM(rt, EventCreateWithFlags, why, wl);
-	PINNED_SYM(rt, EventDestroy, why, wl);
-	PINNED_SYM(rt, EventRecord, why, wl);
-	PINNED_SYM(rt, EventQuery, why, wl);
-	PINNED_SYM(rt, EventSynchronize, why, wl);
+	}
+	PINNED_SYM(rt, GetDeviceCount);
+	PINNED_SYM(rt, SetDevice);
+	PINNED_SYM(rt, GetErrorString);
+	PINNED_SYM(rt, HostAlloc);
+	PINNED_SYM(rt, FreeHost);
+	PINNED_SYM(rt, Malloc);
+	PINNED_SYM(rt, Free);
+	PINNED_SYM(rt, Memcpy);
+	PINNED_SYM(rt, MemcpyAsync);
+	PINNED_SYM(rt, EventCreateWithFlags);
+	PINNED_SYM(rt, EventDestroy);
+	PINNED_SYM(rt, EventRecord);
+	PINNED_SYM(rt, EventQuery);
+	PINNED_SYM(rt, EventSynchronize);
 	e = rt->GetDeviceCount(&n);
 	if (e != cudaSuccess || n <= 0) {
-		snprintf(why, wl, "cudaGetDeviceCount: %s",
+		snprintf(why, wl, "%s: cudaGetDeviceCount: %s", libname,
 			 e != cudaSuccess ? rt->GetErrorString(e)
 					  : "no CUDA device");
 		goto err;
@@ -184,19 +170,63 @@ static int pinned_cuda_load(struct pinned_cuda *cu, int device)
 	}
 	e = rt->SetDevice(device);
 	if (e != cudaSuccess) {
-		snprintf(why, wl, "cudaSetDevice(%d): %s", device,
+		snprintf(why, wl, "%s: cudaSetDevice(%d): %s", libname, device,
 			 rt->GetErrorString(e));
 		goto err;
 	}
 	cu->rt = rt;
 	cu->mode = PINNED_MODE_CUDA;
-	snprintf(why, wl, "CUDA device %d of %d", device, n);
+	snprintf(cu->reason, sizeof(cu->reason), "CUDA device %d of %d (%s)",
+		 device, n, libname);
 	return 0;
 err:
-	if (rt->lib)
-		dlclose(rt->lib);
+	/* A runtime that loaded stays loaded: unloading libcudart is not
+	 * safe once it has started (its exit handlers). */
 	free(rt);
 	return -ENODEV;
+}
+
+/*
+ * Try the runtimes in turn: $DSTAGE_CUDART (a path), the one the library
+ * was built with, then any the loader finds (an older major version works:
+ * these entry points are unchanged since CUDA 10), then the toolkit's own
+ * copy. The first one whose driver sees the device wins; reason keeps the
+ * first failure that got as far as loading a runtime.
+ */
+static int pinned_cuda_load(struct pinned_cuda *cu, int device)
+{
+	const char *names[] = { getenv("DSTAGE_CUDART"), DSTAGE_CUDART_SONAME,
+				"libcudart.so",		 "libcudart.so.13",
+				"libcudart.so.12",	 DSTAGE_CUDART_PATH };
+	char why[256];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int ret;
+
+		if (!names[i] || !*names[i])
+			continue;
+		ret = pinned_cuda_try(cu, names[i], device, why, sizeof(why));
+		if (ret != -ENODEV)
+			return ret;
+		if (!*cu->reason ||
+		    (!strncmp(cu->reason, "no CUDA runtime", 15) &&
+		     strncmp(why, "no CUDA runtime", 15)))
+			snprintf(cu->reason, sizeof(cu->reason), "%s", why);
+	}
+	return -ENODEV;
+}
+
+/* Runtime calls act on the calling thread's current device: a context
+ * may be used from another thread than the one that made it. */
+static int pinned_cuda_bind(struct pinned_cuda *cu)
+{
+	cudaError_t e = cu->rt->SetDevice(cu->device);
+
+	if (e == cudaSuccess)
+		return 0;
+	log_error("pinned: cudaSetDevice(%d) failed: %s", cu->device,
+		  cu->rt->GetErrorString(e));
+	return -EIO;
 }
 
 #else /* !DSTAGE_HAVE_CUDA */
@@ -266,6 +296,10 @@ int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
 		return -EINVAL;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
+		int b = pinned_cuda_bind(cu);
+
+		if (b)
+			return b;
 		cudaError_t e =
 			cu->rt->HostAlloc(out, len, cudaHostAllocDefault);
 
@@ -310,6 +344,10 @@ int pinned_cuda_dev_alloc(struct pinned_cuda *cu, size_t len, void **out)
 		return -EINVAL;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
+		int b = pinned_cuda_bind(cu);
+
+		if (b)
+			return b;
 		cudaError_t e = cu->rt->Malloc(out, len);
 
 		return e == cudaSuccess ? 0
@@ -344,6 +382,10 @@ int pinned_cuda_copy(struct pinned_cuda *cu, void *dst, const void *src,
 		return 0;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
+		int b = pinned_cuda_bind(cu);
+
+		if (b)
+			return b;
 		cudaError_t e = cu->rt->Memcpy(dst, src, len,
 					       to_dev ? cudaMemcpyHostToDevice
 						      : cudaMemcpyDeviceToHost);
@@ -363,6 +405,10 @@ int pinned_cuda_event_new(struct pinned_cuda *cu, void **ev)
 	*ev = NULL;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
+		int b = pinned_cuda_bind(cu);
+
+		if (b)
+			return b;
 		cudaError_t e = cu->rt->EventCreateWithFlags(
 			(cudaEvent_t *)ev, cudaEventDisableTiming);
 
@@ -393,6 +439,10 @@ int pinned_cuda_copy_async(struct pinned_cuda *cu, void *dev, const void *src,
 		return 0;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
+		int b = pinned_cuda_bind(cu);
+
+		if (b)
+			return b;
 		cudaError_t e = cu->rt->MemcpyAsync(dev, src, len,
 						    cudaMemcpyHostToDevice,
 						    (cudaStream_t)stream);

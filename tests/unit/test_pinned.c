@@ -148,6 +148,9 @@ static void test_mode(void)
 	fprintf(stderr, "test_pinned: mode %s (%s)\n",
 		pinned_mode_name(pinned_mode(p)), pinned_mode_reason(p));
 	CHECK(*pinned_mode_reason(p));
+	if (getenv("DSTAGE_TEST_EXPECT_MODE"))
+		CHECK_STR(pinned_mode_name(pinned_mode(p)),
+			  getenv("DSTAGE_TEST_EXPECT_MODE"));
 	if (pinned_mode(p) == PINNED_MODE_CPU) {
 		struct pinned *q = NULL;
 
