@@ -36,6 +36,23 @@ def pinned(build_dir):
     return m
 
 
+@pytest.fixture(params=["cpu", "fakecuda"])
+def mode(request, build_dir, monkeypatch):
+    """Each binding test twice: the CPU mode, and the CUDA mode's code on
+    the stand-in runtime of tests/unit/pinned_fake_cudart.c (built where
+    the toolkit is), which queues copies until their events are waited for
+    and aborts on misuse."""
+    if request.param == "cpu":
+        monkeypatch.setenv("DSTAGE_PINNED_MODE", "cpu")
+    else:
+        fake = build_dir / "tests" / "pinned_fake_cudart.so"
+        if not fake.exists():
+            pytest.skip("no CUDA toolkit at build time: no fake runtime")
+        monkeypatch.delenv("DSTAGE_PINNED_MODE", raising=False)
+        monkeypatch.setenv("DSTAGE_CUDART", str(fake))
+    return "cuda" if request.param == "fakecuda" else "cpu"
+
+
 def rnd(n, seed):
     return random.Random(seed).randbytes(n)
 
@@ -47,13 +64,15 @@ def vmlck_kb():
     return 0
 
 
-def test_mode_and_sizes(pinned, tmp_path):
+def test_mode_and_sizes(pinned, mode, tmp_path):
     p = pinned.Pinned(chunk=64 << 10, depth=3)
-    assert p.mode in ("cpu", "cuda") and p.reason
+    assert p.mode == mode and p.reason
     if p.mode == "cpu":
-        with pytest.raises(OSError) as ei:
-            pinned.Pinned(flags=pinned.PINNED_CUDA_REQUIRED)
-        assert ei.value.errno == 19  # ENODEV
+        os.environ.pop("DSTAGE_PINNED_MODE")  # (monkeypatch restores it)
+        if pinned.Pinned().mode == "cpu":  # no GPU here
+            with pytest.raises(OSError) as ei:
+                pinned.Pinned(flags=pinned.PINNED_CUDA_REQUIRED)
+            assert ei.value.errno == 19  # ENODEV
     block = 4 << 20  # cache.block_size's default
     for i, n in enumerate([0, 1, 4095, 4096, 4097, (64 << 10) + 1,
                            block - 1, block, block + 1]):
@@ -78,7 +97,7 @@ def test_mode_and_sizes(pinned, tmp_path):
             assert ei.value.errno == 22  # past the end: EINVAL
 
 
-def test_errors(pinned, tmp_path):
+def test_errors(pinned, mode, tmp_path):
     p = pinned.Pinned()
     with pytest.raises(FileNotFoundError):
         p.open(tmp_path / "absent")
@@ -105,7 +124,7 @@ def ctypes_fill(dev, n, p):
     p.copy_to_dev(dev, ctypes.addressof(src), n)
 
 
-def test_batch_many_small(pinned, tmp_path):
+def test_batch_many_small(pinned, mode, tmp_path):
     p = pinned.Pinned()
     files = {}
     for i in range(500):
