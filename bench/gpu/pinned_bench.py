@@ -269,7 +269,7 @@ def main():
         mount_cases(a, pinned, p, big, size, dev, threads, opts, limit, res)
 
     # (b) pageable: read into malloc'd memory, then cudaMemcpy from it.
-    del host
+    host = None
     page = bytearray(size)
     addr = ctypes.addressof((ctypes.c_char * size).from_buffer(page))
     mv = memoryview(page)
@@ -293,8 +293,8 @@ def main():
                                    "copy_pageable_GBps": gb(size, tr)}
     print("file_pageable_warm %.2f GB/s (its copy alone %.2f)" %
           (gb(size, t), gb(size, tr)), flush=True)
-    del mv, page
-    del dev
+    mv = page = None
+    dev = None
 
     # (c) many small files.
     t0 = time.perf_counter()
