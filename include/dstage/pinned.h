@@ -7,8 +7,9 @@
  *
  * Two modes, chosen once by pinned_init and reported by pinned_mode():
  *   PINNED_MODE_CUDA  built with the CUDA toolkit, libcudart loaded at run
- *                     time (dlopen) and at least one GPU: host buffers come
- *                     from cudaHostAlloc, "device" pointers from cudaMalloc.
+ *                     time (dlopen; $DSTAGE_CUDART names one) and at least
+ *                     one GPU: host buffers come from cudaHostAlloc,
+ *                     "device" pointers from cudaMalloc.
  *   PINNED_MODE_CPU   no toolkit at build time, no libcudart or no GPU at
  *                     run time, or DSTAGE_PINNED_MODE=cpu: host buffers are
  *                     4 KiB-aligned and mlock'd, "device" pointers are host
