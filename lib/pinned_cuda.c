@@ -187,17 +187,21 @@ err:
 }
 
 /*
- * Try the runtimes in turn: $DSTAGE_CUDART (a path), the one the library
- * was built with, then any the loader finds (an older major version works:
- * these entry points are unchanged since CUDA 10), then the toolkit's own
- * copy. The first one whose driver sees the device wins; reason keeps the
- * first failure that got as far as loading a runtime.
+ * Try the runtimes in turn: $DSTAGE_CUDART (a path; ignored in setuid
+ * and setgid programs, as secure_getenv does, since it names code to load),
+ * the one the library was built with, then any the loader finds (an older
+ * major version works: these entry points are unchanged since CUDA 10),
+ * then the toolkit's own copy. The first one whose driver sees the device
+ * wins; reason keeps the first failure that got as far as loading one.
  */
 static int pinned_cuda_load(struct pinned_cuda *cu, int device)
 {
-	const char *names[] = { getenv("DSTAGE_CUDART"), DSTAGE_CUDART_SONAME,
-				"libcudart.so",		 "libcudart.so.13",
-				"libcudart.so.12",	 DSTAGE_CUDART_PATH };
+	const char *names[] = { secure_getenv("DSTAGE_CUDART"),
+				DSTAGE_CUDART_SONAME,
+				"libcudart.so",
+				"libcudart.so.13",
+				"libcudart.so.12",
+				DSTAGE_CUDART_PATH };
 	char why[256];
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
