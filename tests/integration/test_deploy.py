@@ -13,7 +13,10 @@
   cover every library the binaries load, and it installs into a fresh
   Debian 12 root (debootstrap minbase, cached between runs as a tarball in
   $DSTAGE_DEBOOTSTRAP_CACHE) with apt, where `stager --help`,
-  `dstagefs --help` and the demo's steps run.
+  `dstagefs --help` and the demo's steps run. DSTAGE_DEB=path tests that
+  .deb instead (packaging/build-deb's release package).
+The fresh-root test downloads from deb.debian.org (debootstrap once, then
+the package's dependencies): it skips when the mirror cannot be reached.
 """
 import hashlib
 import json
@@ -21,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import time
 from pathlib import Path
@@ -501,9 +503,12 @@ def test_k8s_entrypoint_refuses_loose_credentials(node_env):
 
 @pytest.fixture(scope="module")
 def deb(tmp_path_factory, build_dir):
-    """The .deb CPack makes from the build under test."""
+    """The .deb CPack makes from the build under test, or $DSTAGE_DEB (the
+    one packaging/build-deb made, to test the release package)."""
     if shutil.which("dpkg-deb") is None:
         pytest.skip("dpkg-deb not installed")
+    if os.environ.get("DSTAGE_DEB"):
+        return Path(os.environ["DSTAGE_DEB"]).resolve()
     out = tmp_path_factory.mktemp("deb")
     run("cpack", "-G", "DEB", "-B", out, cwd=build_dir, timeout=300)
     debs = list(out.glob("dstage_*.deb"))
