@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,8 +117,8 @@ class Node:
                  "the stager socket", 20)
         self.run("add", "ds1", f"file://{self.src}/")
         self.mnt.mkdir()
-        subprocess.run([self.dstagefs, str(self.mnt)], env=self.env,
-                       check=True, timeout=30)
+        subprocess.run([self.dstagefs, "-o", "allow_other", str(self.mnt)],
+                       env=self.env, check=True, timeout=30)
         wait_for(lambda: mounted(self.mnt), "the mount", 20)
 
     def run(self, *args, check=True):
@@ -232,10 +233,17 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
         r = self.cmd("sinfo", "-h", "-n", NODE, "-o", "%t", check=False)
         return r.stdout.strip() if r.returncode == 0 else ""
 
-    def submit(self, comment, script):
-        out = self.d / "job-%j.out"
-        r = self.cmd("sbatch", "--parsable", f"--comment={comment}",
-                     f"--output={out}", "--time=5", "--wrap", script)
+    def submit(self, comment, script, users=None, user=None, outdir=None):
+        """sbatch as root, or as user (users fixture) writing to outdir."""
+        out = (outdir or self.d) / "job-%j.out"
+        argv = ["sbatch", "--parsable", f"--comment={comment}",
+                f"--output={out}", "--time=5", "--wrap", script]
+        if user:
+            r = users.run(user, argv, env=self.env, cwd=outdir, text=True,
+                          timeout=30)
+            assert r.returncode == 0, r.stderr
+        else:
+            r = self.cmd(*argv)
         job = r.stdout.strip().split(";")[0]
         return job, Path(str(out).replace("%j", job))
 
@@ -263,9 +271,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, build_dir):
-    root = tmp_path_factory.mktemp("slurm")
-    # slurmd runs the job as root in the job's directory: make it reachable.
+def cluster(build_dir):
+    # Not under pytest's basetemp: pytest resets /tmp/pytest-of-root to 0700
+    # whenever a session starts, and the job's user must reach the mount.
+    root = Path(tempfile.mkdtemp(prefix="dstage-slurm-", dir="/tmp"))
+    root.chmod(0o755)
     node = Node(root / "node", build_dir)
     (root / "node").mkdir()
     slurm = Slurm(root / "slurm", node)
@@ -278,6 +288,8 @@ def cluster(tmp_path_factory, build_dir):
         slurm.stop()
         node.stop()
         print(slurm.logs())
+        if not mounted(node.mnt):
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def test_job_reads_its_staged_dataset_and_nothing_from_the_source(cluster):
@@ -316,6 +328,8 @@ def test_missing_dataset_fails_the_job_with_the_reason(cluster):
     assert reason in text, text
     assert "THE-JOB-RAN" not in text
     assert reason in info, "no AdminComment: " + info
+    ctld = (slurm.d / "slurmctld.log").read_text()
+    assert f"setting admin_comment to {reason}" in ctld
     # The job's fault, not the node's: the node is still in service.
     assert wait_for(lambda: slurm.node_state() == "idle", "node idle", 15)
     # The epilog forgot the reason.
@@ -337,3 +351,31 @@ def test_job_without_datasets_runs_untouched(cluster):
     info = slurm.wait_job(job)
     assert "JobState=COMPLETED" in info
     assert out.read_text().strip() == "THE-JOB-RAN"
+
+
+def test_a_users_jobs_read_staged_data_and_see_the_reason(cluster, users):
+    """As an ordinary user: the TaskProlog runs as the user and must read
+    the reason the root Prolog left; the job reads through the shared mount."""
+    node, slurm = cluster
+    user = users.user("dsjob")
+    outdir = slurm.d / "out-user"
+    outdir.mkdir()
+    os.chown(outdir, users.uid(user), users.gid(user))
+    users.reach(outdir)
+    users.reach(node.mnt.parent)  # the mount itself is read-only
+    (slurm.d / "state").mkdir(mode=0o755, exist_ok=True)
+    users.reach(slurm.d / "state")
+    job, out = slurm.submit("dstage:ds1",
+                            f"sha256sum {node.mnt}/datasets/ds1/labels.csv",
+                            users, user, outdir)
+    info = slurm.wait_job(job)
+    assert "JobState=COMPLETED" in info, info + slurm.logs()
+    want = hashlib.sha256(b"label,count\n").hexdigest()
+    assert out.read_text().split()[0] == want
+    job, out = slurm.submit("dstage:nosuch", "echo THE-JOB-RAN", users, user,
+                            outdir)
+    info = slurm.wait_job(job)
+    text = out.read_text()
+    assert "JobState=FAILED" in info
+    assert "dstage: dataset 'nosuch' is not registered" in text, text
+    assert "THE-JOB-RAN" not in text
