@@ -1,0 +1,1 @@
+/* libdstage.so is made from the static archive (see CMakeLists.txt). */

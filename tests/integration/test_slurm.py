@@ -1,0 +1,381 @@
+"""The Slurm stage-in (packaging/slurm/) on a real single-node Slurm.
+
+The harness starts munged, slurmctld and slurmd from Debian's packages on
+127.0.0.1 in a temporary directory (its own slurm.conf, ports, munge socket
+and spool; nothing of the host's Slurm is touched) and stops them at the end.
+The node runs a stager daemon and a dstagefs mount on its own configuration;
+the Prolog, TaskProlog and Epilog are the packaged scripts, called through a
+two-line wrapper that points them at that configuration (slurmd gives
+prologs a fresh environment).
+
+  - a job naming a registered dataset (`--comment=dstage:ds1`) starts with
+    the dataset staged and verified, reads every byte through the mount, and
+    the mount's counters show 0 bytes fetched from the source meanwhile;
+  - a job naming a missing dataset fails: state FAILED, the reason in its
+    output and AdminComment, its script never runs, and the node stays in
+    service (not drained).
+
+Skips when slurmctld, slurmd, munged or sbatch is missing (scripts/install-deps
+installs them) or when not root. About 20-40 s.
+"""
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SLURM_DIR = REPO / "packaging" / "slurm"
+PROGRAMS = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "scontrol",
+            "squeue", "sinfo")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (slurmd, FUSE)"),
+    pytest.mark.skipif(
+        any(shutil.which(p) is None for p in PROGRAMS),
+        reason="Slurm or munge not installed (scripts/install-deps installs "
+        "slurmctld slurmd slurm-client munge)"),
+]
+
+NODE = "dstage1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, what, timeout=30.0, step=0.2):
+    """Poll pred() until it is true; at most timeout seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stop(proc, timeout=15):
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def mounted(path):
+    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+class Node:
+    """A dstage node: a file:// dataset, a stager daemon and a mount."""
+
+    def __init__(self, root, build_dir):
+        self.root = root
+        self.stager = str(build_dir / "stager" / "stager")
+        self.dstagefs = str(build_dir / "fs" / "dstagefs")
+        self.src = root / "store" / "ds1"
+        self.mnt = root / "data"
+        self.conf = root / "dstage.conf"
+        self.daemon = None
+
+    def start(self):
+        self.src.mkdir(parents=True)
+        (self.src / "shards").mkdir()
+        files = {"shards/shard-0.tar": os.urandom(3 << 20),
+                 "shards/shard-1.tar": os.urandom(1 << 20),
+                 "labels.csv": b"label,count\n"}
+        for k, v in files.items():
+            (self.src / k).write_bytes(v)
+        (self.src / "SHA256SUMS").write_text("".join(
+            f"{hashlib.sha256(v).hexdigest()}  {k}\n"
+            for k, v in sorted(files.items())))
+        self.size = sum(len(v) for v in files.values())
+        self.conf.write_text(
+            f"[cache]\ndir = {self.root}/cache\nsize = 256M\n"
+            f"[catalog]\npath = {self.root}/catalog.db\n"
+            f"[daemon]\nsocket = {self.root}/stager.sock\n"
+            "[log]\nlevel = info\n")
+        self.env = dict(os.environ, DSTAGE_CONFIG=str(self.conf))
+        self.daemon = subprocess.Popen(
+            [self.stager, "daemon"], env=self.env,
+            stdout=open(self.root / "daemon.log", "wb"),
+            stderr=subprocess.STDOUT)
+        wait_for(lambda: (self.root / "stager.sock").exists(),
+                 "the stager socket", 20)
+        self.run("add", "ds1", f"file://{self.src}/")
+        self.mnt.mkdir()
+        subprocess.run([self.dstagefs, "-o", "allow_other", str(self.mnt)],
+                       env=self.env, check=True, timeout=30)
+        wait_for(lambda: mounted(self.mnt), "the mount", 20)
+
+    def run(self, *args, check=True):
+        return subprocess.run([self.stager, *args], env=self.env, check=check,
+                              capture_output=True, text=True, timeout=60)
+
+    def show(self):
+        import json
+        return json.loads(self.run("show", "ds1", "--json").stdout)
+
+    def stats(self):
+        text = (self.mnt / ".dstage" / "stats").read_text()
+        return {k: int(v) for k, v in
+                (line.split() for line in text.splitlines() if line.strip())
+                if v.isdigit()}
+
+    def stop(self):
+        if mounted(self.mnt):
+            subprocess.run(["fusermount3", "-u", str(self.mnt)], timeout=30)
+        stop(self.daemon)
+
+
+class Slurm:
+    """munged + slurmctld + slurmd on 127.0.0.1, all state under dir."""
+
+    def __init__(self, root, node):
+        self.d = root
+        self.node = node
+        self.procs = []
+
+    def wrapper(self, name):
+        """The packaged script NAME, run with this node's settings."""
+        w = self.d / f"{name}.sh"
+        w.write_text(
+            "#!/bin/bash\n"
+            f"export SLURM_CONF={self.d}/slurm.conf\n"
+            f"export DSTAGE_CONFIG={self.node.conf}\n"
+            f"export DSTAGE_STAGER={self.node.stager}\n"
+            f"export DSTAGE_SLURM_STATE={self.d}/state\n"
+            "export DSTAGE_STAGE_TIMEOUT=60\n"
+            f"exec {SLURM_DIR / name} \"$@\"\n")
+        w.chmod(0o755)
+        return w
+
+    def start(self):
+        d = self.d
+        key = d / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self.munge_sock = d / "munge.sock"
+        self.spawn("munged", [
+            "munged", "-F", "--force", f"--key-file={key}",
+            f"--socket={self.munge_sock}", f"--pid-file={d}/munged.pid",
+            f"--seed-file={d}/munge.seed", f"--log-file={d}/munged.log"])
+        wait_for(self.munge_sock.exists, "the munge socket", 10)
+        (d / "ctld").mkdir()
+        (d / "spool").mkdir()
+        conf = f"""ClusterName=dstagetest
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+AuthType=auth/munge
+AuthInfo=socket={self.munge_sock}
+CredType=cred/munge
+StateSaveLocation={d}/ctld
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={d}/jobcomp.txt
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+MinJobAge=600
+Prolog={self.wrapper("prolog")}
+TaskProlog={self.wrapper("taskprolog")}
+Epilog={self.wrapper("epilog")}
+PrologFlags=Alloc
+PrologEpilogTimeout=90
+NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
+"""
+        (d / "slurm.conf").write_text(conf)
+        self.env = dict(os.environ, SLURM_CONF=str(d / "slurm.conf"))
+        self.spawn("slurmctld", ["slurmctld", "-D", "-i"])
+        self.spawn("slurmd", ["slurmd", "-D", "-N", NODE])
+        wait_for(lambda: self.node_state() == "idle", "the node to be idle",
+                 30, 0.5)
+
+    def spawn(self, name, argv):
+        env = getattr(self, "env", os.environ)
+        p = subprocess.Popen(argv, env=env,
+                             stdout=open(self.d / f"{name}.out", "wb"),
+                             stderr=subprocess.STDOUT)
+        self.procs.append(p)
+
+    def cmd(self, *argv, check=True):
+        return subprocess.run(list(argv), env=self.env, check=check,
+                              capture_output=True, text=True, timeout=30)
+
+    def node_state(self):
+        r = self.cmd("sinfo", "-h", "-n", NODE, "-o", "%t", check=False)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    def submit(self, comment, script, users=None, user=None, outdir=None):
+        """sbatch as root, or as user (users fixture) writing to outdir."""
+        out = (outdir or self.d) / "job-%j.out"
+        argv = ["sbatch", "--parsable", f"--comment={comment}",
+                f"--output={out}", "--time=5", "--wrap", script]
+        if user:
+            r = users.run(user, argv, env=self.env, cwd=outdir, text=True,
+                          timeout=30)
+            assert r.returncode == 0, r.stderr
+        else:
+            r = self.cmd(*argv)
+        job = r.stdout.strip().split(";")[0]
+        return job, Path(str(out).replace("%j", job))
+
+    def job(self, job):
+        r = self.cmd("scontrol", "show", "job", "-o", job)
+        return r.stdout
+
+    def wait_job(self, job, timeout=90):
+        def done():
+            info = self.job(job)
+            st = re.search(r"JobState=(\S+)", info).group(1)
+            return info if st in ("COMPLETED", "FAILED", "CANCELLED",
+                                  "TIMEOUT", "NODE_FAIL") else None
+        return wait_for(done, f"job {job} to end", timeout, 0.5)
+
+    def logs(self):
+        text = ""
+        for f in sorted(self.d.glob("*.log")) + sorted(self.d.glob("*.out")):
+            text += f"---- {f.name}\n{f.read_text(errors='replace')[-3000:]}\n"
+        return text
+
+    def stop(self):
+        for p in reversed(self.procs):
+            stop(p)
+
+
+@pytest.fixture(scope="module")
+def cluster(build_dir):
+    # Not under pytest's basetemp: pytest resets /tmp/pytest-of-root to 0700
+    # whenever a session starts, and the job's user must reach the mount.
+    root = Path(tempfile.mkdtemp(prefix="dstage-slurm-", dir="/tmp"))
+    root.chmod(0o755)
+    node = Node(root / "node", build_dir)
+    (root / "node").mkdir()
+    slurm = Slurm(root / "slurm", node)
+    (root / "slurm").mkdir()
+    try:
+        node.start()
+        slurm.start()
+        yield node, slurm
+    finally:
+        slurm.stop()
+        node.stop()
+        print(slurm.logs())
+        if not mounted(node.mnt):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_job_reads_its_staged_dataset_and_nothing_from_the_source(cluster):
+    node, slurm = cluster
+    assert node.show()["cached"] == 0, "staged before the job: test is void"
+    before = node.stats()
+    job, out = slurm.submit(
+        "dstage:ds1",
+        f"cd {node.mnt}/datasets/ds1 && sha256sum -c SHA256SUMS && "
+        "cat shards/* labels.csv | wc -c")
+    info = slurm.wait_job(job)
+    text = out.read_text() if out.exists() else "(no output file)"
+    assert "JobState=COMPLETED" in info, f"{info}\n{text}\n{slurm.logs()}"
+    assert "ExitCode=0:0" in info
+    lines = text.splitlines()
+    assert "shards/shard-0.tar: OK" in lines and "labels.csv: OK" in lines
+    assert lines[-1].strip() == str(node.size)
+    shown = node.show()
+    assert shown["cached"] == shown["bytes"]
+    assert shown["verified_files"] == shown["files"]
+    assert shown["mismatched_files"] == 0
+    after = node.stats()
+    assert after["bytes_from_source"] == before["bytes_from_source"], \
+        "the job's reads went to the source: the prolog did not stage"
+    assert after["bytes_from_cache"] - before["bytes_from_cache"] >= node.size
+
+
+def test_missing_dataset_fails_the_job_with_the_reason(cluster):
+    node, slurm = cluster
+    job, out = slurm.submit("dstage:ds1,nosuch", "echo THE-JOB-RAN")
+    info = slurm.wait_job(job)
+    text = out.read_text() if out.exists() else ""
+    assert "JobState=FAILED" in info, f"{info}\n{text}\n{slurm.logs()}"
+    assert not re.search(r"ExitCode=0:", info)
+    reason = "dstage: dataset 'nosuch' is not registered on this node"
+    assert reason in text, text
+    assert "THE-JOB-RAN" not in text
+    assert reason in info, "no AdminComment: " + info
+    ctld = (slurm.d / "slurmctld.log").read_text()
+    assert f"setting admin_comment to {reason}" in ctld
+    # The job's fault, not the node's: the node is still in service.
+    assert wait_for(lambda: slurm.node_state() == "idle", "node idle", 15)
+    # The epilog forgot the reason.
+    assert not (slurm.d / "state" / f"{job}.failed").exists()
+
+
+def test_bad_dataset_name_fails_the_job(cluster):
+    node, slurm = cluster
+    job, out = slurm.submit("dstage:../etc", "echo THE-JOB-RAN")
+    info = slurm.wait_job(job)
+    text = out.read_text() if out.exists() else ""
+    assert "JobState=FAILED" in info
+    assert "bad dataset name '../etc'" in text and "THE-JOB-RAN" not in text
+
+
+def test_job_without_datasets_runs_untouched(cluster):
+    node, slurm = cluster
+    job, out = slurm.submit("just a comment", "echo THE-JOB-RAN")
+    info = slurm.wait_job(job)
+    assert "JobState=COMPLETED" in info
+    assert out.read_text().strip() == "THE-JOB-RAN"
+
+
+def test_a_users_jobs_read_staged_data_and_see_the_reason(cluster, users):
+    """As an ordinary user: the TaskProlog runs as the user and must read
+    the reason the root Prolog left; the job reads through the shared mount."""
+    node, slurm = cluster
+    user = users.user("dsjob")
+    outdir = slurm.d / "out-user"
+    outdir.mkdir()
+    os.chown(outdir, users.uid(user), users.gid(user))
+    users.reach(outdir)
+    users.reach(node.mnt.parent)  # the mount itself is read-only
+    (slurm.d / "state").mkdir(mode=0o755, exist_ok=True)
+    users.reach(slurm.d / "state")
+    job, out = slurm.submit("dstage:ds1",
+                            f"sha256sum {node.mnt}/datasets/ds1/labels.csv",
+                            users, user, outdir)
+    info = slurm.wait_job(job)
+    assert "JobState=COMPLETED" in info, info + slurm.logs()
+    want = hashlib.sha256(b"label,count\n").hexdigest()
+    assert out.read_text().split()[0] == want
+    job, out = slurm.submit("dstage:nosuch", "echo THE-JOB-RAN", users, user,
+                            outdir)
+    info = slurm.wait_job(job)
+    text = out.read_text()
+    assert "JobState=FAILED" in info
+    assert "dstage: dataset 'nosuch' is not registered" in text, text
+    assert "THE-JOB-RAN" not in text
