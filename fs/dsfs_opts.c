@@ -151,7 +151,8 @@ static int dsfs_opts_uint(const char *name, const char *v, unsigned long min,
 /* One dstagefs setting, NAME and VALUE (VALUE may be NULL for flags). */
 static int dsfs_opts_set(struct dsfs_opts *o, const char *name, const char *v)
 {
-	unsigned long x;
+	/* 0 until parsed: on a parse error it is stored, then the caller fails. */
+	unsigned long x = 0;
 	int ret = 0;
 
 #define NEED_VALUE                                                             \
