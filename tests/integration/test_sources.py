@@ -187,3 +187,125 @@ def test_mount_second_uid_sees_no_link_and_no_hang(tool, tmp_path, users):
         assert r.returncode == 0 and r.stdout == b"plain\n"
     finally:
         env.cleanup()
+
+
+class StallingS3:
+    """A fake S3 endpoint on 127.0.0.1: it lists one object, then holds
+    every GET of it open without sending a byte, so that a worker reading
+    it stays blocked inside the read."""
+
+    LISTING = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        "<Name>bkt</Name><Prefix>ds/</Prefix><KeyCount>1</KeyCount>"
+        "<MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
+        "<Contents><Key>ds/stall.bin</Key>"
+        "<LastModified>2026-01-01T00:00:00.000Z</LastModified>"
+        "<ETag>&quot;0123456789abcdef0123456789abcdef&quot;</ETag>"
+        "<Size>1048576</Size><StorageClass>STANDARD</StorageClass>"
+        "</Contents></ListBucketResult>").encode()
+
+    def __init__(self):
+        import http.server
+        import threading
+        outer = self
+        self.stop = threading.Event()
+        self.got_get = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if "list-type=2" in self.path:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length",
+                                     str(len(outer.LISTING)))
+                    self.end_headers()
+                    self.wfile.write(outer.LISTING)
+                    return
+                outer.got_get.set()
+                outer.stop.wait(120)  # bounded: the test ends long before
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                      Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+        self.endpoint = "http://127.0.0.1:%d" % self.server.server_port
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_sigterm_stops_daemon_with_worker_blocked_in_a_read(tool, tmp_path):
+    """A stage job whose worker is blocked in a read that will not end for
+    minutes (the store answers nothing; low_speed_time 300 s): SIGTERM
+    still stops the daemon within seconds (stager/runner.c waits
+    RUNNER_STOP_GRACE_S for blocked workers, then leaves them)."""
+    from test_stager import Stager
+    s3 = StallingS3()
+    env = dict(os.environ, HOME=str(tmp_path),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+              "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        env.pop(k, None)
+    s = Stager(tool("stager"), tmp_path, env=env)
+    with open(s.cfg, "a") as f:
+        f.write("[s3]\nendpoint = %s\nlow_speed_time = 300s\n"
+                "deadline = 600s\nmax_attempts = 1\n" % s3.endpoint)
+    try:
+        s.start()
+        s.run("add", "ds", "s3://bkt/ds/", check=True)
+        s.run("stage", "ds", check=True)
+        assert s3.got_get.wait(30), s.log.read_text()
+        time.sleep(1)  # the worker is now inside the read
+        start = time.monotonic()
+        s.proc.send_signal(15)
+        try:
+            rc = s.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait(10)
+            raise AssertionError("the daemon ignored SIGTERM for 30 s:\n" +
+                                 s.log.read_text())
+        took = time.monotonic() - start
+        s.proc = None
+        assert rc == 0, s.log.read_text()
+        assert took < 20, took
+        assert "still blocked in a read" in s.log.read_text()
+    finally:
+        s.stop()
+        s3.close()
+
+
+def test_sigterm_with_fifo_swapped_source(tool, tmp_path):
+    """A stage job over a file:// source whose file became a FIFO after
+    registration fails naming the key (no hang), and the daemon stops at
+    once on SIGTERM."""
+    from test_stager import Stager
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.bin").write_bytes(b"x" * 1000)
+    (tmp_path / "d").mkdir()
+    s = Stager(tool("stager"), tmp_path / "d")
+    try:
+        s.start()
+        s.run("add", "ds", "file://%s/" % src, check=True)
+        os.unlink(src / "f.bin")
+        os.mkfifo(src / "f.bin")
+        p = s.run("stage", "ds", "--wait", timeout=60)
+        assert p.returncode != 0
+        assert b"f.bin" in p.stdout + p.stderr
+        assert "'f.bin' is a FIFO, not a regular file" in s.log.read_text()
+        start = time.monotonic()
+        s.proc.send_signal(15)
+        assert s.proc.wait(timeout=30) == 0
+        s.proc = None
+        assert time.monotonic() - start < 10
+    finally:
+        s.stop()
