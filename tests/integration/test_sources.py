@@ -309,3 +309,35 @@ def test_sigterm_with_fifo_swapped_source(tool, tmp_path):
         assert time.monotonic() - start < 10
     finally:
         s.stop()
+
+
+def test_one_key_limit_1024_bytes(tool, tmp_path):
+    """Keys over 1,024 bytes (S3's limit, which objstore enforces on every
+    read) are skipped at registration with a message naming the key's
+    start and the limit; a key of exactly 1,024 bytes registers and reads."""
+    src = tmp_path / "src"
+    seg = "d" * 200
+    ok = "/".join([seg] * 5) + "/" + "f" * 19        # 1,024 bytes
+    long = "/".join([seg] * 5) + "/" + "g" * 30      # 1,035 bytes
+    assert len(ok) == 1024 and len(long) == 1035
+    for k in (ok, long):
+        (src / k).parent.mkdir(parents=True, exist_ok=True)
+        (src / k).write_bytes(b"payload")
+    env = dict(os.environ, DSTAGE_LOG_LEVEL="info")
+    env.pop("DSTAGE_CONFIG", None)
+    db = tmp_path / "catalog.db"
+    p = subprocess.run([tool("catalog_tool"), str(db), "add", "ds",
+                        "file://%s/" % src], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert b"key longer than 1024 bytes" in p.stderr, p.stderr
+    line = [ln for ln in p.stderr.decode().splitlines()
+            if "key longer than 1024 bytes" in ln][0]
+    assert "skipping key '" + seg in line
+    p = subprocess.run([tool("catalog_tool"), str(db), "ls"], env=env,
+                       capture_output=True, timeout=60)
+    name, version, objects, size, bad = p.stdout.decode().split("\t")[:5]
+    assert (objects, bad) == ("1", "1"), p.stdout
+    p = subprocess.run([tool("objstore_tool"), "file://%s/" % src, "get", ok,
+                        "0", "100"], env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == b"payload", p.stderr

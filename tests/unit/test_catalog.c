@@ -433,6 +433,41 @@ static void test_migrate_v3(void)
 #define HA "aa00000000000000000000000000000000000000000000000000000000000000"
 #define HB "BB00000000000000000000000000000000000000000000000000000000000000"
 
+/* One key limit, S3's 1,024 bytes: a longer key is skipped at
+ * registration (objstore would refuse every read of it). */
+static void test_key_limit(struct catalog *cat)
+{
+	static char k1024[1025], k1025[1026], k4095[4096];
+	const char *keys[] = { k1024, k1025, k4095, NULL };
+	struct fake f = { .keys = keys, .fail_at = -1 };
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	char buf[2048];
+
+	memset(k1024, 'k', 1024);
+	for (size_t i = 200; i < 1024; i += 200)
+		k1024[i] = '/';
+	memcpy(k1025, k1024, 1024);
+	k1025[1024] = 'x';
+	memset(k4095, 'm', 4095);
+	for (size_t i = 200; i < 4095; i += 200)
+		k4095[i] = '/';
+	CHECK_INT(catalog_dataset_add(cat, "keylimit", "file:///fake", NULL),
+		  0);
+	CHECK_INT(reg(cat, "keylimit", &f), 0);
+	CHECK_INT(catalog_dataset_get(cat, "keylimit", &ds), 0);
+	CHECK_INT(ds.objects, 1);
+	CHECK_INT(ds.bad_keys, 2);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(cat, "keylimit", k1024, &e), 0);
+	CHECK(!e.is_dir && e.id > 0);
+	CHECK_INT(catalog_lookup(cat, "keylimit", k1025, &e), -ENOENT);
+	snprintf(buf, sizeof(buf), "%.*s", 800, k1024); /* its directory */
+	CHECK_INT(catalog_lookup(cat, "keylimit", buf, &e), 0);
+	CHECK(e.is_dir);
+	CHECK_INT(catalog_dataset_remove(cat, "keylimit"), 0);
+}
+
 static void test_register_keys(struct catalog *cat)
 {
 	static const char *const keys[] = {
@@ -488,6 +523,7 @@ static void test_register_keys(struct catalog *cat)
 	CHECK_INT(ds.objects, 8);
 	CHECK_STR(ds.group, "staff");
 	catalog_dataset_release(&ds);
+	test_key_limit(cat);
 
 	CHECK_STR(ls(cat, "ds", "", NULL, &nm),
 		  "SHA256SUMS,a/,a-x,dir/,dup,ok,zz/,z\xc3\xa9t\xc3\xa9/");
