@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -550,6 +551,40 @@ static bool s3_bucket_ok(const char *b, size_t len)
 	return true;
 }
 
+/*
+ * Warn (once a process) about a transport anyone on the path can read or
+ * change, and refuse to send a session token in clear unless
+ * s3.allow_insecure_token says so. Returns 0 or -EACCES (logged).
+ */
+static int s3store_check_transport(struct s3store *st, const char *endpoint,
+				   const char *url)
+{
+	static _Atomic bool warned_http, warned_tls;
+	const struct dstage_config *cfg = st->base.cfg;
+	bool http = strncasecmp(endpoint, "http://", 7) == 0;
+
+	if (http && !atomic_exchange(&warned_http, true))
+		log_warn("s3: endpoint %s is plain http: requests and data "
+			 "cross the network unencrypted and can be read or "
+			 "changed on the way; use an https:// s3.endpoint",
+			 endpoint);
+	if (!http && !cfg->s3_verify_tls && !atomic_exchange(&warned_tls, true))
+		log_warn("s3: s3.verify_tls = false: the certificate of %s is "
+			 "not checked, so anyone on the path can pose as it; "
+			 "set s3.ca_file to its CA instead",
+			 endpoint);
+	if (http && !st->anonymous && st->creds.session_token &&
+	    !cfg->s3_allow_insecure_token) {
+		log_error("s3: %s: refusing to send the session token (from "
+			  "%s) in clear to the plain http endpoint %s; use "
+			  "https, or set s3.allow_insecure_token = yes to "
+			  "accept that anyone on the path may steal it",
+			  url, st->creds.source, endpoint);
+		return -EACCES;
+	}
+	return 0;
+}
+
 int s3store_open(const char *url, const char *rest,
 		 const struct dstage_config *cfg, struct objstore **out)
 {
@@ -643,6 +678,9 @@ int s3store_open(const char *url, const char *rest,
 		log_error("s3: %s", err);
 		goto err;
 	}
+	ret = s3store_check_transport(st, endpoint, url);
+	if (ret)
+		goto err;
 	free(def_endpoint);
 	*out = &st->base;
 	return 0;

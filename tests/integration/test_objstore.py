@@ -220,6 +220,26 @@ def test_wrong_secret_names_signature_error(s3_store):
     assert p.returncode == 1 and b"SignatureDoesNotMatch" in p.stderr
 
 
+def test_session_token_not_sent_over_plain_http(s3_store):
+    """The shared radosgw is http://: a session token is refused there
+    (never sent in clear) unless s3.allow_insecure_token says otherwise,
+    and plain http is always warned about."""
+    p = s3_store.run("ls")
+    assert b"is plain http: requests and data cross the network " \
+        b"unencrypted" in p.stderr, p.stderr
+    token = {"AWS_SESSION_TOKEN": "FAKE-SESSION-TOKEN-0123"}
+    p = s3_store.run("ls", check=False, env=token)
+    assert p.returncode == 1
+    assert b"refusing to send the session token" in p.stderr
+    assert b"s3.allow_insecure_token = yes" in p.stderr
+    assert p.stderr.rstrip().endswith(b"error: EACCES"), p.stderr
+    assert b"FAKE-SESSION-TOKEN" not in p.stderr
+    p = s3_store.run("ls", check=False,
+                     env=dict(token, DSTAGE_S3_ALLOW_INSECURE_TOKEN="yes"))
+    assert b"refusing to send the session token" not in p.stderr
+    assert not p.stderr.rstrip().endswith(b"error: EACCES")
+
+
 def test_world_readable_credentials_file_refused(s3_store, tmp_path):
     cred = tmp_path / "credentials"
     cred.write_text("[default]\naws_access_key_id = AKIDEXAMPLE\n"
