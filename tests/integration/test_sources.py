@@ -341,3 +341,36 @@ def test_one_key_limit_1024_bytes(tool, tmp_path):
     p = subprocess.run([tool("objstore_tool"), "file://%s/" % src, "get", ok,
                         "0", "100"], env=env, capture_output=True, timeout=60)
     assert p.returncode == 0 and p.stdout == b"payload", p.stderr
+
+
+def test_long_log_lines_keep_their_reason(tool, tmp_path):
+    """lib/log.c: a message longer than a line loses its middle, never its
+    end (the reason and the fix), and says how much was cut. Here a file://
+    root of ~2.4 KiB and a key of ~1 KiB make a ~6 KiB message."""
+    root = tmp_path
+    for i in range(12):
+        root = root / (("r%02d" % i) * 66)[:200]
+    root.mkdir(parents=True)
+    (root / "out").write_bytes(SECRET)
+    key = "/".join([("k" * 200)] * 4) + "/link"
+    (root / "src" / key).parent.mkdir(parents=True)
+    os.symlink("../../../../../out", root / "src" / key)
+    url = "file://%s/src/" % root
+    assert len(url) > 2000
+    env = dict(os.environ, DSTAGE_SOURCES_FOLLOW_SYMLINKS="inside")
+    p = subprocess.run([tool("objstore_tool"), url, "get", key, "0", "10"],
+                       env=env, capture_output=True, timeout=60)
+    assert p.returncode == 1
+    lines = p.stderr.decode().splitlines()
+    msg = [ln for ln in lines if "leading outside the source" in ln]
+    assert msg, lines
+    line = msg[0]
+    assert line.endswith(": refused"), line[-200:]
+    assert "bytes cut)..." in line
+    assert len(line) < 4096
+    assert line.split(" ", 2)[1] == "warn:"
+    # A short line is left whole.
+    p = subprocess.run([tool("objstore_tool"), "file://%s/" % tmp_path,
+                        "get", "nope/" + "x" * 10, "0", "1"], env=env,
+                       capture_output=True, timeout=60)
+    assert b"bytes cut" not in p.stderr
