@@ -34,6 +34,7 @@ struct catalog_reg {
 	bool in_tx; /* a batch transaction is open */
 	unsigned batch; /* rows written in it */
 	uint64_t bad;
+	uint64_t bytes; /* sum of the sizes inserted, <= INT64_MAX */
 	bool has_sums;
 	struct objstore_info sums; /* .key points to sums_key */
 	char sums_key[KEYPATH_MAX]; /* the dataset's, read at the start */
@@ -153,6 +154,14 @@ static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 		catalog_reg_bad(r, key, len, "size out of range");
 		return 0;
 	}
+	/* The manifest's total is an SQLite integer: a source whose sizes
+	 * add up past INT64_MAX would make every refresh fail. */
+	if (oi->size > (uint64_t)INT64_MAX - r->bytes) {
+		catalog_reg_bad(r, key, len,
+				"the dataset's total size would pass "
+				"INT64_MAX bytes (8 EiB)");
+		return 0;
+	}
 	ret = catalog_stmt(r->cat, ST_OBJ_INSERT, &st);
 	if (ret)
 		return ret;
@@ -171,6 +180,7 @@ static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 		catalog_reg_bad(r, key, len, "duplicate key");
 		return 0;
 	}
+	r->bytes += oi->size;
 	ret = catalog_reg_dir(r, key, keypath_parent_len(key, len));
 	if (ret)
 		return ret;

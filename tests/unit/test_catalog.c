@@ -48,6 +48,7 @@ struct fake {
 	const char *sums; /* body of the sums key */
 	const char *sums_key; /* NULL: SHA256SUMS */
 	int fail_at; /* >= 0: return -EIO before key N */
+	uint64_t size; /* non-zero: every key's size */
 	void (*hook)(struct fake *f, size_t i); /* before key i */
 	size_t hook_at;
 };
@@ -84,6 +85,8 @@ static int fake_list(void *arg, objstore_list_cb cb, void *cb_arg)
 		oi.size = strcmp(oi.key, fake_sums_key(f)) == 0 && f->sums
 				  ? strlen(f->sums)
 				  : i;
+		if (f->size)
+			oi.size = f->size;
 		snprintf(oi.etag, sizeof(oi.etag), "\"etag-%zu\"", i);
 		oi.mtime = 1700000000 + (int64_t)i;
 		ret = cb(cb_arg, &oi);
@@ -433,6 +436,32 @@ static void test_migrate_v3(void)
 #define HA "aa00000000000000000000000000000000000000000000000000000000000000"
 #define HB "BB00000000000000000000000000000000000000000000000000000000000000"
 
+/* Sizes adding up past INT64_MAX: the key that would pass it is skipped
+ * (and counted bad), so registration and every refresh still succeed. */
+static void test_size_overflow(struct catalog *cat)
+{
+	static const char *const keys[] = { "a", "b", "c", NULL };
+	struct fake f = { .keys = keys,
+			  .fail_at = -1,
+			  .size = (1ULL << 62) - 1 };
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+
+	CHECK_INT(catalog_dataset_add(cat, "huge", "file:///fake", NULL), 0);
+	for (int round = 0; round < 2; round++) { /* register, refresh */
+		CHECK_INT(reg(cat, "huge", &f), 0);
+		CHECK_INT(catalog_dataset_get(cat, "huge", &ds), 0);
+		CHECK_INT(ds.version, round + 1);
+		CHECK_INT(ds.objects, 2);
+		CHECK_INT(ds.bad_keys, 1);
+		CHECK(ds.bytes == (uint64_t)INT64_MAX - 1);
+		catalog_dataset_release(&ds);
+	}
+	CHECK_INT(catalog_lookup(cat, "huge", "b", &e), 0);
+	CHECK_INT(catalog_lookup(cat, "huge", "c", &e), -ENOENT);
+	CHECK_INT(catalog_dataset_remove(cat, "huge"), 0);
+}
+
 /* One key limit, S3's 1,024 bytes: a longer key is skipped at
  * registration (objstore would refuse every read of it). */
 static void test_key_limit(struct catalog *cat)
@@ -524,6 +553,7 @@ static void test_register_keys(struct catalog *cat)
 	CHECK_STR(ds.group, "staff");
 	catalog_dataset_release(&ds);
 	test_key_limit(cat);
+	test_size_overflow(cat);
 
 	CHECK_STR(ls(cat, "ds", "", NULL, &nm),
 		  "SHA256SUMS,a/,a-x,dir/,dup,ok,zz/,z\xc3\xa9t\xc3\xa9/");
