@@ -240,6 +240,7 @@ int catalog_sqlite_errno(int rc)
 		return 0;
 	case SQLITE_BUSY:
 	case SQLITE_LOCKED:
+	case SQLITE_PROTOCOL: /* WAL locks not obtained */
 		return -EBUSY;
 	case SQLITE_FULL:
 		return -ENOSPC;
@@ -265,6 +266,12 @@ int catalog_sqlerr(sqlite3 *db, int rc, const char *what)
 
 	log_error("catalog %s: %s: %s", file ? file : "?", what,
 		  db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+	if (catalog_sqlite_errno(rc) == -EBUSY) {
+		log_error("catalog %s: locked (each wait is at most %d ms); "
+			  "locks held by other processes follow",
+			  file ? file : "?", CATALOG_BUSY_TIMEOUT_MS);
+		catalog_file_log_holders(file);
+	}
 	return catalog_sqlite_errno(rc);
 }
 
@@ -413,11 +420,17 @@ int catalog_open(const char *path, unsigned flags, struct catalog **out)
 		ret = -ENOMEM;
 		goto err;
 	}
+	ret = catalog_file_check_dir(path);
+	if (ret)
+		goto err;
 	if (!(flags & CATALOG_CREATE) && access(path, F_OK)) {
 		ret = -errno;
 		log_error("catalog %s: %s", path, strerror(errno));
 		goto err;
 	}
+	ret = catalog_file_guard(path, !ro && (flags & CATALOG_CREATE));
+	if (ret)
+		goto err;
 	oflags = SQLITE_OPEN_NOMUTEX;
 	if (ro)
 		oflags |= SQLITE_OPEN_READONLY;

@@ -14,6 +14,7 @@
 #define DSTAGE_CATALOG_I_H
 
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dstage/catalog.h"
@@ -45,7 +46,7 @@ int catalog_migrate(sqlite3 *db, int to);
 
 /*
  * The -errno for a SQLite result code, for every module that talks to the
- * catalog file: BUSY/LOCKED -EBUSY, FULL -ENOSPC, CANTOPEN/PERM/READONLY/AUTH
+ * catalog file: BUSY/LOCKED/PROTOCOL -EBUSY, FULL -ENOSPC, CANTOPEN/PERM/READONLY/AUTH
  * -EACCES, NOMEM -ENOMEM, CORRUPT/NOTADB -EUCLEAN, others -EIO; 0 for
  * OK/ROW/DONE.
  */
@@ -136,5 +137,24 @@ int catalog_dataset_id(struct catalog *cat, const char *name, int64_t *id,
 
 /* Purge every DEAD manifest of a dataset, in batches. 0 or -errno. */
 int catalog_dataset_purge_dead(struct catalog *cat, int64_t ds_id);
+
+/*
+ * The directory of catalog path: refused when writable by group or others
+ * or owned by a user other than the caller and root. Returns 0, -EACCES
+ * (logged with the path and the fix), -ENOTDIR, or stat's -errno.
+ */
+int catalog_file_check_dir(const char *path);
+
+/*
+ * With create, make path at mode 0600 when it is missing. Then check
+ * path, path-wal and path-shm (missing ones are fine): regular files, not
+ * links, of the caller or root; a mode looser than 0640 is tightened to
+ * 0600 (logged). Returns 0, -ELOOP, -EINVAL, -EACCES (logged) or -errno.
+ */
+int catalog_file_guard(const char *path, bool create);
+
+/* Log the POSIX locks other processes hold on path and on path-shm that
+ * block SQLite, each with the holder's pid and command. */
+void catalog_file_log_holders(const char *path);
 
 #endif

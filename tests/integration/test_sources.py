@@ -4,6 +4,7 @@ refused at reads, quickly, both with openat2 and with the per-component
 fallback; and through a real mount with allow_other, a second uid sees
 none of it."""
 import os
+from pathlib import Path
 import socket
 import stat
 import subprocess
@@ -374,3 +375,101 @@ def test_long_log_lines_keep_their_reason(tool, tmp_path):
                         "get", "nope/" + "x" * 10, "0", "1"], env=env,
                        capture_output=True, timeout=60)
     assert b"bytes cut" not in p.stderr
+
+
+# ---- the catalog's files (lib/catalog_file.c) -------------------------------
+
+def catalog_tool(tool, db, *args, env=None, timeout=60):
+    e = dict(os.environ, DSTAGE_LOG_LEVEL="info")
+    e.pop("DSTAGE_CONFIG", None)
+    e.update(env or {})
+    return subprocess.run([tool("catalog_tool"), str(db)] + list(args),
+                          env=e, capture_output=True, timeout=timeout)
+
+
+def test_catalog_files_private_to_the_service(tool, tmp_path, users):
+    """catalog.db, -wal and -shm are 0600 (a daemon holds all three open);
+    a second uid can read none of them, even through catalog_tool; looser
+    files are tightened at open with a log line; a directory others may
+    write is refused with the path and the fix."""
+    from test_stager import Stager
+    os.chmod(tmp_path, 0o755)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"data")
+    (tmp_path / "d").mkdir()
+    s = Stager(tool("stager"), tmp_path / "d")
+    db = tmp_path / "d" / "catalog.db"
+    try:
+        s.start()
+        s.run("add", "ds", "file://%s/" % src, check=True)
+        for f in (db, Path(str(db) + "-wal"), Path(str(db) + "-shm")):
+            assert f.exists(), f
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        user = users.user("dscat")
+        users.reach(tmp_path / "d")
+        for f in (db, str(db) + "-wal", str(db) + "-shm"):
+            r = users.run(user, ["cat", f])
+            assert r.returncode != 0 and b"Permission denied" in r.stderr
+        r = users.run(user, [tool("catalog_tool"), db, "ls"])
+        assert r.returncode != 0 and b"ds\t" not in r.stdout, r.stdout
+    finally:
+        s.stop()
+    os.chmod(db, 0o644)
+    p = catalog_tool(tool, db, "ls")
+    assert p.returncode == 0, p.stderr
+    assert b"had mode 0644; tightened to 0600" in p.stderr
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    os.chmod(tmp_path / "d", 0o777)
+    p = catalog_tool(tool, db, "ls")
+    assert p.returncode != 0
+    assert ("its directory %s is writable by others (mode 0777)" %
+            (tmp_path / "d")).encode() in p.stderr
+    assert b"chmod go-w" in p.stderr
+    os.chmod(tmp_path / "d", 0o755)
+
+
+HOLDER = r'''
+import fcntl, os, sqlite3, sys, time
+if sys.argv[3] == "live":  # as a reader would: the -shm is in use
+    db = sqlite3.connect(sys.argv[1])
+    db.execute("select count(*) from datasets").fetchall()
+fd = os.open(sys.argv[1] + "-shm", os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 120, os.SEEK_SET)  # WAL_WRITE_LOCK
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+'''
+
+
+@pytest.mark.parametrize("shm", ["live", "fresh"])
+def test_catalog_write_lock_held_by_another_process(tool, tmp_path, shm):
+    """A process holding the WAL write lock of catalog.db-shm makes a
+    catalog write fail within the busy bound (5 s a wait) instead of
+    hanging, and the log names the lock and its holder's pid."""
+    import sys
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"data")
+    db = tmp_path / "catalog.db"
+    assert catalog_tool(tool, db, "add", "ds",
+                        "file://%s/" % src).returncode == 0
+    h = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), "60", shm],
+                         stdout=subprocess.PIPE)
+    try:
+        assert h.stdout.readline() == b"locked\n"
+        start = time.monotonic()
+        p = catalog_tool(tool, db, "refresh", "ds", timeout=60)
+        took = time.monotonic() - start
+        err = p.stderr.decode()
+        assert p.returncode != 0, err
+        assert took < 30, took
+        assert ("database is locked" in err or
+                "locking protocol" in err), err
+        assert "locked (each wait is at most 5000 ms)" in err, err
+        assert ("the WAL write lock is held (write lock, bytes 120+1) by "
+                "pid %d (python3)" % h.pid) in err, err
+    finally:
+        h.kill()
+        h.wait(10)
+    # Once the holder is gone, writes work again.
+    assert catalog_tool(tool, db, "refresh", "ds").returncode == 0

@@ -201,6 +201,71 @@ static long maxrss_kib(void)
 
 /* ---- tests ---- */
 
+/* The mode bits of path, or -1 when it is missing. */
+static int mode_of(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st))
+		return -1;
+	return (int)(st.st_mode & 07777);
+}
+
+/* Every file of a catalog 0600; looser ones tightened at open; a
+ * directory others may write, or a link in place of a file, refused. */
+static void test_file_modes(void)
+{
+	char d[128], p[160], f[176];
+	struct catalog *cat = NULL;
+	mode_t old = umask(022);
+
+	snprintf(d, sizeof(d), "%s/modes", dir);
+	CHECK(mkdir(d, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/catalog.db", d);
+	CHECK_INT(catalog_open(p, CATALOG_CREATE, &cat), 0);
+	CHECK_INT(catalog_dataset_add(cat, "m", "file:///x", NULL), 0);
+	/* all three exist while the connection is open */
+	CHECK_INT(mode_of(p), 0600);
+	snprintf(f, sizeof(f), "%s-wal", p);
+	CHECK_INT(mode_of(f), 0600);
+	snprintf(f, sizeof(f), "%s-shm", p);
+	CHECK_INT(mode_of(f), 0600);
+	catalog_close(cat);
+
+	/* Existing loose files are tightened at open; 0640 is kept. */
+	CHECK(chmod(p, 0644) == 0);
+	snprintf(f, sizeof(f), "%s-wal", p);
+	if (mode_of(f) >= 0)
+		CHECK(chmod(f, 0666) == 0);
+	CHECK_INT(catalog_open(p, CATALOG_READONLY, &cat), 0);
+	catalog_close(cat);
+	CHECK_INT(mode_of(p), 0600);
+	CHECK(mode_of(f) == -1 || mode_of(f) == 0600);
+	CHECK(chmod(p, 0640) == 0);
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	catalog_close(cat);
+	CHECK_INT(mode_of(p), 0640);
+	CHECK(chmod(p, 0600) == 0);
+
+	/* A directory group or others may write: refused, file untouched. */
+	CHECK(chmod(d, 0775) == 0);
+	CHECK_INT(catalog_open(p, 0, &cat), -EACCES);
+	CHECK(cat == NULL);
+	CHECK(chmod(d, 01777) == 0);
+	CHECK_INT(catalog_open(p, CATALOG_READONLY, &cat), -EACCES);
+	snprintf(f, sizeof(f), "%s/new.db", d);
+	CHECK_INT(catalog_open(f, CATALOG_CREATE, &cat), -EACCES);
+	CHECK_INT(mode_of(f), -1);
+	CHECK(chmod(d, 0700) == 0);
+
+	/* A link in place of the database or its WAL index: refused. */
+	snprintf(f, sizeof(f), "%s/link.db", d);
+	CHECK(symlink(p, f) == 0);
+	CHECK_INT(catalog_open(f, 0, &cat), -ELOOP);
+	CHECK(cat == NULL);
+	umask(old);
+}
+
 static void test_open_errors(void)
 {
 	struct catalog *cat = NULL;
@@ -1061,6 +1126,7 @@ int main(void)
 
 	test_million();
 	test_open_errors();
+	test_file_modes();
 	test_migrate_v1();
 	test_migrate_v2();
 	test_migrate_v3();
