@@ -71,6 +71,8 @@ void log_use_syslog(const char *ident)
  * mark. Returns the bytes now in text.
  */
 static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
+			     va_list ap) __attribute__((format(printf, 4, 0)));
+static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
 			     va_list ap)
 {
 	size_t tail = room - LOG_HEAD_KEEP - LOG_MARK_ROOM, cut, k;
