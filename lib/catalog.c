@@ -37,23 +37,9 @@
 
 #include <sqlite3.h>
 
-#include "catalog_internal.h"
+#include "catalog_i.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
-
-enum {
-	MF_BUILDING = 0,
-	MF_CURRENT = 1,
-	MF_DEAD = 2,
-};
-
-/* Every connection runs with these, except while building a manifest. */
-#define CATALOG_SAFE_PRAGMAS \
-	"PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 1000"
-#define CATALOG_BULK_PRAGMAS \
-	"PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0"
-
-#define SUMS_CHUNK (1u << 20)
 
 /*
  * Forward migrations: catalog_migrations[v] takes a database from
@@ -195,36 +181,11 @@ _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==
 		       CATALOG_SCHEMA_VERSION,
 	       "one migration step per schema version");
 
-/* Cached statements, prepared on first use. */
-enum catalog_st {
-	ST_LOOKUP,
-	ST_READDIR,
-	ST_DS_GET,
-	ST_DS_ID,
-	ST_MF_STATE,
-	ST_OBJ_INSERT,
-	ST_DIR_INSERT,
-	ST_SUMS_UPDATE,
-	ST_PURGE_OBJECTS,
-	ST_PURGE_DIRS,
-	ST_PURGE_MANIFEST,
-	ST_DEAD_MANIFEST,
-	ST_COUNT
-};
-
 /* Columns of an entry, in catalog_entry_fill order, from objects o. */
 #define ENTRY_COLS_OBJ                                          \
 	"o.id, 0, o.size, o.mtime, o.etag, o.expected_sha256, " \
 	"o.actual_sha256, o.verified_at"
 #define ENTRY_COLS_DIR "0, 1, 0, m.created, NULL, NULL, NULL, 0"
-
-#define DS_COLS                                                            \
-	"d.id, d.name, d.source, d.state, d.pinned, d.quota, d.priority, " \
-	"d.owner_group, d.created, coalesce(m.version, 0), "               \
-	"coalesce(m.bad_keys, 0), coalesce(m.n_objects, 0), "              \
-	"coalesce(m.n_bytes, 0), coalesce(m.created, 0), d.sums_key "      \
-	"FROM datasets d LEFT JOIN manifests m "                           \
-	"ON m.dataset_id = d.id AND m.state = 1 "
 
 static const char *const catalog_sql[ST_COUNT] = {
 	[ST_LOOKUP] = "SELECT m.id, " ENTRY_COLS_OBJ " FROM datasets d"
@@ -270,12 +231,6 @@ static const char *const catalog_sql[ST_COUNT] = {
 			     " WHERE dataset_id = ? AND state = 2 LIMIT 1",
 };
 
-struct catalog {
-	sqlite3 *db;
-	char *path;
-	sqlite3_stmt *st[ST_COUNT];
-};
-
 int catalog_sqlite_errno(int rc)
 {
 	switch (rc & 0xff) {
@@ -285,6 +240,7 @@ int catalog_sqlite_errno(int rc)
 		return 0;
 	case SQLITE_BUSY:
 	case SQLITE_LOCKED:
+	case SQLITE_PROTOCOL: /* WAL locks not obtained */
 		return -EBUSY;
 	case SQLITE_FULL:
 		return -ENOSPC;
@@ -304,36 +260,41 @@ int catalog_sqlite_errno(int rc)
 }
 
 /* Log a SQLite failure of db and return its -errno. */
-static int catalog_sqlerr(sqlite3 *db, int rc, const char *what)
+int catalog_sqlerr(sqlite3 *db, int rc, const char *what)
 {
 	const char *file = db ? sqlite3_db_filename(db, "main") : NULL;
 
 	log_error("catalog %s: %s: %s", file ? file : "?", what,
 		  db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+	if (catalog_sqlite_errno(rc) == -EBUSY) {
+		log_error("catalog %s: locked (each wait is at most %d ms); "
+			  "locks held by other processes follow",
+			  file ? file : "?", CATALOG_BUSY_TIMEOUT_MS);
+		catalog_file_log_holders(file);
+	}
 	return catalog_sqlite_errno(rc);
 }
 
-static int catalog_exec(sqlite3 *db, const char *sql)
+int catalog_exec(sqlite3 *db, const char *sql)
 {
 	int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
 
 	return rc == SQLITE_OK ? 0 : catalog_sqlerr(db, rc, sql);
 }
 
-static void catalog_rollback(sqlite3 *db)
+void catalog_rollback(sqlite3 *db)
 {
 	if (!sqlite3_get_autocommit(db))
 		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 }
 
-static int64_t catalog_now(void)
+int64_t catalog_now(void)
 {
 	return (int64_t)time(NULL);
 }
 
 /* The cached statement id, reset and ready for binding. */
-static int catalog_stmt(struct catalog *cat, enum catalog_st id,
-			sqlite3_stmt **out)
+int catalog_stmt(struct catalog *cat, enum catalog_st id, sqlite3_stmt **out)
 {
 	int rc;
 
@@ -348,15 +309,14 @@ static int catalog_stmt(struct catalog *cat, enum catalog_st id,
 	return 0;
 }
 
-static void catalog_stmt_done(sqlite3_stmt *st)
+void catalog_stmt_done(sqlite3_stmt *st)
 {
 	sqlite3_reset(st);
 	sqlite3_clear_bindings(st);
 }
 
 /* Step a statement that returns no rows; then reset it. */
-static int catalog_step_done(struct catalog *cat, sqlite3_stmt *st,
-			     const char *what)
+int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what)
 {
 	int rc = sqlite3_step(st);
 	int ret = 0;
@@ -460,11 +420,17 @@ int catalog_open(const char *path, unsigned flags, struct catalog **out)
 		ret = -ENOMEM;
 		goto err;
 	}
+	ret = catalog_file_check_dir(path);
+	if (ret)
+		goto err;
 	if (!(flags & CATALOG_CREATE) && access(path, F_OK)) {
 		ret = -errno;
 		log_error("catalog %s: %s", path, strerror(errno));
 		goto err;
 	}
+	ret = catalog_file_guard(path, !ro && (flags & CATALOG_CREATE));
+	if (ret)
+		goto err;
 	oflags = SQLITE_OPEN_NOMUTEX;
 	if (ro)
 		oflags |= SQLITE_OPEN_READONLY;
@@ -531,324 +497,9 @@ int catalog_schema_version(struct catalog *cat)
 	return v;
 }
 
-/* ---- datasets ---- */
-
-static char *catalog_col_dup(sqlite3_stmt *st, int col, bool *oom)
-{
-	const char *s = (const char *)sqlite3_column_text(st, col);
-	char *d;
-
-	if (!s)
-		return NULL;
-	d = strdup(s);
-	if (!d)
-		*oom = true;
-	return d;
-}
-
-/* Fill ds from a DS_COLS row; strings point into the statement. */
-static void catalog_ds_fill(sqlite3_stmt *st, struct catalog_dataset *ds)
-{
-	ds->id = sqlite3_column_int64(st, 0);
-	ds->name = (char *)sqlite3_column_text(st, 1);
-	ds->source = (char *)sqlite3_column_text(st, 2);
-	ds->state = (enum catalog_ds_state)sqlite3_column_int(st, 3);
-	ds->pinned = sqlite3_column_int(st, 4) != 0;
-	ds->quota = (uint64_t)sqlite3_column_int64(st, 5);
-	ds->priority = sqlite3_column_int(st, 6);
-	ds->group = (char *)sqlite3_column_text(st, 7);
-	ds->created = sqlite3_column_int64(st, 8);
-	ds->version = sqlite3_column_int64(st, 9);
-	ds->bad_keys = (uint64_t)sqlite3_column_int64(st, 10);
-	ds->objects = (uint64_t)sqlite3_column_int64(st, 11);
-	ds->bytes = (uint64_t)sqlite3_column_int64(st, 12);
-	ds->refreshed = sqlite3_column_int64(st, 13);
-	ds->sums_key = (char *)sqlite3_column_text(st, 14);
-}
-
-int catalog_dataset_add(struct catalog *cat, const char *name,
-			const char *source, const char *group)
-{
-	sqlite3_stmt *st = NULL;
-	const char *why;
-	int rc, ret = 0;
-
-	if (keypath_check_name(name, strlen(name), &why)) {
-		log_error("catalog: bad dataset name '%s': %s", name, why);
-		return -EINVAL;
-	}
-	if (!source || !*source)
-		return -EINVAL;
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO datasets(name, source, state,"
-				" owner_group, created) VALUES(?, ?, 0, ?, ?)",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare dataset add");
-		goto out;
-	}
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, group, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, catalog_now());
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_CONSTRAINT_UNIQUE)
-		ret = -EEXIST;
-	else if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "dataset add");
-out:
-	sqlite3_finalize(st);
-	return ret;
-}
-
-int catalog_dataset_get(struct catalog *cat, const char *name,
-			struct catalog_dataset *ds)
-{
-	struct catalog_dataset row;
-	sqlite3_stmt *st = NULL;
-	bool oom = false;
-	int rc, ret;
-
-	memset(ds, 0, sizeof(*ds));
-	ret = catalog_stmt(cat, ST_DS_GET, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (rc != SQLITE_ROW) {
-		ret = catalog_sqlerr(cat->db, rc, "dataset get");
-		goto out;
-	}
-	catalog_ds_fill(st, &row);
-	*ds = row;
-	ds->name = catalog_col_dup(st, 1, &oom);
-	ds->source = catalog_col_dup(st, 2, &oom);
-	ds->group = catalog_col_dup(st, 7, &oom);
-	ds->sums_key = catalog_col_dup(st, 14, &oom);
-	if (oom) {
-		catalog_dataset_release(ds);
-		ret = -ENOMEM;
-	}
-out:
-	catalog_stmt_done(st);
-	return ret;
-}
-
-void catalog_dataset_release(struct catalog_dataset *ds)
-{
-	if (!ds)
-		return;
-	free(ds->name);
-	free(ds->source);
-	free(ds->group);
-	free(ds->sums_key);
-	ds->name = ds->source = ds->group = ds->sums_key = NULL;
-}
-
-int catalog_dataset_list(struct catalog *cat, catalog_dataset_cb cb, void *arg)
-{
-	struct catalog_dataset ds;
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
-
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT " DS_COLS "WHERE d.state <> 2"
-				" ORDER BY d.name",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare dataset list");
-		goto out;
-	}
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		catalog_ds_fill(st, &ds);
-		ret = cb(arg, &ds);
-		if (ret)
-			goto out;
-	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "dataset list");
-out:
-	sqlite3_finalize(st);
-	return ret;
-}
-
-/* UPDATE datasets SET <col> = value for a visible dataset. */
-static int catalog_dataset_set(struct catalog *cat, const char *name,
-			       const char *sql, sqlite3_int64 ival,
-			       const char *sval, bool is_text)
-{
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
-
-	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, sql);
-		goto out;
-	}
-	if (is_text)
-		sqlite3_bind_text(st, 1, sval, -1, SQLITE_STATIC);
-	else
-		sqlite3_bind_int64(st, 1, ival);
-	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, sql);
-	else if (sqlite3_changes(cat->db) == 0)
-		ret = -ENOENT;
-out:
-	sqlite3_finalize(st);
-	return ret;
-}
-
-#define DS_SET(col) \
-	"UPDATE datasets SET " col " = ?1 WHERE name = ?2 AND state <> 2"
-
-int catalog_dataset_set_pinned(struct catalog *cat, const char *name,
-			       bool pinned)
-{
-	return catalog_dataset_set(cat, name, DS_SET("pinned"), pinned, NULL,
-				   false);
-}
-
-int catalog_dataset_set_quota(struct catalog *cat, const char *name,
-			      uint64_t quota)
-{
-	if (quota > INT64_MAX)
-		return -EINVAL;
-	return catalog_dataset_set(cat, name, DS_SET("quota"),
-				   (sqlite3_int64)quota, NULL, false);
-}
-
-int catalog_dataset_set_priority(struct catalog *cat, const char *name,
-				 int priority)
-{
-	return catalog_dataset_set(cat, name, DS_SET("priority"), priority,
-				   NULL, false);
-}
-
-int catalog_dataset_set_group(struct catalog *cat, const char *name,
-			      const char *group)
-{
-	return catalog_dataset_set(cat, name, DS_SET("owner_group"), 0, group,
-				   true);
-}
-
-int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
-				 const char *key)
-{
-	const char *why;
-	char buf[256];
-
-	if (!key)
-		key = CATALOG_SUMS_KEY_DEFAULT;
-	if (keypath_check(key, strlen(key), &why)) {
-		log_error("catalog: dataset %s: bad sums key '%s': %s", name,
-			  keypath_printable(key, strlen(key), buf, sizeof(buf)),
-			  why);
-		return -EINVAL;
-	}
-	return catalog_dataset_set(cat, name, DS_SET("sums_key"), 0, key, true);
-}
-
-/* Delete one manifest in batches of CATALOG_BATCH rows (autocommit). */
-static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
-{
-	static const enum catalog_st steps[] = { ST_PURGE_OBJECTS,
-						 ST_PURGE_DIRS };
-	sqlite3_stmt *st = NULL;
-	int ret;
-
-	for (size_t i = 0; i < 2; i++) {
-		ret = catalog_stmt(cat, steps[i], &st);
-		if (ret)
-			return ret;
-		do {
-			sqlite3_bind_int64(st, 1, mf_id);
-			sqlite3_bind_int(st, 2, CATALOG_BATCH);
-			ret = catalog_step_done(cat, st, "purge manifest");
-			if (ret)
-				return ret;
-		} while (sqlite3_changes(cat->db) > 0);
-	}
-	ret = catalog_stmt(cat, ST_PURGE_MANIFEST, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, mf_id);
-	return catalog_step_done(cat, st, "purge manifest");
-}
-
-/* Purge every DEAD manifest of a dataset. */
-static int catalog_purge_dead(struct catalog *cat, int64_t ds_id)
-{
-	sqlite3_stmt *st = NULL;
-	int64_t mf_id;
-	int rc, ret;
-
-	for (;;) {
-		ret = catalog_stmt(cat, ST_DEAD_MANIFEST, &st);
-		if (ret)
-			return ret;
-		sqlite3_bind_int64(st, 1, ds_id);
-		rc = sqlite3_step(st);
-		mf_id = sqlite3_column_int64(st, 0);
-		catalog_stmt_done(st);
-		if (rc == SQLITE_DONE)
-			return 0;
-		if (rc != SQLITE_ROW)
-			return catalog_sqlerr(cat->db, rc,
-					      "find dead manifest");
-		ret = catalog_manifest_purge(cat, mf_id);
-		if (ret)
-			return ret;
-	}
-}
-
-/*
- * In a transaction: the id and state of dataset name, or -ENOENT. With
- * sums_key (KEYPATH_MAX bytes), also its sums key, which must pass
- * keypath_check (-EUCLEAN: the row was changed behind the catalog's back).
- */
-static int catalog_dataset_id(struct catalog *cat, const char *name,
-			      int64_t *id, int *state, char *sums_key)
-{
-	sqlite3_stmt *st = NULL;
-	const char *key;
-	int rc, ret;
-
-	ret = catalog_stmt(cat, ST_DS_ID, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*id = sqlite3_column_int64(st, 0);
-		*state = sqlite3_column_int(st, 1);
-		key = (const char *)sqlite3_column_text(st, 2);
-		if (sums_key &&
-		    (!key || keypath_check(key, strlen(key), NULL))) {
-			log_error("catalog: dataset %s: unusable sums key in "
-				  "the catalog",
-				  name);
-			ret = -EUCLEAN;
-		} else if (sums_key) {
-			memcpy(sums_key, key, strlen(key) + 1);
-		}
-	} else if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-	} else {
-		ret = catalog_sqlerr(cat->db, rc, "dataset id");
-	}
-	catalog_stmt_done(st);
-	return ret;
-}
-
 /* Run sql with ?1 bound to id; *changes gets the rows changed. */
-static int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
-			   int *changes)
+int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
+		    int *changes)
 {
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
@@ -862,694 +513,6 @@ static int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
 		ret = catalog_sqlerr(cat->db, rc, sql);
 	else if (changes)
 		*changes = sqlite3_changes(cat->db);
-	sqlite3_finalize(st);
-	return ret;
-}
-
-int catalog_dataset_remove(struct catalog *cat, const char *name)
-{
-	int64_t id;
-	int state, ret;
-
-	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
-	if (ret)
-		return ret;
-	ret = catalog_dataset_id(cat, name, &id, &state, NULL);
-	if (ret)
-		goto err;
-	ret = catalog_exec_id(cat, "UPDATE datasets SET state = 2 WHERE id = ?",
-			      id, NULL);
-	if (ret)
-		goto err;
-	ret = catalog_exec_id(cat,
-			      "UPDATE manifests SET state = 2"
-			      " WHERE dataset_id = ?",
-			      id, NULL);
-	if (ret)
-		goto err;
-	ret = catalog_exec(cat->db, "COMMIT");
-	if (ret)
-		goto err;
-	ret = catalog_purge_dead(cat, id);
-	if (ret)
-		return ret;
-	return catalog_exec_id(cat, "DELETE FROM datasets WHERE id = ?", id,
-			       NULL);
-err:
-	catalog_rollback(cat->db);
-	return ret;
-}
-
-/* ---- registration ---- */
-
-/*
- * State of one registration. Only the registering thread touches it. Rows
- * are written in transactions of up to CATALOG_BATCH rows.
- */
-struct catalog_reg {
-	struct catalog *cat;
-	const char *name;
-	int64_t ds_id;
-	int64_t mf_id;
-	int64_t now;
-	bool in_tx; /* a batch transaction is open */
-	unsigned batch; /* rows written in it */
-	uint64_t bad;
-	bool has_sums;
-	struct objstore_info sums; /* .key points to sums_key */
-	char sums_key[KEYPATH_MAX]; /* the dataset's, read at the start */
-	size_t last_dir_len; /* last directory known to exist */
-	char last_dir[KEYPATH_MAX];
-};
-
-/* Open a batch transaction if none is open; the manifest must still be
- * BUILDING (else a newer registration or a removal took over). */
-static int catalog_reg_begin(struct catalog_reg *r)
-{
-	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
-
-	if (r->in_tx)
-		return 0;
-	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
-	if (ret)
-		return ret;
-	r->in_tx = true;
-	r->batch = 0;
-	ret = catalog_stmt(cat, ST_MF_STATE, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "manifest state");
-	else if (rc == SQLITE_DONE || sqlite3_column_int(st, 0) != MF_BUILDING)
-		ret = -EBUSY;
-	catalog_stmt_done(st);
-	if (ret == -EBUSY)
-		log_error("catalog: dataset %s: registration superseded",
-			  r->name);
-	return ret;
-}
-
-/* Count one row of the open batch; commit when the batch is full. */
-static int catalog_reg_commit(struct catalog_reg *r)
-{
-	if (!r->in_tx)
-		return 0;
-	r->in_tx = false;
-	return catalog_exec(r->cat->db, "COMMIT");
-}
-
-static int catalog_reg_row(struct catalog_reg *r)
-{
-	if (++r->batch < CATALOG_BATCH)
-		return 0;
-	return catalog_reg_commit(r);
-}
-
-/* Make sure directory path (len bytes, valid) and its ancestors exist. */
-static int catalog_reg_dir(struct catalog_reg *r, const char *path, size_t len)
-{
-	size_t orig = len;
-	sqlite3_stmt *st = NULL;
-	int ret;
-
-	ret = catalog_stmt(r->cat, ST_DIR_INSERT, &st);
-	if (ret)
-		return ret;
-	while (len > 0) {
-		size_t plen = keypath_parent_len(path, len);
-
-		if (len == r->last_dir_len && !memcmp(path, r->last_dir, len))
-			break;
-		sqlite3_bind_int64(st, 1, r->mf_id);
-		sqlite3_bind_text(st, 2, path, (int)len, SQLITE_STATIC);
-		sqlite3_bind_text(st, 3, path, (int)plen, SQLITE_STATIC);
-		ret = catalog_step_done(r->cat, st, "insert dir");
-		if (ret)
-			return ret;
-		if (sqlite3_changes(r->cat->db) == 0)
-			break; /* it exists, so do its ancestors */
-		len = plen;
-	}
-	memcpy(r->last_dir, path, orig);
-	r->last_dir_len = orig;
-	return 0;
-}
-
-static void catalog_reg_bad(struct catalog_reg *r, const char *key, size_t len,
-			    const char *why)
-{
-	char buf[1024];
-
-	r->bad++;
-	log_warn("catalog: dataset %s: skipping key '%s': %s", r->name,
-		 keypath_printable(key, len, buf, sizeof(buf)), why);
-}
-
-static int catalog_reg_key(void *arg, const struct objstore_info *oi)
-{
-	struct catalog_reg *r = arg;
-	const char *key = oi->key, *why;
-	size_t len = strlen(key);
-	sqlite3_stmt *st = NULL;
-	int ret;
-
-	ret = catalog_reg_begin(r);
-	if (ret)
-		return ret;
-	if (keypath_dir_marker(key, len)) {
-		ret = catalog_reg_dir(r, key, len - 1);
-		if (ret)
-			return ret;
-		return catalog_reg_row(r);
-	}
-	if (keypath_check(key, len, &why)) {
-		catalog_reg_bad(r, key, len, why);
-		return 0;
-	}
-	if (oi->size > INT64_MAX) {
-		catalog_reg_bad(r, key, len, "size out of range");
-		return 0;
-	}
-	ret = catalog_stmt(r->cat, ST_OBJ_INSERT, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	sqlite3_bind_text(st, 2, key, (int)len, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, key, (int)keypath_parent_len(key, len),
-			  SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, (sqlite3_int64)oi->size);
-	if (oi->etag[0])
-		sqlite3_bind_text(st, 5, oi->etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 6, oi->mtime);
-	ret = catalog_step_done(r->cat, st, "insert object");
-	if (ret)
-		return ret;
-	if (sqlite3_changes(r->cat->db) == 0) {
-		catalog_reg_bad(r, key, len, "duplicate key");
-		return 0;
-	}
-	ret = catalog_reg_dir(r, key, keypath_parent_len(key, len));
-	if (ret)
-		return ret;
-	if (strcmp(key, r->sums_key) == 0) {
-		r->has_sums = true;
-		r->sums = *oi;
-		r->sums.key = r->sums_key;
-	}
-	return catalog_reg_row(r);
-}
-
-/*
- * Drop every object whose path is also a directory ("a" and "a/b"): the
- * directory wins, since it may hold many files. Done over the tables, so it
- * does not depend on listing order ("a" < "a-x" < "a/b").
- */
-static int catalog_reg_clashes(struct catalog_reg *r)
-{
-	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int rc, ret, n = 0;
-	char buf[1024];
-
-	ret = catalog_reg_begin(r);
-	if (ret)
-		return ret;
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT o.path FROM objects o JOIN dirs x"
-				" ON x.manifest_id = o.manifest_id"
-				" AND x.path = o.path WHERE o.manifest_id = ?",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->mf_id);
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			const char *p =
-				(const char *)sqlite3_column_text(st, 0);
-
-			log_warn("catalog: dataset %s: skipping key '%s': "
-				 "both a file and a directory prefix",
-				 r->name,
-				 keypath_printable(p, strlen(p), buf,
-						   sizeof(buf)));
-		}
-	}
-	if (rc != SQLITE_DONE) {
-		ret = catalog_sqlerr(cat->db, rc, "find clashes");
-		goto out;
-	}
-	ret = catalog_exec_id(cat,
-			      "DELETE FROM objects WHERE manifest_id = ?1"
-			      " AND path IN (SELECT path FROM dirs"
-			      " WHERE manifest_id = ?1)",
-			      r->mf_id, &n);
-	if (ret)
-		goto out;
-	r->bad += (uint64_t)n;
-	ret = catalog_reg_commit(r);
-out:
-	sqlite3_finalize(st);
-	return ret;
-}
-
-static int catalog_sums_entry(void *arg, const char *name, size_t len,
-			      const unsigned char hash[32], bool binary)
-{
-	struct catalog_reg *r = arg;
-	sqlite3_stmt *st = NULL;
-	char buf[1024];
-	int ret;
-
-	(void)binary;
-	ret = catalog_reg_begin(r);
-	if (ret)
-		return ret;
-	ret = catalog_stmt(r->cat, ST_SUMS_UPDATE, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	sqlite3_bind_text(st, 2, name, (int)len, SQLITE_STATIC);
-	sqlite3_bind_blob(st, 3, hash, 32, SQLITE_STATIC);
-	ret = catalog_step_done(r->cat, st, "set expected sha256");
-	if (ret)
-		return ret;
-	if (sqlite3_changes(r->cat->db) == 0)
-		log_warn("catalog: dataset %s: %s names '%s', which is not a "
-			 "file of the dataset",
-			 r->name, r->sums_key,
-			 keypath_printable(name, len, buf, sizeof(buf)));
-	return catalog_reg_row(r);
-}
-
-static int catalog_sums_bad(void *arg, unsigned long line, const char *why)
-{
-	struct catalog_reg *r = arg;
-
-	log_warn("catalog: dataset %s: %s:%lu: %s", r->name, r->sums_key, line,
-		 why);
-	return 0;
-}
-
-static int catalog_reg_sums(struct catalog_reg *r,
-			    const struct catalog_source *src)
-{
-	struct sha256sums_parser *p;
-	int ret;
-
-	p = malloc(sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	sha256sums_init(p, catalog_sums_entry, catalog_sums_bad, r);
-	ret = src->read(src->arg, &r->sums, p);
-	if (!ret)
-		ret = sha256sums_finish(p);
-	if (!ret)
-		ret = catalog_reg_commit(r);
-	if (!ret)
-		log_info("catalog: dataset %s: %lu hashes from %s, %lu bad "
-			 "lines",
-			 r->name, p->entries, r->sums_key, p->bad_lines);
-	sha256sums_release(p);
-	free(p);
-	return ret;
-}
-
-/* Create the BUILDING manifest and its root directory. */
-static int catalog_reg_start(struct catalog_reg *r)
-{
-	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int64_t version = 0;
-	int rc, state, ret;
-
-	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
-	if (ret)
-		return ret;
-	ret = catalog_dataset_id(cat, r->name, &r->ds_id, &state, r->sums_key);
-	if (ret)
-		goto out;
-	if (state == CATALOG_DS_REMOVING) {
-		ret = -ENOENT;
-		goto out;
-	}
-	/* A newer registration wins over an older one still building. */
-	ret = catalog_exec_id(cat,
-			      "UPDATE manifests SET state = 2"
-			      " WHERE dataset_id = ? AND state = 0",
-			      r->ds_id, NULL);
-	if (ret)
-		goto out;
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT coalesce(max(version), 0) + 1"
-				" FROM manifests WHERE dataset_id = ?",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->ds_id);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_ROW) {
-		ret = catalog_sqlerr(cat->db, rc, "next version");
-		goto out;
-	}
-	version = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO manifests(dataset_id, version,"
-				" state, created) VALUES(?, ?, 0, ?)",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->ds_id);
-		sqlite3_bind_int64(st, 2, version);
-		sqlite3_bind_int64(st, 3, r->now);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE) {
-		ret = catalog_sqlerr(cat->db, rc, "new manifest");
-		goto out;
-	}
-	r->mf_id = sqlite3_last_insert_rowid(cat->db);
-	ret = catalog_exec_id(cat,
-			      "INSERT INTO dirs(manifest_id, path, parent)"
-			      " VALUES(?, '', NULL)",
-			      r->mf_id, NULL);
-	if (ret)
-		goto out;
-	ret = catalog_exec(cat->db, "COMMIT");
-out:
-	sqlite3_finalize(st);
-	if (ret)
-		catalog_rollback(cat->db);
-	return ret;
-}
-
-/* Make the BUILDING manifest current, in one transaction. */
-static int catalog_reg_flip(struct catalog_reg *r)
-{
-	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int rc, n = 0, ret;
-
-	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
-	if (ret)
-		return ret;
-	ret = catalog_exec_id(cat,
-			      "UPDATE manifests SET state = 2"
-			      " WHERE dataset_id = ? AND state = 1",
-			      r->ds_id, NULL);
-	if (ret)
-		goto out;
-	rc = sqlite3_prepare_v2(
-		cat->db,
-		"UPDATE manifests SET state = 1, bad_keys = ?2,"
-		" n_objects = (SELECT count(*) FROM objects"
-		"  WHERE manifest_id = ?1),"
-		" n_bytes = (SELECT coalesce(sum(size), 0) FROM objects"
-		"  WHERE manifest_id = ?1)"
-		" WHERE id = ?1 AND state = 0",
-		-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->mf_id);
-		sqlite3_bind_int64(st, 2, (sqlite3_int64)r->bad);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE) {
-		ret = catalog_sqlerr(cat->db, rc, "make manifest current");
-		goto out;
-	}
-	if (sqlite3_changes(cat->db) == 0) {
-		log_error("catalog: dataset %s: registration superseded",
-			  r->name);
-		ret = -EBUSY;
-		goto out;
-	}
-	ret = catalog_exec_id(cat,
-			      "UPDATE datasets SET state = 1"
-			      " WHERE id = ? AND state <> 2",
-			      r->ds_id, &n);
-	if (ret)
-		goto out;
-	if (n == 0) {
-		ret = -ENOENT;
-		goto out;
-	}
-	ret = catalog_exec(cat->db, "COMMIT");
-out:
-	sqlite3_finalize(st);
-	if (ret)
-		catalog_rollback(cat->db);
-	return ret;
-}
-
-int catalog_register_source(struct catalog *cat, const char *name,
-			    const struct catalog_source *src)
-{
-	struct catalog_reg *r;
-	int ret;
-
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	r->cat = cat;
-	r->name = name;
-	r->now = catalog_now();
-	ret = catalog_reg_start(r);
-	if (ret)
-		goto out;
-	/* Leftovers of crashed or superseded registrations. */
-	ret = catalog_purge_dead(cat, r->ds_id);
-	if (ret)
-		goto err;
-	/*
-	 * The BUILDING manifest is garbage after a crash anyway, so its
-	 * batches need not reach the disk one by one, and the WAL is
-	 * checkpointed once, at the flip, instead of every 1000 pages.
-	 */
-	ret = catalog_exec(cat->db, CATALOG_BULK_PRAGMAS);
-	if (ret)
-		goto err;
-	ret = src->list(src->arg, catalog_reg_key, r);
-	if (!ret)
-		ret = catalog_reg_commit(r);
-	if (!ret)
-		ret = catalog_reg_clashes(r);
-	if (!ret && !r->has_sums &&
-	    strcmp(r->sums_key, CATALOG_SUMS_KEY_DEFAULT) != 0) {
-		log_error("catalog: dataset %s: its sums key %s is not at the "
-			  "source",
-			  name, r->sums_key);
-		ret = -ENODATA;
-	}
-	if (!ret && r->has_sums)
-		ret = catalog_reg_sums(r, src);
-	if (!ret)
-		ret = catalog_exec(cat->db, CATALOG_SAFE_PRAGMAS);
-	if (!ret)
-		ret = catalog_reg_flip(r);
-	if (ret)
-		goto err;
-	log_info("catalog: dataset %s registered, %llu bad keys", name,
-		 (unsigned long long)r->bad);
-	/* The old manifest; the new one is already visible. */
-	if (catalog_purge_dead(cat, r->ds_id))
-		log_warn("catalog: dataset %s: old manifest left for later",
-			 name);
-	goto out;
-err:
-	catalog_rollback(cat->db);
-	catalog_exec(cat->db, CATALOG_SAFE_PRAGMAS);
-	r->in_tx = false;
-	catalog_exec_id(cat,
-			"UPDATE manifests SET state = 2 WHERE id = ?"
-			" AND state = 0",
-			r->mf_id, NULL);
-	catalog_purge_dead(cat, r->ds_id);
-out:
-	free(r);
-	return ret;
-}
-
-/* A catalog_source over an objstore. */
-static int catalog_os_list(void *arg, objstore_list_cb cb, void *cb_arg)
-{
-	return objstore_list(arg, "", cb, cb_arg);
-}
-
-static int catalog_os_read(void *arg, const struct objstore_info *oi,
-			   struct sha256sums_parser *p)
-{
-	const char *etag = oi->etag[0] ? oi->etag : NULL;
-	uint64_t off = 0;
-	char *buf;
-	size_t got;
-	int ret = 0;
-
-	buf = malloc(SUMS_CHUNK);
-	if (!buf)
-		return -ENOMEM;
-	while (off < oi->size) {
-		ret = objstore_get(arg, oi->key, off, SUMS_CHUNK, etag, buf,
-				   &got);
-		if (ret)
-			break;
-		if (got == 0) {
-			ret = -EIO;
-			break;
-		}
-		ret = sha256sums_feed(p, buf, got);
-		if (ret)
-			break;
-		off += got;
-	}
-	free(buf);
-	return ret;
-}
-
-int catalog_register(struct catalog *cat, const char *name, struct objstore *os)
-{
-	struct catalog_source src = {
-		.list = catalog_os_list,
-		.read = catalog_os_read,
-		.arg = os,
-	};
-
-	return catalog_register_source(cat, name, &src);
-}
-
-/* ---- lookup and readdir ---- */
-
-/* Fill e from 8 entry columns starting at column c. */
-static void catalog_entry_fill(sqlite3_stmt *st, int c, struct catalog_entry *e)
-{
-	const char *etag;
-
-	memset(e, 0, sizeof(*e));
-	e->id = sqlite3_column_int64(st, c);
-	e->is_dir = sqlite3_column_int(st, c + 1) != 0;
-	e->size = (uint64_t)sqlite3_column_int64(st, c + 2);
-	e->mtime = sqlite3_column_int64(st, c + 3);
-	etag = (const char *)sqlite3_column_text(st, c + 4);
-	if (etag)
-		snprintf(e->etag, sizeof(e->etag), "%s", etag);
-	if (sqlite3_column_bytes(st, c + 5) == 32) {
-		e->has_expected = true;
-		memcpy(e->expected_sha256, sqlite3_column_blob(st, c + 5), 32);
-	}
-	if (sqlite3_column_bytes(st, c + 6) == 32) {
-		e->has_actual = true;
-		memcpy(e->actual_sha256, sqlite3_column_blob(st, c + 6), 32);
-	}
-	e->verified_at = sqlite3_column_int64(st, c + 7);
-}
-
-/* Lookup; *mf_id gets the manifest the entry was found in. */
-static int catalog_lookup_mf(struct catalog *cat, const char *dataset,
-			     const char *path, struct catalog_entry *e,
-			     int64_t *mf_id)
-{
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
-
-	ret = catalog_stmt(cat, ST_LOOKUP, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*mf_id = sqlite3_column_int64(st, 0);
-		catalog_entry_fill(st, 1, e);
-	} else if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-	} else {
-		ret = catalog_sqlerr(cat->db, rc, "lookup");
-	}
-	catalog_stmt_done(st);
-	return ret;
-}
-
-int catalog_lookup(struct catalog *cat, const char *dataset, const char *path,
-		   struct catalog_entry *e)
-{
-	int64_t mf_id;
-
-	return catalog_lookup_mf(cat, dataset, path, e, &mf_id);
-}
-
-int catalog_readdir(struct catalog *cat, const char *dataset, const char *dir,
-		    const char *after, catalog_readdir_cb cb, void *arg)
-{
-	char start[2 * KEYPATH_MAX + 2];
-	struct catalog_entry e;
-	sqlite3_stmt *st = NULL;
-	int64_t mf_id, dir_mtime;
-	size_t dlen = strlen(dir);
-	int rc, ret;
-
-	if (after && *dir)
-		rc = snprintf(start, sizeof(start), "%s/%s", dir, after);
-	else
-		rc = snprintf(start, sizeof(start), "%s", after ? after : "");
-	if (rc < 0 || (size_t)rc >= sizeof(start))
-		return -EINVAL;
-	/* One read transaction: the directory and its entries are one
-	 * snapshot even if a refresh commits meanwhile. */
-	ret = catalog_exec(cat->db, "BEGIN");
-	if (ret)
-		return ret;
-	ret = catalog_lookup_mf(cat, dataset, dir, &e, &mf_id);
-	if (ret)
-		goto out;
-	if (!e.is_dir) {
-		ret = -ENOTDIR;
-		goto out;
-	}
-	dir_mtime = e.mtime;
-	ret = catalog_stmt(cat, ST_READDIR, &st);
-	if (ret)
-		goto out;
-	sqlite3_bind_int64(st, 1, mf_id);
-	sqlite3_bind_text(st, 2, dir, (int)dlen, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, start, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, dir_mtime);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *p = (const char *)sqlite3_column_text(st, 0);
-
-		catalog_entry_fill(st, 1, &e);
-		ret = cb(arg, keypath_basename(p, strlen(p)), &e);
-		if (ret)
-			goto out;
-	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "readdir");
-out:
-	if (st)
-		catalog_stmt_done(st);
-	sqlite3_exec(cat->db, "COMMIT", NULL, NULL, NULL);
-	return ret;
-}
-
-int catalog_object_set_actual(struct catalog *cat, int64_t object_id,
-			      const unsigned char sha256[32], int64_t when)
-{
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
-
-	rc = sqlite3_prepare_v2(cat->db,
-				"UPDATE objects SET actual_sha256 = ?2,"
-				" verified_at = ?3 WHERE id = ?1",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, object_id);
-		sqlite3_bind_blob(st, 2, sha256, 32, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 3, when);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "set actual sha256");
-	else if (sqlite3_changes(cat->db) == 0)
-		ret = -ENOENT;
 	sqlite3_finalize(st);
 	return ret;
 }

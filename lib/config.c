@@ -37,6 +37,7 @@ enum config_type {
 	CT_DURATION, /* unsigned milliseconds */
 	CT_LOGLEVEL, /* int, enum log_level */
 	CT_URL, /* char *, http:// or https:// */
+	CT_SYMLINKS, /* int, enum config_symlinks: no or inside */
 };
 
 struct config_key {
@@ -103,6 +104,13 @@ static const struct config_key config_keys[] = {
 	  0, "first retry backoff ceiling (full jitter)" },
 	{ "s3.backoff_max", CT_DURATION, OFF(s3_backoff_max_ms), "10s", 1, 0,
 	  "largest retry backoff ceiling" },
+	{ "s3.allow_insecure_token", CT_BOOL, OFF(s3_allow_insecure_token),
+	  "false", 0, 0,
+	  "send a session token over plain http:// (refused by default)" },
+	{ "sources.follow_symlinks", CT_SYMLINKS, OFF(sources_follow_symlinks),
+	  "no", 0, 0,
+	  "file:// sources: no (skip symlinks) or inside (follow links that "
+	  "stay inside the source)" },
 	{ "log.level", CT_LOGLEVEL, OFF(log_level), "info", 0, 0,
 	  "error, warn, info or debug" },
 	{ "log.syslog", CT_BOOL, OFF(log_syslog), "false", 0, 0,
@@ -250,6 +258,8 @@ static const char *config_accepts(const struct config_key *k)
 		return "error, warn, info or debug";
 	case CT_URL:
 		return "an http:// or https:// URL";
+	case CT_SYMLINKS:
+		return "no or inside";
 	}
 	return "?";
 }
@@ -326,6 +336,14 @@ static int config_set_key(struct dstage_config *cfg, const struct config_key *k,
 		if (ret < 0)
 			return ret;
 		*(int *)field = ret;
+		return 0;
+	case CT_SYMLINKS:
+		if (!strcasecmp(value, "no"))
+			*(int *)field = CONFIG_SYMLINKS_NO;
+		else if (!strcasecmp(value, "inside"))
+			*(int *)field = CONFIG_SYMLINKS_INSIDE;
+		else
+			return -EINVAL;
 		return 0;
 	}
 	return -EINVAL;
@@ -446,7 +464,7 @@ static int config_ini_handler(void *user, const char *section, const char *name,
 	if (!section[0]) {
 		snprintf(msg, sizeof(msg),
 			 "key '%s' outside a section (expected [cache], "
-			 "[catalog], [daemon], [s3] or [log])",
+			 "[catalog], [daemon], [s3], [sources] or [log])",
 			 name);
 		ret = -EINVAL;
 		goto fail;
@@ -679,6 +697,12 @@ void config_dump(const struct dstage_config *cfg, FILE *f)
 		case CT_LOGLEVEL:
 			fprintf(f, "%s = %s\n", dot + 1,
 				log_level_name(*(const int *)field));
+			break;
+		case CT_SYMLINKS:
+			fprintf(f, "%s = %s\n", dot + 1,
+				*(const int *)field == CONFIG_SYMLINKS_INSIDE
+					? "inside"
+					: "no");
 			break;
 		}
 	}

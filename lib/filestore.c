@@ -17,8 +17,18 @@
  *   put    temporary file ".dstage-tmp.*" in the target directory, fsync,
  *          rename over the key, fsync of the directory: whole or not at all.
  *
- * Symbolic links to regular files are followed; links to directories are not
- * (no loops). Temporary files of interrupted puts are never listed.
+ * Confinement: the source tree is not trusted (any user who can write in it
+ * may plant links, FIFOs or devices). Every path is resolved beneath the
+ * root: with openat2(RESOLVE_BENEATH) where the kernel has it, else one
+ * component at a time with O_NOFOLLOW. Symbolic links are skipped at listing
+ * and refused at reads (-ELOOP), each with a log line naming the key, unless
+ * sources.follow_symlinks = inside: then a link is followed when its target
+ * stays inside the root (a link leading out is -EXDEV). Links to directories
+ * are never followed (no loops). Only regular files are opened: opens use
+ * O_NONBLOCK (a FIFO cannot hang them) and fstat decides; anything else is
+ * -EINVAL (a directory -ENOENT), logged with its key. Writes (put, delete)
+ * never pass through a symlink at all. Temporary files of interrupted puts
+ * are never listed. The resolution itself is in filestore_path.c.
  *
  * The handle is immutable after open; every call is independent and
  * thread-safe.
@@ -36,64 +46,13 @@
 #include <unistd.h>
 
 #include "dstage/config.h"
+#include "dstage/keypath.h"
 #include "dstage/log.h"
-#include "objstore_backend.h"
-
-#define FILESTORE_TMP_PREFIX ".dstage-tmp."
-
-struct filestore {
-	struct objstore base;
-	char *root; /* absolute, no trailing slash ("" for "/") */
-	int root_fd; /* O_PATH directory of root */
-};
+#include "filestore_i.h"
 
 static struct filestore *fs_of(struct objstore *os)
 {
 	return (struct filestore *)os;
-}
-
-/*
- * A key is safe as a path when it has no empty, "." or ".." segment, does not
- * start with "/", and no segment is longer than NAME_MAX. This is the only
- * thing that keeps a malicious key inside the root.
- */
-static int filestore_check_key(const char *key, bool allow_trailing_slash)
-{
-	const char *seg = key;
-
-	if (!*key || *key == '/')
-		return -EINVAL;
-	for (;;) {
-		const char *end = strchr(seg, '/');
-		size_t len = end ? (size_t)(end - seg) : strlen(seg);
-
-		if (len == 0)
-			return (!end && allow_trailing_slash) ? 0 : -EINVAL;
-		if (len > NAME_MAX)
-			return -ENAMETOOLONG;
-		if ((len == 1 && seg[0] == '.') ||
-		    (len == 2 && seg[0] == '.' && seg[1] == '.'))
-			return -EINVAL;
-		if (len >= sizeof(FILESTORE_TMP_PREFIX) - 1 &&
-		    !strncmp(seg, FILESTORE_TMP_PREFIX,
-			     sizeof(FILESTORE_TMP_PREFIX) - 1))
-			return -EINVAL;
-		if (!end)
-			return 0;
-		seg = end + 1;
-	}
-}
-
-static int filestore_key_ok(struct filestore *fs, const char *key)
-{
-	int ret = filestore_check_key(key, false);
-
-	if (ret)
-		log_error("%s: key '%s' cannot be a path under %s: %s",
-			  fs->base.url, key, fs->root[0] ? fs->root : "/",
-			  ret == -ENAMETOOLONG ? "a segment is too long"
-					       : "empty, '.' or '..' segment");
-	return ret;
 }
 
 static void filestore_etag(const struct stat *st, char *out, size_t len)
@@ -115,9 +74,12 @@ static void filestore_fill_info(const struct stat *st,
 
 /* ---- list ---- */
 
+enum fs_dirent_type { FS_DT_REG, FS_DT_DIR, FS_DT_LNK, FS_DT_OTHER };
+
 struct fs_dirent {
 	char *name;
-	bool is_dir;
+	enum fs_dirent_type type;
+	mode_t mode; /* FS_DT_OTHER: what it is, for the message */
 };
 
 /* The i-th byte of an entry's key form: a directory ends in "/". -1 past
@@ -126,7 +88,7 @@ static int fs_dirent_byte(const struct fs_dirent *e, size_t i, size_t len)
 {
 	if (i < len)
 		return (unsigned char)e->name[i];
-	if (i == len && e->is_dir)
+	if (i == len && e->type == FS_DT_DIR)
 		return '/';
 	return -1;
 }
@@ -158,8 +120,6 @@ struct fs_walk {
 	unsigned depth;
 };
 
-static int fs_walk_dir(struct fs_walk *w, size_t keylen);
-
 /* Could a key starting with key[0..keylen) match the prefix? */
 static bool fs_may_match(const struct fs_walk *w, size_t keylen)
 {
@@ -168,64 +128,39 @@ static bool fs_may_match(const struct fs_walk *w, size_t keylen)
 	return memcmp(w->key, w->prefix, n) == 0;
 }
 
-static int fs_walk_dir(struct fs_walk *w, size_t keylen)
+/* Read the entries of directory d, unsorted, classified without following
+ * anything. */
+static int fs_read_dir(DIR *d, struct fs_dirent **out, size_t *nout)
 {
 	struct fs_dirent *ents = NULL;
 	size_t n = 0, cap = 0;
-	DIR *d = NULL;
-	int dfd, ret = 0;
 	struct dirent *de;
+	int ret = 0;
 
-	if (++w->depth > 256) {
-		log_warn("%s: directory nesting deeper than 256 under '%.*s', "
-			 "skipped",
-			 w->fs->base.url, (int)keylen, w->key);
-		goto out;
-	}
-	dfd = openat(w->fs->root_fd, keylen ? w->key : ".",
-		     O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0) {
-		ret = -errno;
-		log_error("%s: cannot open directory '%.*s': %s",
-			  w->fs->base.url, (int)keylen, w->key,
-			  strerror(errno));
-		goto out;
-	}
-	d = fdopendir(dfd);
-	if (!d) {
-		ret = -errno;
-		close(dfd);
-		goto out;
-	}
 	while ((errno = 0, de = readdir(d))) {
+		enum fs_dirent_type type = FS_DT_OTHER;
+		mode_t mode = 0;
 		struct stat st;
-		bool is_dir;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		if (!strncmp(de->d_name, FILESTORE_TMP_PREFIX,
 			     sizeof(FILESTORE_TMP_PREFIX) - 1))
 			continue;
-		if (de->d_type == DT_DIR) {
-			is_dir = true;
-		} else if (de->d_type == DT_REG) {
-			is_dir = false;
-		} else {
-			/* Unknown type or a link: ask, following file links
-			 * only. */
+		if (de->d_type == DT_UNKNOWN) {
 			if (fstatat(dirfd(d), de->d_name, &st,
 				    AT_SYMLINK_NOFOLLOW))
-				continue;
-			if (S_ISLNK(st.st_mode)) {
-				if (fstatat(dirfd(d), de->d_name, &st, 0) ||
-				    !S_ISREG(st.st_mode))
-					continue;
-			} else if (!S_ISREG(st.st_mode) &&
-				   !S_ISDIR(st.st_mode)) {
-				continue;
-			}
-			is_dir = S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode);
+				continue; /* vanished */
+			mode = st.st_mode;
+		} else {
+			mode = (mode_t)DTTOIF(de->d_type);
 		}
+		if (S_ISREG(mode))
+			type = FS_DT_REG;
+		else if (S_ISDIR(mode))
+			type = FS_DT_DIR;
+		else if (S_ISLNK(mode))
+			type = FS_DT_LNK;
 		if (n == cap) {
 			size_t ncap = cap ? cap * 2 : 64;
 			struct fs_dirent *ne =
@@ -243,17 +178,100 @@ static int fs_walk_dir(struct fs_walk *w, size_t keylen)
 			ret = -ENOMEM;
 			goto out;
 		}
-		ents[n++].is_dir = is_dir;
+		ents[n].type = type;
+		ents[n++].mode = mode;
 	}
-	if (errno) {
+	if (errno)
 		ret = -errno;
+out:
+	*out = ents;
+	*nout = n;
+	return ret;
+}
+
+/*
+ * The stat of a listed non-directory entry w->key (name in directory dfd),
+ * or non-zero when it is skipped (each skip of a link or special file is
+ * logged with its key).
+ */
+static int fs_walk_stat(struct fs_walk *w, int dfd, const struct fs_dirent *e,
+			struct stat *st)
+{
+	struct filestore *fs = w->fs;
+	int fd = -1, ret;
+
+	if (e->type == FS_DT_REG) {
+		/* Not following: a file swapped for a link since readdir
+		 * is skipped, never followed. */
+		if (fstatat(dfd, e->name, st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st->st_mode))
+			return -ENOENT;
+		return 0;
+	}
+	if (e->type == FS_DT_OTHER) {
+		log_warn("%s: '%s' is %s, not a regular file: skipped",
+			 fs->base.url, w->key,
+			 filestore_path_type_name(e->mode));
+		return -EINVAL;
+	}
+	/* A symbolic link. */
+	if (!fs->follow_inside) {
+		filestore_path_msg(fs, w->key, -ELOOP, "skipped");
+		return -ELOOP;
+	}
+	ret = filestore_path_resolve(fs, w->key, O_PATH, &fd);
+	if (ret == -ELOOP || ret == -EXDEV) {
+		filestore_path_msg(fs, w->key, ret, "skipped");
+		return ret;
+	}
+	if (ret)
+		return ret; /* dangling or vanished */
+	if (fstat(fd, st))
+		ret = -errno;
+	else if (S_ISDIR(st->st_mode))
+		ret = -EISDIR; /* links to directories: never (no loops) */
+	else if (!S_ISREG(st->st_mode))
+		ret = -EINVAL;
+	if (ret == -EISDIR || ret == -EINVAL)
+		log_warn("%s: '%s' is a symbolic link to %s: skipped",
+			 fs->base.url, w->key,
+			 filestore_path_type_name(st->st_mode));
+	close(fd);
+	return ret;
+}
+
+/* List directory dfd (opened by the caller, closed here), whose key form is
+ * w->key[0..keylen). */
+static int fs_walk_dir(struct fs_walk *w, int dfd, size_t keylen)
+{
+	struct fs_dirent *ents = NULL;
+	size_t n = 0;
+	DIR *d = NULL;
+	int ret = 0;
+
+	if (++w->depth > 256) {
+		log_warn("%s: directory nesting deeper than 256 under '%.*s', "
+			 "skipped",
+			 w->fs->base.url, (int)keylen, w->key);
+		close(dfd);
 		goto out;
 	}
+	d = fdopendir(dfd);
+	if (!d) {
+		ret = -errno;
+		close(dfd);
+		goto out;
+	}
+	ret = fs_read_dir(d, &ents, &n);
+	if (ret)
+		goto out;
 	if (n)
 		qsort(ents, n, sizeof(*ents), fs_dirent_cmp);
 	for (size_t i = 0; i < n && !ret; i++) {
 		size_t nl = strlen(ents[i].name);
 		size_t klen = keylen + nl;
+		struct objstore_info oi = { .key = w->key };
+		struct stat st;
 
 		if (klen + 2 > sizeof(w->key)) {
 			log_warn("%s: path under '%.*s' too long, skipped",
@@ -261,21 +279,31 @@ static int fs_walk_dir(struct fs_walk *w, size_t keylen)
 			continue;
 		}
 		memcpy(w->key + keylen, ents[i].name, nl + 1);
-		if (ents[i].is_dir) {
+		if (ents[i].type == FS_DT_DIR) {
+			int sub;
+
 			w->key[klen] = '/';
 			w->key[klen + 1] = '\0';
-			if (fs_may_match(w, klen + 1))
-				ret = fs_walk_dir(w, klen + 1);
+			if (!fs_may_match(w, klen + 1))
+				continue;
+			sub = openat(dirfd(d), ents[i].name,
+				     O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+					     O_NOFOLLOW);
+			if (sub < 0) {
+				ret = -errno;
+				log_error("%s: cannot open directory '%s': %s",
+					  w->fs->base.url, w->key,
+					  strerror(-ret));
+				continue;
+			}
+			ret = fs_walk_dir(w, sub, klen + 1);
 			continue;
 		}
 		if (klen < w->prefix_len ||
 		    memcmp(w->key, w->prefix, w->prefix_len))
 			continue;
-		struct stat st;
-		struct objstore_info oi = { .key = w->key };
-
-		if (fstatat(w->fs->root_fd, w->key, &st, 0))
-			continue; /* vanished while listing */
+		if (fs_walk_stat(w, dirfd(d), &ents[i], &st))
+			continue;
 		filestore_fill_info(&st, &oi);
 		ret = w->cb(w->arg, &oi);
 	}
@@ -294,7 +322,7 @@ static int filestore_list(struct objstore *os, const char *prefix,
 			  objstore_list_cb cb, void *arg)
 {
 	struct fs_walk *w = calloc(1, sizeof(*w));
-	int ret;
+	int dfd, ret;
 
 	if (!w)
 		return -ENOMEM;
@@ -304,7 +332,14 @@ static int filestore_list(struct objstore *os, const char *prefix,
 	w->cb = cb;
 	w->arg = arg;
 	objstore_count(&os->n_requests, 1);
-	ret = fs_walk_dir(w, 0);
+	dfd = openat(w->fs->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		ret = -errno;
+		log_error("%s: cannot open directory %s: %s", os->url,
+			  w->fs->root[0] ? w->fs->root : "/", strerror(errno));
+	} else {
+		ret = fs_walk_dir(w, dfd, 0);
+	}
 	free(w);
 	return ret;
 }
@@ -316,15 +351,15 @@ static int filestore_head(struct objstore *os, const char *key,
 {
 	struct filestore *fs = fs_of(os);
 	struct stat st;
-	int ret = filestore_key_ok(fs, key);
+	int fd, ret = filestore_path_key_ok(fs, key);
 
 	if (ret)
 		return ret;
 	objstore_count(&os->n_requests, 1);
-	if (fstatat(fs->root_fd, key, &st, 0))
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -ENOENT;
+	ret = filestore_path_open_file(fs, key, O_PATH, &fd, &st);
+	if (ret)
+		return ret;
+	close(fd);
 	filestore_fill_info(&st, info);
 	return 0;
 }
@@ -334,22 +369,17 @@ static int filestore_get_one(struct filestore *fs, struct objstore_get *rq)
 	char etag[OBJSTORE_ETAG_MAX];
 	struct stat st;
 	size_t done = 0;
-	int fd, ret = filestore_key_ok(fs, rq->key);
+	int fd, ret = filestore_path_key_ok(fs, rq->key);
 
 	if (ret)
 		return ret;
 	objstore_count(&fs->base.n_requests, 1);
-	fd = openat(fs->root_fd, rq->key, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st)) {
-		ret = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = -ENOENT;
-		goto out;
-	}
+	/* O_NONBLOCK: a FIFO swapped in cannot hang the open; fstat then
+	 * refuses anything but a regular file. */
+	ret = filestore_path_open_file(fs, rq->key, O_RDONLY | O_NONBLOCK, &fd,
+				       &st);
+	if (ret)
+		return ret;
 	if (rq->if_match) {
 		filestore_etag(&st, etag, sizeof(etag));
 		if (strcmp(etag, rq->if_match)) {
@@ -438,42 +468,55 @@ static int filestore_get_many(struct objstore *os, struct objstore_get *reqs,
 }
 
 /* ---- put, delete, copy ---- */
-
-/* Create the parent directories of key. */
-static int filestore_mkparents(struct filestore *fs, const char *key)
+/* Copy size bytes to fd, from buf or (buf NULL) from src_fd at offset 0. */
+static int filestore_write_all(int fd, int src_fd, const void *buf,
+			       uint64_t size)
 {
-	char path[PATH_MAX];
-	size_t len = strlen(key);
+	uint64_t done = 0;
+	char *chunk = NULL;
+	int ret = 0;
 
-	if (len >= sizeof(path))
-		return -ENAMETOOLONG;
-	memcpy(path, key, len + 1);
-	for (char *p = strchr(path, '/'); p; p = strchr(p + 1, '/')) {
-		*p = '\0';
-		if (mkdirat(fs->root_fd, path, 0755) && errno != EEXIST)
-			return -errno;
-		*p = '/';
+	if (!buf) {
+		chunk = malloc(1 << 20);
+		if (!chunk)
+			return -ENOMEM;
 	}
-	return 0;
-}
+	while (done < size) {
+		const char *p;
+		ssize_t r;
 
-static int filestore_fsync_parent(struct filestore *fs, const char *key)
-{
-	char path[PATH_MAX];
-	const char *slash = strrchr(key, '/');
-	int dfd, ret = 0;
+		if (buf) {
+			p = (const char *)buf + done;
+			r = (ssize_t)(size - done > (1u << 30) ? (1u << 30)
+							       : size - done);
+		} else {
+			size_t want = size - done > (1 << 20) ? (1 << 20)
+							      : size - done;
 
-	if (slash) {
-		snprintf(path, sizeof(path), "%.*s", (int)(slash - key), key);
-		dfd = openat(fs->root_fd, path, O_RDONLY | O_DIRECTORY);
-	} else {
-		dfd = openat(fs->root_fd, ".", O_RDONLY | O_DIRECTORY);
+			r = pread(src_fd, chunk, want, (off_t)done);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				ret = r < 0 ? -errno : -EIO;
+				goto out;
+			}
+			p = chunk;
+		}
+		for (ssize_t off = 0; off < r;) {
+			ssize_t w = write(fd, p + off, (size_t)(r - off));
+
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				ret = -errno;
+				goto out;
+			}
+			off += w;
+		}
+		done += (uint64_t)r;
 	}
-	if (dfd < 0)
-		return -errno;
-	if (fsync(dfd))
-		ret = -errno;
-	close(dfd);
+out:
+	free(chunk);
 	return ret;
 }
 
@@ -484,77 +527,34 @@ static int filestore_fsync_parent(struct filestore *fs, const char *key)
 static int filestore_put(struct filestore *fs, const char *key, int src_fd,
 			 const void *buf, uint64_t size)
 {
-	char tmp[PATH_MAX] = "";
 	const char *slash = strrchr(key, '/');
-	uint64_t done = 0, rnd = 0;
-	char *chunk = NULL;
-	int fd = -1, ret;
+	const char *base = slash ? slash + 1 : key;
+	char tmp[NAME_MAX + 1] = "";
+	uint64_t rnd = 0;
+	int dfd = -1, fd = -1, ret;
 
-	ret = filestore_key_ok(fs, key);
+	ret = filestore_path_key_ok(fs, key);
 	if (ret)
 		return ret;
 	objstore_count(&fs->base.n_requests, 1);
-	ret = filestore_mkparents(fs, key);
+	ret = filestore_path_open_dir(
+		fs, key, slash ? (size_t)(slash - key) : 0, true, &dfd);
 	if (ret)
 		goto out;
 	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
 		rnd = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&rnd;
-	if (snprintf(tmp, sizeof(tmp), "%.*s%s%016llx",
-		     slash ? (int)(slash - key + 1) : 0, key,
-		     FILESTORE_TMP_PREFIX,
-		     (unsigned long long)rnd) >= (int)sizeof(tmp)) {
-		ret = -ENAMETOOLONG;
-		goto out;
-	}
-	fd = openat(fs->root_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-		    0644);
+	snprintf(tmp, sizeof(tmp), "%s%016llx", FILESTORE_TMP_PREFIX,
+		 (unsigned long long)rnd);
+	fd = openat(dfd, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		ret = -errno;
+		tmp[0] = '\0';
 		goto out;
 	}
-	if (buf) {
-		while (done < size) {
-			ssize_t w = write(fd, (const char *)buf + done,
-					  size - done);
-			if (w < 0) {
-				if (errno == EINTR)
-					continue;
-				ret = -errno;
-				goto out;
-			}
-			done += (uint64_t)w;
-		}
-	} else {
-		chunk = malloc(1 << 20);
-		if (!chunk) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		while (done < size) {
-			size_t want = size - done > (1 << 20) ? (1 << 20)
-							      : size - done;
-			ssize_t r = pread(src_fd, chunk, want, (off_t)done);
-
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0) {
-				ret = r < 0 ? -errno : -EIO;
-				goto out;
-			}
-			for (ssize_t off = 0; off < r;) {
-				ssize_t w = write(fd, chunk + off,
-						  (size_t)(r - off));
-				if (w < 0) {
-					if (errno == EINTR)
-						continue;
-					ret = -errno;
-					goto out;
-				}
-				off += w;
-			}
-			done += (uint64_t)r;
-		}
-	}
+	ret = filestore_write_all(fd, src_fd, buf, size);
+	if (ret)
+		goto out;
 	if (fsync(fd)) {
 		ret = -errno;
 		goto out;
@@ -565,22 +565,24 @@ static int filestore_put(struct filestore *fs, const char *key, int src_fd,
 		goto out;
 	}
 	fd = -1;
-	if (renameat(fs->root_fd, tmp, fs->root_fd, key)) {
+	if (renameat(dfd, tmp, dfd, base)) {
 		ret = -errno;
 		goto out;
 	}
 	tmp[0] = '\0';
-	ret = filestore_fsync_parent(fs, key);
+	if (fsync(dfd))
+		ret = -errno;
 	objstore_count(&fs->base.n_bytes_out, size);
 out:
 	if (fd >= 0)
 		close(fd);
 	if (ret && tmp[0])
-		unlinkat(fs->root_fd, tmp, 0);
+		unlinkat(dfd, tmp, 0);
+	if (dfd >= 0)
+		close(dfd);
 	if (ret)
 		log_error("%s: cannot store '%s': %s", fs->base.url, key,
 			  strerror(-ret));
-	free(chunk);
 	return ret;
 }
 
@@ -601,21 +603,33 @@ static int filestore_put_buf(struct objstore *os, const char *key,
 static int filestore_delete(struct objstore *os, const char *key)
 {
 	struct filestore *fs = fs_of(os);
-	char path[PATH_MAX];
-	char *slash;
-	int ret = filestore_key_ok(fs, key);
+	size_t len = strlen(key);
+	int dfd, ret = filestore_path_key_ok(fs, key);
 
 	if (ret)
 		return ret;
 	objstore_count(&os->n_requests, 1);
-	if (unlinkat(fs->root_fd, key, 0) && errno != ENOENT)
-		return -errno;
-	/* Directories are only prefixes: drop the ones now empty. */
-	snprintf(path, sizeof(path), "%s", key);
-	while ((slash = strrchr(path, '/'))) {
-		*slash = '\0';
-		if (unlinkat(fs->root_fd, path, AT_REMOVEDIR))
+	/* Directories are only prefixes: drop the ones now empty, deepest
+	 * first, each through its parent opened beneath the root. */
+	for (bool first = true; len > 0; first = false) {
+		size_t plen = keypath_parent_len(key, len);
+		const char *name = keypath_basename(key, len);
+		char seg[NAME_MAX + 1];
+
+		ret = filestore_path_open_dir(fs, key, plen, false, &dfd);
+		if (ret && first)
+			return ret == -ENOENT ? 0 : ret;
+		if (ret)
 			break;
+		snprintf(seg, sizeof(seg), "%.*s", (int)(key + len - name),
+			 name);
+		ret = unlinkat(dfd, seg, first ? 0 : AT_REMOVEDIR) ? -errno : 0;
+		close(dfd);
+		if (first && ret && ret != -ENOENT)
+			return ret;
+		if (!first && ret)
+			break;
+		len = plen;
 	}
 	return 0;
 }
@@ -624,17 +638,15 @@ static int filestore_copy(struct objstore *os, const char *src, const char *dst)
 {
 	struct filestore *fs = fs_of(os);
 	struct stat st;
-	int fd, ret = filestore_key_ok(fs, src);
+	int fd, ret = filestore_path_key_ok(fs, src);
 
 	if (ret)
 		return ret;
-	fd = openat(fs->root_fd, src, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st))
-		ret = -errno;
-	else
-		ret = filestore_put(fs, dst, fd, NULL, (uint64_t)st.st_size);
+	ret = filestore_path_open_file(fs, src, O_RDONLY | O_NONBLOCK, &fd,
+				       &st);
+	if (ret)
+		return ret;
+	ret = filestore_put(fs, dst, fd, NULL, (uint64_t)st.st_size);
 	close(fd);
 	return ret;
 }
@@ -648,6 +660,7 @@ static void filestore_free(struct objstore *os)
 	if (fs->root_fd >= 0)
 		close(fs->root_fd);
 	free(fs->root);
+	free(fs->root_real);
 	free(fs);
 }
 
@@ -669,7 +682,6 @@ int filestore_open(const char *url, const char *rest,
 	size_t len;
 	int ret;
 
-	(void)cfg;
 	if (rest[0] != '/') {
 		log_error("bad URL '%s': expected file:///ABSOLUTE/DIR/", url);
 		return -EINVAL;
@@ -695,6 +707,20 @@ int filestore_open(const char *url, const char *rest,
 			  len ? fs->root : "/", strerror(errno));
 		goto err;
 	}
+	fs->root_real = realpath(len ? fs->root : "/", NULL);
+	if (!fs->root_real) {
+		ret = -errno;
+		log_error("%s: cannot resolve %s: %s", url,
+			  len ? fs->root : "/", strerror(errno));
+		goto err;
+	}
+	fs->follow_inside =
+		cfg->sources_follow_symlinks == CONFIG_SYMLINKS_INSIDE;
+	fs->no_openat2 = !filestore_path_has_openat2(fs->root_fd);
+	if (fs->no_openat2)
+		log_info("%s: openat2 not available: paths are resolved one "
+			 "component at a time",
+			 url);
 	*out = &fs->base;
 	return 0;
 err:

@@ -24,7 +24,7 @@
 
 #include "dstage/catalog.h"
 #include "dstage/jobs.h"
-#include "catalog_internal.h"
+#include "catalog_i.h"
 #include "dstage/log.h"
 
 struct jobs {

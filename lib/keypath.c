@@ -37,8 +37,9 @@ int keypath_check(const char *key, size_t len, const char **why)
 
 	if (len == 0)
 		return keypath_fail(why, "empty key");
-	if (len >= KEYPATH_MAX)
-		return keypath_fail(why, "key longer than 4095 bytes");
+	if (len > KEYPATH_KEY_MAX)
+		return keypath_fail(why, "key longer than 1024 bytes (the S3 "
+					 "limit, kept for every source)");
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)key[i];
 

@@ -4,11 +4,17 @@
  *
  * State: the level and the syslog switch are process-wide atomics; they may be
  * changed by any thread at any time and take effect on the next message.
+ *
+ * Long lines: a line is at most LOG_LINE_MAX bytes. A longer message loses
+ * its middle, never its end (where the reason and the fix are): the first
+ * LOG_HEAD_KEEP bytes, then "...(N bytes cut)...", then as much of the end
+ * as fits.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <syslog.h>
@@ -16,6 +22,10 @@
 #include <unistd.h>
 
 #include "dstage/log.h"
+
+#define LOG_LINE_MAX 4096 /* bytes of one line, its newline included */
+#define LOG_HEAD_KEEP 1024 /* of a message cut short, its first bytes */
+#define LOG_MARK_ROOM 40 /* room kept for the "...(N bytes cut)..." mark */
 
 static _Atomic int log_level_cur = LOG_LVL_INFO;
 static _Atomic int log_syslog;
@@ -55,12 +65,45 @@ void log_use_syslog(const char *ident)
 	atomic_store(&log_syslog, 1);
 }
 
+/*
+ * The message of m bytes did not fit in text (room bytes, no NUL needed):
+ * format it again in full (ap) and keep its head and its tail around a
+ * mark. Returns the bytes now in text.
+ */
+static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
+			     va_list ap) __attribute__((format(printf, 4, 0)));
+static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
+			     va_list ap)
+{
+	size_t tail = room - LOG_HEAD_KEEP - LOG_MARK_ROOM, cut, k;
+	char *full = malloc(m + 1);
+	char mark[LOG_MARK_ROOM];
+
+	if (!full || vsnprintf(full, m + 1, fmt, ap) != (int)m) {
+		/* No memory for the whole: keep the head, say so. */
+		free(full);
+		k = room - LOG_MARK_ROOM;
+		k += (size_t)snprintf(text + k, LOG_MARK_ROOM,
+				      "...(%zu bytes cut)", m - k);
+		return k;
+	}
+	cut = m - LOG_HEAD_KEEP - tail;
+	memcpy(text, full, LOG_HEAD_KEEP);
+	k = LOG_HEAD_KEEP;
+	k += (size_t)snprintf(mark, sizeof(mark), "...(%zu bytes cut)...", cut);
+	memcpy(text + LOG_HEAD_KEEP, mark, k - LOG_HEAD_KEEP);
+	memcpy(text + k, full + m - tail, tail);
+	free(full);
+	return k + tail;
+}
+
 void log_msg(enum log_level lvl, const char *fmt, ...)
 {
 	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
-	char line[2048];
-	int n = 0;
-	va_list ap;
+	char line[LOG_LINE_MAX + 1];
+	size_t n = 0, room;
+	va_list ap, again;
+	int m;
 
 	if ((int)lvl > atomic_load(&log_level_cur))
 		return;
@@ -70,20 +113,26 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		gmtime_r(&ts.tv_sec, &tm);
-		n = snprintf(line, sizeof(line),
-			     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ",
-			     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-			     tm.tm_hour, tm.tm_min, tm.tm_sec,
-			     ts.tv_nsec / 1000000, log_level_name(lvl));
+		n = (size_t)snprintf(
+			line, sizeof(line),
+			"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ",
+			tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+			tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+			log_level_name(lvl));
 	}
+	/* The text's room: the line less its prefix and its newline. */
+	room = LOG_LINE_MAX - n - 1;
 	va_start(ap, fmt);
-	int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_copy(again, ap);
+	m = vsnprintf(line + n, room + 1, fmt, ap);
 	va_end(ap);
+	if (m >= 0 && (size_t)m > room)
+		n += log_cut_middle(line + n, room, (size_t)m, fmt, again);
+	else if (m >= 0)
+		n += (size_t)m;
+	va_end(again);
 	if (m < 0)
 		return;
-	n += m;
-	if ((size_t)n > sizeof(line) - 2)
-		n = sizeof(line) - 2;
 	if (atomic_load(&log_syslog)) {
 		line[n] = '\0';
 		syslog(prio[lvl], "%s", line);
@@ -91,6 +140,6 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	}
 	line[n++] = '\n';
 	/* One write per line: lines from threads never interleave. */
-	ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+	ssize_t w = write(STDERR_FILENO, line, n);
 	(void)w;
 }

@@ -11,11 +11,13 @@
 #include <string.h>
 
 #include "dstage/config.h"
+#include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "objstore_backend.h"
 
-/* S3 keys are at most 1024 bytes of UTF-8; a NUL cannot be in one. */
-#define OBJSTORE_KEY_MAX 1024
+/* S3 keys are at most 1024 bytes of UTF-8; a NUL cannot be in one. The
+ * catalog registers no longer key (keypath.h): one limit everywhere. */
+#define OBJSTORE_KEY_MAX KEYPATH_KEY_MAX
 
 static int objstore_check_key(const struct objstore *os, const char *key)
 {
@@ -72,11 +74,6 @@ void objstore_free(struct objstore *os)
 	url = os->url;
 	os->ops->free(os);
 	free(url);
-}
-
-const char *objstore_url(const struct objstore *os)
-{
-	return os->url;
 }
 
 static int objstore_result(struct objstore *os, int ret)

@@ -23,8 +23,18 @@
  * hash was recorded since the job was created and whose blocks are all
  * present is skipped without reading it.
  *
- * Shared state: struct runner_ctx belongs to the job; its counters are
- * atomics; cat (one catalog connection) is used under cat_lock by workers
+ * Stopping: a cancel (from the catalog) or the daemon's stop sets
+ * rj->cancel; workers check it before each chunk. A worker blocked inside
+ * one read (a stalled store, a hung NFS server) is waited for at most
+ * RUNNER_STOP_GRACE_S seconds: then the job ends without it (logged), the
+ * worker is detached, and the context it uses stays alive until the last
+ * worker lets go of it (refs). So neither a cancel nor SIGTERM waits on a
+ * read for ever.
+ *
+ * Shared state: struct runner_ctx (on the heap, refcounted: the job's thread
+ * and each worker hold a reference; the last one frees it, with the store,
+ * the catalog connection and a reference to rj) belongs to the job; its
+ * counters are atomics; cat (one catalog connection) is used under cat_lock by workers
  * recording hashes; the mismatch list and error text are in the
  * runner_job under rj->lock. Lock order: cat_lock, then rj->lock.
  * run_lock (a leaf) and run_cv let the job's thread sleep until a worker
@@ -50,6 +60,7 @@
 #define RUNNER_CHUNK (8u << 20)
 #define RUNNER_MIN_CHUNK (256u << 10)
 #define RUNNER_MAX_WORKERS 64
+#define RUNNER_STOP_GRACE_S 5 /* wait for blocked workers after a stop */
 
 struct runner_file {
 	char *key;
@@ -81,6 +92,8 @@ struct runner_ctx {
 	uint64_t rate;
 	char *files_arg; /* newline-separated keys, or NULL */
 	const char *sums_key; /* the dataset's, for messages */
+	struct catalog_dataset ds; /* the job's dataset, read at the start */
+	_Atomic unsigned refs; /* the job's thread + each running worker */
 };
 
 const char *stager_bytes(uint64_t v, char *buf, size_t len)
@@ -512,6 +525,26 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 	}
 }
 
+/* Drop a reference to the context; the last one frees it. */
+static void runner_ctx_put(struct runner_ctx *c)
+{
+	if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	sched_leave(c->env->sched, c->sj);
+	for (size_t i = 0; i < c->n; i++)
+		free(c->files[i].key);
+	free(c->files);
+	free(c->files_arg);
+	objstore_free(c->os);
+	catalog_dataset_release(&c->ds);
+	catalog_close(c->cat);
+	pthread_mutex_destroy(&c->cat_lock);
+	pthread_mutex_destroy(&c->run_lock);
+	pthread_cond_destroy(&c->run_cv);
+	runner_put(c->rj);
+	free(c);
+}
+
 static void *runner_worker(void *arg)
 {
 	struct runner_ctx *c = arg;
@@ -534,6 +567,7 @@ out:
 	c->running--;
 	pthread_cond_signal(&c->run_cv);
 	pthread_mutex_unlock(&c->run_lock);
+	runner_ctx_put(c);
 	return NULL;
 }
 
@@ -670,98 +704,145 @@ out:
 	pthread_mutex_unlock(&rj->lock);
 }
 
+/*
+ * Wait until every worker has ended, publishing progress (and reading a
+ * cancel from the catalog) once a second. After a stop, wait at most
+ * RUNNER_STOP_GRACE_S for workers blocked in a read. Returns the number of
+ * workers still running (0: all ended).
+ */
+static unsigned runner_wait(struct runner_ctx *c, struct jobs *jq)
+{
+	struct runner_job *rj = c->rj;
+	struct timespec stop_at = { 0 };
+	unsigned left;
+
+	for (;;) {
+		struct timespec ts, now;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_mutex_lock(&c->run_lock);
+		if (c->running)
+			pthread_cond_timedwait(&c->run_cv, &c->run_lock, &ts);
+		left = c->running;
+		pthread_mutex_unlock(&c->run_lock);
+		if (!left)
+			return 0;
+		if (atomic_load(&rj->cancel)) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (!stop_at.tv_sec) {
+				stop_at = now;
+				stop_at.tv_sec += RUNNER_STOP_GRACE_S;
+			} else if (now.tv_sec > stop_at.tv_sec ||
+				   (now.tv_sec == stop_at.tv_sec &&
+				    now.tv_nsec >= stop_at.tv_nsec)) {
+				log_error("job %" PRId64 ": %u worker(s) still "
+					  "blocked in a read %d s after the "
+					  "stop: the job ends without them",
+					  rj->id, left, RUNNER_STOP_GRACE_S);
+				return left;
+			}
+			continue;
+		}
+		if (jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
+				  atomic_load(&rj->bytes_total)) == -ECANCELED)
+			atomic_store(&rj->cancel, true);
+	}
+}
+
 void runner_run(const struct runner_env *env, struct runner_job *rj,
 		const struct jobs_job *j)
 {
-	struct runner_ctx c = { .env = env,
-				.rj = rj,
-				.sums_key = CATALOG_SUMS_KEY_DEFAULT };
+	struct runner_ctx *c = calloc(1, sizeof(*c));
 	pthread_t tids[RUNNER_MAX_WORKERS];
 	struct jobs *jq = NULL;
-	struct catalog_dataset ds = { 0 };
 	enum jobs_state st = JOBS_FAILED;
 	char msg[JOBS_ERROR_MAX];
-	unsigned started = 0;
+	unsigned started = 0, left = 0;
 	int ret;
 
-	pthread_mutex_init(&c.cat_lock, NULL);
-	pthread_mutex_init(&c.run_lock, NULL);
-	pthread_cond_init(&c.run_cv, NULL);
-	runner_args(&c, j);
+	if (!c) {
+		/* The job stays running in the catalog: the next daemon
+		 * resumes it. */
+		log_error("job %" PRId64 ": out of memory", rj->id);
+		pthread_mutex_lock(&rj->lock);
+		rj->state = JOBS_FAILED;
+		snprintf(rj->error, sizeof(rj->error), "out of memory");
+		atomic_store(&rj->finished, true);
+		pthread_cond_broadcast(&rj->cond);
+		pthread_mutex_unlock(&rj->lock);
+		return;
+	}
+	c->env = env;
+	c->rj = rj;
+	c->sums_key = CATALOG_SUMS_KEY_DEFAULT;
+	atomic_fetch_add(&rj->refs, 1); /* dropped with the context */
+	atomic_store(&c->refs, 1);
+	pthread_mutex_init(&c->cat_lock, NULL);
+	pthread_mutex_init(&c->run_lock, NULL);
+	pthread_cond_init(&c->run_cv, NULL);
+	runner_args(c, j);
 	ret = jobs_open(env->cfg->catalog_path, &jq);
 	if (!ret)
-		ret = catalog_open(env->cfg->catalog_path, 0, &c.cat);
+		ret = catalog_open(env->cfg->catalog_path, 0, &c->cat);
 	if (ret) {
-		runner_error(&c, "opening the catalog: %s", strerror(-ret));
+		runner_error(c, "opening the catalog: %s", strerror(-ret));
 		goto finish;
 	}
-	ret = catalog_dataset_get(c.cat, rj->dataset, &ds);
+	ret = catalog_dataset_get(c->cat, rj->dataset, &c->ds);
 	if (ret) {
-		runner_error(&c, "dataset %s: %s", rj->dataset,
+		runner_error(c, "dataset %s: %s", rj->dataset,
 			     ret == -ENOENT ? "removed" : strerror(-ret));
 		goto finish;
 	}
-	c.sums_key = ds.sums_key;
-	if (ds.state != CATALOG_DS_READY) {
+	c->sums_key = c->ds.sums_key;
+	if (c->ds.state != CATALOG_DS_READY) {
 		ret = -ENOENT;
-		runner_error(&c, "dataset %s is not registered yet",
+		runner_error(c, "dataset %s is not registered yet",
 			     rj->dataset);
 		goto finish;
 	}
-	ret = objstore_open(ds.source, env->cfg, &c.os);
+	ret = objstore_open(c->ds.source, env->cfg, &c->os);
 	if (ret) {
-		runner_error(&c, "opening %s: %s", ds.source, strerror(-ret));
+		runner_error(c, "opening %s: %s", c->ds.source, strerror(-ret));
 		goto finish;
 	}
-	ret = c.files_arg ? runner_load_list(&c) : runner_load_all(&c);
+	ret = c->files_arg ? runner_load_list(c) : runner_load_all(c);
 	if (ret) {
-		runner_error(&c, "listing the manifest: %s", strerror(-ret));
+		runner_error(c, "listing the manifest: %s", strerror(-ret));
 		goto finish;
 	}
-	ret = runner_prepare(&c);
+	ret = runner_prepare(c);
 	if (ret)
 		goto finish;
 	ret = sched_join(env->sched,
 			 (unsigned)(j->priority > 0 ? j->priority + 1 : 1),
-			 c.rate, &c.sj);
+			 c->rate, &c->sj);
 	if (ret)
 		goto finish;
 	log_info("job %" PRId64 ": %s %s: %zu files, %u workers%s", rj->id,
-		 rj->kind, rj->dataset, c.n, c.workers,
-		 c.cache_mode ? "" : ", from the source");
-	c.running = c.workers;
-	for (; started < c.workers; started++)
-		if (pthread_create(&tids[started], NULL, runner_worker, &c)) {
-			pthread_mutex_lock(&c.run_lock);
-			c.running -= c.workers - started;
-			pthread_mutex_unlock(&c.run_lock);
+		 rj->kind, rj->dataset, c->n, c->workers,
+		 c->cache_mode ? "" : ", from the source");
+	c->running = c->workers;
+	for (; started < c->workers; started++) {
+		atomic_fetch_add(&c->refs, 1);
+		if (pthread_create(&tids[started], NULL, runner_worker, c)) {
+			atomic_fetch_sub(&c->refs, 1);
+			pthread_mutex_lock(&c->run_lock);
+			c->running -= c->workers - started;
+			pthread_mutex_unlock(&c->run_lock);
 			break;
 		}
-	/* Until the last worker ends (woken at once then): progress into
-	 * the catalog, and a cancel from there, once a second. */
-	for (;;) {
-		struct timespec ts;
-		bool more;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_mutex_lock(&c.run_lock);
-		if (c.running)
-			pthread_cond_timedwait(&c.run_cv, &c.run_lock, &ts);
-		more = c.running != 0;
-		pthread_mutex_unlock(&c.run_lock);
-		if (!more)
-			break;
-		ret = jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
-				    atomic_load(&rj->bytes_total));
-		if (ret == -ECANCELED)
-			atomic_store(&rj->cancel, true);
 	}
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
+	left = runner_wait(c, jq);
+	for (unsigned i = 0; i < started; i++) {
+		if (left)
+			pthread_detach(tids[i]);
+		else
+			pthread_join(tids[i], NULL);
+	}
 	ret = 0;
 finish:
-	sched_leave(env->sched, c.sj);
 	if (atomic_load(&rj->cancel)) {
 		/* cancelled (the catalog says so already) or shutting down
 		 * (the job stays running, for the next daemon to resume) */
@@ -771,7 +852,7 @@ finish:
 		pthread_mutex_unlock(&rj->lock);
 		goto out;
 	}
-	runner_result(&c, ret, &st, msg, sizeof(msg));
+	runner_result(c, ret, &st, msg, sizeof(msg));
 	if (jq) {
 		jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
 			      atomic_load(&rj->bytes_total));
@@ -786,19 +867,11 @@ finish:
 	snprintf(rj->error, sizeof(rj->error), "%s", msg);
 	pthread_mutex_unlock(&rj->lock);
 out:
-	for (size_t i = 0; i < c.n; i++)
-		free(c.files[i].key);
-	free(c.files);
-	free(c.files_arg);
-	objstore_free(c.os);
-	catalog_dataset_release(&ds);
-	catalog_close(c.cat);
 	jobs_close(jq);
-	pthread_mutex_destroy(&c.cat_lock);
-	pthread_mutex_destroy(&c.run_lock);
-	pthread_cond_destroy(&c.run_cv);
 	pthread_mutex_lock(&rj->lock);
 	atomic_store(&rj->finished, true);
 	pthread_cond_broadcast(&rj->cond);
 	pthread_mutex_unlock(&rj->lock);
+	/* Workers left behind hold their own references. */
+	runner_ctx_put(c);
 }

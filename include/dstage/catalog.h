@@ -11,10 +11,17 @@
  * one thread at a time; open one per thread. Any number of processes and
  * threads may open the same file: it is in WAL mode, so readers never block
  * the writer and see a consistent snapshot per call. Writers wait up to
- * CATALOG_BUSY_TIMEOUT_MS for each other, then fail with -EBUSY.
+ * CATALOG_BUSY_TIMEOUT_MS for each other, then fail with -EBUSY: no lock
+ * wait is longer.
+ *
+ * Files: catalog_open refuses a catalog whose directory group or others may
+ * write, or that another user owns; catalog.db, -wal and -shm are created
+ * 0600, and looser ones (beyond 0640) are tightened to 0600 at open.
  *
  * Errors are -errno; the SQLite message is logged with log_error:
- *   -EBUSY       the database stayed locked (SQLITE_BUSY, SQLITE_LOCKED)
+ *   -EBUSY       the database stayed locked (SQLITE_BUSY, SQLITE_LOCKED,
+ *                SQLITE_PROTOCOL); the locks other processes hold on the
+ *                database and its -shm are logged with their pids
  *   -ENOSPC      the disk is full (SQLITE_FULL)
  *   -ENOENT      the file does not exist and CATALOG_CREATE was not given
  *   -EACCES      the file cannot be opened (SQLITE_CANTOPEN, SQLITE_PERM,

@@ -19,6 +19,12 @@
 
 #define CONFIG_DEFAULT_PATH "/etc/dstage/dstage.conf"
 
+/* sources.follow_symlinks: what a file:// source does with a symlink. */
+enum config_symlinks {
+	CONFIG_SYMLINKS_NO = 0, /* skip it at listing, refuse it at reads */
+	CONFIG_SYMLINKS_INSIDE = 1, /* follow it when it stays in the source */
+};
+
 struct dstage_config {
 	/* [cache] */
 	char *cache_dir; /* cache.dir */
@@ -52,6 +58,11 @@ struct dstage_config {
 	unsigned s3_deadline_ms; /* s3.deadline, per operation incl. retries */
 	unsigned s3_backoff_base_ms; /* s3.backoff_base */
 	unsigned s3_backoff_max_ms; /* s3.backoff_max */
+	bool s3_allow_insecure_token; /* s3.allow_insecure_token */
+
+	/* [sources] */
+	int sources_follow_symlinks; /* sources.follow_symlinks,
+				      * enum config_symlinks */
 
 	/* [log] */
 	int log_level; /* log.level, enum log_level */

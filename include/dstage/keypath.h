@@ -9,8 +9,9 @@
  *     see keypath_dir_marker());
  *   - no segment is "." or "..";
  *   - no segment is longer than KEYPATH_SEG_MAX bytes (NAME_MAX);
- *   - the whole key is shorter than KEYPATH_MAX bytes (PATH_MAX, so that it
- *     fits with its terminating NUL);
+ *   - the whole key is at most KEYPATH_KEY_MAX (1,024) bytes: S3's own
+ *     limit, and the one objstore enforces on every call, so that a key
+ *     the catalog accepts can always be read (one limit, not two);
  *   - no byte is NUL, a C0 control (0x01-0x1f) or DEL (0x7f). POSIX allows
  *     all but NUL, but newlines and escapes in names break log lines,
  *     SHA256SUMS files and terminals, and no sane dataset needs them.
@@ -30,7 +31,8 @@
 #include <stddef.h>
 
 #define KEYPATH_SEG_MAX 255
-#define KEYPATH_MAX 4096
+#define KEYPATH_KEY_MAX 1024
+#define KEYPATH_MAX (KEYPATH_KEY_MAX + 1) /* a key and its NUL */
 
 /*
  * Check len bytes of key (which may contain NUL bytes; they are rejected).

@@ -5,6 +5,10 @@
  * The level is process-wide and may be changed at any time; each message is
  * written with one write(2) (stderr) or one syslog(3) call, so lines from
  * different threads never interleave.
+ *
+ * A line is at most 4 KiB. A longer message keeps its first 1 KiB and its
+ * end (where messages put the reason and the fix) around a mark
+ * "...(N bytes cut)...".
  */
 #ifndef DSTAGE_LOG_H
 #define DSTAGE_LOG_H

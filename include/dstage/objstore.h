@@ -20,6 +20,12 @@
  *   -EINVAL     a bad URL, key or argument
  *   -ENOMEM     out of memory
  *   -ERANGE     a range past the end of the object
+ * file:// sources only (docs/objstore.md, "Confinement"):
+ *   -ELOOP      the key is or passes through a symlink not followed
+ *               (sources.follow_symlinks = no)
+ *   -EXDEV      the key is a symlink leading outside the source
+ *   -EINVAL     the key names a FIFO, socket or device (never opened)
+ * Keys are 1 to 1,024 bytes (KEYPATH_KEY_MAX); others are -EINVAL.
  */
 #ifndef DSTAGE_OBJSTORE_H
 #define DSTAGE_OBJSTORE_H
@@ -72,16 +78,14 @@ struct objstore_stats {
  * Open a store for url (s3://... or file://...). cfg supplies the endpoint,
  * region, credentials, timeouts and retry policy; it must outlive the handle.
  * Returns 0, -EINVAL (bad URL, message logged), -EACCES (credentials file
- * readable by group or others), -ENOENT (file:// dir missing), -ENOMEM.
+ * readable by group or others; a session token over plain http without
+ * s3.allow_insecure_token), -ENOENT (file:// dir missing), -ENOMEM.
  */
 int objstore_open(const char *url, const struct dstage_config *cfg,
 		  struct objstore **out);
 
 /* Accepts NULL. */
 void objstore_free(struct objstore *os);
-
-/* The URL the store was opened with. */
-const char *objstore_url(const struct objstore *os);
 
 /*
  * List every object whose key starts with prefix (may be "" for all), in key

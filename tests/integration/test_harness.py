@@ -53,12 +53,27 @@ def test_rgw_rejects_a_wrong_secret(rgw):
     assert b"<Code>SignatureDoesNotMatch</Code>" in body_of(p)
 
 
-def test_rgw_rejects_anonymous_listing(rgw):
-    p = subprocess.run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}",
-                        rgw.endpoint + "/"], capture_output=True, timeout=30)
-    assert code_of(p) in (403, 200)
-    # Anonymous listing of all buckets is an empty result, never ours.
-    assert b"harness" not in body_of(p)
+def test_rgw_rejects_anonymous_listing(rgw, obj):
+    """Unsigned requests see none of our buckets (the obj fixture made one
+    before this runs): radosgw lists anonymous's own buckets, none, with a
+    200, and refuses our bucket's listing and object with a 403."""
+    bucket, key, _ = obj
+
+    def anonymous(path):
+        return subprocess.run(["curl", "-sS", "-o", "-", "-w",
+                               "\n%{http_code}", rgw.endpoint + path],
+                              capture_output=True, timeout=30)
+    p = anonymous("/")
+    assert code_of(p) == 200, p.stdout
+    assert b"<ID>anonymous</ID>" in body_of(p)
+    assert b"<Buckets></Buckets>" in body_of(p)
+    assert bucket.encode() not in body_of(p)
+    p = anonymous("/%s?list-type=2" % bucket)
+    assert code_of(p) == 403, p.stdout
+    assert b"<Code>AccessDenied</Code>" in body_of(p)
+    assert key.encode() not in body_of(p)
+    p = anonymous("/%s/%s" % (bucket, key))
+    assert code_of(p) == 403
 
 
 def test_rgw_object_round_trip_and_range(rgw, obj):

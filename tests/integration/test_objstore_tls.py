@@ -85,3 +85,10 @@ def test_verify_tls_false_accepts_it(tool, https_server):
     endpoint, _ = https_server
     p = run(tool, endpoint, DSTAGE_S3_VERIFY_TLS="false")
     assert p.returncode == 0, p.stderr.decode()
+    # ... and says what that costs, once, naming the endpoint.
+    err = p.stderr.decode()
+    assert err.count("s3.verify_tls = false: the certificate of %s is not "
+                     "checked" % endpoint) == 1, err
+    p = run(tool, endpoint, DSTAGE_S3_CA_FILE=str(https_server[1]))
+    assert "verify_tls" not in p.stderr.decode()
+    assert "plain http" not in p.stderr.decode()

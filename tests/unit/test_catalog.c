@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "catalog_internal.h"
+#include "catalog_i.h"
 #include "check.h"
 #include "dstage/config.h"
 #include "dstage/keypath.h"
@@ -48,6 +48,7 @@ struct fake {
 	const char *sums; /* body of the sums key */
 	const char *sums_key; /* NULL: SHA256SUMS */
 	int fail_at; /* >= 0: return -EIO before key N */
+	uint64_t size; /* non-zero: every key's size */
 	void (*hook)(struct fake *f, size_t i); /* before key i */
 	size_t hook_at;
 };
@@ -84,6 +85,8 @@ static int fake_list(void *arg, objstore_list_cb cb, void *cb_arg)
 		oi.size = strcmp(oi.key, fake_sums_key(f)) == 0 && f->sums
 				  ? strlen(f->sums)
 				  : i;
+		if (f->size)
+			oi.size = f->size;
 		snprintf(oi.etag, sizeof(oi.etag), "\"etag-%zu\"", i);
 		oi.mtime = 1700000000 + (int64_t)i;
 		ret = cb(cb_arg, &oi);
@@ -197,6 +200,71 @@ static long maxrss_kib(void)
 }
 
 /* ---- tests ---- */
+
+/* The mode bits of path, or -1 when it is missing. */
+static int mode_of(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st))
+		return -1;
+	return (int)(st.st_mode & 07777);
+}
+
+/* Every file of a catalog 0600; looser ones tightened at open; a
+ * directory others may write, or a link in place of a file, refused. */
+static void test_file_modes(void)
+{
+	char d[128], p[160], f[176];
+	struct catalog *cat = NULL;
+	mode_t old = umask(022);
+
+	snprintf(d, sizeof(d), "%s/modes", dir);
+	CHECK(mkdir(d, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/catalog.db", d);
+	CHECK_INT(catalog_open(p, CATALOG_CREATE, &cat), 0);
+	CHECK_INT(catalog_dataset_add(cat, "m", "file:///x", NULL), 0);
+	/* all three exist while the connection is open */
+	CHECK_INT(mode_of(p), 0600);
+	snprintf(f, sizeof(f), "%s-wal", p);
+	CHECK_INT(mode_of(f), 0600);
+	snprintf(f, sizeof(f), "%s-shm", p);
+	CHECK_INT(mode_of(f), 0600);
+	catalog_close(cat);
+
+	/* Existing loose files are tightened at open; 0640 is kept. */
+	CHECK(chmod(p, 0644) == 0);
+	snprintf(f, sizeof(f), "%s-wal", p);
+	if (mode_of(f) >= 0)
+		CHECK(chmod(f, 0666) == 0);
+	CHECK_INT(catalog_open(p, CATALOG_READONLY, &cat), 0);
+	catalog_close(cat);
+	CHECK_INT(mode_of(p), 0600);
+	CHECK(mode_of(f) == -1 || mode_of(f) == 0600);
+	CHECK(chmod(p, 0640) == 0);
+	CHECK_INT(catalog_open(p, 0, &cat), 0);
+	catalog_close(cat);
+	CHECK_INT(mode_of(p), 0640);
+	CHECK(chmod(p, 0600) == 0);
+
+	/* A directory group or others may write: refused, file untouched. */
+	CHECK(chmod(d, 0775) == 0);
+	CHECK_INT(catalog_open(p, 0, &cat), -EACCES);
+	CHECK(cat == NULL);
+	CHECK(chmod(d, 01777) == 0);
+	CHECK_INT(catalog_open(p, CATALOG_READONLY, &cat), -EACCES);
+	snprintf(f, sizeof(f), "%s/new.db", d);
+	CHECK_INT(catalog_open(f, CATALOG_CREATE, &cat), -EACCES);
+	CHECK_INT(mode_of(f), -1);
+	CHECK(chmod(d, 0700) == 0);
+
+	/* A link in place of the database or its WAL index: refused. */
+	snprintf(f, sizeof(f), "%s/link.db", d);
+	CHECK(symlink(p, f) == 0);
+	CHECK_INT(catalog_open(f, 0, &cat), -ELOOP);
+	CHECK(cat == NULL);
+	umask(old);
+}
 
 static void test_open_errors(void)
 {
@@ -433,6 +501,67 @@ static void test_migrate_v3(void)
 #define HA "aa00000000000000000000000000000000000000000000000000000000000000"
 #define HB "BB00000000000000000000000000000000000000000000000000000000000000"
 
+/* Sizes adding up past INT64_MAX: the key that would pass it is skipped
+ * (and counted bad), so registration and every refresh still succeed. */
+static void test_size_overflow(struct catalog *cat)
+{
+	static const char *const keys[] = { "a", "b", "c", NULL };
+	struct fake f = { .keys = keys,
+			  .fail_at = -1,
+			  .size = (1ULL << 62) - 1 };
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+
+	CHECK_INT(catalog_dataset_add(cat, "huge", "file:///fake", NULL), 0);
+	for (int round = 0; round < 2; round++) { /* register, refresh */
+		CHECK_INT(reg(cat, "huge", &f), 0);
+		CHECK_INT(catalog_dataset_get(cat, "huge", &ds), 0);
+		CHECK_INT(ds.version, round + 1);
+		CHECK_INT(ds.objects, 2);
+		CHECK_INT(ds.bad_keys, 1);
+		CHECK(ds.bytes == (uint64_t)INT64_MAX - 1);
+		catalog_dataset_release(&ds);
+	}
+	CHECK_INT(catalog_lookup(cat, "huge", "b", &e), 0);
+	CHECK_INT(catalog_lookup(cat, "huge", "c", &e), -ENOENT);
+	CHECK_INT(catalog_dataset_remove(cat, "huge"), 0);
+}
+
+/* One key limit, S3's 1,024 bytes: a longer key is skipped at
+ * registration (objstore would refuse every read of it). */
+static void test_key_limit(struct catalog *cat)
+{
+	static char k1024[1025], k1025[1026], k4095[4096];
+	const char *keys[] = { k1024, k1025, k4095, NULL };
+	struct fake f = { .keys = keys, .fail_at = -1 };
+	struct catalog_dataset ds;
+	struct catalog_entry e;
+	char buf[2048];
+
+	memset(k1024, 'k', 1024);
+	for (size_t i = 200; i < 1024; i += 200)
+		k1024[i] = '/';
+	memcpy(k1025, k1024, 1024);
+	k1025[1024] = 'x';
+	memset(k4095, 'm', 4095);
+	for (size_t i = 200; i < 4095; i += 200)
+		k4095[i] = '/';
+	CHECK_INT(catalog_dataset_add(cat, "keylimit", "file:///fake", NULL),
+		  0);
+	CHECK_INT(reg(cat, "keylimit", &f), 0);
+	CHECK_INT(catalog_dataset_get(cat, "keylimit", &ds), 0);
+	CHECK_INT(ds.objects, 1);
+	CHECK_INT(ds.bad_keys, 2);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_lookup(cat, "keylimit", k1024, &e), 0);
+	CHECK(!e.is_dir && e.id > 0);
+	CHECK_INT(catalog_lookup(cat, "keylimit", k1025, &e), -ENOENT);
+	snprintf(buf, sizeof(buf), "%.*s", 800, k1024); /* its directory */
+	CHECK_INT(catalog_lookup(cat, "keylimit", buf, &e), 0);
+	CHECK(e.is_dir);
+	CHECK_INT(catalog_dataset_remove(cat, "keylimit"), 0);
+}
+
 static void test_register_keys(struct catalog *cat)
 {
 	static const char *const keys[] = {
@@ -488,6 +617,8 @@ static void test_register_keys(struct catalog *cat)
 	CHECK_INT(ds.objects, 8);
 	CHECK_STR(ds.group, "staff");
 	catalog_dataset_release(&ds);
+	test_key_limit(cat);
+	test_size_overflow(cat);
 
 	CHECK_STR(ls(cat, "ds", "", NULL, &nm),
 		  "SHA256SUMS,a/,a-x,dir/,dup,ok,zz/,z\xc3\xa9t\xc3\xa9/");
@@ -995,6 +1126,7 @@ int main(void)
 
 	test_million();
 	test_open_errors();
+	test_file_modes();
 	test_migrate_v1();
 	test_migrate_v2();
 	test_migrate_v3();

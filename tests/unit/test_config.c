@@ -92,6 +92,38 @@ static void test_defaults_without_file(void)
 	CHECK(cfg->s3_verify_tls);
 	CHECK(cfg->s3_endpoint == NULL);
 	CHECK(cfg->source_file == NULL);
+	/* Safe by default: no token in clear, no symlink followed. */
+	CHECK(!cfg->s3_allow_insecure_token);
+	CHECK_INT(cfg->sources_follow_symlinks, CONFIG_SYMLINKS_NO);
+	config_free(cfg);
+}
+
+static void test_security_keys(void)
+{
+	struct dstage_config *cfg = NULL;
+	char err[512];
+
+	clear_env();
+	CHECK_INT(config_defaults(&cfg), 0);
+	if (!cfg)
+		return;
+	CHECK_INT(config_set(cfg, "sources.follow_symlinks", "inside", err,
+			     sizeof(err)),
+		  0);
+	CHECK_INT(cfg->sources_follow_symlinks, CONFIG_SYMLINKS_INSIDE);
+	CHECK_INT(config_set(cfg, "sources.follow_symlinks", "no", err,
+			     sizeof(err)),
+		  0);
+	CHECK_INT(cfg->sources_follow_symlinks, CONFIG_SYMLINKS_NO);
+	CHECK_INT(config_set(cfg, "sources.follow_symlinks", "always", err,
+			     sizeof(err)),
+		  -EINVAL);
+	CHECK_STR(err, "bad value 'always' for sources.follow_symlinks: "
+		       "expected no or inside");
+	CHECK_INT(config_set(cfg, "s3.allow_insecure_token", "yes", err,
+			     sizeof(err)),
+		  0);
+	CHECK(cfg->s3_allow_insecure_token);
 	config_free(cfg);
 }
 
@@ -249,6 +281,9 @@ static void test_dump_roundtrip(void)
 	if (!a)
 		return;
 	CHECK_INT(config_set(a, "cache.size", "3G", err, sizeof(err)), 0);
+	CHECK_INT(config_set(a, "sources.follow_symlinks", "inside", err,
+			     sizeof(err)),
+		  0);
 	CHECK_INT(config_set(a, "s3.endpoint", "http://127.0.0.1:1", err,
 			     sizeof(err)),
 		  0);
@@ -263,6 +298,7 @@ static void test_dump_roundtrip(void)
 		CHECK_INT(b->cache_size, 3ULL << 30);
 		CHECK_STR(b->s3_endpoint, "http://127.0.0.1:1");
 		CHECK_INT(b->s3_deadline_ms, a->s3_deadline_ms);
+		CHECK_INT(b->sources_follow_symlinks, CONFIG_SYMLINKS_INSIDE);
 	} else {
 		fprintf(stderr, "%s\n", err);
 	}
@@ -335,6 +371,7 @@ int main(void)
 	test_bad_values();
 	test_long_line();
 	test_dump_roundtrip();
+	test_security_keys();
 	test_docs_list_every_key();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);

@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: MIT
+/*
+ * catalog_dataset: datasets (add, get, list, set, remove), the purge of
+ * dead manifests, and reads of the current manifest (lookup, readdir).
+ * The state machines are described at the top of catalog.c; like every
+ * catalog file, this one keeps no state of its own beyond the connection.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "catalog_i.h"
+#include "dstage/keypath.h"
+#include "dstage/log.h"
+
+/* ---- datasets ---- */
+
+static char *catalog_col_dup(sqlite3_stmt *st, int col, bool *oom)
+{
+	const char *s = (const char *)sqlite3_column_text(st, col);
+	char *d;
+
+	if (!s)
+		return NULL;
+	d = strdup(s);
+	if (!d)
+		*oom = true;
+	return d;
+}
+
+/* Fill ds from a DS_COLS row; strings point into the statement. */
+static void catalog_ds_fill(sqlite3_stmt *st, struct catalog_dataset *ds)
+{
+	ds->id = sqlite3_column_int64(st, 0);
+	ds->name = (char *)sqlite3_column_text(st, 1);
+	ds->source = (char *)sqlite3_column_text(st, 2);
+	ds->state = (enum catalog_ds_state)sqlite3_column_int(st, 3);
+	ds->pinned = sqlite3_column_int(st, 4) != 0;
+	ds->quota = (uint64_t)sqlite3_column_int64(st, 5);
+	ds->priority = sqlite3_column_int(st, 6);
+	ds->group = (char *)sqlite3_column_text(st, 7);
+	ds->created = sqlite3_column_int64(st, 8);
+	ds->version = sqlite3_column_int64(st, 9);
+	ds->bad_keys = (uint64_t)sqlite3_column_int64(st, 10);
+	ds->objects = (uint64_t)sqlite3_column_int64(st, 11);
+	ds->bytes = (uint64_t)sqlite3_column_int64(st, 12);
+	ds->refreshed = sqlite3_column_int64(st, 13);
+	ds->sums_key = (char *)sqlite3_column_text(st, 14);
+}
+
+int catalog_dataset_add(struct catalog *cat, const char *name,
+			const char *source, const char *group)
+{
+	sqlite3_stmt *st = NULL;
+	const char *why;
+	int rc, ret = 0;
+
+	if (keypath_check_name(name, strlen(name), &why)) {
+		log_error("catalog: bad dataset name '%s': %s", name, why);
+		return -EINVAL;
+	}
+	if (!source || !*source)
+		return -EINVAL;
+	rc = sqlite3_prepare_v2(cat->db,
+				"INSERT INTO datasets(name, source, state,"
+				" owner_group, created) VALUES(?, ?, 0, ?, ?)",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		ret = catalog_sqlerr(cat->db, rc, "prepare dataset add");
+		goto out;
+	}
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, group, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, catalog_now());
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_CONSTRAINT_UNIQUE)
+		ret = -EEXIST;
+	else if (rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, "dataset add");
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int catalog_dataset_get(struct catalog *cat, const char *name,
+			struct catalog_dataset *ds)
+{
+	struct catalog_dataset row;
+	sqlite3_stmt *st = NULL;
+	bool oom = false;
+	int rc, ret;
+
+	memset(ds, 0, sizeof(*ds));
+	ret = catalog_stmt(cat, ST_DS_GET, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (rc != SQLITE_ROW) {
+		ret = catalog_sqlerr(cat->db, rc, "dataset get");
+		goto out;
+	}
+	catalog_ds_fill(st, &row);
+	*ds = row;
+	ds->name = catalog_col_dup(st, 1, &oom);
+	ds->source = catalog_col_dup(st, 2, &oom);
+	ds->group = catalog_col_dup(st, 7, &oom);
+	ds->sums_key = catalog_col_dup(st, 14, &oom);
+	if (oom) {
+		catalog_dataset_release(ds);
+		ret = -ENOMEM;
+	}
+out:
+	catalog_stmt_done(st);
+	return ret;
+}
+
+void catalog_dataset_release(struct catalog_dataset *ds)
+{
+	if (!ds)
+		return;
+	free(ds->name);
+	free(ds->source);
+	free(ds->group);
+	free(ds->sums_key);
+	ds->name = ds->source = ds->group = ds->sums_key = NULL;
+}
+
+int catalog_dataset_list(struct catalog *cat, catalog_dataset_cb cb, void *arg)
+{
+	struct catalog_dataset ds;
+	sqlite3_stmt *st = NULL;
+	int rc, ret = 0;
+
+	rc = sqlite3_prepare_v2(cat->db,
+				"SELECT " DS_COLS "WHERE d.state <> 2"
+				" ORDER BY d.name",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		ret = catalog_sqlerr(cat->db, rc, "prepare dataset list");
+		goto out;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		catalog_ds_fill(st, &ds);
+		ret = cb(arg, &ds);
+		if (ret)
+			goto out;
+	}
+	if (rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, "dataset list");
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* UPDATE datasets SET <col> = value for a visible dataset. */
+static int catalog_dataset_set(struct catalog *cat, const char *name,
+			       const char *sql, sqlite3_int64 ival,
+			       const char *sval, bool is_text)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret = 0;
+
+	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		ret = catalog_sqlerr(cat->db, rc, sql);
+		goto out;
+	}
+	if (is_text)
+		sqlite3_bind_text(st, 1, sval, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_int64(st, 1, ival);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, sql);
+	else if (sqlite3_changes(cat->db) == 0)
+		ret = -ENOENT;
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+#define DS_SET(col) \
+	"UPDATE datasets SET " col " = ?1 WHERE name = ?2 AND state <> 2"
+
+int catalog_dataset_set_pinned(struct catalog *cat, const char *name,
+			       bool pinned)
+{
+	return catalog_dataset_set(cat, name, DS_SET("pinned"), pinned, NULL,
+				   false);
+}
+
+int catalog_dataset_set_quota(struct catalog *cat, const char *name,
+			      uint64_t quota)
+{
+	if (quota > INT64_MAX)
+		return -EINVAL;
+	return catalog_dataset_set(cat, name, DS_SET("quota"),
+				   (sqlite3_int64)quota, NULL, false);
+}
+
+int catalog_dataset_set_priority(struct catalog *cat, const char *name,
+				 int priority)
+{
+	return catalog_dataset_set(cat, name, DS_SET("priority"), priority,
+				   NULL, false);
+}
+
+int catalog_dataset_set_group(struct catalog *cat, const char *name,
+			      const char *group)
+{
+	return catalog_dataset_set(cat, name, DS_SET("owner_group"), 0, group,
+				   true);
+}
+
+int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
+				 const char *key)
+{
+	const char *why;
+	char buf[256];
+
+	if (!key)
+		key = CATALOG_SUMS_KEY_DEFAULT;
+	if (keypath_check(key, strlen(key), &why)) {
+		log_error("catalog: dataset %s: bad sums key '%s': %s", name,
+			  keypath_printable(key, strlen(key), buf, sizeof(buf)),
+			  why);
+		return -EINVAL;
+	}
+	return catalog_dataset_set(cat, name, DS_SET("sums_key"), 0, key, true);
+}
+
+/* Delete one manifest in batches of CATALOG_BATCH rows (autocommit). */
+static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
+{
+	static const enum catalog_st steps[] = { ST_PURGE_OBJECTS,
+						 ST_PURGE_DIRS };
+	sqlite3_stmt *st = NULL;
+	int ret;
+
+	for (size_t i = 0; i < 2; i++) {
+		ret = catalog_stmt(cat, steps[i], &st);
+		if (ret)
+			return ret;
+		do {
+			sqlite3_bind_int64(st, 1, mf_id);
+			sqlite3_bind_int(st, 2, CATALOG_BATCH);
+			ret = catalog_step_done(cat, st, "purge manifest");
+			if (ret)
+				return ret;
+		} while (sqlite3_changes(cat->db) > 0);
+	}
+	ret = catalog_stmt(cat, ST_PURGE_MANIFEST, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, mf_id);
+	return catalog_step_done(cat, st, "purge manifest");
+}
+
+/* Purge every DEAD manifest of a dataset. */
+int catalog_dataset_purge_dead(struct catalog *cat, int64_t ds_id)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t mf_id;
+	int rc, ret;
+
+	for (;;) {
+		ret = catalog_stmt(cat, ST_DEAD_MANIFEST, &st);
+		if (ret)
+			return ret;
+		sqlite3_bind_int64(st, 1, ds_id);
+		rc = sqlite3_step(st);
+		mf_id = sqlite3_column_int64(st, 0);
+		catalog_stmt_done(st);
+		if (rc == SQLITE_DONE)
+			return 0;
+		if (rc != SQLITE_ROW)
+			return catalog_sqlerr(cat->db, rc,
+					      "find dead manifest");
+		ret = catalog_manifest_purge(cat, mf_id);
+		if (ret)
+			return ret;
+	}
+}
+
+/*
+ * In a transaction: the id and state of dataset name, or -ENOENT. With
+ * sums_key (KEYPATH_MAX bytes), also its sums key, which must pass
+ * keypath_check (-EUCLEAN: the row was changed behind the catalog's back).
+ */
+int catalog_dataset_id(struct catalog *cat, const char *name, int64_t *id,
+		       int *state, char *sums_key)
+{
+	sqlite3_stmt *st = NULL;
+	const char *key;
+	int rc, ret;
+
+	ret = catalog_stmt(cat, ST_DS_ID, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		*id = sqlite3_column_int64(st, 0);
+		*state = sqlite3_column_int(st, 1);
+		key = (const char *)sqlite3_column_text(st, 2);
+		if (sums_key &&
+		    (!key || keypath_check(key, strlen(key), NULL))) {
+			log_error("catalog: dataset %s: unusable sums key in "
+				  "the catalog",
+				  name);
+			ret = -EUCLEAN;
+		} else if (sums_key) {
+			memcpy(sums_key, key, strlen(key) + 1);
+		}
+	} else if (rc == SQLITE_DONE) {
+		ret = -ENOENT;
+	} else {
+		ret = catalog_sqlerr(cat->db, rc, "dataset id");
+	}
+	catalog_stmt_done(st);
+	return ret;
+}
+
+int catalog_dataset_remove(struct catalog *cat, const char *name)
+{
+	int64_t id;
+	int state, ret;
+
+	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
+	if (ret)
+		return ret;
+	ret = catalog_dataset_id(cat, name, &id, &state, NULL);
+	if (ret)
+		goto err;
+	ret = catalog_exec_id(cat, "UPDATE datasets SET state = 2 WHERE id = ?",
+			      id, NULL);
+	if (ret)
+		goto err;
+	ret = catalog_exec_id(cat,
+			      "UPDATE manifests SET state = 2"
+			      " WHERE dataset_id = ?",
+			      id, NULL);
+	if (ret)
+		goto err;
+	ret = catalog_exec(cat->db, "COMMIT");
+	if (ret)
+		goto err;
+	ret = catalog_dataset_purge_dead(cat, id);
+	if (ret)
+		return ret;
+	return catalog_exec_id(cat, "DELETE FROM datasets WHERE id = ?", id,
+			       NULL);
+err:
+	catalog_rollback(cat->db);
+	return ret;
+}
+
+/* ---- lookup and readdir ---- */
+
+/* Fill e from 8 entry columns starting at column c. */
+static void catalog_entry_fill(sqlite3_stmt *st, int c, struct catalog_entry *e)
+{
+	const char *etag;
+
+	memset(e, 0, sizeof(*e));
+	e->id = sqlite3_column_int64(st, c);
+	e->is_dir = sqlite3_column_int(st, c + 1) != 0;
+	e->size = (uint64_t)sqlite3_column_int64(st, c + 2);
+	e->mtime = sqlite3_column_int64(st, c + 3);
+	etag = (const char *)sqlite3_column_text(st, c + 4);
+	if (etag)
+		snprintf(e->etag, sizeof(e->etag), "%s", etag);
+	if (sqlite3_column_bytes(st, c + 5) == 32) {
+		e->has_expected = true;
+		memcpy(e->expected_sha256, sqlite3_column_blob(st, c + 5), 32);
+	}
+	if (sqlite3_column_bytes(st, c + 6) == 32) {
+		e->has_actual = true;
+		memcpy(e->actual_sha256, sqlite3_column_blob(st, c + 6), 32);
+	}
+	e->verified_at = sqlite3_column_int64(st, c + 7);
+}
+
+/* Lookup; *mf_id gets the manifest the entry was found in. */
+static int catalog_lookup_mf(struct catalog *cat, const char *dataset,
+			     const char *path, struct catalog_entry *e,
+			     int64_t *mf_id)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret;
+
+	ret = catalog_stmt(cat, ST_LOOKUP, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		*mf_id = sqlite3_column_int64(st, 0);
+		catalog_entry_fill(st, 1, e);
+	} else if (rc == SQLITE_DONE) {
+		ret = -ENOENT;
+	} else {
+		ret = catalog_sqlerr(cat->db, rc, "lookup");
+	}
+	catalog_stmt_done(st);
+	return ret;
+}
+
+int catalog_lookup(struct catalog *cat, const char *dataset, const char *path,
+		   struct catalog_entry *e)
+{
+	int64_t mf_id;
+
+	return catalog_lookup_mf(cat, dataset, path, e, &mf_id);
+}
+
+int catalog_readdir(struct catalog *cat, const char *dataset, const char *dir,
+		    const char *after, catalog_readdir_cb cb, void *arg)
+{
+	char start[2 * KEYPATH_MAX + 2];
+	struct catalog_entry e;
+	sqlite3_stmt *st = NULL;
+	int64_t mf_id, dir_mtime;
+	size_t dlen = strlen(dir);
+	int rc, ret;
+
+	if (after && *dir)
+		rc = snprintf(start, sizeof(start), "%s/%s", dir, after);
+	else
+		rc = snprintf(start, sizeof(start), "%s", after ? after : "");
+	if (rc < 0 || (size_t)rc >= sizeof(start))
+		return -EINVAL;
+	/* One read transaction: the directory and its entries are one
+	 * snapshot even if a refresh commits meanwhile. */
+	ret = catalog_exec(cat->db, "BEGIN");
+	if (ret)
+		return ret;
+	ret = catalog_lookup_mf(cat, dataset, dir, &e, &mf_id);
+	if (ret)
+		goto out;
+	if (!e.is_dir) {
+		ret = -ENOTDIR;
+		goto out;
+	}
+	dir_mtime = e.mtime;
+	ret = catalog_stmt(cat, ST_READDIR, &st);
+	if (ret)
+		goto out;
+	sqlite3_bind_int64(st, 1, mf_id);
+	sqlite3_bind_text(st, 2, dir, (int)dlen, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, start, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, dir_mtime);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *p = (const char *)sqlite3_column_text(st, 0);
+
+		catalog_entry_fill(st, 1, &e);
+		ret = cb(arg, keypath_basename(p, strlen(p)), &e);
+		if (ret)
+			goto out;
+	}
+	if (rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, "readdir");
+out:
+	if (st)
+		catalog_stmt_done(st);
+	sqlite3_exec(cat->db, "COMMIT", NULL, NULL, NULL);
+	return ret;
+}
+
+int catalog_object_set_actual(struct catalog *cat, int64_t object_id,
+			      const unsigned char sha256[32], int64_t when)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret = 0;
+
+	rc = sqlite3_prepare_v2(cat->db,
+				"UPDATE objects SET actual_sha256 = ?2,"
+				" verified_at = ?3 WHERE id = ?1",
+				-1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, object_id);
+		sqlite3_bind_blob(st, 2, sha256, 32, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 3, when);
+		rc = sqlite3_step(st);
+	}
+	if (rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, "set actual sha256");
+	else if (sqlite3_changes(cat->db) == 0)
+		ret = -ENOENT;
+	sqlite3_finalize(st);
+	return ret;
+}

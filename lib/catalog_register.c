@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: MIT
+/*
+ * catalog_register: registration (or refresh) of a dataset. It lists the
+ * source once into a BUILDING manifest in batches, then flips it CURRENT in
+ * one transaction (the manifest state machine is at the top of catalog.c).
+ * The state of one registration (struct catalog_reg) belongs to the
+ * registering thread alone.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "catalog_i.h"
+#include "dstage/keypath.h"
+#include "dstage/log.h"
+
+#define SUMS_CHUNK (1u << 20)
+
+/* ---- registration ---- */
+
+/*
+ * State of one registration. Only the registering thread touches it. Rows
+ * are written in transactions of up to CATALOG_BATCH rows.
+ */
+struct catalog_reg {
+	struct catalog *cat;
+	const char *name;
+	int64_t ds_id;
+	int64_t mf_id;
+	int64_t now;
+	bool in_tx; /* a batch transaction is open */
+	unsigned batch; /* rows written in it */
+	uint64_t bad;
+	uint64_t bytes; /* sum of the sizes inserted, <= INT64_MAX */
+	bool has_sums;
+	struct objstore_info sums; /* .key points to sums_key */
+	char sums_key[KEYPATH_MAX]; /* the dataset's, read at the start */
+	size_t last_dir_len; /* last directory known to exist */
+	char last_dir[KEYPATH_MAX];
+};
+
+/* Open a batch transaction if none is open; the manifest must still be
+ * BUILDING (else a newer registration or a removal took over). */
+static int catalog_reg_begin(struct catalog_reg *r)
+{
+	struct catalog *cat = r->cat;
+	sqlite3_stmt *st = NULL;
+	int rc, ret;
+
+	if (r->in_tx)
+		return 0;
+	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
+	if (ret)
+		return ret;
+	r->in_tx = true;
+	r->batch = 0;
+	ret = catalog_stmt(cat, ST_MF_STATE, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, r->mf_id);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, "manifest state");
+	else if (rc == SQLITE_DONE || sqlite3_column_int(st, 0) != MF_BUILDING)
+		ret = -EBUSY;
+	catalog_stmt_done(st);
+	if (ret == -EBUSY)
+		log_error("catalog: dataset %s: registration superseded",
+			  r->name);
+	return ret;
+}
+
+/* Count one row of the open batch; commit when the batch is full. */
+static int catalog_reg_commit(struct catalog_reg *r)
+{
+	if (!r->in_tx)
+		return 0;
+	r->in_tx = false;
+	return catalog_exec(r->cat->db, "COMMIT");
+}
+
+static int catalog_reg_row(struct catalog_reg *r)
+{
+	if (++r->batch < CATALOG_BATCH)
+		return 0;
+	return catalog_reg_commit(r);
+}
+
+/* Make sure directory path (len bytes, valid) and its ancestors exist. */
+static int catalog_reg_dir(struct catalog_reg *r, const char *path, size_t len)
+{
+	size_t orig = len;
+	sqlite3_stmt *st = NULL;
+	int ret;
+
+	ret = catalog_stmt(r->cat, ST_DIR_INSERT, &st);
+	if (ret)
+		return ret;
+	while (len > 0) {
+		size_t plen = keypath_parent_len(path, len);
+
+		if (len == r->last_dir_len && !memcmp(path, r->last_dir, len))
+			break;
+		sqlite3_bind_int64(st, 1, r->mf_id);
+		sqlite3_bind_text(st, 2, path, (int)len, SQLITE_STATIC);
+		sqlite3_bind_text(st, 3, path, (int)plen, SQLITE_STATIC);
+		ret = catalog_step_done(r->cat, st, "insert dir");
+		if (ret)
+			return ret;
+		if (sqlite3_changes(r->cat->db) == 0)
+			break; /* it exists, so do its ancestors */
+		len = plen;
+	}
+	memcpy(r->last_dir, path, orig);
+	r->last_dir_len = orig;
+	return 0;
+}
+
+static void catalog_reg_bad(struct catalog_reg *r, const char *key, size_t len,
+			    const char *why)
+{
+	char buf[1024];
+
+	r->bad++;
+	log_warn("catalog: dataset %s: skipping key '%s': %s", r->name,
+		 keypath_printable(key, len, buf, sizeof(buf)), why);
+}
+
+static int catalog_reg_key(void *arg, const struct objstore_info *oi)
+{
+	struct catalog_reg *r = arg;
+	const char *key = oi->key, *why;
+	size_t len = strlen(key);
+	sqlite3_stmt *st = NULL;
+	int ret;
+
+	ret = catalog_reg_begin(r);
+	if (ret)
+		return ret;
+	if (keypath_dir_marker(key, len)) {
+		ret = catalog_reg_dir(r, key, len - 1);
+		if (ret)
+			return ret;
+		return catalog_reg_row(r);
+	}
+	if (keypath_check(key, len, &why)) {
+		catalog_reg_bad(r, key, len, why);
+		return 0;
+	}
+	if (oi->size > INT64_MAX) {
+		catalog_reg_bad(r, key, len, "size out of range");
+		return 0;
+	}
+	/* The manifest's total is an SQLite integer: a source whose sizes
+	 * add up past INT64_MAX would make every refresh fail. */
+	if (oi->size > (uint64_t)INT64_MAX - r->bytes) {
+		catalog_reg_bad(r, key, len,
+				"the dataset's total size would pass "
+				"INT64_MAX bytes (8 EiB)");
+		return 0;
+	}
+	ret = catalog_stmt(r->cat, ST_OBJ_INSERT, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, r->mf_id);
+	sqlite3_bind_text(st, 2, key, (int)len, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, key, (int)keypath_parent_len(key, len),
+			  SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)oi->size);
+	if (oi->etag[0])
+		sqlite3_bind_text(st, 5, oi->etag, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 6, oi->mtime);
+	ret = catalog_step_done(r->cat, st, "insert object");
+	if (ret)
+		return ret;
+	if (sqlite3_changes(r->cat->db) == 0) {
+		catalog_reg_bad(r, key, len, "duplicate key");
+		return 0;
+	}
+	r->bytes += oi->size;
+	ret = catalog_reg_dir(r, key, keypath_parent_len(key, len));
+	if (ret)
+		return ret;
+	if (strcmp(key, r->sums_key) == 0) {
+		r->has_sums = true;
+		r->sums = *oi;
+		r->sums.key = r->sums_key;
+	}
+	return catalog_reg_row(r);
+}
+
+/*
+ * Drop every object whose path is also a directory ("a" and "a/b"): the
+ * directory wins, since it may hold many files. Done over the tables, so it
+ * does not depend on listing order ("a" < "a-x" < "a/b").
+ */
+static int catalog_reg_clashes(struct catalog_reg *r)
+{
+	struct catalog *cat = r->cat;
+	sqlite3_stmt *st = NULL;
+	int rc, ret, n = 0;
+	char buf[1024];
+
+	ret = catalog_reg_begin(r);
+	if (ret)
+		return ret;
+	rc = sqlite3_prepare_v2(cat->db,
+				"SELECT o.path FROM objects o JOIN dirs x"
+				" ON x.manifest_id = o.manifest_id"
+				" AND x.path = o.path WHERE o.manifest_id = ?",
+				-1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, r->mf_id);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			const char *p =
+				(const char *)sqlite3_column_text(st, 0);
+
+			log_warn("catalog: dataset %s: skipping key '%s': "
+				 "both a file and a directory prefix",
+				 r->name,
+				 keypath_printable(p, strlen(p), buf,
+						   sizeof(buf)));
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		ret = catalog_sqlerr(cat->db, rc, "find clashes");
+		goto out;
+	}
+	ret = catalog_exec_id(cat,
+			      "DELETE FROM objects WHERE manifest_id = ?1"
+			      " AND path IN (SELECT path FROM dirs"
+			      " WHERE manifest_id = ?1)",
+			      r->mf_id, &n);
+	if (ret)
+		goto out;
+	r->bad += (uint64_t)n;
+	ret = catalog_reg_commit(r);
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+static int catalog_sums_entry(void *arg, const char *name, size_t len,
+			      const unsigned char hash[32], bool binary)
+{
+	struct catalog_reg *r = arg;
+	sqlite3_stmt *st = NULL;
+	char buf[1024];
+	int ret;
+
+	(void)binary;
+	ret = catalog_reg_begin(r);
+	if (ret)
+		return ret;
+	ret = catalog_stmt(r->cat, ST_SUMS_UPDATE, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, r->mf_id);
+	sqlite3_bind_text(st, 2, name, (int)len, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 3, hash, 32, SQLITE_STATIC);
+	ret = catalog_step_done(r->cat, st, "set expected sha256");
+	if (ret)
+		return ret;
+	if (sqlite3_changes(r->cat->db) == 0)
+		log_warn("catalog: dataset %s: %s names '%s', which is not a "
+			 "file of the dataset",
+			 r->name, r->sums_key,
+			 keypath_printable(name, len, buf, sizeof(buf)));
+	return catalog_reg_row(r);
+}
+
+static int catalog_sums_bad(void *arg, unsigned long line, const char *why)
+{
+	struct catalog_reg *r = arg;
+
+	log_warn("catalog: dataset %s: %s:%lu: %s", r->name, r->sums_key, line,
+		 why);
+	return 0;
+}
+
+static int catalog_reg_sums(struct catalog_reg *r,
+			    const struct catalog_source *src)
+{
+	struct sha256sums_parser *p;
+	int ret;
+
+	p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	sha256sums_init(p, catalog_sums_entry, catalog_sums_bad, r);
+	ret = src->read(src->arg, &r->sums, p);
+	if (!ret)
+		ret = sha256sums_finish(p);
+	if (!ret)
+		ret = catalog_reg_commit(r);
+	if (!ret)
+		log_info("catalog: dataset %s: %lu hashes from %s, %lu bad "
+			 "lines",
+			 r->name, p->entries, r->sums_key, p->bad_lines);
+	sha256sums_release(p);
+	free(p);
+	return ret;
+}
+
+/* Create the BUILDING manifest and its root directory. */
+static int catalog_reg_start(struct catalog_reg *r)
+{
+	struct catalog *cat = r->cat;
+	sqlite3_stmt *st = NULL;
+	int64_t version = 0;
+	int rc, state, ret;
+
+	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
+	if (ret)
+		return ret;
+	ret = catalog_dataset_id(cat, r->name, &r->ds_id, &state, r->sums_key);
+	if (ret)
+		goto out;
+	if (state == CATALOG_DS_REMOVING) {
+		ret = -ENOENT;
+		goto out;
+	}
+	/* A newer registration wins over an older one still building. */
+	ret = catalog_exec_id(cat,
+			      "UPDATE manifests SET state = 2"
+			      " WHERE dataset_id = ? AND state = 0",
+			      r->ds_id, NULL);
+	if (ret)
+		goto out;
+	rc = sqlite3_prepare_v2(cat->db,
+				"SELECT coalesce(max(version), 0) + 1"
+				" FROM manifests WHERE dataset_id = ?",
+				-1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, r->ds_id);
+		rc = sqlite3_step(st);
+	}
+	if (rc != SQLITE_ROW) {
+		ret = catalog_sqlerr(cat->db, rc, "next version");
+		goto out;
+	}
+	version = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	rc = sqlite3_prepare_v2(cat->db,
+				"INSERT INTO manifests(dataset_id, version,"
+				" state, created) VALUES(?, ?, 0, ?)",
+				-1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, r->ds_id);
+		sqlite3_bind_int64(st, 2, version);
+		sqlite3_bind_int64(st, 3, r->now);
+		rc = sqlite3_step(st);
+	}
+	if (rc != SQLITE_DONE) {
+		ret = catalog_sqlerr(cat->db, rc, "new manifest");
+		goto out;
+	}
+	r->mf_id = sqlite3_last_insert_rowid(cat->db);
+	ret = catalog_exec_id(cat,
+			      "INSERT INTO dirs(manifest_id, path, parent)"
+			      " VALUES(?, '', NULL)",
+			      r->mf_id, NULL);
+	if (ret)
+		goto out;
+	ret = catalog_exec(cat->db, "COMMIT");
+out:
+	sqlite3_finalize(st);
+	if (ret)
+		catalog_rollback(cat->db);
+	return ret;
+}
+
+/* Make the BUILDING manifest current, in one transaction. */
+static int catalog_reg_flip(struct catalog_reg *r)
+{
+	struct catalog *cat = r->cat;
+	sqlite3_stmt *st = NULL;
+	int rc, n = 0, ret;
+
+	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
+	if (ret)
+		return ret;
+	ret = catalog_exec_id(cat,
+			      "UPDATE manifests SET state = 2"
+			      " WHERE dataset_id = ? AND state = 1",
+			      r->ds_id, NULL);
+	if (ret)
+		goto out;
+	rc = sqlite3_prepare_v2(
+		cat->db,
+		"UPDATE manifests SET state = 1, bad_keys = ?2,"
+		" n_objects = (SELECT count(*) FROM objects"
+		"  WHERE manifest_id = ?1),"
+		" n_bytes = (SELECT coalesce(sum(size), 0) FROM objects"
+		"  WHERE manifest_id = ?1)"
+		" WHERE id = ?1 AND state = 0",
+		-1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, r->mf_id);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)r->bad);
+		rc = sqlite3_step(st);
+	}
+	if (rc != SQLITE_DONE) {
+		ret = catalog_sqlerr(cat->db, rc, "make manifest current");
+		goto out;
+	}
+	if (sqlite3_changes(cat->db) == 0) {
+		log_error("catalog: dataset %s: registration superseded",
+			  r->name);
+		ret = -EBUSY;
+		goto out;
+	}
+	ret = catalog_exec_id(cat,
+			      "UPDATE datasets SET state = 1"
+			      " WHERE id = ? AND state <> 2",
+			      r->ds_id, &n);
+	if (ret)
+		goto out;
+	if (n == 0) {
+		ret = -ENOENT;
+		goto out;
+	}
+	ret = catalog_exec(cat->db, "COMMIT");
+out:
+	sqlite3_finalize(st);
+	if (ret)
+		catalog_rollback(cat->db);
+	return ret;
+}
+
+int catalog_register_source(struct catalog *cat, const char *name,
+			    const struct catalog_source *src)
+{
+	struct catalog_reg *r;
+	int ret;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->cat = cat;
+	r->name = name;
+	r->now = catalog_now();
+	ret = catalog_reg_start(r);
+	if (ret)
+		goto out;
+	/* Leftovers of crashed or superseded registrations. */
+	ret = catalog_dataset_purge_dead(cat, r->ds_id);
+	if (ret)
+		goto err;
+	/*
+	 * The BUILDING manifest is garbage after a crash anyway, so its
+	 * batches need not reach the disk one by one, and the WAL is
+	 * checkpointed once, at the flip, instead of every 1000 pages.
+	 */
+	ret = catalog_exec(cat->db, CATALOG_BULK_PRAGMAS);
+	if (ret)
+		goto err;
+	ret = src->list(src->arg, catalog_reg_key, r);
+	if (!ret)
+		ret = catalog_reg_commit(r);
+	if (!ret)
+		ret = catalog_reg_clashes(r);
+	if (!ret && !r->has_sums &&
+	    strcmp(r->sums_key, CATALOG_SUMS_KEY_DEFAULT) != 0) {
+		log_error("catalog: dataset %s: its sums key %s is not at the "
+			  "source",
+			  name, r->sums_key);
+		ret = -ENODATA;
+	}
+	if (!ret && r->has_sums)
+		ret = catalog_reg_sums(r, src);
+	if (!ret)
+		ret = catalog_exec(cat->db, CATALOG_SAFE_PRAGMAS);
+	if (!ret)
+		ret = catalog_reg_flip(r);
+	if (ret)
+		goto err;
+	log_info("catalog: dataset %s registered, %llu bad keys", name,
+		 (unsigned long long)r->bad);
+	/* The old manifest; the new one is already visible. */
+	if (catalog_dataset_purge_dead(cat, r->ds_id))
+		log_warn("catalog: dataset %s: old manifest left for later",
+			 name);
+	goto out;
+err:
+	catalog_rollback(cat->db);
+	catalog_exec(cat->db, CATALOG_SAFE_PRAGMAS);
+	r->in_tx = false;
+	catalog_exec_id(cat,
+			"UPDATE manifests SET state = 2 WHERE id = ?"
+			" AND state = 0",
+			r->mf_id, NULL);
+	catalog_dataset_purge_dead(cat, r->ds_id);
+out:
+	free(r);
+	return ret;
+}
+
+/* A catalog_source over an objstore. */
+static int catalog_os_list(void *arg, objstore_list_cb cb, void *cb_arg)
+{
+	return objstore_list(arg, "", cb, cb_arg);
+}
+
+static int catalog_os_read(void *arg, const struct objstore_info *oi,
+			   struct sha256sums_parser *p)
+{
+	const char *etag = oi->etag[0] ? oi->etag : NULL;
+	uint64_t off = 0;
+	char *buf;
+	size_t got;
+	int ret = 0;
+
+	buf = malloc(SUMS_CHUNK);
+	if (!buf)
+		return -ENOMEM;
+	while (off < oi->size) {
+		ret = objstore_get(arg, oi->key, off, SUMS_CHUNK, etag, buf,
+				   &got);
+		if (ret)
+			break;
+		if (got == 0) {
+			ret = -EIO;
+			break;
+		}
+		ret = sha256sums_feed(p, buf, got);
+		if (ret)
+			break;
+		off += got;
+	}
+	free(buf);
+	return ret;
+}
+
+int catalog_register(struct catalog *cat, const char *name, struct objstore *os)
+{
+	struct catalog_source src = {
+		.list = catalog_os_list,
+		.read = catalog_os_read,
+		.arg = os,
+	};
+
+	return catalog_register_source(cat, name, &src);
+}

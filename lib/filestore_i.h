@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * filestore_i: what the file:// backend's two files share. filestore.c has
+ * the operations (list, head, get, put, delete, copy) and open;
+ * filestore_path.c resolves keys beneath the root (the confinement rules
+ * are at the top of filestore.c). Calls go one way: filestore.c calls
+ * filestore_path.c. Not a public header.
+ */
+#ifndef DSTAGE_FILESTORE_I_H
+#define DSTAGE_FILESTORE_I_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "objstore_backend.h"
+
+#define FILESTORE_TMP_PREFIX ".dstage-tmp."
+
+struct stat;
+
+/* Immutable after open. */
+struct filestore {
+	struct objstore base;
+	char *root; /* absolute, no trailing slash ("" for "/") */
+	char *root_real; /* realpath of root: the fallback's inside check */
+	int root_fd; /* directory of root */
+	bool follow_inside; /* sources.follow_symlinks = inside */
+	bool no_openat2; /* the kernel lacks openat2: resolve by hand */
+};
+
+/*
+ * 0 when key is safe as a path (no empty, "." or ".." segment, no leading
+ * '/', no temporary-file name, no segment over NAME_MAX); else -EINVAL or
+ * -ENAMETOOLONG, logged with the key.
+ */
+int filestore_path_key_ok(struct filestore *fs, const char *key);
+
+/* "a FIFO", "a directory"...: what a mode is, for messages. */
+const char *filestore_path_type_name(mode_t m);
+
+/* Log why key was not resolved (err -ELOOP or -EXDEV; verb "refused" or
+ * "skipped"); other errors log nothing. */
+void filestore_path_msg(struct filestore *fs, const char *key, int err,
+			const char *verb);
+
+/*
+ * Open key (a checked key) beneath the root with flags (O_RDONLY |
+ * O_NONBLOCK, or O_PATH). Never leaves the root; follows symlinks only when
+ * sources.follow_symlinks = inside and they stay inside. Returns 0 with
+ * *out set, -ELOOP (a link, not followed), -EXDEV (a link leading out), or
+ * the open's -errno. Logs nothing.
+ */
+int filestore_path_resolve(struct filestore *fs, const char *key, int flags,
+			   int *out);
+
+/*
+ * Open key as a regular file (flags as above) and fstat it into *st. Every
+ * refusal is logged with the key. Returns 0, -ELOOP, -EXDEV, -ENOENT
+ * (missing, or a directory: not an object), -EINVAL (a FIFO, socket or
+ * device), or the open's -errno.
+ */
+int filestore_path_open_file(struct filestore *fs, const char *key, int flags,
+			     int *out, struct stat *st);
+
+/*
+ * Open directory key[0..len) (0: the root) for writing beneath the root,
+ * creating missing ones when create is set, never through a symlink.
+ * Returns 0 with *out (O_RDONLY, for fsync), -ELOOP (logged) or -errno.
+ */
+int filestore_path_open_dir(struct filestore *fs, const char *key, size_t len,
+			    bool create, int *out);
+
+/* Whether openat2 with RESOLVE_BENEATH works here (Linux 5.6);
+ * DSTAGE_TEST_NO_OPENAT2=1 says no, for the tests of the fallback. */
+bool filestore_path_has_openat2(int root_fd);
+
+#endif
