@@ -259,10 +259,15 @@ int catalog_sqlite_errno(int rc)
 	}
 }
 
-/* Log a SQLite failure of db and return its -errno. */
+/*
+ * Log a SQLite failure of db and return its -errno: never 0, since callers
+ * call it on a result they did not expect (a step that returned DONE where a
+ * row was due is -EIO, not success with an unset output).
+ */
 int catalog_sqlerr(sqlite3 *db, int rc, const char *what)
 {
 	const char *file = db ? sqlite3_db_filename(db, "main") : NULL;
+	int ret = catalog_sqlite_errno(rc);
 
 	log_error("catalog %s: %s: %s", file ? file : "?", what,
 		  db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -272,7 +277,7 @@ int catalog_sqlerr(sqlite3 *db, int rc, const char *what)
 			  file ? file : "?", CATALOG_BUSY_TIMEOUT_MS);
 		catalog_file_log_holders(file);
 	}
-	return catalog_sqlite_errno(rc);
+	return ret ? ret : -EIO;
 }
 
 int catalog_exec(sqlite3 *db, const char *sql)
@@ -332,6 +337,7 @@ static int catalog_user_version(sqlite3 *db, int *version)
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
 
+	*version = 0;
 	rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(st);
