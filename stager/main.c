@@ -155,6 +155,29 @@ static int stager_size(const char *opt, const char *s, uint64_t *v)
 	return 0;
 }
 
+/* A count from lo to hi: decimal digits only, no suffix. */
+static int stager_count(const char *opt, const char *s, unsigned lo,
+			unsigned hi, unsigned *v)
+{
+	unsigned long n = 0;
+
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9' || n > hi) {
+			n = (unsigned long)hi + 1;
+			break;
+		}
+		n = n * 10 + (unsigned long)(*p - '0');
+	}
+	if (!*s || n < lo || n > hi) {
+		fprintf(stderr,
+			"stager: %s %s: expected a count from %u to %u\n", opt,
+			s, lo, hi);
+		return -EINVAL;
+	}
+	*v = (unsigned)n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct stager_opts o = { 0 };
@@ -162,7 +185,6 @@ int main(int argc, char **argv)
 	struct dstage_config *cfg = NULL;
 	char err[512];
 	int opt, ret, code = STAGER_EXIT_USAGE;
-	uint64_t v;
 
 	/* global options before the command */
 	while (argc > 1 && argv[1][0] == '-') {
@@ -252,9 +274,9 @@ int main(int argc, char **argv)
 				goto usage;
 			break;
 		case 'n':
-			if (stager_size("--parallel", optarg, &v) || v > 256)
+			if (stager_count("--parallel", optarg, 1,
+					 STAGER_PARALLEL_MAX, &o.parallel))
 				goto usage;
-			o.parallel = (unsigned)v;
 			break;
 		case 'f':
 			o.files = optarg;

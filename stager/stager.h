@@ -36,6 +36,8 @@ enum stager_exit {
 /* Map a request's -errno result to an exit code. */
 int stager_exit_code(int err);
 
+#define STAGER_PARALLEL_MAX 256 /* --parallel */
+
 /* The parsed command line of every command. */
 struct stager_opts {
 	const char *config; /* --config */
@@ -53,7 +55,8 @@ struct stager_opts {
 	int64_t priority; /* --priority */
 	bool has_priority;
 	uint64_t bandwidth; /* --bandwidth, bytes/s, 0: none */
-	unsigned parallel; /* --parallel, 0: default */
+	unsigned parallel; /* --parallel, 0: default, else 1 to
+			      STAGER_PARALLEL_MAX */
 	uint64_t bench_bytes; /* --size (bench) */
 	int argc; /* positional arguments after the command */
 	char **argv;
