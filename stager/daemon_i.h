@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon_i: the stager daemon's private declarations, shared by
+ *
+ *   daemon.c       lifecycle (start, signals, stop), the job dispatcher and
+ *                  the table of running and recent jobs
+ *   daemon_conn.c  the socket: listening, accepting, peer credentials, one
+ *                  thread per connection reading requests and dispatching
+ *                  them through daemon_req's table
+ *   daemon_req.c   the request table and its handlers
+ *
+ * Calls go down only: daemon.c starts daemon_conn's accept thread;
+ * daemon_conn.c calls daemon_req_run; daemon_req.c calls back into
+ * daemon.c only for the job table (daemon_find, daemon_wake,
+ * daemon_cancel_dataset) and into daemon_conn.c for replies.
+ */
+#ifndef DSTAGE_STAGER_DAEMON_I_H
+#define DSTAGE_STAGER_DAEMON_I_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "stager.h"
+
+#define DAEMON_MAX_JOBS 4
+#define DAEMON_RECENT 32 /* finished jobs kept for late watchers */
+
+struct daemon {
+	const struct dstage_config *cfg;
+	struct runner_env env;
+	int lfd; /* listening socket */
+	int lockfd;
+	_Atomic bool stop;
+	pthread_mutex_t lock; /* protects the fields below; before rj->lock */
+	pthread_cond_t cond; /* dispatcher wake-up: submit, job end, stop */
+	struct runner_job *running[DAEMON_MAX_JOBS];
+	pthread_t threads[DAEMON_MAX_JOBS];
+	bool used[DAEMON_MAX_JOBS];
+	unsigned n_running;
+	struct runner_job *recent[DAEMON_RECENT]; /* each holds a ref */
+	unsigned recent_next;
+};
+
+/* One client connection, owned by its thread. */
+struct daemon_conn {
+	struct daemon *d;
+	int fd;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	char user[64];
+	bool admin;
+	struct catalog *cat;
+	struct jobs *jq;
+	struct proto_buf out;
+	struct proto_reader in;
+	struct proto_msg msg;
+	/* the request being served, set by daemon_req_run */
+	const char *cmd;
+	const char *name; /* name=, when the request's entry needs one */
+	int64_t job; /* job=, 0 when absent */
+};
+
+/* daemon.c */
+void daemon_wake(struct daemon *d);
+/* A reference to the running or recent job id (runner_put it), or NULL. */
+struct runner_job *daemon_find(struct daemon *d, int64_t id);
+/* Cancel dataset's running jobs (in jq and in their runners). */
+void daemon_cancel_dataset(struct daemon *d, struct jobs *jq,
+			   const char *dataset);
+
+/* daemon_conn.c */
+/* Bind daemon.socket under its lock file. Returns 0 or -errno (logged). */
+int daemon_conn_listen(struct daemon *d);
+/* The accept thread: runs until d->stop. */
+void *daemon_conn_accept_thread(void *arg);
+/* Start a reply row of type (the fields follow in c->out). */
+void daemon_conn_row(struct daemon_conn *c, const char *type);
+/* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */
+int daemon_conn_end(struct daemon_conn *c, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* daemon_req.c: serve the request in c->msg. A non-zero return (a failed
+ * send) ends the connection. */
+int daemon_req_run(struct daemon_conn *c);
+
+#endif
