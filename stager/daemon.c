@@ -204,7 +204,7 @@ static void *daemon_dispatch_thread(void *arg)
 	return NULL;
 }
 
-int daemon_main(const struct dstage_config *cfg)
+int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 {
 	struct daemon d = { .cfg = cfg, .lfd = -1, .lockfd = -1 };
 	struct catalog *cat = NULL;
@@ -215,6 +215,7 @@ int daemon_main(const struct dstage_config *cfg)
 	sigset_t set;
 	int sig, ret;
 
+	(void)o;
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_cond_init(&d.cond, NULL);
 	sigemptyset(&set);

@@ -570,3 +570,50 @@ def test_sums_ok_and_corrupt_object_on_each_source(sourced):
             b"Y" + good["d/b.bin"][1:]).hexdigest()
     assert s.json("show", "bad")["mismatched_files"] == 1
     assert s.json("show", "good")["mismatched_files"] == 0
+
+
+def test_json_non_utf8_key(daemon, stager_dir):
+    """A key with byte 0xff (not UTF-8) from a file:// dataset: every
+    --json output parses, and the key comes back exactly from key_hex
+    (docs/stager.md, the non-UTF-8 policy)."""
+    bad = b"caf\xff/\xc3(x.bin"  # 0xff, and an invalid 2-byte sequence
+    src = stager_dir / "src"
+    (src / "ok").mkdir(parents=True)
+    bdir = os.path.join(os.fsencode(src), b"caf\xff")
+    os.mkdir(bdir)
+    with open(os.path.join(os.fsencode(src), bad), "wb") as f:
+        f.write(b"payload")
+    (src / "ok" / "a.txt").write_bytes(b"fine")
+    # a wrong expected hash for the bad key, so verify names it
+    with open(src / "SHA256SUMS", "wb") as f:
+        f.write(b"%s  %s\n" % (b"0" * 64, bad))
+
+    def key_of(o, field="key"):
+        if o.get(field + "_utf8", True):
+            return o[field].encode()
+        assert "\ufffd" in o[field]
+        return bytes.fromhex(o[field + "_hex"])
+
+    p = daemon.run("ls", "file://%s/" % src, "--json", check=True)
+    rows = json.loads(p.stdout)
+    assert sorted(key_of(r) for r in rows) == sorted(
+        [bad, b"ok/a.txt", b"SHA256SUMS"])
+    assert [r for r in rows if r["key"] == "ok/a.txt"][0].get(
+        "key_utf8", True) is True
+
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    p = daemon.run("verify", "ds", "--source", "--json")
+    assert p.returncode == 1, p.stderr
+    res = json.loads(p.stdout)
+    assert [key_of(m) for m in res["mismatches"]] == [bad]
+
+    lst = stager_dir / "files.lst"
+    lst.write_bytes(bad + b"\n")
+    p = daemon.run("stage", "ds", "--files", "@%s" % lst, "--json",
+                   check=True)
+    job = json.loads(p.stdout)["job"]
+    jobs = daemon.json("jobs")
+    mine = [j for j in jobs if j["job"] == job][0]
+    assert mine["args_utf8"] is False
+    assert b"files=" + bad.replace(b"\\", b"\\\\") in bytes.fromhex(
+        mine["args_hex"])
