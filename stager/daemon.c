@@ -31,6 +31,7 @@
  * requests need one).
  */
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +52,27 @@ struct daemon_jobarg {
 	struct jobs_job j;
 	unsigned slot;
 };
+
+/* Resolve daemon.admin_group once: getgrnam is not thread-safe, and the
+ * connection threads only compare gids. */
+static void daemon_admin_group(struct daemon *d)
+{
+	const char *name = d->cfg->daemon_admin_group;
+	struct group gr, *res = NULL;
+	char buf[16384];
+
+	if (!name || !*name)
+		return;
+	if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) || !res) {
+		log_warn("daemon.admin_group '%s' is not a group on this node: "
+			 "only root may change datasets and jobs (create the "
+			 "group, then restart the daemon)",
+			 name);
+		return;
+	}
+	d->admin_gid = res->gr_gid;
+	d->has_admin_gid = true;
+}
 
 void daemon_wake(struct daemon *d)
 {
@@ -215,9 +237,16 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 	sigset_t set;
 	int sig, ret;
 
-	(void)o;
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_cond_init(&d.cond, NULL);
+	pthread_mutex_init(&d.conn_lock, NULL);
+	d.lim = o->lim;
+	d.n_uids = d.lim.max_conns + 1; /* + root, not counted */
+	d.uids = calloc(d.n_uids, sizeof(*d.uids));
+	if (!d.uids)
+		return STAGER_EXIT_FAIL;
+	daemon_admin_group(&d);
+	daemon_conn_fd_limit(&d);
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);

@@ -25,6 +25,19 @@
 #define DAEMON_MAX_JOBS 4
 #define DAEMON_RECENT 32 /* finished jobs kept for late watchers */
 
+/* Modes of what the daemon creates (docs/stager.md): the socket needs only
+ * write permission to connect(2); the lock file is the daemon's alone; a
+ * socket directory it creates can be passed through, not listed. */
+#define DAEMON_SOCKET_MODE 0622
+#define DAEMON_LOCK_MODE 0600
+#define DAEMON_DIR_MODE 0711
+
+/* Connections open per uid (daemon_conn.c). */
+struct daemon_uidcount {
+	uid_t uid;
+	unsigned n; /* 0: a free slot */
+};
+
 struct daemon {
 	const struct dstage_config *cfg;
 	struct runner_env env;
@@ -39,6 +52,19 @@ struct daemon {
 	unsigned n_running;
 	struct runner_job *recent[DAEMON_RECENT]; /* each holds a ref */
 	unsigned recent_next;
+	/* set at start, read-only after */
+	struct stager_daemon_limits lim;
+	gid_t admin_gid; /* daemon.admin_group, when has_admin_gid */
+	bool has_admin_gid;
+	/* conn_lock protects n_conns and uids[]; taken alone */
+	pthread_mutex_t conn_lock;
+	unsigned n_conns; /* admitted, uid 0 not counted */
+	struct daemon_uidcount *uids; /* n_uids = lim.max_conns + 1 */
+	unsigned n_uids;
+	/* the accept thread's alone */
+	double accept_burst; /* when accept began failing, 0: it works */
+	double refuse_logged; /* when a refusal was last logged */
+	unsigned refused; /* refusals since */
 };
 
 /* One client connection, owned by its thread. */
@@ -49,6 +75,8 @@ struct daemon_conn {
 	gid_t gid;
 	pid_t pid;
 	char user[64];
+	gid_t *groups; /* the user's groups (getgrouplist) */
+	int n_groups;
 	bool admin;
 	struct catalog *cat;
 	struct jobs *jq;
@@ -72,8 +100,16 @@ void daemon_cancel_dataset(struct daemon *d, struct jobs *jq,
 /* daemon_conn.c */
 /* Bind daemon.socket under its lock file. Returns 0 or -errno (logged). */
 int daemon_conn_listen(struct daemon *d);
+/* Raise RLIMIT_NOFILE's soft limit to what the connection caps need (up
+ * to the hard limit); warn when it stays short. */
+void daemon_conn_fd_limit(const struct daemon *d);
 /* The accept thread: runs until d->stop. */
 void *daemon_conn_accept_thread(void *arg);
+/* true when the peer has gid as its gid or one of its user's groups. */
+bool daemon_conn_in_group(const struct daemon_conn *c, gid_t gid);
+/* true when the peer may see a dataset of group (NULL or "": everyone's):
+ * an admin, or a member of the group. An unknown group: admins only. */
+bool daemon_conn_may_read(const struct daemon_conn *c, const char *group);
 /* Start a reply row of type (the fields follow in c->out). */
 void daemon_conn_row(struct daemon_conn *c, const char *type);
 /* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */

@@ -81,6 +81,8 @@ static int daemon_req_list_cb(void *arg, const struct catalog_dataset *ds)
 {
 	struct daemon_conn *c = arg;
 
+	if (!daemon_conn_may_read(c, ds->group))
+		return 0; /* not even its name to non-members */
 	daemon_conn_row(c, "row");
 	daemon_req_ds_fields(&c->out, ds);
 	return proto_send(c->fd, &c->out);
@@ -165,6 +167,10 @@ static int daemon_req_show(struct daemon_conn *c)
 	int ret;
 
 	ret = catalog_dataset_get(c->cat, name, &ds);
+	if (!ret && !daemon_conn_may_read(c, ds.group)) {
+		catalog_dataset_release(&ds);
+		ret = -ENOENT; /* its existence is not shown to non-members */
+	}
 	if (ret == -ENOENT)
 		return daemon_conn_end(c, ret, "no dataset named %s", name);
 	if (ret)
@@ -203,13 +209,48 @@ out:
 	return ret ? daemon_conn_end(c, ret, NULL) : 0;
 }
 
+/*
+ * May the peer see the jobs of dataset? Admins see all; others the jobs of
+ * datasets they may read, and not those of removed datasets (whose group
+ * is gone with them). vis caches the last answer for a run of rows.
+ */
+struct daemon_req_vis {
+	char dataset[JOBS_NAME_MAX];
+	bool known, visible;
+};
+
+static bool daemon_req_job_visible(struct daemon_conn *c, const char *dataset,
+				   struct daemon_req_vis *vis)
+{
+	struct catalog_dataset ds = { 0 };
+
+	if (c->admin)
+		return true;
+	if (vis->known && !strcmp(vis->dataset, dataset))
+		return vis->visible;
+	vis->visible = !catalog_dataset_get(c->cat, dataset, &ds) &&
+		       daemon_conn_may_read(c, ds.group);
+	catalog_dataset_release(&ds);
+	snprintf(vis->dataset, sizeof(vis->dataset), "%s", dataset);
+	vis->known = true;
+	return vis->visible;
+}
+
+struct daemon_req_jobs {
+	struct daemon_conn *c;
+	struct daemon_req_vis vis;
+};
+
 static int daemon_req_jobs_cb(void *arg, const struct jobs_job *j)
 {
-	struct daemon_conn *c = arg;
-	struct runner_job *rj =
-		j->state == JOBS_RUNNING ? daemon_find(c->d, j->id) : NULL;
+	struct daemon_req_jobs *a = arg;
+	struct daemon_conn *c = a->c;
+	struct runner_job *rj;
 	int ret;
 
+	if (!daemon_req_job_visible(c, j->dataset, &a->vis))
+		return 0;
+	rj = j->state == JOBS_RUNNING ? daemon_find(c->d, j->id) : NULL;
 	daemon_conn_row(c, "row");
 	daemon_req_job_fields(&c->out, j, rj);
 	runner_put(rj);
@@ -220,8 +261,9 @@ static int daemon_req_jobs_cb(void *arg, const struct jobs_job *j)
 static int daemon_req_jobs(struct daemon_conn *c)
 {
 	bool all = proto_get(&c->msg, "all") != NULL;
+	struct daemon_req_jobs a = { .c = c };
 	int ret =
-		jobs_list(c->jq, all ? UINT32_MAX : 20, daemon_req_jobs_cb, c);
+		jobs_list(c->jq, all ? UINT32_MAX : 20, daemon_req_jobs_cb, &a);
 
 	return daemon_conn_end(c, ret, NULL);
 }
@@ -230,9 +272,14 @@ static int daemon_req_status(struct daemon_conn *c)
 {
 	int64_t id = c->job;
 	struct jobs_job j = { 0 };
+	struct daemon_req_vis vis = { 0 };
 	struct runner_job *rj;
 	int ret = jobs_get(c->jq, id, &j);
 
+	if (!ret && !daemon_req_job_visible(c, j.dataset, &vis)) {
+		jobs_job_release(&j);
+		ret = -ENOENT; /* as if there were none */
+	}
 	if (ret == -ENOENT)
 		return daemon_conn_end(c, ret, "no job %" PRId64, id);
 	if (ret)
@@ -246,18 +293,56 @@ static int daemon_req_status(struct daemon_conn *c)
 	return ret ? ret : daemon_conn_end(c, 0, NULL);
 }
 
+/* A copy of rj's mismatches, taken under its lock. 0 or -ENOMEM. */
+static int daemon_req_copy_mm(struct runner_job *rj,
+			      struct runner_mismatch **out, size_t *n)
+{
+	struct runner_mismatch *mm = NULL;
+	size_t i = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&rj->lock);
+	if (rj->n_mm) {
+		mm = calloc(rj->n_mm, sizeof(*mm));
+		ret = mm ? 0 : -ENOMEM;
+	}
+	for (; !ret && i < rj->n_mm; i++) {
+		mm[i] = rj->mm[i];
+		mm[i].key = strdup(rj->mm[i].key);
+		if (!mm[i].key)
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&rj->lock);
+	if (ret) {
+		for (size_t k = 0; mm && k < i; k++)
+			free(mm[k].key);
+		free(mm);
+		return ret;
+	}
+	*out = mm;
+	*n = i;
+	return 0;
+}
+
 /* Stream progress of job id until it is final. */
 static int daemon_req_watch(struct daemon_conn *c)
 {
 	int64_t id = c->job;
 	struct runner_job *rj = NULL;
 	struct jobs_job j = { 0 };
+	struct daemon_req_vis vis = { 0 };
+	struct runner_mismatch *mm = NULL;
+	size_t n_mm = 0;
 	int ret;
 
 	for (;;) {
 		struct timespec ts = { 0, 500 * 1000 * 1000 };
 
 		ret = jobs_get(c->jq, id, &j);
+		if (!ret && !daemon_req_job_visible(c, j.dataset, &vis)) {
+			jobs_job_release(&j);
+			ret = -ENOENT; /* as if there were none */
+		}
 		if (ret == -ENOENT)
 			return daemon_conn_end(c, ret, "no job %" PRId64, id);
 		if (ret)
@@ -270,7 +355,10 @@ static int daemon_req_watch(struct daemon_conn *c)
 		if (j.state == JOBS_RUNNING && !rj)
 			rj = daemon_find(c->d, id);
 		if (rj && atomic_load(&rj->finished)) {
+			struct timespec soon = { 0, 10 * 1000 * 1000 };
+
 			jobs_job_release(&j);
+			nanosleep(&soon, NULL);
 			continue; /* its final state is in the catalog */
 		}
 		daemon_conn_row(c, "progress");
@@ -299,17 +387,20 @@ static int daemon_req_watch(struct daemon_conn *c)
 			nanosleep(&ts, NULL);
 		}
 	}
-	if (rj) {
-		pthread_mutex_lock(&rj->lock);
-		for (size_t i = 0; i < rj->n_mm && !ret; i++) {
-			daemon_conn_row(c, "mismatch");
-			proto_add(&c->out, "key", rj->mm[i].key);
-			proto_add(&c->out, "expected", rj->mm[i].expected);
-			proto_add(&c->out, "actual", rj->mm[i].actual);
-			ret = proto_send(c->fd, &c->out);
-		}
-		pthread_mutex_unlock(&rj->lock);
+	/* Copy the mismatches under the job's lock, send them without it:
+	 * a peer that reads slowly must not hold the job up. */
+	if (rj)
+		ret = daemon_req_copy_mm(rj, &mm, &n_mm);
+	for (size_t i = 0; i < n_mm && !ret; i++) {
+		daemon_conn_row(c, "mismatch");
+		proto_add(&c->out, "key", mm[i].key);
+		proto_add(&c->out, "expected", mm[i].expected);
+		proto_add(&c->out, "actual", mm[i].actual);
+		ret = proto_send(c->fd, &c->out);
 	}
+	for (size_t i = 0; i < n_mm; i++)
+		free(mm[i].key);
+	free(mm);
 	daemon_conn_row(c, "row");
 	daemon_req_job_fields(&c->out, &j, NULL);
 	if (rj) {
@@ -520,9 +611,17 @@ static int daemon_req_submit(struct daemon_conn *c)
 					    "repair",	 "fit",	     "files" };
 	struct proto_buf args = { 0 };
 	struct catalog_dataset ds = { 0 };
+	const char *par = proto_get(&c->msg, "parallel");
+	uint64_t npar;
 	int64_t id;
 	int ret;
 
+	if (par && (proto_get_u64(&c->msg, "parallel", &npar) || npar < 1 ||
+		    npar > STAGER_PARALLEL_MAX))
+		return daemon_conn_end(c, -EINVAL,
+				       "parallel=%.40s: expected a count from "
+				       "1 to %u",
+				       par, STAGER_PARALLEL_MAX);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (ret == -ENOENT)
 		return daemon_conn_end(c, ret, "no dataset named %s", name);
@@ -671,6 +770,7 @@ int daemon_req_run(struct daemon_conn *c)
 {
 	const char *cmd = proto_get(&c->msg, "cmd");
 	const struct daemon_req *r = NULL;
+	const char *jobstr;
 	int64_t id = 0;
 
 	if (!cmd)
@@ -694,9 +794,18 @@ int daemon_req_run(struct daemon_conn *c)
 	c->cmd = r->cmd;
 	c->name = proto_get(&c->msg, "name");
 	c->job = 0;
-	if ((r->flags & (DAEMON_REQ_JOB | DAEMON_REQ_JOB_OPT)) &&
-	    !proto_get_i64(&c->msg, "job", &id))
+	jobstr = proto_get(&c->msg, "job");
+	if (jobstr && (r->flags & (DAEMON_REQ_JOB | DAEMON_REQ_JOB_OPT))) {
+		/* strictly: a bad id is an error, never "no id" (which would
+		 * make status list every job) */
+		if (jobs_parse_id(jobstr, &id))
+			return daemon_conn_end(
+				c, -EINVAL,
+				"%s: job=%.40s is not a job id (1 to %" PRId64
+				")",
+				cmd, jobstr, (int64_t)JOBS_ID_MAX);
 		c->job = id;
+	}
 	if ((r->flags & DAEMON_REQ_JOB) && !c->job)
 		return daemon_conn_end(c, -EINVAL, "%s: no name or job", cmd);
 	if ((r->flags & DAEMON_REQ_NAME) && !c->name)

@@ -29,10 +29,17 @@ static int stager_daemon(const struct dstage_config *cfg,
 }
 
 static const struct stager_cmd stager_cmds[] = {
-	{ "daemon", stager_daemon, 0, STAGER_JSON_NONE, 0, 0, "", "",
+	{ "daemon", stager_daemon, 0, STAGER_JSON_NONE, 0, 0, "mui", "",
 	  "Run the stager daemon in the foreground (for systemd): listen on\n"
 	  "daemon.socket, run queued stage and verify jobs, resume the jobs a\n"
-	  "crash or stop interrupted. Stops on SIGTERM or SIGINT." },
+	  "crash or stop interrupted. Stops on SIGTERM or SIGINT.\n"
+	  "  --max-conns N          connections served at once, all users\n"
+	  "                         but root together (default 64); more\n"
+	  "                         are refused with a message\n"
+	  "  --max-conns-per-uid N  connections served at once per uid\n"
+	  "                         (default 16)\n"
+	  "  --idle-timeout T       close a connection that sends no whole\n"
+	  "                         request for T (default 5s; 500ms, 1m)" },
 	{ "add", client_add, STAGER_NEEDS_DAEMON, STAGER_JSON_OBJECT, 2, 2,
 	  "jVMGpP", "NAME URL",
 	  "Register a dataset: list URL (s3://bucket/prefix/ or file:///dir/)\n"
@@ -121,6 +128,9 @@ static const struct option stager_long[] = {
 	{ "repair", no_argument, NULL, 'r' },
 	{ "all", no_argument, NULL, 'a' },
 	{ "size", required_argument, NULL, 'z' },
+	{ "max-conns", required_argument, NULL, 'm' },
+	{ "max-conns-per-uid", required_argument, NULL, 'u' },
+	{ "idle-timeout", required_argument, NULL, 'i' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -193,7 +203,11 @@ static int stager_count(const char *opt, const char *s, unsigned lo,
 
 int main(int argc, char **argv)
 {
-	struct stager_opts o = { 0 };
+	struct stager_opts o = {
+		.lim = { .max_conns = STAGER_MAX_CONNS,
+			 .max_conns_uid = STAGER_MAX_CONNS_UID,
+			 .idle_ms = STAGER_IDLE_MS },
+	};
 	const struct stager_cmd *cmd = NULL;
 	struct dstage_config *cfg = NULL;
 	char err[512];
@@ -315,6 +329,28 @@ int main(int argc, char **argv)
 		case 'z':
 			if (stager_size("--size", optarg, &o.bench_bytes))
 				goto usage;
+			break;
+		case 'm':
+			if (stager_count("--max-conns", optarg, 1,
+					 STAGER_CONNS_LIMIT, &o.lim.max_conns))
+				goto usage;
+			break;
+		case 'u':
+			if (stager_count("--max-conns-per-uid", optarg, 1,
+					 STAGER_CONNS_LIMIT,
+					 &o.lim.max_conns_uid))
+				goto usage;
+			break;
+		case 'i':
+			if (config_parse_duration_ms(optarg, &o.lim.idle_ms) ||
+			    o.lim.idle_ms < 1 || o.lim.idle_ms > 3600000) {
+				fprintf(stderr,
+					"stager: --idle-timeout %s: expected "
+					"a duration from 1ms to 1h (5s, "
+					"500ms)\n",
+					optarg);
+				goto usage;
+			}
 			break;
 		}
 	}

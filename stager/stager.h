@@ -39,6 +39,17 @@ int stager_exit_code(int err);
 
 #define STAGER_PARALLEL_MAX 256 /* --parallel */
 
+/* The daemon's connection limits (stager daemon --help, docs/stager.md). */
+struct stager_daemon_limits {
+	unsigned max_conns; /* served at once, all uids but 0 together */
+	unsigned max_conns_uid; /* served at once per uid */
+	unsigned idle_ms; /* a connection without a whole request closes */
+};
+#define STAGER_MAX_CONNS 64
+#define STAGER_MAX_CONNS_UID 16
+#define STAGER_IDLE_MS 5000
+#define STAGER_CONNS_LIMIT 4096 /* the most --max-conns may say */
+
 /* The parsed command line of every command. */
 struct stager_opts {
 	const char *config; /* --config */
@@ -59,6 +70,7 @@ struct stager_opts {
 	unsigned parallel; /* --parallel, 0: default, else 1 to
 			      STAGER_PARALLEL_MAX */
 	uint64_t bench_bytes; /* --size (bench) */
+	struct stager_daemon_limits lim; /* daemon */
 	int argc; /* positional arguments after the command */
 	char **argv;
 };
