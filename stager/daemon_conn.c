@@ -27,10 +27,7 @@
  * Locks: d->conn_lock protects d->n_conns and d->uids[]; it is taken alone
  * (never together with d->lock or a job's lock).
  *
- * Authorization: uid 0 is an admin; otherwise the peer is one when the
- * admin group (daemon.admin_group, resolved once at start) is its gid or,
- * via getgrouplist, one of its user's groups. The same groups decide which
- * restricted datasets (those with a group) the peer may see.
+ * Who is an admin and who may see which dataset: daemon_peer.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,79 +53,6 @@
 #define DAEMON_CONN_BACKOFF_MS 50 /* accept out of descriptors */
 #define DAEMON_CONN_LOG_EVERY 10 /* s between "refusing" lines */
 #define DAEMON_CONN_FDS 8 /* descriptors a serving connection may need */
-
-/* The peer's groups: its gid from SO_PEERCRED and its user's groups. */
-static void daemon_conn_groups(struct daemon_conn *c)
-{
-	int n = 64;
-
-	c->groups = malloc((size_t)n * sizeof(gid_t));
-	if (c->groups && c->user[0] &&
-	    getgrouplist(c->user, c->gid, c->groups, &n) < 0) {
-		gid_t *g = realloc(c->groups, (size_t)n * sizeof(gid_t));
-
-		if (g) {
-			c->groups = g;
-			if (getgrouplist(c->user, c->gid, c->groups, &n) < 0)
-				n = 0;
-		} else {
-			n = 0;
-		}
-	} else if (!c->user[0]) {
-		n = 0;
-	}
-	if (!c->groups)
-		n = 0;
-	c->n_groups = n;
-}
-
-bool daemon_conn_in_group(const struct daemon_conn *c, gid_t gid)
-{
-	if (c->gid == gid)
-		return true;
-	for (int i = 0; i < c->n_groups; i++)
-		if (c->groups[i] == gid)
-			return true;
-	return false;
-}
-
-bool daemon_conn_may_read(const struct daemon_conn *c, const char *group)
-{
-	struct group gr, *res = NULL;
-	char buf[4096];
-
-	if (!group || !*group || c->admin)
-		return true;
-	if (getgrnam_r(group, &gr, buf, sizeof(buf), &res) || !res)
-		return false; /* unknown group: admins only, as dstagefs */
-	return daemon_conn_in_group(c, res->gr_gid);
-}
-
-int daemon_conn_end(struct daemon_conn *c, int rc, const char *fmt, ...)
-{
-	char msg[1024] = "";
-	va_list ap;
-
-	if (fmt) {
-		va_start(ap, fmt);
-		vsnprintf(msg, sizeof(msg), fmt, ap);
-		va_end(ap);
-	}
-	proto_reset(&c->out);
-	proto_add(&c->out, "type", "end");
-	proto_add_i64(&c->out, "rc", rc);
-	if (msg[0])
-		proto_add(&c->out, "msg", msg);
-	else if (rc)
-		proto_add(&c->out, "msg", strerror(-rc));
-	return proto_send(c->fd, &c->out);
-}
-
-void daemon_conn_row(struct daemon_conn *c, const char *type)
-{
-	proto_reset(&c->out);
-	proto_add(&c->out, "type", type);
-}
 
 /* ---- admission ---- */
 
@@ -184,15 +108,6 @@ static void daemon_conn_leave(struct daemon *d, uid_t uid)
 
 /* ---- connections ---- */
 
-static bool daemon_conn_admin(const struct daemon_conn *c)
-{
-	const struct daemon *d = c->d;
-
-	if (c->uid == 0)
-		return true;
-	return d->has_admin_gid && daemon_conn_in_group(c, d->admin_gid);
-}
-
 /* true when fewer than DAEMON_CONN_FDS descriptors are free (fd: any open
  * one, to duplicate). */
 static bool daemon_conn_fds_scarce(int fd)
@@ -238,7 +153,7 @@ static int daemon_conn_open(struct daemon_conn *c)
 		waited += DAEMON_CONN_BACKOFF_MS;
 	}
 	if (ret)
-		daemon_conn_end(c, ret,
+		daemon_peer_end(c, ret,
 				"the daemon cannot open its catalog: %s",
 				strerror(-ret));
 	return ret;
@@ -257,18 +172,18 @@ static void *daemon_conn_thread(void *arg)
 		log_warn("SO_SNDTIMEO: %s", strerror(errno));
 	if (!getpwuid_r(c->uid, &pw, pwbuf, sizeof(pwbuf), &pwp) && pwp)
 		snprintf(c->user, sizeof(c->user), "%s", pw.pw_name);
-	daemon_conn_groups(c);
-	c->admin = daemon_conn_admin(c);
+	daemon_peer_groups(c);
+	c->admin = daemon_peer_admin(c);
 	proto_reader_init(&c->in, c->fd);
 	c->in.timeout_ms = d->lim.idle_ms;
 	for (;;) {
 		ret = proto_read(&c->in, &c->msg);
 		if (ret == -EINVAL || ret == -E2BIG) {
-			daemon_conn_end(c, ret, "malformed request");
+			daemon_peer_end(c, ret, "malformed request");
 			break;
 		}
 		if (ret == -ETIMEDOUT) {
-			daemon_conn_end(c, ret,
+			daemon_peer_end(c, ret,
 					"no whole request in %u ms: closing "
 					"(daemon --idle-timeout)",
 					d->lim.idle_ms);

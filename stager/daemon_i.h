@@ -2,17 +2,19 @@
 /*
  * daemon_i: the stager daemon's private declarations, shared by
  *
- *   daemon.c       lifecycle (start, signals, stop), the job dispatcher and
- *                  the table of running and recent jobs
- *   daemon_conn.c  the socket: listening, accepting, peer credentials, one
+ *   daemon.c       lifecycle: start, signals, stop
+ *   daemon_conn.c  the socket: listening, admission, peer credentials, one
  *                  thread per connection reading requests and dispatching
- *                  them through daemon_req's table
+ *                  them through daemon_req's table; replies
  *   daemon_req.c   the request table and its handlers
+ *   daemon_jobs.c  the dispatcher and the table of running and recent jobs
  *
- * Calls go down only: daemon.c starts daemon_conn's accept thread;
- * daemon_conn.c calls daemon_req_run; daemon_req.c calls back into
- * daemon.c only for the job table (daemon_find, daemon_wake,
- * daemon_cancel_dataset) and into daemon_conn.c for replies.
+ * Calls go down only: daemon.c -> daemon_conn.c -> daemon_req.c ->
+ * daemon_jobs.c (and daemon.c -> daemon_jobs.c to start the dispatcher).
+ * daemon_req.c's replies go through daemon_peer_row/daemon_peer_end, the
+ * one call up: the reply helpers are the connection's own, passed down
+ * with it. (They could move to a daemon_reply.c below daemon_req.c if a
+ * layering check wants it.)
  */
 #ifndef DSTAGE_STAGER_DAEMON_I_H
 #define DSTAGE_STAGER_DAEMON_I_H
@@ -89,13 +91,17 @@ struct daemon_conn {
 	int64_t job; /* job=, 0 when absent */
 };
 
-/* daemon.c */
-void daemon_wake(struct daemon *d);
+/* daemon_jobs.c */
+/* The dispatcher thread: runs until d->stop, then stops and joins the
+ * running jobs. */
+void *daemon_jobs_dispatch_thread(void *arg);
+/* Wake the dispatcher (a job was queued, or stop). */
+void daemon_jobs_wake(struct daemon *d);
 /* A reference to the running or recent job id (runner_put it), or NULL. */
-struct runner_job *daemon_find(struct daemon *d, int64_t id);
+struct runner_job *daemon_jobs_find(struct daemon *d, int64_t id);
 /* Cancel dataset's running jobs (in jq and in their runners). */
-void daemon_cancel_dataset(struct daemon *d, struct jobs *jq,
-			   const char *dataset);
+void daemon_jobs_cancel_dataset(struct daemon *d, struct jobs *jq,
+				const char *dataset);
 
 /* daemon_conn.c */
 /* Bind daemon.socket under its lock file. Returns 0 or -errno (logged). */
@@ -105,15 +111,20 @@ int daemon_conn_listen(struct daemon *d);
 void daemon_conn_fd_limit(const struct daemon *d);
 /* The accept thread: runs until d->stop. */
 void *daemon_conn_accept_thread(void *arg);
+/* daemon_peer.c */
+/* Read the peer's user's groups (getgrouplist) into c->groups. */
+void daemon_peer_groups(struct daemon_conn *c);
+/* uid 0, or the admin group among the peer's groups. */
+bool daemon_peer_admin(const struct daemon_conn *c);
 /* true when the peer has gid as its gid or one of its user's groups. */
-bool daemon_conn_in_group(const struct daemon_conn *c, gid_t gid);
+bool daemon_peer_in_group(const struct daemon_conn *c, gid_t gid);
 /* true when the peer may see a dataset of group (NULL or "": everyone's):
  * an admin, or a member of the group. An unknown group: admins only. */
-bool daemon_conn_may_read(const struct daemon_conn *c, const char *group);
+bool daemon_peer_may_read(const struct daemon_conn *c, const char *group);
 /* Start a reply row of type (the fields follow in c->out). */
-void daemon_conn_row(struct daemon_conn *c, const char *type);
+void daemon_peer_row(struct daemon_conn *c, const char *type);
 /* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */
-int daemon_conn_end(struct daemon_conn *c, int rc, const char *fmt, ...)
+int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* daemon_req.c: serve the request in c->msg. A non-zero return (a failed

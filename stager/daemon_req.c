@@ -6,8 +6,9 @@
  * that order, and calls the handler with c->name / c->job set.
  *
  * Stateless: a handler works on its connection (its own catalog and jobs
- * connections) and reaches the daemon's job table only through daemon.c
- * (daemon_find, daemon_wake, daemon_cancel_dataset), which takes d->lock.
+ * connections) and reaches the daemon's job table only through
+ * daemon_jobs.c (daemon_jobs_find, _wake, _cancel_dataset), which takes
+ * d->lock.
  *
  * Read-only requests (ping, list, show, jobs, status, watch) are open to
  * every local user; the others only to admins (daemon_conn.c decides who
@@ -81,9 +82,9 @@ static int daemon_req_list_cb(void *arg, const struct catalog_dataset *ds)
 {
 	struct daemon_conn *c = arg;
 
-	if (!daemon_conn_may_read(c, ds->group))
+	if (!daemon_peer_may_read(c, ds->group))
 		return 0; /* not even its name to non-members */
-	daemon_conn_row(c, "row");
+	daemon_peer_row(c, "row");
 	daemon_req_ds_fields(&c->out, ds);
 	return proto_send(c->fd, &c->out);
 }
@@ -92,7 +93,7 @@ static int daemon_req_list(struct daemon_conn *c)
 {
 	int ret = catalog_dataset_list(c->cat, daemon_req_list_cb, c);
 
-	return daemon_conn_end(c, ret, NULL);
+	return daemon_peer_end(c, ret, NULL);
 }
 
 struct daemon_req_show {
@@ -167,20 +168,20 @@ static int daemon_req_show(struct daemon_conn *c)
 	int ret;
 
 	ret = catalog_dataset_get(c->cat, name, &ds);
-	if (!ret && !daemon_conn_may_read(c, ds.group)) {
+	if (!ret && !daemon_peer_may_read(c, ds.group)) {
 		catalog_dataset_release(&ds);
 		ret = -ENOENT; /* its existence is not shown to non-members */
 	}
 	if (ret == -ENOENT)
-		return daemon_conn_end(c, ret, "no dataset named %s", name);
+		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
-		return daemon_conn_end(c, ret, NULL);
+		return daemon_peer_end(c, ret, NULL);
 	if (objstore_open(ds.source, c->d->cfg, &s.os))
 		s.os = NULL;
 	ret = runner_walk(c->cat, name, daemon_req_show_cb, &s);
 	if (ret && ret != -ENOENT)
 		goto out;
-	daemon_conn_row(c, "row");
+	daemon_peer_row(c, "row");
 	daemon_req_ds_fields(&c->out, &ds);
 	daemon_req_label(c, name);
 	proto_add_u64(&c->out, "cached", s.cached);
@@ -202,11 +203,11 @@ static int daemon_req_show(struct daemon_conn *c)
 	}
 	ret = proto_send(c->fd, &c->out);
 	if (!ret)
-		ret = daemon_conn_end(c, 0, NULL);
+		ret = daemon_peer_end(c, 0, NULL);
 out:
 	objstore_free(s.os);
 	catalog_dataset_release(&ds);
-	return ret ? daemon_conn_end(c, ret, NULL) : 0;
+	return ret ? daemon_peer_end(c, ret, NULL) : 0;
 }
 
 /*
@@ -229,7 +230,7 @@ static bool daemon_req_job_visible(struct daemon_conn *c, const char *dataset,
 	if (vis->known && !strcmp(vis->dataset, dataset))
 		return vis->visible;
 	vis->visible = !catalog_dataset_get(c->cat, dataset, &ds) &&
-		       daemon_conn_may_read(c, ds.group);
+		       daemon_peer_may_read(c, ds.group);
 	catalog_dataset_release(&ds);
 	snprintf(vis->dataset, sizeof(vis->dataset), "%s", dataset);
 	vis->known = true;
@@ -250,8 +251,8 @@ static int daemon_req_jobs_cb(void *arg, const struct jobs_job *j)
 
 	if (!daemon_req_job_visible(c, j->dataset, &a->vis))
 		return 0;
-	rj = j->state == JOBS_RUNNING ? daemon_find(c->d, j->id) : NULL;
-	daemon_conn_row(c, "row");
+	rj = j->state == JOBS_RUNNING ? daemon_jobs_find(c->d, j->id) : NULL;
+	daemon_peer_row(c, "row");
 	daemon_req_job_fields(&c->out, j, rj);
 	runner_put(rj);
 	ret = proto_send(c->fd, &c->out);
@@ -265,7 +266,7 @@ static int daemon_req_jobs(struct daemon_conn *c)
 	int ret =
 		jobs_list(c->jq, all ? UINT32_MAX : 20, daemon_req_jobs_cb, &a);
 
-	return daemon_conn_end(c, ret, NULL);
+	return daemon_peer_end(c, ret, NULL);
 }
 
 static int daemon_req_status(struct daemon_conn *c)
@@ -281,16 +282,16 @@ static int daemon_req_status(struct daemon_conn *c)
 		ret = -ENOENT; /* as if there were none */
 	}
 	if (ret == -ENOENT)
-		return daemon_conn_end(c, ret, "no job %" PRId64, id);
+		return daemon_peer_end(c, ret, "no job %" PRId64, id);
 	if (ret)
-		return daemon_conn_end(c, ret, NULL);
-	rj = j.state == JOBS_RUNNING ? daemon_find(c->d, id) : NULL;
-	daemon_conn_row(c, "row");
+		return daemon_peer_end(c, ret, NULL);
+	rj = j.state == JOBS_RUNNING ? daemon_jobs_find(c->d, id) : NULL;
+	daemon_peer_row(c, "row");
 	daemon_req_job_fields(&c->out, &j, rj);
 	runner_put(rj);
 	jobs_job_release(&j);
 	ret = proto_send(c->fd, &c->out);
-	return ret ? ret : daemon_conn_end(c, 0, NULL);
+	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }
 
 /* A copy of rj's mismatches, taken under its lock. 0 or -ENOMEM. */
@@ -344,16 +345,16 @@ static int daemon_req_watch(struct daemon_conn *c)
 			ret = -ENOENT; /* as if there were none */
 		}
 		if (ret == -ENOENT)
-			return daemon_conn_end(c, ret, "no job %" PRId64, id);
+			return daemon_peer_end(c, ret, "no job %" PRId64, id);
 		if (ret)
-			return daemon_conn_end(c, ret, NULL);
+			return daemon_peer_end(c, ret, NULL);
 		if (jobs_state_final(j.state)) {
 			if (!rj)
-				rj = daemon_find(c->d, id);
+				rj = daemon_jobs_find(c->d, id);
 			break;
 		}
 		if (j.state == JOBS_RUNNING && !rj)
-			rj = daemon_find(c->d, id);
+			rj = daemon_jobs_find(c->d, id);
 		if (rj && atomic_load(&rj->finished)) {
 			struct timespec soon = { 0, 10 * 1000 * 1000 };
 
@@ -361,7 +362,7 @@ static int daemon_req_watch(struct daemon_conn *c)
 			nanosleep(&soon, NULL);
 			continue; /* its final state is in the catalog */
 		}
-		daemon_conn_row(c, "progress");
+		daemon_peer_row(c, "progress");
 		daemon_req_job_fields(&c->out, &j, rj);
 		jobs_job_release(&j);
 		ret = proto_send(c->fd, &c->out);
@@ -392,7 +393,7 @@ static int daemon_req_watch(struct daemon_conn *c)
 	if (rj)
 		ret = daemon_req_copy_mm(rj, &mm, &n_mm);
 	for (size_t i = 0; i < n_mm && !ret; i++) {
-		daemon_conn_row(c, "mismatch");
+		daemon_peer_row(c, "mismatch");
 		proto_add(&c->out, "key", mm[i].key);
 		proto_add(&c->out, "expected", mm[i].expected);
 		proto_add(&c->out, "actual", mm[i].actual);
@@ -401,7 +402,7 @@ static int daemon_req_watch(struct daemon_conn *c)
 	for (size_t i = 0; i < n_mm; i++)
 		free(mm[i].key);
 	free(mm);
-	daemon_conn_row(c, "row");
+	daemon_peer_row(c, "row");
 	daemon_req_job_fields(&c->out, &j, NULL);
 	if (rj) {
 		proto_add_u64(&c->out, "files_done",
@@ -413,7 +414,7 @@ static int daemon_req_watch(struct daemon_conn *c)
 	if (!ret)
 		ret = proto_send(c->fd, &c->out);
 	if (!ret)
-		ret = daemon_conn_end(c, 0, NULL);
+		ret = daemon_peer_end(c, 0, NULL);
 out:
 	runner_put(rj);
 	return ret;
@@ -440,13 +441,13 @@ static int daemon_req_register_failed(struct daemon_conn *c, const char *what,
 				      const char *sums_key, int err)
 {
 	if (err == -ENODATA)
-		return daemon_conn_end(
+		return daemon_peer_end(
 			c, err,
 			"%s %s: manifest key %s not found at %s "
 			"(--manifest names a key relative to the "
 			"dataset's URL)",
 			what, name, sums_key, url);
-	return daemon_conn_end(c, err, "%s %s from %s: %s", what, name, url,
+	return daemon_peer_end(c, err, "%s %s from %s: %s", what, name, url,
 			       strerror(-err));
 }
 
@@ -464,9 +465,9 @@ static int daemon_req_add(struct daemon_conn *c)
 	int ret;
 
 	if (!url || !*url)
-		return daemon_conn_end(c, -EINVAL, "add: no URL");
+		return daemon_peer_end(c, -EINVAL, "add: no URL");
 	if (manifest && keypath_check(manifest, strlen(manifest), &why))
-		return daemon_conn_end(c, -EINVAL,
+		return daemon_peer_end(c, -EINVAL,
 				       "--manifest '%s': not a key under the "
 				       "dataset's URL: %s",
 				       keypath_printable(manifest,
@@ -476,12 +477,12 @@ static int daemon_req_add(struct daemon_conn *c)
 	ret = catalog_dataset_add(c->cat, name, url,
 				  group && *group ? group : NULL);
 	if (ret == -EEXIST)
-		return daemon_conn_end(c, ret, "a dataset named %s exists",
+		return daemon_peer_end(c, ret, "a dataset named %s exists",
 				       name);
 	if (ret == -EINVAL)
-		return daemon_conn_end(c, ret, "bad dataset name '%s'", name);
+		return daemon_peer_end(c, ret, "bad dataset name '%s'", name);
 	if (ret)
-		return daemon_conn_end(c, ret, NULL);
+		return daemon_peer_end(c, ret, NULL);
 	if (manifest)
 		ret = catalog_dataset_set_sums_key(c->cat, name, manifest);
 	if (!ret && proto_get(&c->msg, "pin"))
@@ -509,12 +510,12 @@ static int daemon_req_add(struct daemon_conn *c)
 	daemon_req_audit(c, "dataset.add", name, url);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (!ret) {
-		daemon_conn_row(c, "row");
+		daemon_peer_row(c, "row");
 		daemon_req_ds_fields(&c->out, &ds);
 		catalog_dataset_release(&ds);
 		ret = proto_send(c->fd, &c->out);
 	}
-	return ret ? ret : daemon_conn_end(c, 0, NULL);
+	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }
 
 static int daemon_req_refresh(struct daemon_conn *c)
@@ -524,9 +525,9 @@ static int daemon_req_refresh(struct daemon_conn *c)
 	int ret = catalog_dataset_get(c->cat, name, &ds);
 
 	if (ret == -ENOENT)
-		return daemon_conn_end(c, ret, "no dataset named %s", name);
+		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
-		return daemon_conn_end(c, ret, "refreshing %s: %s", name,
+		return daemon_peer_end(c, ret, "refreshing %s: %s", name,
 				       strerror(-ret));
 	ret = daemon_req_register(c, name, ds.source);
 	if (ret) {
@@ -538,12 +539,12 @@ static int daemon_req_refresh(struct daemon_conn *c)
 	catalog_dataset_release(&ds);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (!ret) {
-		daemon_conn_row(c, "row");
+		daemon_peer_row(c, "row");
 		daemon_req_ds_fields(&c->out, &ds);
 		ret = proto_send(c->fd, &c->out);
 	}
 	if (!ret)
-		ret = daemon_conn_end(c, 0, NULL);
+		ret = daemon_peer_end(c, 0, NULL);
 out:
 	catalog_dataset_release(&ds);
 	return ret;
@@ -583,11 +584,11 @@ static int daemon_req_remove(struct daemon_conn *c)
 	int ret = catalog_dataset_get(c->cat, name, &ds);
 
 	if (ret == -ENOENT)
-		return daemon_conn_end(c, ret, "no dataset named %s", name);
+		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
-		return daemon_conn_end(c, ret, NULL);
+		return daemon_peer_end(c, ret, NULL);
 	/* stop its running jobs; queued ones fail when claimed */
-	daemon_cancel_dataset(d, c->jq, name);
+	daemon_jobs_cancel_dataset(d, c->jq, name);
 	if (dr.cache) {
 		if (objstore_open(ds.source, d->cfg, &dr.os))
 			dr.os = NULL;
@@ -597,10 +598,10 @@ static int daemon_req_remove(struct daemon_conn *c)
 	catalog_dataset_release(&ds);
 	ret = catalog_dataset_remove(c->cat, name);
 	if (ret)
-		return daemon_conn_end(c, ret, "removing %s: %s", name,
+		return daemon_peer_end(c, ret, "removing %s: %s", name,
 				       strerror(-ret));
 	daemon_req_audit(c, "dataset.remove", name, NULL);
-	return daemon_conn_end(c, 0, NULL);
+	return daemon_peer_end(c, 0, NULL);
 }
 
 /* Queue a stage or verify job with the request's options. */
@@ -618,18 +619,18 @@ static int daemon_req_submit(struct daemon_conn *c)
 
 	if (par && (proto_get_u64(&c->msg, "parallel", &npar) || npar < 1 ||
 		    npar > STAGER_PARALLEL_MAX))
-		return daemon_conn_end(c, -EINVAL,
+		return daemon_peer_end(c, -EINVAL,
 				       "parallel=%.40s: expected a count from "
 				       "1 to %u",
 				       par, STAGER_PARALLEL_MAX);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (ret == -ENOENT)
-		return daemon_conn_end(c, ret, "no dataset named %s", name);
+		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
-		return daemon_conn_end(c, ret, NULL);
+		return daemon_peer_end(c, ret, NULL);
 	if (ds.state != CATALOG_DS_READY) {
 		catalog_dataset_release(&ds);
-		return daemon_conn_end(c, -ENOENT, "%s is not registered",
+		return daemon_peer_end(c, -ENOENT, "%s is not registered",
 				       name);
 	}
 	if (!strcmp(kind, "stage") && !proto_get(&c->msg, "fit")) {
@@ -643,13 +644,13 @@ static int daemon_req_submit(struct daemon_conn *c)
 
 			if (!list) {
 				catalog_dataset_release(&ds);
-				return daemon_conn_end(c, -ENOMEM, NULL);
+				return daemon_peer_end(c, -ENOMEM, NULL);
 			}
 			for (k = strtok_r(list, "\n", &save); k;
 			     k = strtok_r(NULL, "\n", &save)) {
 				ret = catalog_lookup(c->cat, name, k, &e);
 				if (ret || e.is_dir) {
-					ret = daemon_conn_end(c, -ENOENT,
+					ret = daemon_peer_end(c, -ENOENT,
 							      "%s: no file %s",
 							      name, k);
 					free(list);
@@ -665,7 +666,7 @@ static int daemon_req_submit(struct daemon_conn *c)
 			char a[32], b[32];
 
 			catalog_dataset_release(&ds);
-			return daemon_conn_end(
+			return daemon_peer_end(
 				c, -EFBIG,
 				"%s is %s, larger than the cache (%s, "
 				"cache.size): stage part of it with --files, "
@@ -689,16 +690,16 @@ static int daemon_req_submit(struct daemon_conn *c)
 		ret = jobs_submit(c->jq, kind, name, args.data, &id);
 	proto_free(&args);
 	if (ret)
-		return daemon_conn_end(c, ret, "queueing the %s job: %s", kind,
+		return daemon_peer_end(c, ret, "queueing the %s job: %s", kind,
 				       strerror(-ret));
 	daemon_req_audit(c, kind, name, NULL);
-	daemon_wake(c->d);
-	daemon_conn_row(c, "row");
+	daemon_jobs_wake(c->d);
+	daemon_peer_row(c, "row");
 	proto_add_i64(&c->out, "job", id);
 	proto_add(&c->out, "kind", kind);
 	proto_add(&c->out, "dataset", name);
 	ret = proto_send(c->fd, &c->out);
-	return ret ? ret : daemon_conn_end(c, 0, NULL);
+	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }
 
 static int daemon_req_cancel(struct daemon_conn *c)
@@ -710,19 +711,19 @@ static int daemon_req_cancel(struct daemon_conn *c)
 	char sid[24];
 
 	if (ret == -ENOENT)
-		return daemon_conn_end(c, ret, "no job %" PRId64, id);
+		return daemon_peer_end(c, ret, "no job %" PRId64, id);
 	if (ret == -EALREADY)
-		return daemon_conn_end(c, ret, "job %" PRId64 " already %s", id,
+		return daemon_peer_end(c, ret, "job %" PRId64 " already %s", id,
 				       jobs_state_name(was));
 	if (ret)
-		return daemon_conn_end(c, ret, NULL);
-	rj = daemon_find(c->d, id);
+		return daemon_peer_end(c, ret, NULL);
+	rj = daemon_jobs_find(c->d, id);
 	if (rj)
 		atomic_store(&rj->cancel, true);
 	runner_put(rj);
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
 	daemon_req_audit(c, "job.cancel", sid, jobs_state_name(was));
-	return daemon_conn_end(c, 0, NULL);
+	return daemon_peer_end(c, 0, NULL);
 }
 
 /* ---- the table ---- */
@@ -742,7 +743,7 @@ struct daemon_req {
 
 static int daemon_req_ping(struct daemon_conn *c)
 {
-	return daemon_conn_end(c, 0, "stager daemon, pid %d", (int)getpid());
+	return daemon_peer_end(c, 0, "stager daemon, pid %d", (int)getpid());
 }
 
 /* status without a job is jobs */
@@ -774,7 +775,7 @@ int daemon_req_run(struct daemon_conn *c)
 	int64_t id = 0;
 
 	if (!cmd)
-		return daemon_conn_end(c, -EINVAL, "no cmd in the request");
+		return daemon_peer_end(c, -EINVAL, "no cmd in the request");
 	for (size_t i = 0;
 	     i < sizeof(daemon_req_table) / sizeof(daemon_req_table[0]); i++)
 		if (!strcmp(cmd, daemon_req_table[i].cmd)) {
@@ -782,7 +783,7 @@ int daemon_req_run(struct daemon_conn *c)
 			break;
 		}
 	if ((!r || (r->flags & DAEMON_REQ_ADMIN)) && !c->admin)
-		return daemon_conn_end(
+		return daemon_peer_end(
 			c, -EPERM,
 			"permission denied: '%s' changes the node's "
 			"state and is allowed only to root and to "
@@ -790,7 +791,7 @@ int daemon_req_run(struct daemon_conn *c)
 			cmd, c->d->cfg->daemon_admin_group, (unsigned)c->uid,
 			c->user[0] ? " (" : "", c->user, c->user[0] ? ")" : "");
 	if (!r)
-		return daemon_conn_end(c, -EINVAL, "unknown request '%s'", cmd);
+		return daemon_peer_end(c, -EINVAL, "unknown request '%s'", cmd);
 	c->cmd = r->cmd;
 	c->name = proto_get(&c->msg, "name");
 	c->job = 0;
@@ -799,7 +800,7 @@ int daemon_req_run(struct daemon_conn *c)
 		/* strictly: a bad id is an error, never "no id" (which would
 		 * make status list every job) */
 		if (jobs_parse_id(jobstr, &id))
-			return daemon_conn_end(
+			return daemon_peer_end(
 				c, -EINVAL,
 				"%s: job=%.40s is not a job id (1 to %" PRId64
 				")",
@@ -807,8 +808,8 @@ int daemon_req_run(struct daemon_conn *c)
 		c->job = id;
 	}
 	if ((r->flags & DAEMON_REQ_JOB) && !c->job)
-		return daemon_conn_end(c, -EINVAL, "%s: no name or job", cmd);
+		return daemon_peer_end(c, -EINVAL, "%s: no name or job", cmd);
 	if ((r->flags & DAEMON_REQ_NAME) && !c->name)
-		return daemon_conn_end(c, -EINVAL, "%s: no name or job", cmd);
+		return daemon_peer_end(c, -EINVAL, "%s: no name or job", cmd);
 	return r->run(c);
 }
