@@ -73,6 +73,7 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_cond_init(&d.cond, NULL);
 	pthread_mutex_init(&d.conn_lock, NULL);
+	pthread_cond_init(&d.conn_cond, NULL);
 	d.lim = o->lim;
 	d.n_uids = d.lim.max_conns + 1; /* + root, not counted */
 	d.uids = calloc(d.n_uids, sizeof(*d.uids));
@@ -149,8 +150,14 @@ out:
 	if (d.lockfd >= 0)
 		close(d.lockfd);
 	/* connection threads may still use the cache: exit without closing
-	 * it; the kernel releases its locks and files. */
-	sched_destroy(ret ? d.env.sched : NULL);
+	 * it; the kernel releases its locks and files. Only jobs use the
+	 * scheduler, and the dispatcher has joined them. */
+	sched_destroy(d.env.sched);
+	/* the accept thread is joined: end the connections, whose threads
+	 * use d; should one not end in time, d's connection state and the
+	 * cache stay for it and the process exits under it */
+	if (!daemon_conn_stop(&d))
+		free(d.uids);
 	jobs_close(jq);
 	catalog_close(cat);
 	return ret ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;

@@ -10,8 +10,8 @@
  *
  * Connection states: accepted -> admitted (caps) or refused (an end line
  * saying why, then closed) -> serving (request, reply, request, ...) ->
- * closed (peer gone, send failed or timed out, or idle past
- * --idle-timeout with no whole request).
+ * closed (peer gone, send failed or timed out, idle past --idle-timeout
+ * with no whole request, or shut down by daemon_conn_stop at stop).
  *
  * Invariants:
  *   - at most d->lim.max_conns connections are served at once (uid 0 is not
@@ -53,6 +53,7 @@
 #define DAEMON_CONN_BACKOFF_MS 50 /* accept out of descriptors */
 #define DAEMON_CONN_LOG_EVERY 10 /* s between "refusing" lines */
 #define DAEMON_CONN_FDS 8 /* descriptors a serving connection may need */
+#define DAEMON_CONN_STOP_WAIT 5 /* s for connections to end at stop */
 
 /* ---- admission ---- */
 
@@ -103,7 +104,58 @@ static void daemon_conn_leave(struct daemon *d, uid_t uid)
 		}
 	if (uid != 0)
 		d->n_conns--;
+	pthread_cond_broadcast(&d->conn_cond);
 	pthread_mutex_unlock(&d->conn_lock);
+}
+
+static void daemon_conn_link(struct daemon *d, struct daemon_conn *c)
+{
+	pthread_mutex_lock(&d->conn_lock);
+	c->next = d->conns;
+	c->prev = NULL;
+	if (d->conns)
+		d->conns->prev = c;
+	d->conns = c;
+	pthread_mutex_unlock(&d->conn_lock);
+}
+
+/* Off the list before its fd is closed: daemon_conn_stop never shuts down
+ * a descriptor number that has been reused. */
+static void daemon_conn_unlink(struct daemon *d, struct daemon_conn *c)
+{
+	pthread_mutex_lock(&d->conn_lock);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	pthread_mutex_unlock(&d->conn_lock);
+}
+
+int daemon_conn_stop(struct daemon *d)
+{
+	struct timespec dl;
+	unsigned left;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += DAEMON_CONN_STOP_WAIT;
+	pthread_mutex_lock(&d->conn_lock);
+	for (struct daemon_conn *c = d->conns; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+	for (;;) {
+		left = 0;
+		for (unsigned i = 0; i < d->n_uids; i++)
+			left += d->uids[i].n;
+		if (!left || ret)
+			break;
+		ret = pthread_cond_timedwait(&d->conn_cond, &d->conn_lock, &dl);
+	}
+	pthread_mutex_unlock(&d->conn_lock);
+	if (left)
+		log_warn("%u connection(s) still busy at stop", left);
+	return left ? -EBUSY : 0;
 }
 
 /* ---- connections ---- */
@@ -201,6 +253,7 @@ static void *daemon_conn_thread(void *arg)
 	jobs_close(c->jq);
 	catalog_close(c->cat);
 	proto_free(&c->out);
+	daemon_conn_unlink(d, c);
 	close(c->fd);
 	daemon_conn_leave(d, c->uid);
 	free(c->groups);
@@ -298,7 +351,9 @@ void *daemon_conn_accept_thread(void *arg)
 		c->uid = cr.uid;
 		c->gid = cr.gid;
 		c->pid = cr.pid;
+		daemon_conn_link(d, c);
 		if (pthread_create(&t, &attr, daemon_conn_thread, c)) {
+			daemon_conn_unlink(d, c);
 			close(fd);
 			free(c);
 			daemon_conn_leave(d, cr.uid);

@@ -58,9 +58,11 @@ struct daemon {
 	struct stager_daemon_limits lim;
 	gid_t admin_gid; /* daemon.admin_group, when has_admin_gid */
 	bool has_admin_gid;
-	/* conn_lock protects n_conns and uids[]; taken alone */
+	/* conn_lock protects n_conns, uids[] and conns; taken alone */
 	pthread_mutex_t conn_lock;
+	pthread_cond_t conn_cond; /* broadcast when a connection ends */
 	unsigned n_conns; /* admitted, uid 0 not counted */
+	struct daemon_conn *conns; /* those with a thread, until it closes */
 	struct daemon_uidcount *uids; /* n_uids = lim.max_conns + 1 */
 	unsigned n_uids;
 	/* the accept thread's alone */
@@ -72,6 +74,7 @@ struct daemon {
 /* One client connection, owned by its thread. */
 struct daemon_conn {
 	struct daemon *d;
+	struct daemon_conn *next, *prev; /* d->conns, under d->conn_lock */
 	int fd;
 	uid_t uid;
 	gid_t gid;
@@ -111,6 +114,11 @@ int daemon_conn_listen(struct daemon *d);
 void daemon_conn_fd_limit(const struct daemon *d);
 /* The accept thread: runs until d->stop. */
 void *daemon_conn_accept_thread(void *arg);
+/* After the accept thread ended: shut every connection down and wait (at
+ * most DAEMON_CONN_STOP_WAIT s) for their threads to end. Returns 0, or
+ * -EBUSY when some are still running (then d's connection state must
+ * stay). */
+int daemon_conn_stop(struct daemon *d);
 /* daemon_peer.c */
 /* Read the peer's user's groups (getgrouplist) into c->groups. */
 void daemon_peer_groups(struct daemon_conn *c);

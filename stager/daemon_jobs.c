@@ -12,7 +12,9 @@
  *   - a job is run by at most one thread: only the dispatcher claims, and a
  *     claim is one catalog transaction;
  *   - a runner_job is freed only when its last reference goes: the running
- *     list holds one (then the ring of recent jobs), each watcher one.
+ *     list holds one (then the ring of recent jobs, until pushed out or
+ *     the dispatcher stops), its job thread one (until it ends), each
+ *     watcher one.
  *
  * Locks: d->lock protects running[], used[], threads[], n_running,
  * recent[], recent_next and the wake-up (cond). Order: d->lock, then a
@@ -77,7 +79,6 @@ static void *daemon_jobs_run_thread(void *arg)
 {
 	struct daemon_jobs_arg *a = arg;
 	struct daemon *d = a->d;
-
 	struct runner_job *old;
 
 	runner_run(&d->env, a->rj, &a->j);
@@ -92,6 +93,7 @@ static void *daemon_jobs_run_thread(void *arg)
 	pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
 	runner_put(old);
+	runner_put(a->rj); /* this thread's own reference */
 	jobs_job_release(&a->j);
 	free(a);
 	return NULL;
@@ -181,6 +183,12 @@ void *daemon_jobs_dispatch_thread(void *arg)
 		pthread_mutex_unlock(&d->lock);
 		pthread_join(t, NULL);
 		pthread_mutex_lock(&d->lock);
+	}
+	/* the ring's references go; a watcher still holding one frees its
+	 * job when it lets go */
+	for (unsigned i = 0; i < DAEMON_RECENT; i++) {
+		runner_put(d->recent[i]);
+		d->recent[i] = NULL;
 	}
 	pthread_mutex_unlock(&d->lock);
 	jobs_close(jq);

@@ -164,7 +164,7 @@ struct runner_job {
 	_Atomic uint64_t files_done, files_total;
 	_Atomic bool cancel;
 	_Atomic bool finished;
-	_Atomic int refs; /* the daemon's list + each watcher */
+	_Atomic int refs; /* the daemon's list, its thread, each watcher */
 	double started; /* monotonic seconds, set before the job is listed */
 	/* lock protects the fields below; taken after daemon's jobs_lock */
 	pthread_mutex_t lock;

@@ -71,7 +71,10 @@ class Stager:
     def stop(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+            rc = self.proc.wait(timeout=30)
+            # a clean stop exits 0 (under ASan: with no leak either)
+            assert sig != signal.SIGTERM or rc == 0, \
+                "daemon exit %d:\n%s" % (rc, self.log.read_text()[-3000:])
         self.proc = None
 
     def run(self, *args, check=False, timeout=120, prefix=()):
