@@ -651,36 +651,43 @@ static void client_release(struct client *cl)
 		close(cl->fd);
 }
 
+/* A command that is one exchange: a client for it, the request, rows to
+ * row_cb (or --json), the end line. *id (if not NULL) gets the job id. */
+static int client_simple(const struct dstage_config *cfg,
+			 const struct stager_cmd *cmd,
+			 const struct stager_opts *o, bool array,
+			 const char *header, client_row_cb row_cb, void *arg,
+			 int64_t *id)
+{
+	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	int64_t job;
+	int code = client_request(&cl, cmd, &job);
+
+	if (!code)
+		code = client_exchange(&cl, cmd, array, header, row_cb, arg);
+	if (id)
+		*id = job;
+	client_release(&cl);
+	return code;
+}
+
 int client_list(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
 	char header[128];
-	int64_t id;
-	int code = client_request(&cl, cmd, &id);
 
 	snprintf(header, sizeof(header),
 		 "%-20s %-6s %7s %8s %11s %4s %4s  %s\n", "NAME", "STATE",
 		 "VERSION", "FILES", "BYTES", "PIN", "PRIO", "SOURCE");
-	if (!code)
-		code = client_exchange(&cl, cmd, true, header, client_list_row,
-				       NULL);
-	client_release(&cl);
-	return code;
+	return client_simple(cfg, cmd, o, true, header, client_list_row, NULL,
+			     NULL);
 }
 
 int client_show(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
-	int64_t id;
-	int code = client_request(&cl, cmd, &id);
-
-	if (!code)
-		code = client_exchange(&cl, cmd, false, NULL, client_show_row,
-				       NULL);
-	client_release(&cl);
-	return code;
+	return client_simple(cfg, cmd, o, false, NULL, client_show_row, NULL,
+			     NULL);
 }
 
 int client_jobs(const struct dstage_config *cfg, const struct stager_cmd *cmd,
@@ -709,44 +716,28 @@ out:
 int client_add(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	       const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
-	int64_t id;
-	int code = client_request(&cl, cmd, &id);
-
-	if (!code)
-		code = client_exchange(&cl, cmd, false, NULL, client_added_row,
-				       (void *)cmd->name);
-	client_release(&cl);
-	return code;
+	return client_simple(cfg, cmd, o, false, NULL, client_added_row,
+			     (void *)cmd->name, NULL);
 }
 
 int client_remove(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		  const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
-	int64_t id;
-	int code = client_request(&cl, cmd, &id);
+	int code = client_simple(cfg, cmd, o, false, NULL, NULL, NULL, NULL);
 
-	if (!code)
-		code = client_exchange(&cl, cmd, false, NULL, NULL, NULL);
 	if (!code && !o->json)
 		printf("removed %s\n", o->argv[0]);
-	client_release(&cl);
 	return code;
 }
 
 int client_cancel(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		  const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
-	int64_t id;
-	int code = client_request(&cl, cmd, &id);
+	int64_t id = 0;
+	int code = client_simple(cfg, cmd, o, false, NULL, NULL, NULL, &id);
 
-	if (!code)
-		code = client_exchange(&cl, cmd, false, NULL, NULL, NULL);
 	if (!code && !o->json)
 		printf("job %" PRId64 " cancelled\n", id);
-	client_release(&cl);
 	return code;
 }
 

@@ -13,6 +13,7 @@ and refreshed fails verify naming it and the key; a bad line is logged with
 key:line), a missing key fails add and refresh naming it and the URL, bad
 keys refused naming them, refresh keeps the key, show/list --json report
 it."""
+import contextlib
 import hashlib
 import json
 import os
@@ -687,6 +688,22 @@ def flood_script(stager_dir):
     return f
 
 
+@contextlib.contextmanager
+def flooding(users, s, n, hold):
+    """Run FLOOD as a new unprivileged uid against s: n connections, held
+    for hold seconds. Yields the process (its stdout gives two JSON
+    lines); kills it at the end."""
+    u = users.user("flood")
+    fl = users.popen(u, ["/usr/bin/python3", flood_script(s.root), s.sock,
+                         str(n), str(hold)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        yield fl
+    finally:
+        fl.kill()
+        fl.wait()
+
+
 def timed_list(s, timeout):
     t0 = time.monotonic()
     p = s.run("list", "--json", timeout=timeout)
@@ -703,20 +720,13 @@ def test_flood_capped_and_idle_closed(tool, stager_dir, users, cap):
     s = Stager(tool("stager"), stager_dir,
                args=[cap, "4", "--idle-timeout", "1500ms"]).start()
     try:
-        u = users.user("flood")
-        fl = users.popen(u, ["/usr/bin/python3", flood_script(stager_dir),
-                             s.sock, "12", "8"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
+        with flooding(users, s, 12, 8) as fl:
             first = read_json_line(fl, 30)
             assert first["connected"] == 12, first
             assert first["held"] == 4 and first["refused"] == 8, first
             assert timed_list(s, 10) < 5  # root, during the flood
             second = read_json_line(fl, 30)
             assert second == {"closed_by_daemon": 4, "idle_msg": True}
-        finally:
-            fl.kill()
-            fl.wait()
         assert timed_list(s, 10) < 5
         assert ("(daemon %s)" % cap).encode() in s.log.read_bytes()
     finally:
@@ -733,18 +743,11 @@ def test_accept_survives_emfile(tool, stager_dir, users):
                      "--idle-timeout", "1s"],
                prefix=["prlimit", "--nofile=64:64", "--"]).start()
     try:
-        u = users.user("flood")
-        fl = users.popen(u, ["/usr/bin/python3", flood_script(stager_dir),
-                             s.sock, "200", "4"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
+        with flooding(users, s, 200, 4) as fl:
             first = read_json_line(fl, 30)
             assert first["connected"] > 64, first
             assert timed_list(s, 30) < 20  # during the flood
             read_json_line(fl, 30)
-        finally:
-            fl.kill()
-            fl.wait()
         assert timed_list(s, 10) < 5
         log = s.log.read_text()
         assert "Too many open files: backing off" in log, log
