@@ -237,6 +237,27 @@ static bool daemon_req_job_visible(struct daemon_conn *c, const char *dataset,
 	return vis->visible;
 }
 
+/* jobs_get, with a job the peer may not see reported as -ENOENT. */
+static int daemon_req_get_job(struct daemon_conn *c, int64_t id,
+			      struct jobs_job *j, struct daemon_req_vis *vis)
+{
+	int ret = jobs_get(c->jq, id, j);
+
+	if (!ret && !daemon_req_job_visible(c, j->dataset, vis)) {
+		jobs_job_release(j);
+		ret = -ENOENT; /* as if there were none */
+	}
+	return ret;
+}
+
+/* The end line for daemon_req_get_job's error. */
+static int daemon_req_no_job(struct daemon_conn *c, int err, int64_t id)
+{
+	if (err == -ENOENT)
+		return daemon_peer_end(c, err, "no job %" PRId64, id);
+	return daemon_peer_end(c, err, NULL);
+}
+
 struct daemon_req_jobs {
 	struct daemon_conn *c;
 	struct daemon_req_vis vis;
@@ -275,16 +296,10 @@ static int daemon_req_status(struct daemon_conn *c)
 	struct jobs_job j = { 0 };
 	struct daemon_req_vis vis = { 0 };
 	struct runner_job *rj;
-	int ret = jobs_get(c->jq, id, &j);
+	int ret = daemon_req_get_job(c, id, &j, &vis);
 
-	if (!ret && !daemon_req_job_visible(c, j.dataset, &vis)) {
-		jobs_job_release(&j);
-		ret = -ENOENT; /* as if there were none */
-	}
-	if (ret == -ENOENT)
-		return daemon_peer_end(c, ret, "no job %" PRId64, id);
 	if (ret)
-		return daemon_peer_end(c, ret, NULL);
+		return daemon_req_no_job(c, ret, id);
 	rj = j.state == JOBS_RUNNING ? daemon_jobs_find(c->d, id) : NULL;
 	daemon_peer_row(c, "row");
 	daemon_req_job_fields(&c->out, &j, rj);
@@ -339,15 +354,11 @@ static int daemon_req_watch(struct daemon_conn *c)
 	for (;;) {
 		struct timespec ts = { 0, 500 * 1000 * 1000 };
 
-		ret = jobs_get(c->jq, id, &j);
-		if (!ret && !daemon_req_job_visible(c, j.dataset, &vis)) {
-			jobs_job_release(&j);
-			ret = -ENOENT; /* as if there were none */
+		ret = daemon_req_get_job(c, id, &j, &vis);
+		if (ret) {
+			ret = daemon_req_no_job(c, ret, id);
+			goto out; /* a reference taken before goes */
 		}
-		if (ret == -ENOENT)
-			return daemon_peer_end(c, ret, "no job %" PRId64, id);
-		if (ret)
-			return daemon_peer_end(c, ret, NULL);
 		if (jobs_state_final(j.state)) {
 			if (!rj)
 				rj = daemon_jobs_find(c->d, id);
