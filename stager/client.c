@@ -153,16 +153,20 @@ static int client_connect(struct client *cl)
  * Returns 0 when the exchange completed (result in cl->rc), or -errno. */
 static int client_call(struct client *cl, client_row_cb cb, void *arg)
 {
-	int ret = proto_send(cl->fd, &cl->out);
+	/* A daemon that refuses the connection (too many) says why and
+	 * closes: the send may fail, but its end line is there to read. */
+	int sent = proto_send(cl->fd, &cl->out), ret = sent;
 
-	if (ret)
+	if (sent && sent != -EPIPE && sent != -ECONNRESET)
 		goto lost;
 	for (;;) {
 		const char *type;
 
 		ret = proto_read(&cl->in, &cl->msg);
-		if (ret)
+		if (ret) {
+			ret = sent ? sent : ret;
 			goto lost;
+		}
 		type = proto_get(&cl->msg, "type");
 		if (type && !strcmp(type, "end")) {
 			int64_t rc = -EPROTO;

@@ -697,6 +697,7 @@ def flooding(users, s, n, hold):
     fl = users.popen(u, ["/usr/bin/python3", flood_script(s.root), s.sock,
                          str(n), str(hold)],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    fl.user = u
     try:
         yield fl
     finally:
@@ -725,6 +726,11 @@ def test_flood_capped_and_idle_closed(tool, stager_dir, users, cap):
             assert first["connected"] == 12, first
             assert first["held"] == 4 and first["refused"] == 8, first
             assert timed_list(s, 10) < 5  # root, during the flood
+            # the flooder's own CLI is told why
+            p = users.run(fl.user, [s.exe, "--config", s.cfg, "list"],
+                          env=s.env)
+            assert p.returncode == 1, p.stderr
+            assert b"too many connections" in p.stderr
             second = read_json_line(fl, 30)
             assert second == {"closed_by_daemon": 4, "idle_msg": True}
         assert timed_list(s, 10) < 5
