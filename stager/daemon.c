@@ -26,7 +26,6 @@
  * requests need one).
  */
 #include <errno.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,19 +42,16 @@
 static void daemon_admin_group(struct daemon *d)
 {
 	const char *name = d->cfg->daemon_admin_group;
-	struct group gr, *res = NULL;
-	char buf[16384];
 
 	if (!name || !*name)
 		return;
-	if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) || !res) {
+	if (daemon_peer_gid(name, &d->admin_gid)) {
 		log_warn("daemon.admin_group '%s' is not a group on this node: "
 			 "only root may change datasets and jobs (create the "
 			 "group, then restart the daemon)",
 			 name);
 		return;
 	}
-	d->admin_gid = res->gr_gid;
 	d->has_admin_gid = true;
 }
 

@@ -120,6 +120,9 @@ void *daemon_conn_accept_thread(void *arg);
  * stay). */
 int daemon_conn_stop(struct daemon *d);
 /* daemon_peer.c */
+/* The gid of group name (getgrnam_r, thread-safe). 0, -ENOENT (no such
+ * group) or -errno of the lookup. */
+int daemon_peer_gid(const char *name, gid_t *gid);
 /* Read the peer's user's groups (getgrouplist) into c->groups. */
 void daemon_peer_groups(struct daemon_conn *c);
 /* uid 0, or the admin group among the peer's groups. */

@@ -18,6 +18,8 @@
 
 #include "daemon_i.h"
 
+#define DAEMON_PEER_GRBUF_MAX (4u << 20) /* getgrnam_r's buffer, at most */
+
 /* The peer's groups: its gid from SO_PEERCRED and its user's groups. */
 void daemon_peer_groups(struct daemon_conn *c)
 {
@@ -53,16 +55,41 @@ bool daemon_peer_in_group(const struct daemon_conn *c, gid_t gid)
 	return false;
 }
 
-bool daemon_peer_may_read(const struct daemon_conn *c, const char *group)
+int daemon_peer_gid(const char *name, gid_t *gid)
 {
 	struct group gr, *res = NULL;
-	char buf[4096];
+	size_t len = 4096;
+	char *buf = NULL;
+	int ret;
+
+	for (;;) {
+		char *p = realloc(buf, len);
+
+		if (!p) {
+			ret = ENOMEM;
+			break;
+		}
+		buf = p;
+		ret = getgrnam_r(name, &gr, buf, len, &res);
+		if (ret != ERANGE || len >= DAEMON_PEER_GRBUF_MAX)
+			break;
+		len *= 4; /* a group with many members */
+	}
+	if (!ret && res)
+		*gid = res->gr_gid;
+	free(buf);
+	return ret ? -ret : res ? 0 : -ENOENT;
+}
+
+bool daemon_peer_may_read(const struct daemon_conn *c, const char *group)
+{
+	gid_t gid;
 
 	if (!group || !*group || c->admin)
 		return true;
-	if (getgrnam_r(group, &gr, buf, sizeof(buf), &res) || !res)
+	if (daemon_peer_gid(group, &gid))
 		return false; /* unknown group: admins only, as dstagefs */
-	return daemon_peer_in_group(c, res->gr_gid);
+	return daemon_peer_in_group(c, gid);
 }
 
 int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)

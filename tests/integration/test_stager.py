@@ -39,7 +39,7 @@ class Stager:
     """A daemon with its own config, catalog, cache and socket."""
 
     def __init__(self, exe, root, env=None, cache_size="1G", sock=None,
-                 args=(), prefix=()):
+                 args=(), prefix=(), admin_group="dstage-test"):
         self.exe, self.root = exe, Path(root)
         self.env = dict(env or os.environ)
         self.env.pop("DSTAGE_CONFIG", None)
@@ -49,8 +49,8 @@ class Stager:
         self.cfg.write_text(
             "[cache]\ndir = %s/cache\nsize = %s\n"
             "[catalog]\npath = %s/catalog.db\n"
-            "[daemon]\nsocket = %s\nadmin_group = dstage-test\n"
-            % (self.root, cache_size, self.root, self.sock))
+            "[daemon]\nsocket = %s\nadmin_group = %s\n"
+            % (self.root, cache_size, self.root, self.sock, admin_group))
         os.chmod(self.cfg, 0o644)
         self.proc = None
         self.log = self.root / "daemon.log"
@@ -936,3 +936,30 @@ def test_socket_dir_and_lock_refused(tool, stager_dir, users):
     assert not target.exists()
     os.unlink(run / "stager.sock.lock")
     s.start().stop()  # and with all that mended it starts
+
+
+def test_admin_group_member_allowed(tool, stager_dir, users):
+    """daemon.admin_group, resolved once at start (getgrnam_r, not
+    getgrnam in the connection threads): a member that is not root may
+    change datasets, and sees restricted ones; a non-member may not."""
+    g = users.group("admins")
+    admin = users.user("adm", groups=[g])
+    other = users.user("oth")
+    make_dataset(stager_dir / "src", {"a": b"a"})
+    s = Stager(tool("stager"), stager_dir, admin_group=g).start()
+    try:
+        base = [s.exe, "--config", s.cfg]
+        p = users.run(admin, base + ["add", "ds", "file://%s/src/" %
+                                     stager_dir, "--group", "nosuchgroup"],
+                      env=s.env)
+        assert p.returncode == 0, p.stderr
+        p = users.run(admin, base + ["list", "--json"], env=s.env)
+        assert [d["name"] for d in json.loads(p.stdout)] == ["ds"]
+        p = users.run(other, base + ["list", "--json"], env=s.env)
+        assert json.loads(p.stdout) == []  # unknown group: admins only
+        p = users.run(other, base + ["remove", "ds"], env=s.env)
+        assert p.returncode == 4 and g.encode() in p.stderr, p.stderr
+        p = users.run(admin, base + ["remove", "ds"], env=s.env)
+        assert p.returncode == 0, p.stderr
+    finally:
+        s.stop()
