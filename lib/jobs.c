@@ -282,6 +282,29 @@ static int jobs_one(struct jobs *jq, sqlite3_stmt *st, struct jobs_job *j,
 	return ret;
 }
 
+int jobs_parse_id(const char *s, int64_t *id)
+{
+	int64_t v = 0;
+	bool big = false;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (const char *p = s; *p; p++) {
+		int d = *p - '0';
+
+		if (d < 0 || d > 9)
+			return -EINVAL;
+		if (v > (JOBS_ID_MAX - d) / 10)
+			big = true;
+		else if (!big)
+			v = v * 10 + d;
+	}
+	if (big || v < 1)
+		return -ERANGE;
+	*id = v;
+	return 0;
+}
+
 int jobs_get(struct jobs *jq, int64_t id, struct jobs_job *j)
 {
 	sqlite3_stmt *st = NULL;

@@ -9,11 +9,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dstage/proto.h"
@@ -282,24 +283,6 @@ void proto_add_i64(struct proto_buf *b, const char *key, int64_t v)
 	proto_add(b, key, s);
 }
 
-void proto_addf(struct proto_buf *b, const char *key, const char *fmt, ...)
-{
-	va_list ap;
-	char *s = NULL;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		if (!b->err)
-			b->err = -ENOMEM;
-		return;
-	}
-	proto_add_mem(b, key, s, (size_t)n);
-	free(s);
-}
-
 int proto_end(struct proto_buf *b)
 {
 	if (proto_reserve(b, 1))
@@ -353,10 +336,40 @@ void proto_reader_init(struct proto_reader *r, int fd)
 	r->fd = fd;
 	r->len = 0;
 	r->off = 0;
+	r->timeout_ms = 0;
+}
+
+static int64_t proto_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait until r->fd is readable or the deadline (ms, 0: none) passes. */
+static int proto_wait(const struct proto_reader *r, int64_t deadline)
+{
+	struct pollfd pfd = { .fd = r->fd, .events = POLLIN };
+
+	for (;;) {
+		int64_t left = deadline - proto_now_ms();
+		int n;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
 }
 
 int proto_read(struct proto_reader *r, struct proto_msg *m)
 {
+	int64_t deadline = r->timeout_ms ? proto_now_ms() + r->timeout_ms : 0;
+
 	for (;;) {
 		char *nl = memchr(r->buf + r->off, '\n', r->len - r->off);
 		ssize_t n;
@@ -376,6 +389,12 @@ int proto_read(struct proto_reader *r, struct proto_msg *m)
 		if (r->len == sizeof(r->buf)) {
 			r->len = 0; /* drop the overlong line's start */
 			return -E2BIG;
+		}
+		if (deadline) {
+			int ret = proto_wait(r, deadline);
+
+			if (ret)
+				return ret;
 		}
 		n = read(r->fd, r->buf + r->len, sizeof(r->buf) - r->len);
 		if (n < 0 && errno == EINTR)

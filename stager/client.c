@@ -4,9 +4,16 @@
  * command; each request is one proto line, answered by rows ("type=row",
  * "type=progress", "type=mismatch") and one "type=end rc=... msg=..." line.
  *
+ * Each command is an entry of main.c's table (its flags say whether the
+ * argument is a dataset or a job and whether it queues a job; its json
+ * field the shape of --json). The handlers here share one exchange,
+ * client_exchange: connect, build the request from the options, feed each
+ * row to the command's text printer or to the JSON document.
+ *
  * Output: text for people, --json for scripts (one JSON document on
- * stdout), and for --wait a progress bar when stdout is a terminal, else a
- * plain line every few seconds.
+ * stdout, written with jansson through jsonout.c, whose policy covers keys
+ * that are not UTF-8), and for --wait a progress bar when stdout is a
+ * terminal, else a plain line every few seconds.
  *
  * Stateless between commands; struct client lives for one command in one
  * thread.
@@ -22,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jsonout.h"
 #include "stager.h"
 
 struct client {
@@ -74,26 +82,6 @@ static bool client_string_key(const char *k)
 	return false;
 }
 
-static void client_json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch == '\n')
-			fputs("\\n", stdout);
-		else if (ch == '\t')
-			fputs("\\t", stdout);
-		else if (ch < 0x20 || ch == 0x7f)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
 static bool client_is_num(const char *s)
 {
 	if (*s == '-')
@@ -106,28 +94,31 @@ static bool client_is_num(const char *s)
 	return true;
 }
 
-/* Print the fields of m (except type) as one JSON object. */
-static void client_json_obj(const struct proto_msg *m)
+/* The fields of m (except type) as one JSON object, or NULL (no memory). */
+static json_t *client_json_obj(const struct proto_msg *m)
 {
-	bool first = true;
+	json_t *o = json_object();
 
-	putchar('{');
-	for (unsigned i = 0; i < m->n; i++) {
+	for (unsigned i = 0; o && i < m->n; i++) {
 		const struct proto_field *f = &m->f[i];
+		long long v;
+		char *end;
+		int ret;
 
 		if (!strcmp(f->key, "type"))
 			continue;
-		if (!first)
-			putchar(',');
-		first = false;
-		client_json_str(f->key);
-		putchar(':');
-		if (!client_string_key(f->key) && client_is_num(f->val))
-			fputs(f->val, stdout);
+		errno = 0;
+		if (!client_string_key(f->key) && client_is_num(f->val) &&
+		    (v = strtoll(f->val, &end, 10), !errno))
+			ret = json_object_set_new(o, f->key, json_integer(v));
 		else
-			client_json_str(f->val);
+			ret = jsonout_set_str(o, f->key, f->val);
+		if (ret) {
+			json_decref(o);
+			o = NULL;
+		}
 	}
-	putchar('}');
+	return o;
 }
 
 static int client_connect(struct client *cl)
@@ -162,16 +153,20 @@ static int client_connect(struct client *cl)
  * Returns 0 when the exchange completed (result in cl->rc), or -errno. */
 static int client_call(struct client *cl, client_row_cb cb, void *arg)
 {
-	int ret = proto_send(cl->fd, &cl->out);
+	/* A daemon that refuses the connection (too many) says why and
+	 * closes: the send may fail, but its end line is there to read. */
+	int sent = proto_send(cl->fd, &cl->out), ret = sent;
 
-	if (ret)
+	if (sent && sent != -EPIPE && sent != -ECONNRESET)
 		goto lost;
 	for (;;) {
 		const char *type;
 
 		ret = proto_read(&cl->in, &cl->msg);
-		if (ret)
+		if (ret) {
+			ret = sent ? sent : ret;
 			goto lost;
+		}
 		type = proto_get(&cl->msg, "type");
 		if (type && !strcmp(type, "end")) {
 			int64_t rc = -EPROTO;
@@ -206,19 +201,18 @@ static int client_result(struct client *cl)
 
 /* ---- collecting rows ---- */
 
-struct client_rows {
-	unsigned n;
-	bool array;
-};
-
+/* --json: each row an element of the array doc, or (an object) doc. */
 static int client_json_row(struct client *cl, void *arg)
 {
-	struct client_rows *r = arg;
+	json_t **doc = arg;
+	json_t *o = client_json_obj(&cl->msg);
 
-	if (r->array)
-		fputs(r->n ? ",\n " : "[", stdout);
-	client_json_obj(&cl->msg);
-	r->n++;
+	if (!o)
+		return -ENOMEM;
+	if (json_is_array(*doc))
+		return json_array_append_new(*doc, o) ? -ENOMEM : 0;
+	json_decref(*doc);
+	*doc = o;
 	return 0;
 }
 
@@ -328,11 +322,12 @@ static int client_job_row(struct client *cl, void *arg)
 	return 0;
 }
 
+/* add, refresh: arg is the command's name ("added", "refreshed") */
 static int client_added_row(struct client *cl, void *arg)
 {
 	char b[32];
 
-	printf("%s %s: %" PRIu64 " files, %s, manifest version %s\n",
+	printf("%sed %s: %" PRIu64 " files, %s, manifest version %s\n",
 	       (const char *)arg, client_get(cl, "name"),
 	       client_u64(cl, "files"),
 	       stager_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
@@ -482,24 +477,30 @@ static int client_watch(struct client *cl, int64_t id)
 	state = proto_get(&fin, "state") ?: "?";
 	code = !strcmp(state, "done") ? STAGER_EXIT_OK : STAGER_EXIT_FAIL;
 	if (cl->o->json) {
-		fputs("{\"job\":", stdout);
-		client_json_obj(&fin);
-		fputs(",\"mismatches\":[", stdout);
-		for (size_t i = 0; i < w.n_mm; i++) {
+		json_t *doc = json_object(), *mm = json_array();
+		bool bad =
+			!doc || !mm ||
+			json_object_set_new(doc, "job", client_json_obj(&fin));
+
+		if (!bad)
+			bad = json_object_set(doc, "mismatches", mm) != 0;
+		for (size_t i = 0; i < w.n_mm && !bad; i++) {
 			char *k = w.mm[i], *e = strchr(k, '\t'), *a;
+			json_t *o = json_object();
 
 			*e++ = '\0';
 			a = strchr(e, '\t');
 			*a++ = '\0';
-			fputs(i ? ",{\"key\":" : "{\"key\":", stdout);
-			client_json_str(k);
-			fputs(",\"expected\":", stdout);
-			client_json_str(e);
-			fputs(",\"actual\":", stdout);
-			client_json_str(a);
-			putchar('}');
+			bad = !o || jsonout_set_str(o, "key", k) ||
+			      jsonout_set_str(o, "expected", e) ||
+			      jsonout_set_str(o, "actual", a) ||
+			      json_array_append(mm, o);
+			json_decref(o);
 		}
-		puts("]}");
+		json_decref(mm);
+		if (bad || jsonout_print(doc))
+			code = STAGER_EXIT_FAIL;
+		json_decref(doc);
 		goto out;
 	}
 	for (size_t i = 0; i < w.n_mm; i++) {
@@ -524,19 +525,6 @@ out:
 }
 
 /* ---- commands ---- */
-
-static int client_job_id(const char *s, int64_t *id)
-{
-	char *end;
-
-	errno = 0;
-	*id = strtoll(s, &end, 10);
-	if (errno || *end || *id <= 0) {
-		fprintf(stderr, "stager: '%s' is not a job id\n", s);
-		return -EINVAL;
-	}
-	return 0;
-}
 
 /* Read --files: "a,b,c" or "@FILE" (one key a line) into "a\nb\nc". */
 static char *client_files(const char *spec)
@@ -566,116 +554,216 @@ static char *client_files(const char *spec)
 	return s;
 }
 
-int client_run(const struct dstage_config *cfg, const char *cmd,
-	       const struct stager_opts *o)
+/* Connect and build cmd's request from the command line in cl->out.
+ * Returns 0 or an exit code (message printed). */
+static int client_request(struct client *cl, const struct stager_cmd *cmd,
+			  int64_t *id)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
-	struct client_rows rows = { 0 };
-	client_row_cb cb = NULL;
-	void *cbarg = NULL;
-	bool is_submit = !strcmp(cmd, "stage") || !strcmp(cmd, "verify");
-	int64_t id = 0, job = 0;
-	char *files = NULL;
-	int ret, code;
+	const struct stager_opts *o = cl->o;
+	char *files;
+	int ret;
 
-	if (client_connect(&cl)) {
-		code = STAGER_EXIT_NODAEMON;
-		goto out;
-	}
-	proto_add(&cl.out, "cmd", cmd);
-	if (!strcmp(cmd, "status") || !strcmp(cmd, "cancel")) {
-		if (o->argc > 0) {
-			if (client_job_id(o->argv[0], &id)) {
-				code = STAGER_EXIT_USAGE;
-				goto out;
-			}
-			proto_add_i64(&cl.out, "job", id);
+	*id = 0;
+	if ((cmd->flags & STAGER_ARG_JOB) && o->argc > 0) {
+		ret = jobs_parse_id(o->argv[0], id);
+		if (ret) {
+			fprintf(stderr,
+				"stager: '%s' is not a job id (1 to %" PRId64
+				")\n",
+				o->argv[0], (int64_t)JOBS_ID_MAX);
+			return STAGER_EXIT_USAGE;
 		}
-	} else if (o->argc > 0) {
-		proto_add(&cl.out, "name", o->argv[0]);
 	}
-	if (!strcmp(cmd, "add") && o->argc > 1)
-		proto_add(&cl.out, "url", o->argv[1]);
+	if (client_connect(cl))
+		return STAGER_EXIT_NODAEMON;
+	proto_add(&cl->out, "cmd", cmd->name);
+	if (*id)
+		proto_add_i64(&cl->out, "job", *id);
+	else if (o->argc > 0)
+		proto_add(&cl->out, "name", o->argv[0]);
+	if (o->argc > 1)
+		proto_add(&cl->out, "url", o->argv[1]);
 	if (o->group)
-		proto_add(&cl.out, "group", o->group);
+		proto_add(&cl->out, "group", o->group);
 	if (o->manifest)
-		proto_add(&cl.out, "manifest", o->manifest);
+		proto_add(&cl->out, "manifest", o->manifest);
 	if (o->version)
-		proto_add(&cl.out, "label", o->version);
+		proto_add(&cl->out, "label", o->version);
 	if (o->pin)
-		proto_add(&cl.out, "pin", "1");
+		proto_add(&cl->out, "pin", "1");
 	if (o->has_priority)
-		proto_add_i64(&cl.out, "priority", o->priority);
+		proto_add_i64(&cl->out, "priority", o->priority);
 	if (o->bandwidth)
-		proto_add_u64(&cl.out, "bandwidth", o->bandwidth);
+		proto_add_u64(&cl->out, "bandwidth", o->bandwidth);
 	if (o->parallel)
-		proto_add_u64(&cl.out, "parallel", o->parallel);
+		proto_add_u64(&cl->out, "parallel", o->parallel);
 	if (o->fit)
-		proto_add(&cl.out, "fit", "1");
+		proto_add(&cl->out, "fit", "1");
 	if (o->repair)
-		proto_add(&cl.out, "repair", "1");
+		proto_add(&cl->out, "repair", "1");
 	if (o->mode)
-		proto_add(&cl.out, "mode", o->mode);
+		proto_add(&cl->out, "mode", o->mode);
 	if (o->all)
-		proto_add(&cl.out, "all", "1");
+		proto_add(&cl->out, "all", "1");
 	if (o->files) {
 		files = client_files(o->files);
-		if (!files) {
-			code = STAGER_EXIT_USAGE;
-			goto out;
-		}
-		proto_add(&cl.out, "files", files);
+		if (!files)
+			return STAGER_EXIT_USAGE;
+		proto_add(&cl->out, "files", files);
+		free(files);
 	}
+	return 0;
+}
 
-	if (!strcmp(cmd, "status") && id && o->wait) {
-		proto_reset(&cl.out);
-		code = client_watch(&cl, id);
-		goto out;
+/*
+ * The common exchange of a command: request, rows, end line. With --json,
+ * rows go into one document of the command's shape (an array when
+ * `array`), printed at the end; otherwise header (if any) and each row
+ * through row_cb. Returns the exit code.
+ */
+static int client_exchange(struct client *cl, const struct stager_cmd *cmd,
+			   bool array, const char *header, client_row_cb row_cb,
+			   void *arg)
+{
+	json_t *doc = NULL;
+	int ret, code;
+
+	if (cl->o->json && cmd->json != STAGER_JSON_NONE) {
+		doc = array ? json_array() : json_null();
+		row_cb = client_json_row;
+		arg = &doc;
+	} else if (header) {
+		fputs(header, stdout);
 	}
-	if (o->json && !is_submit) {
-		rows.array = !strcmp(cmd, "list") || !strcmp(cmd, "jobs") ||
-			     (!strcmp(cmd, "status") && !id);
-		cb = client_json_row;
-		cbarg = &rows;
-	} else if (!strcmp(cmd, "list")) {
-		printf("%-20s %-6s %7s %8s %11s %4s %4s  %s\n", "NAME", "STATE",
-		       "VERSION", "FILES", "BYTES", "PIN", "PRIO", "SOURCE");
-		cb = client_list_row;
-	} else if (!strcmp(cmd, "show")) {
-		cb = client_show_row;
-	} else if (!strcmp(cmd, "jobs") || !strcmp(cmd, "status")) {
-		printf("%6s  %-6s %-20s %-9s %6s %10s  %s\n", "JOB", "KIND",
-		       "DATASET", "STATE", "DONE", "BYTES", "MESSAGE");
-		cb = client_job_row;
-	} else if (!strcmp(cmd, "add")) {
-		cb = client_added_row;
-		cbarg = "added";
-	} else if (!strcmp(cmd, "refresh")) {
-		cb = client_added_row;
-		cbarg = "refreshed";
-	}
-	if (is_submit) {
-		cb = client_submit_row;
-		cbarg = &job;
-	}
-	ret = client_call(&cl, cb, cbarg);
+	ret = client_call(cl, row_cb, arg);
 	if (ret) {
 		code = STAGER_EXIT_NODAEMON;
 		goto out;
 	}
-	if (o->json && rows.array)
-		puts(rows.n ? "]" : "[]");
-	else if (o->json && rows.n)
-		putchar('\n');
-	code = client_result(&cl);
-	if (code || !is_submit) {
-		if (!code && !o->json && !strcmp(cmd, "remove"))
-			printf("removed %s\n", o->argv[0]);
-		if (!code && !o->json && !strcmp(cmd, "cancel"))
-			printf("job %" PRId64 " cancelled\n", id);
+	code = client_result(cl);
+	if (!code && doc && !json_is_null(doc) && jsonout_print(doc))
+		code = STAGER_EXIT_FAIL;
+out:
+	json_decref(doc);
+	return code;
+}
+
+static void client_release(struct client *cl)
+{
+	proto_free(&cl->out);
+	if (cl->fd >= 0)
+		close(cl->fd);
+}
+
+/* A command that is one exchange: a client for it, the request, rows to
+ * row_cb (or --json), the end line. *id (if not NULL) gets the job id. */
+static int client_simple(const struct dstage_config *cfg,
+			 const struct stager_cmd *cmd,
+			 const struct stager_opts *o, bool array,
+			 const char *header, client_row_cb row_cb, void *arg,
+			 int64_t *id)
+{
+	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	int64_t job;
+	int code = client_request(&cl, cmd, &job);
+
+	if (!code)
+		code = client_exchange(&cl, cmd, array, header, row_cb, arg);
+	if (id)
+		*id = job;
+	client_release(&cl);
+	return code;
+}
+
+int client_list(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o)
+{
+	char header[128];
+
+	snprintf(header, sizeof(header),
+		 "%-20s %-6s %7s %8s %11s %4s %4s  %s\n", "NAME", "STATE",
+		 "VERSION", "FILES", "BYTES", "PIN", "PRIO", "SOURCE");
+	return client_simple(cfg, cmd, o, true, header, client_list_row, NULL,
+			     NULL);
+}
+
+int client_show(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o)
+{
+	return client_simple(cfg, cmd, o, false, NULL, client_show_row, NULL,
+			     NULL);
+}
+
+int client_jobs(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o)
+{
+	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	char header[128];
+	int64_t id;
+	int code = client_request(&cl, cmd, &id);
+
+	if (code)
+		goto out;
+	if (id && o->wait) {
+		proto_reset(&cl.out);
+		code = client_watch(&cl, id);
 		goto out;
 	}
-	/* stage / verify: the row carried the job id */
+	snprintf(header, sizeof(header), "%6s  %-6s %-20s %-9s %6s %10s  %s\n",
+		 "JOB", "KIND", "DATASET", "STATE", "DONE", "BYTES", "MESSAGE");
+	code = client_exchange(&cl, cmd, !id, header, client_job_row, NULL);
+out:
+	client_release(&cl);
+	return code;
+}
+
+int client_add(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+	       const struct stager_opts *o)
+{
+	return client_simple(cfg, cmd, o, false, NULL, client_added_row,
+			     (void *)cmd->name, NULL);
+}
+
+int client_remove(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		  const struct stager_opts *o)
+{
+	int code = client_simple(cfg, cmd, o, false, NULL, NULL, NULL, NULL);
+
+	if (!code && !o->json)
+		printf("removed %s\n", o->argv[0]);
+	return code;
+}
+
+int client_cancel(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		  const struct stager_opts *o)
+{
+	int64_t id = 0;
+	int code = client_simple(cfg, cmd, o, false, NULL, NULL, NULL, &id);
+
+	if (!code && !o->json)
+		printf("job %" PRId64 " cancelled\n", id);
+	return code;
+}
+
+int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		  const struct stager_opts *o)
+{
+	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	int64_t id, job = 0;
+	int ret, code = client_request(&cl, cmd, &id);
+	json_t *doc;
+
+	if (code)
+		goto out;
+	ret = client_call(&cl, client_submit_row, &job);
+	if (ret) {
+		code = STAGER_EXIT_NODAEMON;
+		goto out;
+	}
+	code = client_result(&cl);
+	if (code)
+		goto out;
+	/* the row carried the job id */
 	if (!job) {
 		fprintf(stderr, "stager: the daemon sent no job id\n");
 		code = STAGER_EXIT_FAIL;
@@ -685,18 +773,18 @@ int client_run(const struct dstage_config *cfg, const char *cmd,
 		code = client_watch(&cl, job);
 		goto out;
 	}
-	if (o->json)
-		printf("{\"job\":%" PRId64 ",\"kind\":\"%s\",\"state\":"
-		       "\"queued\"}\n",
-		       job, cmd);
-	else
+	if (o->json) {
+		doc = json_pack("{sIssss}", "job", (json_int_t)job, "kind",
+				cmd->name, "state", "queued");
+		if (jsonout_print(doc))
+			code = STAGER_EXIT_FAIL;
+		json_decref(doc);
+	} else {
 		printf("job %" PRId64 " queued: %s %s (follow it with 'stager "
 		       "status %" PRId64 " --wait')\n",
-		       job, cmd, o->argv[0], job);
+		       job, cmd->name, o->argv[0], job);
+	}
 out:
-	free(files);
-	proto_free(&cl.out);
-	if (cl.fd >= 0)
-		close(cl.fd);
+	client_release(&cl);
 	return code;
 }

@@ -26,29 +26,14 @@
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
 #include "dstage/objstore.h"
+#include "jsonout.h"
 #include "stager.h"
 
 #define LOCAL_CHUNK (8u << 20)
 #define LOCAL_THREADS_MAX 64
 
-static void local_json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
 struct local_ls {
-	bool json;
+	json_t *doc; /* --json: the array of objects, else NULL */
 	uint64_t n, bytes;
 };
 
@@ -56,12 +41,20 @@ static int local_ls_cb(void *arg, const struct objstore_info *oi)
 {
 	struct local_ls *l = arg;
 
-	if (l->json) {
-		fputs(l->n ? ",\n {\"key\":" : "[{\"key\":", stdout);
-		local_json_str(oi->key);
-		printf(",\"size\":%" PRIu64 ",\"etag\":", oi->size);
-		local_json_str(oi->etag);
-		printf(",\"mtime\":%" PRId64 "}", oi->mtime);
+	if (l->doc) {
+		json_t *o = json_object();
+
+		if (!o || jsonout_set_str(o, "key", oi->key) ||
+		    json_object_set_new(o, "size",
+					json_integer((json_int_t)oi->size)) ||
+		    jsonout_set_str(o, "etag", oi->etag) ||
+		    json_object_set_new(o, "mtime",
+					json_integer((json_int_t)oi->mtime)) ||
+		    json_array_append(l->doc, o)) {
+			json_decref(o);
+			return -ENOMEM;
+		}
+		json_decref(o);
 	} else {
 		printf("%12" PRIu64 "  %s\n", oi->size, oi->key);
 	}
@@ -70,13 +63,20 @@ static int local_ls_cb(void *arg, const struct objstore_info *oi)
 	return 0;
 }
 
-int local_ls(const struct dstage_config *cfg, const struct stager_opts *o)
+int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+	     const struct stager_opts *o)
 {
 	struct objstore *os = NULL;
-	struct local_ls l = { .json = o->json };
+	struct local_ls l = { 0 };
 	char b[32];
 	int ret;
 
+	(void)cmd;
+	if (o->json) {
+		l.doc = json_array();
+		if (!l.doc)
+			return STAGER_EXIT_FAIL;
+	}
 	ret = objstore_open(o->argv[0], cfg, &os);
 	if (ret) {
 		fprintf(stderr, "stager ls: %s: %s\n", o->argv[0],
@@ -84,15 +84,16 @@ int local_ls(const struct dstage_config *cfg, const struct stager_opts *o)
 		return stager_exit_code(ret);
 	}
 	ret = objstore_list(os, "", local_ls_cb, &l);
-	if (l.json)
-		puts(l.n ? "]" : "[]");
+	if (!ret && l.doc && jsonout_print(l.doc))
+		ret = -EIO;
+	json_decref(l.doc);
 	objstore_free(os);
 	if (ret) {
 		fprintf(stderr, "stager ls: %s: %s\n", o->argv[0],
 			strerror(-ret));
 		return ret == -ENOENT ? STAGER_EXIT_NOENT : STAGER_EXIT_FAIL;
 	}
-	if (!l.json)
+	if (!o->json)
 		fprintf(stderr, "%" PRIu64 " objects, %s\n", l.n,
 			stager_bytes(l.bytes, b, sizeof(b)));
 	return STAGER_EXIT_OK;
@@ -318,14 +319,15 @@ out:
 	return ret;
 }
 
-static void local_rate(const char *what, double r, bool json, bool *first)
+/* One rate (bytes/s, < 0: not measured): a line, or a field of doc. */
+static void local_rate(const char *what, double r, json_t *doc)
 {
 	char b[32];
 
-	if (json) {
-		printf("%s\"%s\":%.0f", *first ? "{" : ",", what,
-		       r < 0 ? 0 : r);
-		*first = false;
+	if (doc) {
+		/* a failure shows as a missing field; the print fails too */
+		json_object_set_new(doc, what,
+				    json_integer(r < 0 ? 0 : (json_int_t)r));
 		return;
 	}
 	if (r < 0)
@@ -335,7 +337,8 @@ static void local_rate(const char *what, double r, bool json, bool *first)
 		       stager_bytes((uint64_t)r, b, sizeof(b)));
 }
 
-int local_bench(const struct dstage_config *cfg, const struct stager_opts *o)
+int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o)
 {
 	struct local_bench b = { .cfg = cfg, .limit = o->bench_bytes };
 	struct cachepol *pol = NULL;
@@ -345,9 +348,10 @@ int local_bench(const struct dstage_config *cfg, const struct stager_opts *o)
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned threads = cfg->s3_max_inflight;
 	double src, cold = -1, warm = -1, sha, dw, dr, lim;
-	bool first = true;
+	json_t *doc = NULL;
 	int ret, code = STAGER_EXIT_FAIL;
 
+	(void)cmd;
 	if (!b.limit)
 		b.limit = 1ull << 30;
 	if (threads > LOCAL_THREADS_MAX)
@@ -386,31 +390,42 @@ int local_bench(const struct dstage_config *cfg, const struct stager_opts *o)
 		local_drop(&b);
 	}
 	sha = local_sha_all(ncpu > 0 ? (unsigned)ncpu : 1);
-	mkdir(cfg->cache_dir, 0755);
+	mkdir(cfg->cache_dir, 0700); /* as the cache makes it */
 	if (local_disk(cfg->cache_dir,
 		       b.bytes < (512u << 20) ? 512u << 20 : b.bytes, &dw, &dr))
 		dw = dr = -1;
-	if (!o->json) {
+	if (o->json) {
+		doc = json_object();
+		if (!doc)
+			goto out;
+	} else {
 		char x[32];
 
 		printf("bench of %s: %zu objects, %s\n", url, b.n,
 		       stager_bytes(b.bytes, x, sizeof(x)));
 	}
-	local_rate("source_read", src, o->json, &first);
-	local_rate("cache_cold_read", cold, o->json, &first);
-	local_rate("cache_warm_read", warm, o->json, &first);
-	local_rate("disk_write_direct", dw, o->json, &first);
-	local_rate("disk_read_direct", dr, o->json, &first);
-	local_rate("sha256_all_cores", sha, o->json, &first);
+	local_rate("source_read", src, doc);
+	local_rate("cache_cold_read", cold, doc);
+	local_rate("cache_warm_read", warm, doc);
+	local_rate("disk_write_direct", dw, doc);
+	local_rate("disk_read_direct", dr, doc);
+	local_rate("sha256_all_cores", sha, doc);
 	lim = src;
 	if (dw > 0 && dw < lim)
 		lim = dw;
 	if (sha < lim)
 		lim = sha;
-	if (o->json) {
-		printf(",\"stage_ratio\":%.3f,\"cache_ratio\":%.3f}\n",
-		       cold > 0 && lim > 0 ? cold / lim : 0,
-		       warm > 0 && dr > 0 ? warm / (dr < sha ? dr : sha) : 0);
+	if (doc) {
+		json_object_set_new(
+			doc, "stage_ratio",
+			json_real(cold > 0 && lim > 0 ? cold / lim : 0));
+		json_object_set_new(
+			doc, "cache_ratio",
+			json_real(warm > 0 && dr > 0
+					  ? warm / (dr < sha ? dr : sha)
+					  : 0));
+		if (jsonout_print(doc))
+			goto out;
 	} else {
 		printf("stage (cold cache) / min(source, disk write, sha256): "
 		       "%.2f\n",
@@ -421,6 +436,7 @@ int local_bench(const struct dstage_config *cfg, const struct stager_opts *o)
 	}
 	code = src < 0 ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;
 out:
+	json_decref(doc);
 	for (size_t i = 0; i < b.n; i++)
 		free(b.objs[i].key);
 	free(b.objs);

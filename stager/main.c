@@ -18,20 +18,30 @@
 #include "dstage/log.h"
 #include "stager.h"
 
-struct stager_cmd {
-	const char *name;
-	int min_args, max_args;
-	const char *opts; /* accepted option letters */
-	const char *usage;
-	const char *help;
-};
+static int stager_daemon(const struct dstage_config *cfg,
+			 const struct stager_cmd *cmd,
+			 const struct stager_opts *o)
+{
+	(void)cmd;
+	if (cfg->log_syslog)
+		log_use_syslog("dstage-stager");
+	return daemon_main(cfg, o);
+}
 
 static const struct stager_cmd stager_cmds[] = {
-	{ "daemon", 0, 0, "", "",
+	{ "daemon", stager_daemon, 0, STAGER_JSON_NONE, 0, 0, "mui", "",
 	  "Run the stager daemon in the foreground (for systemd): listen on\n"
 	  "daemon.socket, run queued stage and verify jobs, resume the jobs a\n"
-	  "crash or stop interrupted. Stops on SIGTERM or SIGINT." },
-	{ "add", 2, 2, "jVMGpP", "NAME URL",
+	  "crash or stop interrupted. Stops on SIGTERM or SIGINT.\n"
+	  "  --max-conns N          connections served at once, all users\n"
+	  "                         but root together (default 64); more\n"
+	  "                         are refused with a message\n"
+	  "  --max-conns-per-uid N  connections served at once per uid\n"
+	  "                         (default 16)\n"
+	  "  --idle-timeout T       close a connection that sends no whole\n"
+	  "                         request for T (default 5s; 500ms, 1m)" },
+	{ "add", client_add, STAGER_NEEDS_DAEMON, STAGER_JSON_OBJECT, 2, 2,
+	  "jVMGpP", "NAME URL",
 	  "Register a dataset: list URL (s3://bucket/prefix/ or file:///dir/)\n"
 	  "once and record its manifest, with the expected SHA-256 of every\n"
 	  "file listed in its SHA256SUMS file (or --manifest KEY).\n"
@@ -45,16 +55,21 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --pin           never evict it from the cache\n"
 	  "  --priority N    eviction and bandwidth priority (higher: kept\n"
 	  "                  longer, more bandwidth)" },
-	{ "refresh", 1, 1, "j", "NAME",
+	{ "refresh", client_add, STAGER_NEEDS_DAEMON, STAGER_JSON_OBJECT, 1, 1,
+	  "j", "NAME",
 	  "List the dataset's source again and make that the new manifest,\n"
 	  "with the expected hashes from the same --manifest key as at add." },
-	{ "remove", 1, 1, "j", "NAME",
+	{ "remove", client_remove, STAGER_NEEDS_DAEMON, STAGER_JSON_NONE, 1, 1,
+	  "j", "NAME",
 	  "Cancel the dataset's jobs, drop its cached blocks and forget it." },
-	{ "list", 0, 0, "j", "", "List the datasets." },
-	{ "show", 1, 1, "j", "NAME",
+	{ "list", client_list, STAGER_NEEDS_DAEMON, STAGER_JSON_ARRAY, 0, 0,
+	  "j", "", "List the datasets." },
+	{ "show", client_show, STAGER_NEEDS_DAEMON, STAGER_JSON_OBJECT, 1, 1,
+	  "j", "NAME",
 	  "Files, bytes, manifest key, cached and verified share and last\n"
 	  "verify of a dataset." },
-	{ "stage", 1, 1, "jwbnfF", "NAME",
+	{ "stage", client_submit, STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
+	  STAGER_JSON_OBJECT, 1, 1, "jwbnfF", "NAME",
 	  "Prewarm the dataset (or --files) into the cache, hashing every "
 	  "file\n"
 	  "as it streams and checking it against the dataset's manifest key\n"
@@ -66,7 +81,9 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --files LIST     comma-separated keys, or @FILE with one a line\n"
 	  "  --fit            stage what fits in the cache instead of failing\n"
 	  "                   when the dataset is larger than cache.size" },
-	{ "verify", 1, 1, "jwscrbnf", "NAME",
+	{ "verify", client_submit,
+	  STAGER_NEEDS_DAEMON | STAGER_SUBMIT | STAGER_ALWAYS_WAIT,
+	  STAGER_JSON_OBJECT, 1, 1, "jwscrbnf", "NAME",
 	  "Check every file's SHA-256 against the dataset's manifest key\n"
 	  "(SHA256SUMS unless add --manifest chose another) or, for files it\n"
 	  "does not list, against the hash recorded when staging. Exit 0 only\n"
@@ -76,15 +93,18 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --repair    drop and fetch again cached files that mismatch,\n"
 	  "              then check them again\n"
 	  "  --parallel N, --bandwidth RATE, --files LIST as for stage" },
-	{ "jobs", 0, 0, "ja", "",
-	  "Running, queued and recent jobs (--all: all)." },
-	{ "status", 0, 1, "jwa", "[JOB]",
+	{ "jobs", client_jobs, STAGER_NEEDS_DAEMON, STAGER_JSON_ARRAY, 0, 0,
+	  "ja", "", "Running, queued and recent jobs (--all: all)." },
+	{ "status", client_jobs, STAGER_NEEDS_DAEMON | STAGER_ARG_JOB,
+	  STAGER_JSON_OBJECT, 0, 1, "jwa", "[JOB]",
 	  "One job's state (--wait: follow it to its end), or all as `jobs`." },
-	{ "cancel", 1, 1, "j", "JOB", "Cancel a queued or running job." },
-	{ "ls", 1, 1, "j", "URL",
+	{ "cancel", client_cancel, STAGER_NEEDS_DAEMON | STAGER_ARG_JOB,
+	  STAGER_JSON_NONE, 1, 1, "j", "JOB",
+	  "Cancel a queued or running job." },
+	{ "ls", local_ls, 0, STAGER_JSON_ARRAY, 1, 1, "j", "URL",
 	  "List an object-store prefix directly (no daemon): checks the\n"
 	  "endpoint and the credentials." },
-	{ "bench", 1, 1, "jz", "NAME|URL",
+	{ "bench", local_bench, 0, STAGER_JSON_OBJECT, 1, 1, "jz", "NAME|URL",
 	  "Read throughput of the source, the cache and the local disk, and\n"
 	  "SHA-256 on all cores, on this node (no daemon).\n"
 	  "  --size BYTES  read at most this much (default 1G)" },
@@ -108,6 +128,9 @@ static const struct option stager_long[] = {
 	{ "repair", no_argument, NULL, 'r' },
 	{ "all", no_argument, NULL, 'a' },
 	{ "size", required_argument, NULL, 'z' },
+	{ "max-conns", required_argument, NULL, 'm' },
+	{ "max-conns-per-uid", required_argument, NULL, 'u' },
+	{ "idle-timeout", required_argument, NULL, 'i' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -155,14 +178,40 @@ static int stager_size(const char *opt, const char *s, uint64_t *v)
 	return 0;
 }
 
+/* A count from lo to hi: decimal digits only, no suffix. */
+static int stager_count(const char *opt, const char *s, unsigned lo,
+			unsigned hi, unsigned *v)
+{
+	unsigned long n = 0;
+
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9' || n > hi) {
+			n = (unsigned long)hi + 1;
+			break;
+		}
+		n = n * 10 + (unsigned long)(*p - '0');
+	}
+	if (!*s || n < lo || n > hi) {
+		fprintf(stderr,
+			"stager: %s %s: expected a count from %u to %u\n", opt,
+			s, lo, hi);
+		return -EINVAL;
+	}
+	*v = (unsigned)n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	struct stager_opts o = { 0 };
+	struct stager_opts o = {
+		.lim = { .max_conns = STAGER_MAX_CONNS,
+			 .max_conns_uid = STAGER_MAX_CONNS_UID,
+			 .idle_ms = STAGER_IDLE_MS },
+	};
 	const struct stager_cmd *cmd = NULL;
 	struct dstage_config *cfg = NULL;
 	char err[512];
 	int opt, ret, code = STAGER_EXIT_USAGE;
-	uint64_t v;
 
 	/* global options before the command */
 	while (argc > 1 && argv[1][0] == '-') {
@@ -252,9 +301,9 @@ int main(int argc, char **argv)
 				goto usage;
 			break;
 		case 'n':
-			if (stager_size("--parallel", optarg, &v) || v > 256)
+			if (stager_count("--parallel", optarg, 1,
+					 STAGER_PARALLEL_MAX, &o.parallel))
 				goto usage;
-			o.parallel = (unsigned)v;
 			break;
 		case 'f':
 			o.files = optarg;
@@ -281,6 +330,28 @@ int main(int argc, char **argv)
 			if (stager_size("--size", optarg, &o.bench_bytes))
 				goto usage;
 			break;
+		case 'm':
+			if (stager_count("--max-conns", optarg, 1,
+					 STAGER_CONNS_LIMIT, &o.lim.max_conns))
+				goto usage;
+			break;
+		case 'u':
+			if (stager_count("--max-conns-per-uid", optarg, 1,
+					 STAGER_CONNS_LIMIT,
+					 &o.lim.max_conns_uid))
+				goto usage;
+			break;
+		case 'i':
+			if (config_parse_duration_ms(optarg, &o.lim.idle_ms) ||
+			    o.lim.idle_ms < 1 || o.lim.idle_ms > 3600000) {
+				fprintf(stderr,
+					"stager: --idle-timeout %s: expected "
+					"a duration from 1ms to 1h (5s, "
+					"500ms)\n",
+					optarg);
+				goto usage;
+			}
+			break;
 		}
 	}
 	o.argc = argc - optind;
@@ -295,7 +366,7 @@ int main(int argc, char **argv)
 				"does not go with --source\n");
 		goto usage;
 	}
-	if (!strcmp(cmd->name, "verify"))
+	if (cmd->flags & STAGER_ALWAYS_WAIT)
 		o.wait = true;
 
 	ret = config_load(o.config, &cfg, err, sizeof(err));
@@ -304,17 +375,7 @@ int main(int argc, char **argv)
 		return STAGER_EXIT_USAGE;
 	}
 	log_set_level((enum log_level)cfg->log_level);
-	if (!strcmp(cmd->name, "daemon")) {
-		if (cfg->log_syslog)
-			log_use_syslog("dstage-stager");
-		code = daemon_main(cfg);
-	} else if (!strcmp(cmd->name, "ls")) {
-		code = local_ls(cfg, &o);
-	} else if (!strcmp(cmd->name, "bench")) {
-		code = local_bench(cfg, &o);
-	} else {
-		code = client_run(cfg, cmd->name, &o);
-	}
+	code = cmd->run(cfg, cmd, &o);
 	config_free(cfg);
 	return code;
 usage:

@@ -2,9 +2,10 @@
 /*
  * stager: declarations shared by the stager's modules.
  *
- *   main.c     command line: options, help, dispatch
+ *   main.c     command line: the command table, options, help, dispatch
  *   client.c   talking to the daemon; text, --json and progress output
- *   daemon.c   the daemon: socket, peer credentials, request handlers
+ *   jsonout.c  --json output (jansson) and its non-UTF-8 policy
+ *   daemon.c   the daemon (daemon_i.h: daemon_conn.c, daemon_req.c)
  *   runner.c   running stage and verify jobs (workers, hashing)
  *   sched.c    request slots shared by priority; per-job bandwidth caps
  *   local.c    commands that need no daemon: ls, bench
@@ -36,6 +37,19 @@ enum stager_exit {
 /* Map a request's -errno result to an exit code. */
 int stager_exit_code(int err);
 
+#define STAGER_PARALLEL_MAX 256 /* --parallel */
+
+/* The daemon's connection limits (stager daemon --help, docs/stager.md). */
+struct stager_daemon_limits {
+	unsigned max_conns; /* served at once, all uids but 0 together */
+	unsigned max_conns_uid; /* served at once per uid */
+	unsigned idle_ms; /* a connection without a whole request closes */
+};
+#define STAGER_MAX_CONNS 64
+#define STAGER_MAX_CONNS_UID 16
+#define STAGER_IDLE_MS 5000
+#define STAGER_CONNS_LIMIT 4096 /* the most --max-conns may say */
+
 /* The parsed command line of every command. */
 struct stager_opts {
 	const char *config; /* --config */
@@ -53,22 +67,71 @@ struct stager_opts {
 	int64_t priority; /* --priority */
 	bool has_priority;
 	uint64_t bandwidth; /* --bandwidth, bytes/s, 0: none */
-	unsigned parallel; /* --parallel, 0: default */
+	unsigned parallel; /* --parallel, 0: default, else 1 to
+			      STAGER_PARALLEL_MAX */
 	uint64_t bench_bytes; /* --size (bench) */
+	struct stager_daemon_limits lim; /* daemon */
 	int argc; /* positional arguments after the command */
 	char **argv;
 };
 
-/* client.c: one request to the daemon and its output. Return exit codes. */
-int client_run(const struct dstage_config *cfg, const char *cmd,
-	       const struct stager_opts *o);
+/* The shape of a command's --json output. */
+enum stager_json {
+	STAGER_JSON_NONE, /* prints nothing on success */
+	STAGER_JSON_OBJECT, /* one object */
+	STAGER_JSON_ARRAY, /* an array of objects, one a row */
+};
+
+/* stager_cmd.flags */
+enum {
+	STAGER_NEEDS_DAEMON = 1u << 0, /* a request to the daemon */
+	STAGER_ARG_JOB = 1u << 1, /* the argument is a job id */
+	STAGER_SUBMIT = 1u << 2, /* queues a job: prints its id or follows it */
+	STAGER_ALWAYS_WAIT = 1u << 3, /* --wait is implied */
+};
+
+struct stager_cmd;
+/* A command's handler. Returns an exit code. */
+typedef int (*stager_run_fn)(const struct dstage_config *cfg,
+			     const struct stager_cmd *cmd,
+			     const struct stager_opts *o);
+
+/* One entry of main.c's command table: the one list of commands. */
+struct stager_cmd {
+	const char *name; /* also the daemon request's cmd= */
+	stager_run_fn run;
+	unsigned flags;
+	enum stager_json json;
+	int min_args, max_args;
+	const char *opts; /* accepted option letters */
+	const char *usage;
+	const char *help;
+};
+
+/* client.c: the commands that are requests to the daemon. */
+int client_list(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o);
+int client_show(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o);
+int client_jobs(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o); /* jobs, status */
+int client_add(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+	       const struct stager_opts *o); /* add, refresh */
+int client_remove(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		  const struct stager_opts *o);
+int client_cancel(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		  const struct stager_opts *o);
+int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		  const struct stager_opts *o); /* stage, verify */
 
 /* daemon.c: run the daemon until SIGTERM/SIGINT. Returns an exit code. */
-int daemon_main(const struct dstage_config *cfg);
+int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o);
 
-/* local.c */
-int local_ls(const struct dstage_config *cfg, const struct stager_opts *o);
-int local_bench(const struct dstage_config *cfg, const struct stager_opts *o);
+/* local.c: the commands that need no daemon. */
+int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+	     const struct stager_opts *o);
+int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o);
 
 /* sched.c: see there for the rules. */
 struct sched;
@@ -101,7 +164,7 @@ struct runner_job {
 	_Atomic uint64_t files_done, files_total;
 	_Atomic bool cancel;
 	_Atomic bool finished;
-	_Atomic int refs; /* the daemon's list + each watcher */
+	_Atomic int refs; /* the daemon's list, its thread, each watcher */
 	double started; /* monotonic seconds, set before the job is listed */
 	/* lock protects the fields below; taken after daemon's jobs_lock */
 	pthread_mutex_t lock;

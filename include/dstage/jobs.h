@@ -93,6 +93,14 @@ void jobs_close(struct jobs *jq);
 int jobs_submit(struct jobs *jq, const char *kind, const char *dataset,
 		const char *args, int64_t *id);
 
+/*
+ * Parse a job id strictly: decimal digits only (no sign, space or other
+ * byte), 1 to JOBS_ID_MAX. Returns 0, -EINVAL (not a number) or -ERANGE
+ * (0, or larger than JOBS_ID_MAX).
+ */
+#define JOBS_ID_MAX INT64_MAX
+int jobs_parse_id(const char *s, int64_t *id);
+
 /* Fill j (release with jobs_job_release). -ENOENT if no such job. */
 int jobs_get(struct jobs *jq, int64_t id, struct jobs_job *j);
 

@@ -76,8 +76,6 @@ void proto_add_mem(struct proto_buf *b, const char *key, const char *val,
 		   size_t len);
 void proto_add_u64(struct proto_buf *b, const char *key, uint64_t v);
 void proto_add_i64(struct proto_buf *b, const char *key, int64_t v);
-void proto_addf(struct proto_buf *b, const char *key, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 /* Finish the line with '\n'. Returns 0 or the first error. */
 int proto_end(struct proto_buf *b);
@@ -97,6 +95,10 @@ int proto_send(int fd, struct proto_buf *b);
 /* Buffered reading of lines from fd. */
 struct proto_reader {
 	int fd;
+	/* 0 (proto_reader_init's default): wait for a line as long as it
+	 * takes; else a whole line must arrive within this many ms of the
+	 * proto_read call, or it returns -ETIMEDOUT. */
+	unsigned timeout_ms;
 	size_t len, off;
 	char buf[PROTO_LINE_MAX];
 };
@@ -104,9 +106,11 @@ struct proto_reader {
 void proto_reader_init(struct proto_reader *r, int fd);
 
 /*
- * Read the next line from r and parse it into m. Blocks. Returns 0, -EPIPE
- * at end of file (a partial last line is dropped), -E2BIG for an overlong
- * line, -EINVAL for a malformed one (the line is consumed), or -errno.
+ * Read the next line from r and parse it into m. Blocks (at most
+ * r->timeout_ms when set). Returns 0, -EPIPE at end of file (a partial last
+ * line is dropped), -E2BIG for an overlong line, -EINVAL for a malformed
+ * one (the line is consumed), -ETIMEDOUT when r->timeout_ms passed without
+ * a whole line (bytes read so far are kept), or -errno.
  */
 int proto_read(struct proto_reader *r, struct proto_msg *m);
 

@@ -13,6 +13,7 @@ and refreshed fails verify naming it and the key; a bad line is logged with
 key:line), a missing key fails add and refresh naming it and the URL, bad
 keys refused naming them, refresh keeps the key, show/list --json report
 it."""
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -36,17 +38,19 @@ MiB = 1 << 20
 class Stager:
     """A daemon with its own config, catalog, cache and socket."""
 
-    def __init__(self, exe, root, env=None, cache_size="1G"):
+    def __init__(self, exe, root, env=None, cache_size="1G", sock=None,
+                 args=(), prefix=(), admin_group="dstage-test"):
         self.exe, self.root = exe, Path(root)
         self.env = dict(env or os.environ)
         self.env.pop("DSTAGE_CONFIG", None)
         self.cfg = self.root / "dstage.conf"
-        self.sock = self.root / "stager.sock"
+        self.sock = Path(sock) if sock else self.root / "stager.sock"
+        self.args, self.prefix = list(args), list(prefix)
         self.cfg.write_text(
             "[cache]\ndir = %s/cache\nsize = %s\n"
             "[catalog]\npath = %s/catalog.db\n"
-            "[daemon]\nsocket = %s\nadmin_group = dstage-test\n"
-            % (self.root, cache_size, self.root, self.sock))
+            "[daemon]\nsocket = %s\nadmin_group = %s\n"
+            % (self.root, cache_size, self.root, self.sock, admin_group))
         os.chmod(self.cfg, 0o644)
         self.proc = None
         self.log = self.root / "daemon.log"
@@ -54,8 +58,8 @@ class Stager:
     def start(self):
         logf = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [self.exe, "--config", str(self.cfg), "daemon"], env=self.env,
-            stdout=logf, stderr=logf)
+            self.prefix + [self.exe, "--config", str(self.cfg), "daemon"] +
+            self.args, env=self.env, stdout=logf, stderr=logf)
         logf.close()
         for _ in range(200):
             if self.sock.exists() and self.run("list").returncode == 0:
@@ -68,7 +72,10 @@ class Stager:
     def stop(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+            rc = self.proc.wait(timeout=30)
+            # a clean stop exits 0 (under ASan: with no leak either)
+            assert sig != signal.SIGTERM or rc == 0, \
+                "daemon exit %d:\n%s" % (rc, self.log.read_text()[-3000:])
         self.proc = None
 
     def run(self, *args, check=False, timeout=120, prefix=()):
@@ -570,3 +577,389 @@ def test_sums_ok_and_corrupt_object_on_each_source(sourced):
             b"Y" + good["d/b.bin"][1:]).hexdigest()
     assert s.json("show", "bad")["mismatched_files"] == 1
     assert s.json("show", "good")["mismatched_files"] == 0
+
+
+def test_json_non_utf8_key(daemon, stager_dir):
+    """A key with byte 0xff (not UTF-8) from a file:// dataset: every
+    --json output parses, and the key comes back exactly from key_hex
+    (docs/stager.md, the non-UTF-8 policy)."""
+    bad = b"caf\xff/\xc3(x.bin"  # 0xff, and an invalid 2-byte sequence
+    src = stager_dir / "src"
+    (src / "ok").mkdir(parents=True)
+    bdir = os.path.join(os.fsencode(src), b"caf\xff")
+    os.mkdir(bdir)
+    with open(os.path.join(os.fsencode(src), bad), "wb") as f:
+        f.write(b"payload")
+    (src / "ok" / "a.txt").write_bytes(b"fine")
+    # a wrong expected hash for the bad key, so verify names it
+    with open(src / "SHA256SUMS", "wb") as f:
+        f.write(b"%s  %s\n" % (b"0" * 64, bad))
+
+    def key_of(o, field="key"):
+        if o.get(field + "_utf8", True):
+            return o[field].encode()
+        assert "\ufffd" in o[field]
+        return bytes.fromhex(o[field + "_hex"])
+
+    p = daemon.run("ls", "file://%s/" % src, "--json", check=True)
+    rows = json.loads(p.stdout)
+    assert sorted(key_of(r) for r in rows) == sorted(
+        [bad, b"ok/a.txt", b"SHA256SUMS"])
+    assert [r for r in rows if r["key"] == "ok/a.txt"][0].get(
+        "key_utf8", True) is True
+
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    p = daemon.run("verify", "ds", "--source", "--json")
+    assert p.returncode == 1, p.stderr
+    res = json.loads(p.stdout)
+    assert [key_of(m) for m in res["mismatches"]] == [bad]
+
+    lst = stager_dir / "files.lst"
+    lst.write_bytes(bad + b"\n")
+    p = daemon.run("stage", "ds", "--files", "@%s" % lst, "--json",
+                   check=True)
+    job = json.loads(p.stdout)["job"]
+    jobs = daemon.json("jobs")
+    mine = [j for j in jobs if j["job"] == job][0]
+    assert mine["args_utf8"] is False
+    assert b"files=" + bad.replace(b"\\", b"\\\\") in bytes.fromhex(
+        mine["args_hex"])
+
+
+# ---- security (issue 12): a second uid outside the admin group ----------
+
+FLOOD = r'''
+import json, select, socket, sys, time
+path, n, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+conns, failed = [], 0
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+        conns.append(s)
+    except OSError:  # the backlog is full
+        s.close()
+        failed += 1
+got = {s: b"" for s in conns}
+end = time.monotonic() + 1.0
+while time.monotonic() < end:
+    r, _, _ = select.select(conns, [], [], max(0, end - time.monotonic()))
+    for s in r:
+        try:
+            got[s] += s.recv(4096) or b"<eof>"
+        except OSError:
+            got[s] += b"<eof>"
+refused = [s for s in conns if b"too many connections" in got[s]]
+held = [s for s in conns if s not in refused]
+print(json.dumps({"connected": len(conns), "failed": failed,
+                  "refused": len(refused), "held": len(held)}), flush=True)
+# hold the rest; count those the daemon closes for idleness
+closed, idle_msg = set(), False
+end = time.monotonic() + hold
+while time.monotonic() < end and len(closed) < len(held):
+    live = [s for s in held if s not in closed]
+    r, _, _ = select.select(live, [], [], max(0, end - time.monotonic()))
+    for s in r:
+        try:
+            b = s.recv(4096)
+        except OSError:
+            b = b""
+        idle_msg |= b"--idle-timeout" in b
+        if not b:
+            closed.add(s)
+print(json.dumps({"closed_by_daemon": len(closed), "idle_msg": idle_msg}),
+      flush=True)
+'''
+
+
+def read_json_line(proc, timeout):
+    r, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert r, "no line from the flooder within %ss" % timeout
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read() if proc.stderr else ""
+    return json.loads(line)
+
+
+def flood_script(stager_dir):
+    f = stager_dir / "flood.py"
+    f.write_text(FLOOD)
+    os.chmod(f, 0o644)
+    return f
+
+
+@contextlib.contextmanager
+def flooding(users, s, n, hold):
+    """Run FLOOD as a new unprivileged uid against s: n connections, held
+    for hold seconds. Yields the process (its stdout gives two JSON
+    lines); kills it at the end."""
+    u = users.user("flood")
+    fl = users.popen(u, ["/usr/bin/python3", flood_script(s.root), s.sock,
+                         str(n), str(hold)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    fl.user = u
+    try:
+        yield fl
+    finally:
+        fl.kill()
+        fl.wait()
+
+
+def timed_list(s, timeout):
+    t0 = time.monotonic()
+    p = s.run("list", "--json", timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("cap", ["--max-conns-per-uid", "--max-conns"])
+def test_flood_capped_and_idle_closed(tool, stager_dir, users, cap):
+    """A second uid opening 12 idle connections is held to the cap (4,
+    per uid or in all): the others are refused at once with a message;
+    root's list answers during the flood; the held ones are closed once
+    idle."""
+    s = Stager(tool("stager"), stager_dir,
+               args=[cap, "4", "--idle-timeout", "1500ms"]).start()
+    try:
+        with flooding(users, s, 12, 8) as fl:
+            first = read_json_line(fl, 30)
+            assert first["connected"] == 12, first
+            assert first["held"] == 4 and first["refused"] == 8, first
+            assert timed_list(s, 10) < 5  # root, during the flood
+            # the flooder's own CLI is told why
+            p = users.run(fl.user, [s.exe, "--config", s.cfg, "list"],
+                          env=s.env)
+            assert p.returncode == 1, p.stderr
+            assert b"too many connections" in p.stderr
+            second = read_json_line(fl, 30)
+            assert second == {"closed_by_daemon": 4, "idle_msg": True}
+        assert timed_list(s, 10) < 5
+        assert ("(daemon %s)" % cap).encode() in s.log.read_bytes()
+    finally:
+        s.stop()
+
+
+def test_accept_survives_emfile(tool, stager_dir, users):
+    """With RLIMIT_NOFILE lowered, a flood of idle connections from a
+    second uid drives accept to EMFILE: the daemon backs off instead of
+    losing its accept thread, answers root's list during the flood (idle
+    ones close), and at once after it."""
+    s = Stager(tool("stager"), stager_dir,
+               args=["--max-conns", "4096", "--max-conns-per-uid", "4096",
+                     "--idle-timeout", "1s"],
+               prefix=["prlimit", "--nofile=64:64", "--"]).start()
+    try:
+        with flooding(users, s, 200, 4) as fl:
+            first = read_json_line(fl, 30)
+            assert first["connected"] > 64, first
+            assert timed_list(s, 30) < 20  # during the flood
+            read_json_line(fl, 30)
+        assert timed_list(s, 10) < 5
+        log = s.log.read_text()
+        assert "Too many open files: backing off" in log, log
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+
+
+def test_restricted_datasets_hidden_from_non_members(daemon, stager_dir,
+                                                     users):
+    """list, show, jobs, status and watch show a dataset with a group,
+    its source and its key names only to members (and root/admins)."""
+    g = users.group("team")
+    outsider = users.user("out")
+    member = users.user("mem", groups=[g])
+    make_dataset(stager_dir / "secretsrc", {"hidden-key.bin": b"x" * 100})
+    make_dataset(stager_dir / "opensrc", {"a": b"a"})
+    daemon.run("add", "secret", "file://%s/secretsrc/" % stager_dir,
+               "--group", g, check=True)
+    daemon.run("add", "open", "file://%s/opensrc/" % stager_dir, check=True)
+    job = daemon.json("stage", "secret", "--files", "hidden-key.bin")["job"]
+    ojob = daemon.json("stage", "open")["job"]
+    base = [daemon.exe, "--config", str(daemon.cfg)]
+
+    def run(user, *args):
+        return users.run(user, base + list(args), env=daemon.env)
+
+    for user, sees in ((outsider, False), (member, True)):
+        p = run(user, "list", "--json")
+        assert p.returncode == 0, p.stderr
+        names = [d["name"] for d in json.loads(p.stdout)]
+        assert names == (["open", "secret"] if sees else ["open"]), names
+        assert (b"secretsrc" in p.stdout) == sees
+        p = run(user, "show", "secret", "--json")
+        assert p.returncode == (0 if sees else 5), p.stderr
+        for args in (("jobs", "--all", "--json"), ("status", "--json")):
+            p = run(user, *args)
+            assert p.returncode == 0, p.stderr
+            ids = [j["job"] for j in json.loads(p.stdout)]
+            assert ojob in ids
+            assert (job in ids) == sees, (user, args, ids)
+            assert (b"hidden-key" in p.stdout) == sees
+        for args in (("status", str(job), "--json"),
+                     ("status", str(job), "--wait", "--json")):
+            p = run(user, *args)
+            assert p.returncode == (0 if sees else 5), (args, p.stderr)
+            assert (b"secret" in p.stdout) == sees
+    # root still sees everything
+    assert [d["name"] for d in daemon.json("list")] == ["open", "secret"]
+
+
+def raw_request(sock, line, timeout=10):
+    """Send one request line; return the reply lines up to the end line."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(timeout)
+        c.connect(str(sock))
+        c.sendall(line.encode() + b"\n")
+        buf = b""
+        while not any(ln.startswith(b"type=end")
+                      for ln in buf.split(b"\n")):
+            b = c.recv(65536)
+            if not b:
+                break
+            buf += b
+    return [ln for ln in buf.split(b"\n") if ln]
+
+
+def test_status_huge_job_id_refused(daemon, stager_dir):
+    """job= is parsed strictly: an id past INT64_MAX (or 0, or junk) is
+    an error, not 'no id' (which listed every job)."""
+    make_dataset(stager_dir / "src", {"a": b"a"})
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    assert len(raw_request(daemon.sock, "cmd=status")) == 2  # row + end
+    for bad in ("99999999999999999999999", "9223372036854775808", "0",
+                "-1", "1x", ""):
+        lines = raw_request(daemon.sock, "cmd=status\tjob=" + bad)
+        assert len(lines) == 1, (bad, lines)
+        assert lines[0].startswith(b"type=end\trc=-22\tmsg=status: job=")
+        assert b"is not a job id" in lines[0]
+        lines = raw_request(daemon.sock, "cmd=watch\tjob=" + bad)
+        assert len(lines) == 1 and b"rc=-22" in lines[0], (bad, lines)
+    p = daemon.run("status", "99999999999999999999999")
+    assert p.returncode == 2 and b"is not a job id" in p.stderr
+    p = daemon.run("stage", "ds", "--parallel", "1K")
+    assert p.returncode == 2 and b"expected a count" in p.stderr
+    lines = raw_request(daemon.sock, "cmd=stage\tname=ds\tparallel=100000")
+    assert b"rc=-22" in lines[-1] and b"expected a count" in lines[-1]
+
+
+def test_watch_slow_reader_does_not_stall(daemon, stager_dir):
+    """A watcher that never reads must not hold the job's lock while its
+    send blocks: a second watcher of the same job still gets the whole
+    result (the mismatch rows are more than a socket buffer)."""
+    d = "/".join(c * 200 for c in "def")
+    files = {"%s/%0190d" % (d, i): b"v%d" % i for i in range(400)}
+    make_dataset(stager_dir / "src", files,
+                 sums={k: b"other" for k in files})
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    p = daemon.run("verify", "ds", "--source", "--json")
+    assert p.returncode == 1
+    job = json.loads(p.stdout)["job"]["job"]
+    assert len(json.loads(p.stdout)["mismatches"]) == 400
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(str(daemon.sock))
+        stuck.sendall(b"cmd=watch\tjob=%d\n" % job)
+        time.sleep(1)  # its thread is now blocked in send
+        t0 = time.monotonic()
+        p = daemon.run("status", str(job), "--wait", "--json", timeout=20)
+        assert p.returncode == 1, p.stderr
+        assert len(json.loads(p.stdout)["mismatches"]) == 400
+        assert time.monotonic() - t0 < 10
+    finally:
+        stuck.close()
+
+
+def test_daemon_file_modes(tool, stager_dir):
+    """What the daemon creates for its socket has the narrowest mode that
+    works, whatever the umask: the socket 0622 (connect needs write only),
+    its lock file 0600, a socket directory it creates 0711; a lock file
+    left wider is tightened."""
+    run = stager_dir / "run"
+    sock = run / "stager.sock"
+    umask0 = ["sh", "-c", 'umask 000; exec "$0" "$@"']
+    s = Stager(tool("stager"), stager_dir, sock=sock, prefix=umask0).start()
+    try:
+        lock = Path(str(sock) + ".lock")
+        st = os.lstat(sock)
+        assert stat.S_ISSOCK(st.st_mode)
+        assert stat.S_IMODE(st.st_mode) == 0o622, oct(st.st_mode)
+        assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(run).st_mode) == 0o711
+        for p in (sock, lock, run):
+            assert os.lstat(p).st_uid == os.geteuid()
+        # nothing else the daemon put there, and nothing world-writable
+        assert sorted(os.listdir(run)) == ["stager.sock", "stager.sock.lock"]
+    finally:
+        s.stop()
+    os.chmod(lock, 0o666)
+    s.start()
+    try:
+        assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+        assert "tightened to 0600" in s.log.read_text()
+    finally:
+        s.stop()
+
+
+def start_fails(s):
+    """Run s's daemon expecting it to refuse to start; its output."""
+    p = subprocess.run(s.prefix + [s.exe, "--config", str(s.cfg), "daemon"],
+                       env=s.env, capture_output=True, timeout=10)
+    assert p.returncode != 0, p.stderr
+    return p.stderr.decode(errors="replace")
+
+
+def test_socket_dir_and_lock_refused(tool, stager_dir, users):
+    """daemon.socket's directory is refused when others or its group may
+    write it, or another uid owns it; the lock file is never opened
+    through a symlink. Each message names the path and the fix."""
+    run = stager_dir / "run"
+    run.mkdir()
+    s = Stager(tool("stager"), stager_dir, sock=run / "stager.sock")
+    for mode in (0o777, 0o1777, 0o775):
+        os.chmod(run, mode)
+        err = start_fails(s)
+        assert str(run) in err and "chmod go-w %s" % run in err, err
+        assert not (run / "stager.sock").exists()
+    os.chmod(run, 0o755)
+    other = users.user("owner")
+    os.chown(run, users.uid(other), -1)
+    err = start_fails(s)
+    assert str(run) in err and "chown" in err, err
+    os.chown(run, 0, -1)
+    target = stager_dir / "target"
+    os.symlink(target, run / "stager.sock.lock")
+    err = start_fails(s)
+    assert "stager.sock.lock" in err and "symlink" in err, err
+    assert not target.exists()
+    os.unlink(run / "stager.sock.lock")
+    s.start().stop()  # and with all that mended it starts
+
+
+def test_admin_group_member_allowed(tool, stager_dir, users):
+    """daemon.admin_group, resolved once at start (getgrnam_r, not
+    getgrnam in the connection threads): a member that is not root may
+    change datasets, and sees restricted ones; a non-member may not."""
+    g = users.group("admins")
+    admin = users.user("adm", groups=[g])
+    other = users.user("oth")
+    make_dataset(stager_dir / "src", {"a": b"a"})
+    s = Stager(tool("stager"), stager_dir, admin_group=g).start()
+    try:
+        base = [s.exe, "--config", s.cfg]
+        p = users.run(admin, base + ["add", "ds", "file://%s/src/" %
+                                     stager_dir, "--group", "nosuchgroup"],
+                      env=s.env)
+        assert p.returncode == 0, p.stderr
+        p = users.run(admin, base + ["list", "--json"], env=s.env)
+        assert [d["name"] for d in json.loads(p.stdout)] == ["ds"]
+        p = users.run(other, base + ["list", "--json"], env=s.env)
+        assert json.loads(p.stdout) == []  # unknown group: admins only
+        p = users.run(other, base + ["remove", "ds"], env=s.env)
+        assert p.returncode == 4 and g.encode() in p.stderr, p.stderr
+        p = users.run(admin, base + ["remove", "ds"], env=s.env)
+        assert p.returncode == 0, p.stderr
+    finally:
+        s.stop()

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -243,6 +244,50 @@ static void test_proto(void)
 	CHECK_STR(proto_get(&m, "k"), "A");
 }
 
+static void test_parse_id(void)
+{
+	int64_t id = 0;
+
+	CHECK_INT(jobs_parse_id("1", &id), 0);
+	CHECK_INT(id, 1);
+	CHECK_INT(jobs_parse_id("9223372036854775807", &id), 0);
+	CHECK(id == INT64_MAX);
+	CHECK_INT(jobs_parse_id("9223372036854775808", &id), -ERANGE);
+	CHECK_INT(jobs_parse_id("99999999999999999999999999", &id), -ERANGE);
+	CHECK_INT(jobs_parse_id("0", &id), -ERANGE);
+	CHECK_INT(jobs_parse_id("000", &id), -ERANGE);
+	CHECK_INT(jobs_parse_id("", &id), -EINVAL);
+	CHECK_INT(jobs_parse_id(NULL, &id), -EINVAL);
+	CHECK_INT(jobs_parse_id("-1", &id), -EINVAL);
+	CHECK_INT(jobs_parse_id("+1", &id), -EINVAL);
+	CHECK_INT(jobs_parse_id(" 1", &id), -EINVAL);
+	CHECK_INT(jobs_parse_id("1x", &id), -EINVAL);
+	CHECK(id == INT64_MAX); /* untouched by the failures */
+}
+
+/* A reader with a timeout gets -ETIMEDOUT when no whole line comes, keeps
+ * the partial line, and returns it once its end arrives. */
+static void test_proto_timeout(void)
+{
+	static struct proto_reader r;
+	static struct proto_msg m;
+	int sv[2];
+
+	CHECK_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	proto_reader_init(&r, sv[0]);
+	CHECK_INT(r.timeout_ms, 0);
+	r.timeout_ms = 1;
+	CHECK_INT(proto_read(&r, &m), -ETIMEDOUT);
+	CHECK_INT((int)write(sv[1], "cmd=li", 6), 6);
+	CHECK_INT(proto_read(&r, &m), -ETIMEDOUT);
+	CHECK_INT((int)write(sv[1], "st\n", 3), 3);
+	CHECK_INT(proto_read(&r, &m), 0);
+	CHECK_STR(proto_get(&m, "cmd"), "list");
+	close(sv[1]);
+	CHECK_INT(proto_read(&r, &m), -EPIPE);
+	close(sv[0]);
+}
+
 int main(void)
 {
 	log_set_level(LOG_LVL_WARN);
@@ -253,6 +298,8 @@ int main(void)
 	test_basic();
 	test_race();
 	test_proto();
+	test_parse_id();
+	test_proto_timeout();
 	for (int k = 0; k < 3; k++) {
 		static const char *const sfx[] = { "", "-wal", "-shm" };
 		char p[160];

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon_i: the stager daemon's private declarations, shared by
+ *
+ *   daemon.c       lifecycle: start, signals, stop
+ *   daemon_conn.c  the socket: listening, admission, peer credentials, one
+ *                  thread per connection reading requests and dispatching
+ *                  them through daemon_req's table; replies
+ *   daemon_req.c   the request table and its handlers
+ *   daemon_jobs.c  the dispatcher and the table of running and recent jobs
+ *
+ * Calls go down only: daemon.c -> daemon_conn.c -> daemon_req.c ->
+ * daemon_jobs.c (and daemon.c -> daemon_jobs.c to start the dispatcher).
+ * daemon_req.c's replies go through daemon_peer_row/daemon_peer_end, the
+ * one call up: the reply helpers are the connection's own, passed down
+ * with it. (They could move to a daemon_reply.c below daemon_req.c if a
+ * layering check wants it.)
+ */
+#ifndef DSTAGE_STAGER_DAEMON_I_H
+#define DSTAGE_STAGER_DAEMON_I_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "stager.h"
+
+#define DAEMON_MAX_JOBS 4
+#define DAEMON_RECENT 32 /* finished jobs kept for late watchers */
+
+/* Modes of what the daemon creates (docs/stager.md): the socket needs only
+ * write permission to connect(2); the lock file is the daemon's alone; a
+ * socket directory it creates can be passed through, not listed. */
+#define DAEMON_SOCKET_MODE 0622
+#define DAEMON_LOCK_MODE 0600
+#define DAEMON_DIR_MODE 0711
+
+/* Connections open per uid (daemon_conn.c). */
+struct daemon_uidcount {
+	uid_t uid;
+	unsigned n; /* 0: a free slot */
+};
+
+struct daemon {
+	const struct dstage_config *cfg;
+	struct runner_env env;
+	int lfd; /* listening socket */
+	int lockfd;
+	_Atomic bool stop;
+	pthread_mutex_t lock; /* protects the fields below; before rj->lock */
+	pthread_cond_t cond; /* dispatcher wake-up: submit, job end, stop */
+	struct runner_job *running[DAEMON_MAX_JOBS];
+	pthread_t threads[DAEMON_MAX_JOBS];
+	bool used[DAEMON_MAX_JOBS];
+	unsigned n_running;
+	struct runner_job *recent[DAEMON_RECENT]; /* each holds a ref */
+	unsigned recent_next;
+	/* set at start, read-only after */
+	struct stager_daemon_limits lim;
+	gid_t admin_gid; /* daemon.admin_group, when has_admin_gid */
+	bool has_admin_gid;
+	/* conn_lock protects n_conns, uids[] and conns; taken alone */
+	pthread_mutex_t conn_lock;
+	pthread_cond_t conn_cond; /* broadcast when a connection ends */
+	unsigned n_conns; /* admitted, uid 0 not counted */
+	struct daemon_conn *conns; /* those with a thread, until it closes */
+	struct daemon_uidcount *uids; /* n_uids = lim.max_conns + 1 */
+	unsigned n_uids;
+	/* the accept thread's alone */
+	double accept_burst; /* when accept began failing, 0: it works */
+	double refuse_logged; /* when a refusal was last logged */
+	unsigned refused; /* refusals since */
+};
+
+/* One client connection, owned by its thread. */
+struct daemon_conn {
+	struct daemon *d;
+	struct daemon_conn *next, *prev; /* d->conns, under d->conn_lock */
+	int fd;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	char user[64];
+	gid_t *groups; /* the user's groups (getgrouplist) */
+	int n_groups;
+	bool admin;
+	struct catalog *cat;
+	struct jobs *jq;
+	struct proto_buf out;
+	struct proto_reader in;
+	struct proto_msg msg;
+	/* the request being served, set by daemon_req_run */
+	const char *cmd;
+	const char *name; /* name=, when the request's entry needs one */
+	int64_t job; /* job=, 0 when absent */
+};
+
+/* daemon_jobs.c */
+/* The dispatcher thread: runs until d->stop, then stops and joins the
+ * running jobs. */
+void *daemon_jobs_dispatch_thread(void *arg);
+/* Wake the dispatcher (a job was queued, or stop). */
+void daemon_jobs_wake(struct daemon *d);
+/* A reference to the running or recent job id (runner_put it), or NULL. */
+struct runner_job *daemon_jobs_find(struct daemon *d, int64_t id);
+/* Cancel dataset's running jobs (in jq and in their runners). */
+void daemon_jobs_cancel_dataset(struct daemon *d, struct jobs *jq,
+				const char *dataset);
+
+/* daemon_conn.c */
+/* Bind daemon.socket under its lock file. Returns 0 or -errno (logged). */
+int daemon_conn_listen(struct daemon *d);
+/* Raise RLIMIT_NOFILE's soft limit to what the connection caps need (up
+ * to the hard limit); warn when it stays short. */
+void daemon_conn_fd_limit(const struct daemon *d);
+/* The accept thread: runs until d->stop. */
+void *daemon_conn_accept_thread(void *arg);
+/* After the accept thread ended: shut every connection down and wait (at
+ * most DAEMON_CONN_STOP_WAIT s) for their threads to end. Returns 0, or
+ * -EBUSY when some are still running (then d's connection state must
+ * stay). */
+int daemon_conn_stop(struct daemon *d);
+/* daemon_peer.c */
+/* The gid of group name (getgrnam_r, thread-safe). 0, -ENOENT (no such
+ * group) or -errno of the lookup. */
+int daemon_peer_gid(const char *name, gid_t *gid);
+/* Read the peer's user's groups (getgrouplist) into c->groups. */
+void daemon_peer_groups(struct daemon_conn *c);
+/* uid 0, or the admin group among the peer's groups. */
+bool daemon_peer_admin(const struct daemon_conn *c);
+/* true when the peer has gid as its gid or one of its user's groups. */
+bool daemon_peer_in_group(const struct daemon_conn *c, gid_t gid);
+/* true when the peer may see a dataset of group (NULL or "": everyone's):
+ * an admin, or a member of the group. An unknown group: admins only. */
+bool daemon_peer_may_read(const struct daemon_conn *c, const char *group);
+/* Start a reply row of type (the fields follow in c->out). */
+void daemon_peer_row(struct daemon_conn *c, const char *type);
+/* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */
+int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* daemon_req.c: serve the request in c->msg. A non-zero return (a failed
+ * send) ends the connection. */
+int daemon_req_run(struct daemon_conn *c);
+
+#endif

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: MIT
+/*
+ * daemon_peer: what the daemon knows of a connection's peer and how it
+ * answers it: its groups, whether it is an admin, which datasets it may
+ * see, and the reply lines (rows, the end line). Used by the connection
+ * thread (daemon_conn.c) and the request handlers (daemon_req.c), below
+ * both.
+ *
+ * Stateless: everything is in the struct daemon_conn of the calling
+ * connection thread, which owns it.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon_i.h"
+
+#define DAEMON_PEER_GRBUF_MAX (4u << 20) /* getgrnam_r's buffer, at most */
+
+/* The peer's groups: its gid from SO_PEERCRED and its user's groups. */
+void daemon_peer_groups(struct daemon_conn *c)
+{
+	int n = 64;
+
+	c->groups = malloc((size_t)n * sizeof(gid_t));
+	if (c->groups && c->user[0] &&
+	    getgrouplist(c->user, c->gid, c->groups, &n) < 0) {
+		gid_t *g = realloc(c->groups, (size_t)n * sizeof(gid_t));
+
+		if (g) {
+			c->groups = g;
+			if (getgrouplist(c->user, c->gid, c->groups, &n) < 0)
+				n = 0;
+		} else {
+			n = 0;
+		}
+	} else if (!c->user[0]) {
+		n = 0;
+	}
+	if (!c->groups)
+		n = 0;
+	c->n_groups = n;
+}
+
+bool daemon_peer_in_group(const struct daemon_conn *c, gid_t gid)
+{
+	if (c->gid == gid)
+		return true;
+	for (int i = 0; i < c->n_groups; i++)
+		if (c->groups[i] == gid)
+			return true;
+	return false;
+}
+
+int daemon_peer_gid(const char *name, gid_t *gid)
+{
+	struct group gr, *res = NULL;
+	size_t len = 4096;
+	char *buf = NULL;
+	int ret;
+
+	for (;;) {
+		char *p = realloc(buf, len);
+
+		if (!p) {
+			ret = ENOMEM;
+			break;
+		}
+		buf = p;
+		ret = getgrnam_r(name, &gr, buf, len, &res);
+		if (ret != ERANGE || len >= DAEMON_PEER_GRBUF_MAX)
+			break;
+		len *= 4; /* a group with many members */
+	}
+	if (!ret && res)
+		*gid = res->gr_gid;
+	free(buf);
+	return ret ? -ret : res ? 0 : -ENOENT;
+}
+
+bool daemon_peer_may_read(const struct daemon_conn *c, const char *group)
+{
+	gid_t gid;
+
+	if (!group || !*group || c->admin)
+		return true;
+	if (daemon_peer_gid(group, &gid))
+		return false; /* unknown group: admins only, as dstagefs */
+	return daemon_peer_in_group(c, gid);
+}
+
+int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
+{
+	char msg[1024] = "";
+	va_list ap;
+
+	if (fmt) {
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+	}
+	proto_reset(&c->out);
+	proto_add(&c->out, "type", "end");
+	proto_add_i64(&c->out, "rc", rc);
+	if (msg[0])
+		proto_add(&c->out, "msg", msg);
+	else if (rc)
+		proto_add(&c->out, "msg", strerror(-rc));
+	return proto_send(c->fd, &c->out);
+}
+
+void daemon_peer_row(struct daemon_conn *c, const char *type)
+{
+	proto_reset(&c->out);
+	proto_add(&c->out, "type", type);
+}
+
+bool daemon_peer_admin(const struct daemon_conn *c)
+{
+	const struct daemon *d = c->d;
+
+	if (c->uid == 0)
+		return true;
+	return d->has_admin_gid && daemon_peer_in_group(c, d->admin_gid);
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jsonout: the stager's --json output (jansson), with its policy for
+ * strings that are not valid UTF-8 (see jsonout.c and docs/stager.md).
+ */
+#ifndef DSTAGE_STAGER_JSONOUT_H
+#define DSTAGE_STAGER_JSONOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+/* true when s[0..n) is valid UTF-8 (no overlong forms, surrogates or code
+ * points past U+10FFFF). */
+bool jsonout_utf8_valid(const char *s, size_t n);
+
+/*
+ * obj[field] = val. A val that is not valid UTF-8 is written with U+FFFD
+ * for each invalid byte, plus field_utf8=false and field_hex=<its bytes in
+ * hex>. Returns 0 or -ENOMEM.
+ */
+int jsonout_set_str(json_t *obj, const char *field, const char *val);
+
+/* Print doc compactly and a newline on stdout. Returns 0, -ENOMEM (doc is
+ * NULL: building it failed) or -EIO (message printed). Does not free doc. */
+int jsonout_print(json_t *doc);
+
+#endif
