@@ -106,6 +106,13 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 	ret = cachepol_open(cfg, &pol);
 	if (!ret)
 		ret = cache_open(cfg, cachepol_source(pol), &d.env.cache);
+	if (ret == -EACCES || ret == -EPERM) {
+		/* An unsafe cache.dir (writable by others, another owner):
+		 * cache_open said which and how to fix it. Not served. */
+		log_error("refusing to start: the cache %s is not safe to use",
+			  cfg->cache_dir);
+		goto out;
+	}
 	if (ret) {
 		log_error("the cache %s cannot be opened (%s): stage and "
 			  "verify --cache will fail until it can",
