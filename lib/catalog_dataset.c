@@ -420,7 +420,7 @@ static int catalog_lookup_mf(struct catalog *cat, const char *dataset,
 int catalog_lookup(struct catalog *cat, const char *dataset, const char *path,
 		   struct catalog_entry *e)
 {
-	int64_t mf_id;
+	int64_t mf_id = 0; /* set by catalog_lookup_mf on success */
 
 	return catalog_lookup_mf(cat, dataset, path, e, &mf_id);
 }

@@ -9,9 +9,11 @@ tests (test_cache.py, test_stager.py, test_dstagefs.py, test_sources.py)
 test each guard on its own paths; these test the class: every file.
 """
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -96,12 +98,17 @@ class Node:
 
 
 @pytest.fixture
-def node(tool, tmp_path, users):
-    n = Node(tool, tmp_path, users)
+def node(tool, users):
+    # Outside pytest's base directory: a pytest session starting elsewhere
+    # resets /tmp/pytest-of-root to 0700, which would lock the test users
+    # out of the mount midway.
+    root = tempfile.mkdtemp(prefix="dstage-security-")
+    n = Node(tool, root, users)
     try:
         yield n
     finally:
         n.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def stage_and_read(n):
