@@ -420,7 +420,7 @@ static int catalog_lookup_mf(struct catalog *cat, const char *dataset,
 int catalog_lookup(struct catalog *cat, const char *dataset, const char *path,
 		   struct catalog_entry *e)
 {
-	int64_t mf_id = 0; /* set by catalog_lookup_mf on success */
+	int64_t mf_id;
 
 	return catalog_lookup_mf(cat, dataset, path, e, &mf_id);
 }
@@ -431,7 +431,7 @@ int catalog_readdir(struct catalog *cat, const char *dataset, const char *dir,
 	char start[2 * KEYPATH_MAX + 2];
 	struct catalog_entry e;
 	sqlite3_stmt *st = NULL;
-	int64_t mf_id, dir_mtime;
+	int64_t mf_id = 0, dir_mtime; /* mf_id: set by catalog_lookup_mf */
 	size_t dlen = strlen(dir);
 	int rc, ret;
 
