@@ -1,73 +1,946 @@
 // SPDX-License-Identifier: MIT
 /*
- * dsfs_ckpt: the checkpoint subtree, checkpoints/ (inode 3).
+ * dsfs_ckpt: the checkpoint subtree, checkpoints/ (inode 3 and below),
+ * writable and written through to the checkpoint store (libdstage's ckpt
+ * module, include/dstage/ckpt.h, does the staging, publishing and
+ * recovery; this file maps FUSE requests onto it).
  *
- * A placeholder: an empty, read-only directory (a fixed node, no state).
- * Every hook it leaves NULL gets the dispatcher's read-only default
- * (EROFS for create, mkdir, write, setattr...). The writable checkpoint
- * store fills in this table (lookup, create, mkdir, write, fsync, release,
- * unlink, rename, setattr, forget for its nodes' priv...) and keeps its
- * state in fs->sub_state[DSFS_SUB_CKPT]; nothing else changes.
+ * Without checkpoints.store the subtree is an empty, read-only directory
+ * (every modifying hook answers EROFS).
+ *
+ * Nodes: each node's priv is a struct dsfs_ckpt_pn, its place in the
+ * namespace (parent pn and name), from which its key in the store is made.
+ * A rename moves the pn (the kernel keeps the inode), so the keys of
+ * everything below a renamed directory follow. A pn holds a reference on
+ * its parent; the node holds one on its pn (dropped by forget).
+ *
+ * Locks: st->lock guards every pn's parent, name, refs and gone. It is a
+ * leaf, taken inside the node table's lock by the match callbacks, and
+ * never held across a call into ckpt or the node table.
+ *
+ * Who may write: root, the mount's owner (-o uid) and, as -o umask
+ * allows, its group (-o gid) and others; everyone else gets EACCES. Hard
+ * links, symbolic links and special files: EPERM; extended attributes:
+ * ENOTSUP. A writer killed by a signal before closing its file does not
+ * publish it (its FLUSH comes from an exiting task with a signal as its
+ * exit code: see dsfs_ckpt_killed).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dsfs_ckpt.h"
 #include "dsfs_opts.h"
+#include "dstage/ckpt.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+
+#define DSFS_CKPT_TIMEOUT 1.0 /* entries and attributes: others may write */
+
+struct dsfs_ckpt_pn {
+	struct dsfs_ckpt_pn *parent; /* st->lock; NULL for the top */
+	char *name; /* st->lock */
+	unsigned refs; /* st->lock */
+	bool dir;
+	bool gone; /* st->lock: removed or replaced */
+};
+
+struct dsfs_ckpt {
+	struct ckpt *ck; /* NULL: no store configured (read-only) */
+	pthread_mutex_t lock;
+	struct dsfs_ckpt_pn top;
+};
+
+/* A directory listing, taken at opendir. */
+struct dsfs_ckpt_dir {
+	size_t n, cap;
+	struct dsfs_ckpt_ent {
+		char *name;
+		struct ckpt_attr a;
+	} * v;
+};
+
+static struct dsfs_ckpt *dsfs_ckpt_st(struct dsfs *fs)
+{
+	return fs->sub_state[DSFS_SUB_CKPT];
+}
+
+static struct dsfs_ckpt_pn *dsfs_ckpt_pn_of(struct dsfs_node *n)
+{
+	return n->priv;
+}
+
+/* ---- pns ---- */
+
+static void dsfs_ckpt_pn_unref_locked(struct dsfs_ckpt *st,
+				      struct dsfs_ckpt_pn *pn)
+{
+	while (pn && pn != &st->top && --pn->refs == 0) {
+		struct dsfs_ckpt_pn *parent = pn->parent;
+
+		free(pn->name);
+		free(pn);
+		pn = parent;
+	}
+}
+
+/* The key of pn (malloc'd), or NULL: its names from the top, joined. */
+static char *dsfs_ckpt_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn)
+{
+	size_t len = 0;
+	char *key, *p;
+
+	pthread_mutex_lock(&st->lock);
+	for (struct dsfs_ckpt_pn *q = pn; q && q != &st->top; q = q->parent)
+		len += strlen(q->name) + 1;
+	len = len ? len - 1 : 0;
+	key = malloc(len + 1);
+	if (key) {
+		p = key + len;
+		*p = '\0';
+		for (struct dsfs_ckpt_pn *q = pn; q && q != &st->top;
+		     q = q->parent) {
+			size_t l = strlen(q->name);
+
+			p -= l;
+			memcpy(p, q->name, l);
+			if (p > key)
+				*--p = '/';
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+	return key;
+}
+
+static char *dsfs_ckpt_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
+				 const char *name)
+{
+	char *dk = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(dir)), *k;
+	size_t dl;
+
+	if (!dk)
+		return NULL;
+	dl = strlen(dk);
+	k = malloc(dl + strlen(name) + 2);
+	if (k)
+		sprintf(k, "%s%s%s", dk, dl ? "/" : "", name);
+	free(dk);
+	return k;
+}
+
+struct dsfs_ckpt_match {
+	struct dsfs_ckpt *st;
+	struct dsfs_ckpt_pn *parent;
+	const char *name;
+	int dir; /* 0 file, 1 directory, -1 either */
+};
+
+/* Called under the node table's lock. */
+static bool dsfs_ckpt_match(const struct dsfs_node *n, void *arg)
+{
+	struct dsfs_ckpt_match *m = arg;
+	struct dsfs_ckpt_pn *pn = n->priv;
+	bool ok;
+
+	if (n->sub != &dsfs_ckpt_subtree || !pn)
+		return false;
+	pthread_mutex_lock(&m->st->lock);
+	ok = !pn->gone && pn->parent == m->parent &&
+	     !strcmp(pn->name, m->name) && (m->dir < 0 || pn->dir == m->dir);
+	pthread_mutex_unlock(&m->st->lock);
+	return ok;
+}
+
+/* Drop the lookup reference dsfs_nodes_find_child gave. */
+static void dsfs_ckpt_unref_node(struct dsfs *fs, struct dsfs_node *n)
+{
+	struct dsfs_node *gone = dsfs_nodes_forget(&fs->nodes, n->ino, 1);
+
+	if (gone) {
+		dsfs_ckpt_subtree.forget(fs, gone);
+		dsfs_node_free(gone);
+	}
+}
+
+/* The node of name in dir (dir: is it a directory), made if needed, with
+ * its nlookup raised. */
+static int dsfs_ckpt_node(struct dsfs *fs, struct dsfs_node *dir,
+			  const char *name, bool isdir, struct dsfs_node **out)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct dsfs_ckpt_match m = { st, dsfs_ckpt_pn_of(dir), name, isdir };
+	struct dsfs_ckpt_pn *pn;
+	struct dsfs_node *n;
+
+	*out = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
+				     dsfs_ckpt_match, &m);
+	if (*out)
+		return 0;
+	pn = calloc(1, sizeof(*pn));
+	if (!pn)
+		return -ENOMEM;
+	pn->name = strdup(name);
+	n = pn->name ? dsfs_node_new(&dsfs_ckpt_subtree, name, pn) : NULL;
+	if (!n) {
+		free(pn->name);
+		free(pn);
+		return -ENOMEM;
+	}
+	pn->dir = isdir;
+	pn->refs = 1;
+	pthread_mutex_lock(&st->lock);
+	pn->parent = m.parent;
+	if (m.parent != &st->top)
+		m.parent->refs++;
+	pthread_mutex_unlock(&st->lock);
+	if (dsfs_nodes_insert(&fs->nodes, dir->ino, n, dsfs_ckpt_match, &m,
+			      out) == 1) {
+		pthread_mutex_lock(&st->lock);
+		dsfs_ckpt_pn_unref_locked(st, pn);
+		pthread_mutex_unlock(&st->lock);
+		dsfs_node_free(n);
+	}
+	return 0;
+}
+
+/* Mark the node name in dir (if the kernel has one) gone; with moveto,
+ * move it there instead. */
+static void dsfs_ckpt_mark(struct dsfs *fs, struct dsfs_node *dir,
+			   const char *name, struct dsfs_node *newdir,
+			   const char *newname)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct dsfs_ckpt_match m = { st, dsfs_ckpt_pn_of(dir), name, -1 };
+	struct dsfs_node *n = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
+						    dsfs_ckpt_match, &m);
+	struct dsfs_ckpt_pn *pn, *np, *old = NULL;
+	char *nn = newname ? strdup(newname) : NULL;
+
+	if (!n) {
+		free(nn);
+		return;
+	}
+	pn = dsfs_ckpt_pn_of(n);
+	pthread_mutex_lock(&st->lock);
+	if (newdir && nn) {
+		np = dsfs_ckpt_pn_of(newdir);
+		if (np != &st->top)
+			np->refs++;
+		old = pn->parent;
+		pn->parent = np;
+		free(pn->name);
+		pn->name = nn;
+		nn = NULL;
+	} else {
+		pn->gone = true;
+	}
+	dsfs_ckpt_pn_unref_locked(st, old);
+	pthread_mutex_unlock(&st->lock);
+	free(nn);
+	dsfs_ckpt_unref_node(fs, n);
+}
+
+/* ---- attributes and access ---- */
+
+static void dsfs_ckpt_attr(struct dsfs *fs, fuse_ino_t ino,
+			   const struct ckpt_attr *a, struct stat *st)
+{
+	dsfs_reply_attr(fs->opts, st, ino, a->dir, a->size, a->mtime);
+	st->st_mode |= (a->dir ? 0777 : 0666) & ~fs->opts->umask & 0222;
+}
+
+static bool dsfs_ckpt_may_write(struct dsfs *fs, struct dsfs_caller *who)
+{
+	mode_t um = fs->opts->umask;
+
+	if (who->uid == 0 || who->uid == fs->opts->uid || !(um & 002))
+		return true;
+	return !(um & 020) && dsfs_caller_in_group(who, fs->opts->gid);
+}
+
+/* Refuse a change: EROFS without a store, EACCES for a stranger. */
+static int dsfs_ckpt_check(struct dsfs *fs, struct dsfs_caller *who)
+{
+	if (!dsfs_ckpt_st(fs)->ck)
+		return -EROFS;
+	return dsfs_ckpt_may_write(fs, who) ? 0 : -EACCES;
+}
+
+/* ---- life ---- */
 
 static int dsfs_ckpt_init(struct dsfs *fs)
 {
+	struct dsfs_ckpt *st = calloc(1, sizeof(*st));
+	int ret;
+
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_init(&st->lock, NULL);
+	st->top.dir = true;
+	st->top.refs = 1;
+	fs->sub_state[DSFS_SUB_CKPT] = st;
+	if (fs->cfg && fs->cfg->ckpt_store) {
+		ret = ckpt_open(fs->cfg, &st->ck);
+		if (ret)
+			return ret;
+	}
 	return dsfs_nodes_add_fixed(&fs->nodes, DSFS_INO_CHECKPOINTS,
 				    DSFS_INO_ROOT, &dsfs_ckpt_subtree,
-				    "checkpoints", NULL);
+				    "checkpoints", &st->top);
 }
+
+static void dsfs_ckpt_destroy(struct dsfs *fs)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+
+	if (!st)
+		return;
+	ckpt_free(st->ck);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+	fs->sub_state[DSFS_SUB_CKPT] = NULL;
+}
+
+static void dsfs_ckpt_forget(struct dsfs *fs, struct dsfs_node *n)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+
+	if (!st || !n->priv || n->priv == &st->top)
+		return;
+	pthread_mutex_lock(&st->lock);
+	dsfs_ckpt_pn_unref_locked(st, n->priv);
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* ---- names ---- */
 
 static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *dir, const char *name,
 			    struct dsfs_entry *e)
 {
-	(void)fs;
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_attr a;
+	char *key;
+	int ret;
+
 	(void)who;
-	(void)dir;
-	(void)name;
-	(void)e;
-	return -ENOENT;
+	if (!st->ck || ckpt_name_ok("", name))
+		return -ENOENT;
+	key = dsfs_ckpt_child_key(st, dir, name);
+	if (!key)
+		return -ENOMEM;
+	ret = ckpt_stat(st->ck, key, &a);
+	free(key);
+	if (!ret)
+		ret = dsfs_ckpt_node(fs, dir, name, a.dir, &e->node);
+	if (ret)
+		return ret;
+	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
+	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	return 0;
 }
 
 static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 			     struct dsfs_node *n, struct fuse_file_info *fi,
-			     struct stat *st, double *timeout)
+			     struct stat *sb, double *timeout)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_attr a = { .dir = true, .mtime = fs->mount_time };
+	char *key;
+	int ret = 0;
+
+	(void)who;
+	*timeout = DSFS_CKPT_TIMEOUT;
+	if (n->ino == DSFS_INO_CHECKPOINTS || !st->ck) {
+		dsfs_reply_attr(fs->opts, sb, n->ino, true, 0, fs->mount_time);
+		if (st->ck)
+			dsfs_ckpt_attr(fs, n->ino, &a, sb);
+		return 0;
+	}
+	if (fi && fi->fh && !dsfs_ckpt_pn_of(n)->dir) {
+		ret = ckpt_file_attr((struct ckpt_file *)(uintptr_t)fi->fh, &a);
+	} else {
+		key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
+		ret = key ? ckpt_stat(st->ck, key, &a) : -ENOMEM;
+		free(key);
+	}
+	if (!ret)
+		dsfs_ckpt_attr(fs, n->ino, &a, sb);
+	return ret;
+}
+
+static int dsfs_ckpt_access(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, int mask)
+{
+	(void)n;
+	if (!(mask & W_OK))
+		return 0;
+	return dsfs_ckpt_check(fs, who);
+}
+
+static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *dir, const char *name, mode_t mode,
+			   struct dsfs_entry *e)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_attr a = { .dir = true };
+	char *key;
+	int ret = dsfs_ckpt_check(fs, who);
+
+	(void)mode;
+	if (ret)
+		return ret;
+	if (ckpt_name_ok("", name))
+		return -EINVAL;
+	key = dsfs_ckpt_child_key(st, dir, name);
+	ret = key ? ckpt_mkdir(st->ck, key) : -ENOMEM;
+	if (!ret)
+		ret = ckpt_stat(st->ck, key, &a);
+	free(key);
+	if (!ret)
+		ret = dsfs_ckpt_node(fs, dir, name, true, &e->node);
+	if (ret)
+		return ret;
+	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
+	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	return 0;
+}
+
+/* unlink and rmdir. */
+static int dsfs_ckpt_remove(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *dir, const char *name, bool isdir)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	char *key;
+	int ret = dsfs_ckpt_check(fs, who);
+
+	if (ret)
+		return ret;
+	key = dsfs_ckpt_child_key(st, dir, name);
+	if (!key)
+		return -ENOMEM;
+	ret = isdir ? ckpt_rmdir(st->ck, key) : ckpt_unlink(st->ck, key);
+	free(key);
+	if (!ret)
+		dsfs_ckpt_mark(fs, dir, name, NULL, NULL);
+	return ret;
+}
+
+static int dsfs_ckpt_unlink(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *dir, const char *name)
+{
+	return dsfs_ckpt_remove(fs, who, dir, name, false);
+}
+
+static int dsfs_ckpt_rmdir(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *dir, const char *name)
+{
+	return dsfs_ckpt_remove(fs, who, dir, name, true);
+}
+
+static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *dir, const char *name,
+			    struct dsfs_node *newdir, const char *newname,
+			    unsigned flags)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	char *from = NULL, *to = NULL;
+	int ret = dsfs_ckpt_check(fs, who);
+
+	if (ret)
+		return ret;
+	if (flags & ~RENAME_NOREPLACE)
+		return -EINVAL; /* RENAME_EXCHANGE, RENAME_WHITEOUT */
+	if (ckpt_name_ok("", newname))
+		return -EINVAL;
+	from = dsfs_ckpt_child_key(st, dir, name);
+	to = dsfs_ckpt_child_key(st, newdir, newname);
+	ret = from && to
+		      ? ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE)
+		      : -ENOMEM;
+	if (!ret) {
+		dsfs_ckpt_mark(fs, newdir, newname, NULL, NULL);
+		dsfs_ckpt_mark(fs, dir, name, newdir, newname);
+	}
+	free(from);
+	free(to);
+	return ret;
+}
+
+static int dsfs_ckpt_perm(struct dsfs *fs, struct dsfs_caller *who,
+			  struct dsfs_node *dir, const char *name)
 {
 	(void)who;
-	(void)fi;
-	dsfs_reply_attr(fs->opts, st, n->ino, true, 0, fs->mount_time);
-	*timeout = fs->opts->entry_timeout;
+	(void)dir;
+	(void)name;
+	return dsfs_ckpt_st(fs)->ck ? -EPERM : -EROFS;
+}
+
+static int dsfs_ckpt_symlink(struct dsfs *fs, struct dsfs_caller *who,
+			     const char *link, struct dsfs_node *dir,
+			     const char *name, struct dsfs_entry *e)
+{
+	(void)link;
+	(void)e;
+	return dsfs_ckpt_perm(fs, who, dir, name);
+}
+
+static int dsfs_ckpt_link(struct dsfs *fs, struct dsfs_caller *who,
+			  struct dsfs_node *n, struct dsfs_node *newdir,
+			  const char *newname, struct dsfs_entry *e)
+{
+	(void)n;
+	(void)e;
+	return dsfs_ckpt_perm(fs, who, newdir, newname);
+}
+
+/* ---- files ---- */
+
+static struct ckpt_file *dsfs_ckpt_fh(struct fuse_file_info *fi)
+{
+	return (struct ckpt_file *)(uintptr_t)fi->fh;
+}
+
+static int dsfs_ckpt_create(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *dir, const char *name,
+			    mode_t mode, struct fuse_file_info *fi,
+			    struct dsfs_entry *e)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_file *f = NULL;
+	struct ckpt_attr a;
+	bool created;
+	char *key;
+	int ret = dsfs_ckpt_check(fs, who);
+
+	(void)mode;
+	if (ret)
+		return ret;
+	if (ckpt_name_ok("", name))
+		return -EINVAL;
+	key = dsfs_ckpt_child_key(st, dir, name);
+	ret = key ? ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
+				   &created)
+		  : -ENOMEM;
+	free(key);
+	if (!ret)
+		ret = ckpt_file_attr(f, &a);
+	if (!ret)
+		ret = dsfs_ckpt_node(fs, dir, name, false, &e->node);
+	if (ret) {
+		ckpt_file_close(f);
+		return ret;
+	}
+	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
+	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	fi->fh = (uintptr_t)f;
+	fi->keep_cache = 0;
+	fi->noflush = 0;
 	return 0;
+}
+
+static int dsfs_ckpt_mknod(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *dir, const char *name, mode_t mode,
+			   dev_t rdev, struct dsfs_entry *e)
+{
+	struct fuse_file_info fi = { .flags = O_WRONLY | O_EXCL };
+	int ret;
+
+	(void)rdev;
+	if (!S_ISREG(mode))
+		return dsfs_ckpt_perm(fs, who, dir, name);
+	ret = dsfs_ckpt_create(fs, who, dir, name, mode, &fi, e);
+	if (ret)
+		return ret;
+	ret = ckpt_file_sync(dsfs_ckpt_fh(&fi));
+	ckpt_file_close(dsfs_ckpt_fh(&fi));
+	if (ret) {
+		dsfs_ckpt_unref_node(fs, e->node);
+		e->node = NULL;
+	}
+	return ret;
+}
+
+static int dsfs_ckpt_open(struct dsfs *fs, struct dsfs_caller *who,
+			  struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_file *f;
+	bool created;
+	char *key;
+	int ret;
+
+	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
+		return -EISDIR;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		ret = dsfs_ckpt_check(fs, who);
+		if (ret)
+			return ret;
+	}
+	key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
+	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
+				   &created)
+		  : -ENOMEM;
+	free(key);
+	if (ret)
+		return ret;
+	fi->fh = (uintptr_t)f;
+	fi->keep_cache = 0;
+	fi->noflush = 0;
+	return 0;
+}
+
+static int dsfs_ckpt_read(struct dsfs *fs, struct dsfs_caller *who,
+			  struct dsfs_node *n, struct fuse_file_info *fi,
+			  size_t size, off_t off, struct dsfs_reply_read *r)
+{
+	char *buf = malloc(size ? size : 1);
+	ssize_t got;
+
+	(void)fs;
+	(void)who;
+	(void)n;
+	if (!buf)
+		return -ENOMEM;
+	got = ckpt_file_pread(dsfs_ckpt_fh(fi), buf, size, off);
+	if (got >= 0)
+		dsfs_reply_read_buf(r, buf, (size_t)got);
+	free(buf);
+	return got < 0 ? (int)got : 0;
+}
+
+static ssize_t dsfs_ckpt_write(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, struct fuse_file_info *fi,
+			       const char *buf, size_t size, off_t off)
+{
+	(void)fs;
+	(void)who;
+	(void)n;
+	return ckpt_file_pwrite(dsfs_ckpt_fh(fi), buf, size, off);
+}
+
+/*
+ * Whether the task closing the file is exiting because a signal killed it
+ * (its FLUSH comes from do_exit: PF_EXITING in /proc/<tid>/stat's flags,
+ * its exit code a signal number). Then what it wrote is not published.
+ */
+static bool dsfs_ckpt_killed(pid_t pid, int *sig)
+{
+	char path[64], buf[1024], *p, *save = NULL;
+	unsigned long flags = 0;
+	long code = 0;
+	ssize_t len;
+	int fd, field = 3;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return false;
+	buf[len] = '\0';
+	p = strrchr(buf, ')');
+	if (!p)
+		return false;
+	for (p = strtok_r(p + 1, " \n", &save); p;
+	     p = strtok_r(NULL, " \n", &save), field++) {
+		if (field == 9)
+			flags = strtoul(p, NULL, 10);
+		else if (field == 52)
+			code = strtol(p, NULL, 10);
+	}
+	if (!(flags & 0x4) || field < 53) /* PF_EXITING */
+		return false;
+	*sig = (int)(code & 0x7f);
+	return *sig != 0;
+}
+
+static int dsfs_ckpt_flush(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	int sig;
+
+	(void)fs;
+	(void)n;
+	/* FLUSH carries no open flags: the handle knows. Only a writer's
+	 * close publishes (a reader's close must not publish what a writer
+	 * is still writing). */
+	if (!ckpt_file_writable(dsfs_ckpt_fh(fi)))
+		return 0;
+	if (dsfs_ckpt_killed(who->pid, &sig)) {
+		log_warn("checkpoints: the writer (pid %d) of a file was "
+			 "killed by signal %d before closing it: not "
+			 "published",
+			 (int)who->pid, sig);
+		return 0;
+	}
+	return ckpt_file_sync(dsfs_ckpt_fh(fi));
+}
+
+static int dsfs_ckpt_fsync(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *n, int datasync,
+			   struct fuse_file_info *fi)
+{
+	(void)fs;
+	(void)who;
+	(void)n;
+	(void)datasync;
+	return ckpt_file_sync(dsfs_ckpt_fh(fi));
+}
+
+static int dsfs_ckpt_fallocate(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, int mode, off_t off,
+			       off_t len, struct fuse_file_info *fi)
+{
+	struct ckpt_attr a;
+	int ret;
+
+	(void)fs;
+	(void)who;
+	(void)n;
+	if (mode)
+		return -EOPNOTSUPP;
+	ret = ckpt_file_attr(dsfs_ckpt_fh(fi), &a);
+	if (!ret && (uint64_t)(off + len) > a.size)
+		ret = ckpt_file_truncate(dsfs_ckpt_fh(fi),
+					 (uint64_t)(off + len));
+	return ret;
+}
+
+static void dsfs_ckpt_release(struct dsfs *fs, struct dsfs_caller *who,
+			      struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	(void)fs;
+	(void)who;
+	(void)n;
+	ckpt_file_close(dsfs_ckpt_fh(fi));
+}
+
+static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, const struct stat *attr,
+			     int to_set, struct fuse_file_info *fi,
+			     struct stat *sb, double *timeout)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_file *f = fi ? dsfs_ckpt_fh(fi) : NULL, *tmp = NULL;
+	bool created;
+	char *key = NULL;
+	int ret = dsfs_ckpt_check(fs, who);
+
+	if (ret)
+		return ret;
+	if (n->ino == DSFS_INO_CHECKPOINTS)
+		return (to_set & (FUSE_SET_ATTR_SIZE)) ? -EISDIR : -EPERM;
+	if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->opts->uid) ||
+	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->opts->gid))
+		return -EPERM; /* owners are fixed (-o uid, gid) */
+	key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
+	if (!key)
+		return -ENOMEM;
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (dsfs_ckpt_pn_of(n)->dir)
+			ret = -EISDIR;
+		else if (f)
+			ret = ckpt_file_truncate(f, (uint64_t)attr->st_size);
+		else
+			ret = ckpt_truncate(st->ck, key,
+					    (uint64_t)attr->st_size);
+	}
+	if (!ret &&
+	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) &&
+	    !dsfs_ckpt_pn_of(n)->dir) {
+		struct timespec ts = attr->st_mtim;
+
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			clock_gettime(CLOCK_REALTIME, &ts);
+		if (!f) {
+			ret = ckpt_file_open(st->ck, key, O_RDONLY, &tmp,
+					     &created);
+			f = tmp;
+		}
+		if (!ret)
+			ret = ckpt_file_set_mtime(f, &ts);
+	}
+	ckpt_file_close(tmp);
+	free(key);
+	if (ret)
+		return ret;
+	/* chmod is accepted and has no effect: modes follow -o umask. */
+	return dsfs_ckpt_getattr(fs, who, n, fi, sb, timeout);
+}
+
+static int dsfs_ckpt_statfs(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, struct statvfs *sv)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+
+	if (!st->ck)
+		return fs->subs[DSFS_SUB_ROOT]->statfs
+			       ? fs->subs[DSFS_SUB_ROOT]->statfs(fs, who, n, sv)
+			       : 0;
+	return ckpt_statfs(st->ck, sv);
+}
+
+/* ---- directories ---- */
+
+static int dsfs_ckpt_dir_add(void *arg, const char *name,
+			     const struct ckpt_attr *a)
+{
+	struct dsfs_ckpt_dir *d = arg;
+
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 32;
+		struct dsfs_ckpt_ent *v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		d->v = v;
+		d->cap = cap;
+	}
+	d->v[d->n].name = strdup(name);
+	if (!d->v[d->n].name)
+		return -ENOMEM;
+	d->v[d->n++].a = *a;
+	return 0;
+}
+
+static void dsfs_ckpt_dir_free(struct dsfs_ckpt_dir *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->n; i++)
+		free(d->v[i].name);
+	free(d->v);
+	free(d);
+}
+
+static int dsfs_ckpt_opendir(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct dsfs_ckpt_dir *d = calloc(1, sizeof(*d));
+	char *key;
+	int ret = 0;
+
+	(void)who;
+	if (!d)
+		return -ENOMEM;
+	if (st->ck) {
+		key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
+		ret = key ? ckpt_list(st->ck, key, dsfs_ckpt_dir_add, d)
+			  : -ENOMEM;
+		free(key);
+	}
+	if (ret) {
+		dsfs_ckpt_dir_free(d);
+		return ret;
+	}
+	fi->fh = (uintptr_t)d;
+	return 0;
+}
+
+/* A stable, non-zero inode number for a listing entry without a node. */
+static ino_t dsfs_ckpt_fake_ino(const char *name)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 1099511628211ULL;
+	return (ino_t)(h | (1ULL << 62));
 }
 
 static int dsfs_ckpt_readdir(struct dsfs *fs, struct dsfs_caller *who,
 			     struct dsfs_node *n, struct fuse_file_info *fi,
 			     off_t off, struct dsfs_reply_dir *d)
 {
+	struct dsfs_ckpt_dir *l = (struct dsfs_ckpt_dir *)(uintptr_t)fi->fh;
 	struct dsfs_entry e = { 0 };
 
-	(void)fs;
 	(void)who;
-	(void)fi;
 	e.attr.st_mode = S_IFDIR;
 	e.attr.st_ino = n->ino;
 	if (off < 1 && dsfs_reply_dir_add(d, ".", &e, 1))
 		return 0;
 	e.attr.st_ino = DSFS_INO_ROOT;
-	if (off < 2)
-		dsfs_reply_dir_add(d, "..", &e, 2);
+	if (off < 2 && dsfs_reply_dir_add(d, "..", &e, 2))
+		return 0;
+	for (size_t i = off > 2 ? (size_t)off - 2 : 0; l && i < l->n; i++) {
+		/* No node (and so no lookup reference) for plus entries:
+		 * the kernel looks each name up when it needs it. */
+		dsfs_ckpt_attr(fs, dsfs_ckpt_fake_ino(l->v[i].name), &l->v[i].a,
+			       &e.attr);
+		if (dsfs_reply_dir_add(d, l->v[i].name, &e, (off_t)i + 3))
+			break;
+	}
 	return 0;
+}
+
+static void dsfs_ckpt_releasedir(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	(void)fs;
+	(void)who;
+	(void)n;
+	dsfs_ckpt_dir_free((struct dsfs_ckpt_dir *)(uintptr_t)fi->fh);
+}
+
+/* ---- extended attributes ---- */
+
+static int dsfs_ckpt_setxattr(struct dsfs *fs, struct dsfs_caller *who,
+			      struct dsfs_node *n, const char *name,
+			      const char *value, size_t size, int flags)
+{
+	(void)who;
+	(void)n;
+	(void)name;
+	(void)value;
+	(void)size;
+	(void)flags;
+	return dsfs_ckpt_st(fs)->ck ? -ENOTSUP : -EROFS;
+}
+
+static int dsfs_ckpt_removexattr(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, const char *name)
+{
+	(void)who;
+	(void)n;
+	(void)name;
+	return dsfs_ckpt_st(fs)->ck ? -ENOTSUP : -EROFS;
 }
 
 const struct dsfs_subtree dsfs_ckpt_subtree = {
 	.name = "checkpoints",
 	.init = dsfs_ckpt_init,
+	.destroy = dsfs_ckpt_destroy,
+	.forget = dsfs_ckpt_forget,
 	.lookup = dsfs_ckpt_lookup,
+	.mknod = dsfs_ckpt_mknod,
+	.mkdir = dsfs_ckpt_mkdir,
+	.symlink = dsfs_ckpt_symlink,
+	.link = dsfs_ckpt_link,
+	.unlink = dsfs_ckpt_unlink,
+	.rmdir = dsfs_ckpt_rmdir,
+	.rename = dsfs_ckpt_rename,
+	.create = dsfs_ckpt_create,
 	.getattr = dsfs_ckpt_getattr,
+	.setattr = dsfs_ckpt_setattr,
+	.access = dsfs_ckpt_access,
+	.statfs = dsfs_ckpt_statfs,
+	.open = dsfs_ckpt_open,
+	.read = dsfs_ckpt_read,
+	.write = dsfs_ckpt_write,
+	.flush = dsfs_ckpt_flush,
+	.fsync = dsfs_ckpt_fsync,
+	.fallocate = dsfs_ckpt_fallocate,
+	.release = dsfs_ckpt_release,
+	.opendir = dsfs_ckpt_opendir,
 	.readdir = dsfs_ckpt_readdir,
+	.releasedir = dsfs_ckpt_releasedir,
+	.setxattr = dsfs_ckpt_setxattr,
+	.removexattr = dsfs_ckpt_removexattr,
 };

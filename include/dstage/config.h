@@ -53,6 +53,12 @@ struct dstage_config {
 	unsigned s3_backoff_base_ms; /* s3.backoff_base */
 	unsigned s3_backoff_max_ms; /* s3.backoff_max */
 
+	/* [checkpoints] */
+	char *ckpt_store; /* checkpoints.store, NULL: checkpoints/ read-only */
+	char *ckpt_staging_dir; /* checkpoints.staging_dir */
+	uint64_t ckpt_staging_size; /* checkpoints.staging_size, bytes */
+	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
+
 	/* [log] */
 	int log_level; /* log.level, enum log_level */
 	bool log_syslog; /* log.syslog */

@@ -1,0 +1,1039 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ckpt: the checkpoint store's namespace (see include/dstage/ckpt.h and
+ * ckpt_i.h for the staging layout, the journal and the lock order).
+ *
+ * What a key is: the local copy (staging_dir/tree/<key>) when this node
+ * has one it should serve (being written, waiting to be published, or a
+ * clean copy whose ETag still matches the store's), else the store's
+ * object, else a directory when the store has keys under "<key>/" or the
+ * tree has the directory. A clean local copy the store replaced or removed
+ * (another node wrote the name) is dropped when met.
+ *
+ * State of this module: the handle is immutable after ckpt_open except
+ * what ckpt_i.h marks (entries, counters, under ck->lock).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_i.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+
+#define CKPT_DIR_MODE 0700
+
+int64_t ckpt_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ckpt_store_errno(int ret)
+{
+	if (ret == -ENOSPC || ret == -EDQUOT || ret == -ENOMEM || ret >= 0)
+		return ret;
+	return -EIO;
+}
+
+/* A segment is valid: not empty, ".", "..", not over NAME_MAX, no
+ * ".dstage" prefix (the store's own names: sidecars, filestore's
+ * temporaries). */
+static int ckpt_seg_ok(const char *s, size_t len)
+{
+	if (len == 0 || len > NAME_MAX)
+		return -EINVAL;
+	if ((len == 1 && s[0] == '.') ||
+	    (len == 2 && s[0] == '.' && s[1] == '.'))
+		return -EINVAL;
+	if (len >= 7 && memcmp(s, ".dstage", 7) == 0)
+		return -EINVAL;
+	return 0;
+}
+
+int ckpt_key_ok(const char *key)
+{
+	const char *p = key, *slash;
+
+	if (!*key)
+		return 0;
+	if (strlen(key) >= 4000)
+		return -ENAMETOOLONG;
+	for (;;) {
+		slash = strchr(p, '/');
+		if (ckpt_seg_ok(p, slash ? (size_t)(slash - p) : strlen(p)))
+			return -EINVAL;
+		if (!slash)
+			return 0;
+		p = slash + 1;
+	}
+}
+
+int ckpt_name_ok(const char *dirkey, const char *name)
+{
+	(void)dirkey;
+	if (strchr(name, '/'))
+		return -EINVAL;
+	return ckpt_seg_ok(name, strlen(name));
+}
+
+char *ckpt_key_join(const char *dir, const char *name)
+{
+	size_t dl = strlen(dir), nl = strlen(name);
+	char *k = malloc(dl + nl + 2);
+
+	if (!k)
+		return NULL;
+	if (dl) {
+		memcpy(k, dir, dl);
+		k[dl++] = '/';
+	}
+	memcpy(k + dl, name, nl + 1);
+	return k;
+}
+
+char *ckpt_sidecar_key(const char *key)
+{
+	return ckpt_key_join(".dstage-sha256", key);
+}
+
+/* The tree path of key for the *at calls ("." for the top). */
+static const char *ckpt_tpath(const char *key)
+{
+	return *key ? key : ".";
+}
+
+int ckpt_tree_mkparents(struct ckpt *ck, const char *key)
+{
+	char path[4096];
+	size_t len = strlen(key);
+
+	if (len >= sizeof(path))
+		return -ENAMETOOLONG;
+	memcpy(path, key, len + 1);
+	for (char *p = strchr(path, '/'); p; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		if (mkdirat(ck->tree_fd, path, CKPT_DIR_MODE) &&
+		    errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	return 0;
+}
+
+/* ---- opening ---- */
+
+/* staging_dir must be ours and writable by nobody else (like cache.dir):
+ * whoever can write it could swap a local copy before it is published. */
+static int ckpt_staging_check(const char *path, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (st.st_uid != geteuid()) {
+		log_error("checkpoints: checkpoints.staging_dir %s is owned by "
+			  "uid %u, not by this process's uid %u: chown %u %s "
+			  "and chmod 0700 it, or set checkpoints.staging_dir "
+			  "to a directory of this user",
+			  path, (unsigned)st.st_uid, (unsigned)geteuid(),
+			  (unsigned)geteuid(), path);
+		return -EACCES;
+	}
+	if (st.st_mode & 022) {
+		log_error("checkpoints: checkpoints.staging_dir %s is writable "
+			  "by group or others (mode %04o): they could change a "
+			  "checkpoint before it is published; chmod 0700 %s",
+			  path, (unsigned)(st.st_mode & 07777), path);
+		return -EACCES;
+	}
+	if ((st.st_mode & 077) && fchmod(fd, CKPT_DIR_MODE))
+		log_warn("checkpoints: cannot chmod 0700 %s: %s", path,
+			 strerror(errno));
+	return 0;
+}
+
+/* mkdir -p path (0700 for what is made). */
+static int ckpt_mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		if (mkdir(buf, 0755) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, CKPT_DIR_MODE) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int ckpt_subdir(int dfd, const char *name, int *out)
+{
+	if (mkdirat(dfd, name, CKPT_DIR_MODE) && errno != EEXIST)
+		return -errno;
+	*out = openat(dfd, name,
+		      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return *out < 0 ? -errno : 0;
+}
+
+int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
+{
+	pthread_mutexattr_t ma;
+	struct ckpt *ck;
+	int dfd = -1, ret;
+
+	*out = NULL;
+	if (!cfg->ckpt_store || !*cfg->ckpt_store) {
+		log_error("checkpoints: checkpoints.store is not set");
+		return -EINVAL;
+	}
+	ck = calloc(1, sizeof(*ck));
+	if (!ck)
+		return -ENOMEM;
+	ck->cfg = cfg;
+	ck->tree_fd = ck->journal_fd = -1;
+	ck->limit = cfg->ckpt_staging_size;
+	pthread_mutexattr_init(&ma);
+	/* stat may drop a stale copy (open_lock) inside an open */
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&ck->open_lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	pthread_cond_init(&ck->cond, NULL);
+	pthread_rwlock_init(&ck->ns_lock, NULL);
+	pthread_mutex_init(&ck->lock, NULL);
+	ck->staging = strdup(cfg->ckpt_staging_dir);
+	if (!ck->staging) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	ret = objstore_open(cfg->ckpt_store, cfg, &ck->os);
+	if (ret) {
+		log_error("checkpoints: cannot open checkpoints.store %s: %s",
+			  cfg->ckpt_store, strerror(-ret));
+		goto err;
+	}
+	ret = ckpt_mkdir_p(ck->staging);
+	if (!ret) {
+		dfd = open(ck->staging,
+			   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		ret = dfd < 0 ? -errno : 0;
+	}
+	if (ret) {
+		log_error(
+			"checkpoints: cannot make checkpoints.staging_dir %s: "
+			"%s; set it to a directory on the cache disk",
+			ck->staging, strerror(-ret));
+		goto err;
+	}
+	ret = ckpt_staging_check(ck->staging, dfd);
+	if (!ret)
+		ret = ckpt_subdir(dfd, CKPT_TREE, &ck->tree_fd);
+	if (!ret)
+		ret = ckpt_subdir(dfd, CKPT_JOURNAL, &ck->journal_fd);
+	if (ret) {
+		if (ret != -EACCES)
+			log_error("checkpoints: %s: %s", ck->staging,
+				  strerror(-ret));
+		goto err;
+	}
+	close(dfd);
+	dfd = -1;
+	ret = ckpt_journal_scan(ck, true, false);
+	if (!ret)
+		ret = ckpt_retry_start(ck);
+	if (ret)
+		goto err;
+	log_info("checkpoints: store %s, staging %s (%" PRIu64 " of %" PRIu64
+		 " bytes used)",
+		 cfg->ckpt_store, ck->staging, ck->used, ck->limit);
+	*out = ck;
+	return 0;
+err:
+	if (dfd >= 0)
+		close(dfd);
+	ckpt_free(ck);
+	return ret;
+}
+
+void ckpt_free(struct ckpt *ck)
+{
+	if (!ck)
+		return;
+	ckpt_retry_stop(ck);
+	while (ck->ents) {
+		struct ckpt_ent *e = ck->ents;
+
+		ck->ents = e->next;
+		log_warn("checkpoints: %s still open at shutdown", e->key);
+		if (e->fd >= 0)
+			close(e->fd);
+		pthread_mutex_destroy(&e->lock);
+		free(e->key);
+		free(e);
+	}
+	objstore_free(ck->os);
+	if (ck->tree_fd >= 0)
+		close(ck->tree_fd);
+	if (ck->journal_fd >= 0)
+		close(ck->journal_fd);
+	pthread_mutex_destroy(&ck->open_lock);
+	pthread_rwlock_destroy(&ck->ns_lock);
+	pthread_mutex_destroy(&ck->lock);
+	pthread_cond_destroy(&ck->cond);
+	free(ck->staging);
+	free(ck);
+}
+
+const char *ckpt_url(const struct ckpt *ck)
+{
+	return objstore_url(ck->os);
+}
+
+/* ---- what a key is ---- */
+
+/* Drop key's clean local copy (the store has another or none). */
+static void ckpt_drop_local(struct ckpt *ck, const char *key,
+			    const struct stat *st)
+{
+	struct ckpt_ent *e;
+
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	e = ckpt_ent_find_locked(ck, key);
+	if (e)
+		e->refs--;
+	pthread_mutex_unlock(&ck->lock);
+	if (!e && !unlinkat(ck->tree_fd, key, 0)) {
+		ckpt_journal_remove(ck, st->st_ino);
+		ckpt_space(ck, -(int64_t)st->st_size);
+		log_debug("checkpoints: %s changed in the store: local copy "
+			  "dropped",
+			  key);
+	}
+	pthread_mutex_unlock(&ck->open_lock);
+}
+
+/*
+ * Whether key's local copy is what to serve: 1 (st is it), or 0 (none, or
+ * a stale clean copy, dropped). *head is 1 when no HEAD was sent, else its
+ * result with *oi filled on 0.
+ */
+static int ckpt_local(struct ckpt *ck, const char *key, struct stat *st,
+		      struct objstore_info *oi, int *head)
+{
+	struct ckpt_rec rec;
+	struct ckpt_ent *e;
+
+	*head = 1;
+	if (fstatat(ck->tree_fd, ckpt_tpath(key), st, AT_SYMLINK_NOFOLLOW))
+		return 0;
+	if (S_ISDIR(st->st_mode))
+		return 1;
+	if (!S_ISREG(st->st_mode))
+		return 0;
+	pthread_mutex_lock(&ck->lock);
+	e = ckpt_ent_find_locked(ck, key);
+	if (e)
+		e->refs--; /* only asking: no reference kept */
+	pthread_mutex_unlock(&ck->lock);
+	if (e)
+		return 1;
+	if (ckpt_journal_read(ck, st->st_ino, &rec) || rec.state != 'C')
+		return 1; /* written here, not published yet */
+	*head = objstore_head(ck->os, key, oi);
+	if (!*head && strcmp(oi->etag, rec.etag) == 0)
+		return 1;
+	if (!*head || *head == -ENOENT) {
+		ckpt_drop_local(ck, key, st);
+		return 0;
+	}
+	return 1; /* the store cannot say: the local copy stands */
+}
+
+static int ckpt_first_cb(void *arg, const struct objstore_info *oi)
+{
+	(void)arg;
+	(void)oi;
+	return 1;
+}
+
+/* Whether the store has keys under "key/": 1, 0 or -errno. */
+static int ckpt_store_has_dir(struct ckpt *ck, const char *key)
+{
+	char *prefix = ckpt_key_join(key, "");
+	int ret;
+
+	if (!prefix)
+		return -ENOMEM;
+	ret = objstore_list(ck->os, prefix, ckpt_first_cb, NULL);
+	free(prefix);
+	if (ret == 1)
+		return 1;
+	if (ret == 0 || ret == -ENOENT || ret == -ENOTDIR)
+		return 0;
+	return ckpt_store_errno(ret);
+}
+
+int ckpt_stat(struct ckpt *ck, const char *key, struct ckpt_attr *a)
+{
+	struct objstore_info oi;
+	struct stat st;
+	int head, ret;
+
+	memset(a, 0, sizeof(*a));
+	ret = ckpt_key_ok(key);
+	if (ret)
+		return ret;
+	if (!*key) {
+		a->dir = true;
+		a->local = true;
+		if (!fstat(ck->tree_fd, &st))
+			a->mtime = st.st_mtim.tv_sec;
+		return 0;
+	}
+	if (ckpt_local(ck, key, &st, &oi, &head)) {
+		a->dir = S_ISDIR(st.st_mode);
+		a->size = a->dir ? 0 : (uint64_t)st.st_size;
+		a->mtime = st.st_mtim.tv_sec;
+		a->local = true;
+		return 0;
+	}
+	if (head == 1)
+		head = objstore_head(ck->os, key, &oi);
+	if (!head) {
+		a->size = oi.size;
+		a->mtime = oi.mtime;
+		return 0;
+	}
+	if (head != -ENOENT && head != -ENOTDIR && head != -EISDIR &&
+	    head != -EINVAL)
+		return ckpt_store_errno(head);
+	ret = ckpt_store_has_dir(ck, key);
+	if (ret < 0)
+		return ret;
+	if (!ret)
+		return -ENOENT;
+	a->dir = true;
+	return 0;
+}
+
+/* ---- listing ---- */
+
+struct ckpt_item {
+	char *name;
+	struct ckpt_attr a;
+};
+
+struct ckpt_items {
+	struct ckpt_item *v;
+	size_t n, cap;
+	size_t plen; /* the store prefix's length */
+	bool top;
+	int err;
+};
+
+static int ckpt_items_add(struct ckpt_items *it, const char *name, size_t len,
+			  const struct ckpt_attr *a)
+{
+	if (it->n == it->cap) {
+		size_t cap = it->cap ? it->cap * 2 : 64;
+		struct ckpt_item *v = realloc(it->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		it->v = v;
+		it->cap = cap;
+	}
+	it->v[it->n].name = strndup(name, len);
+	if (!it->v[it->n].name)
+		return -ENOMEM;
+	it->v[it->n++].a = *a;
+	return 0;
+}
+
+static int ckpt_list_store_cb(void *arg, const struct objstore_info *oi)
+{
+	struct ckpt_items *it = arg;
+	const char *rest = oi->key + it->plen, *slash = strchr(rest, '/');
+	size_t len = slash ? (size_t)(slash - rest) : strlen(rest);
+	struct ckpt_attr a = { .dir = slash != NULL };
+
+	if (ckpt_seg_ok(rest, len))
+		return 0; /* ".dstage-sha256/", temporaries, odd keys */
+	if (it->n && it->v[it->n - 1].a.dir && a.dir &&
+	    !it->v[it->n - 1].a.local && strlen(it->v[it->n - 1].name) == len &&
+	    memcmp(it->v[it->n - 1].name, rest, len) == 0)
+		return 0; /* the same directory again */
+	if (!a.dir) {
+		a.size = oi->size;
+		a.mtime = oi->mtime;
+	}
+	it->err = ckpt_items_add(it, rest, len, &a);
+	return it->err ? 1 : 0;
+}
+
+static int ckpt_item_cmp(const void *x, const void *y)
+{
+	const struct ckpt_item *a = x, *b = y;
+	int c = strcmp(a->name, b->name);
+
+	if (c)
+		return c;
+	return (int)b->a.local - (int)a->a.local; /* local first */
+}
+
+static int ckpt_list_local(struct ckpt *ck, const char *dirkey,
+			   struct ckpt_items *it, bool *found)
+{
+	struct dirent *de;
+	DIR *d;
+	int fd, ret = 0;
+
+	fd = openat(ck->tree_fd, ckpt_tpath(dirkey),
+		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	*found = true;
+	while (!ret && (de = readdir(d))) {
+		struct ckpt_attr a = { .local = true };
+		struct stat st;
+
+		if (ckpt_seg_ok(de->d_name, strlen(de->d_name)))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+			continue;
+		a.dir = S_ISDIR(st.st_mode);
+		a.size = a.dir ? 0 : (uint64_t)st.st_size;
+		a.mtime = st.st_mtim.tv_sec;
+		ret = ckpt_items_add(it, de->d_name, strlen(de->d_name), &a);
+	}
+	closedir(d);
+	return ret;
+}
+
+int ckpt_list(struct ckpt *ck, const char *dirkey, ckpt_list_cb cb, void *arg)
+{
+	struct ckpt_items it = { .top = !*dirkey };
+	char *prefix = NULL;
+	bool found = !*dirkey;
+	size_t start;
+	int ret = ckpt_key_ok(dirkey);
+
+	if (ret)
+		return ret;
+	ret = ckpt_list_local(ck, dirkey, &it, &found);
+	if (ret)
+		goto out;
+	prefix = *dirkey ? ckpt_key_join(dirkey, "") : strdup("");
+	if (!prefix) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	it.plen = strlen(prefix);
+	start = it.n;
+	ret = objstore_list(ck->os, prefix, ckpt_list_store_cb, &it);
+	if (it.err) {
+		ret = it.err;
+		goto out;
+	}
+	if (ret == -ENOENT || ret == -ENOTDIR)
+		ret = 0;
+	if (ret) {
+		ret = ckpt_store_errno(ret);
+		goto out;
+	}
+	if (it.n > start)
+		found = true;
+	if (!found) {
+		ret = -ENOENT;
+		goto out;
+	}
+	qsort(it.v, it.n, sizeof(*it.v), ckpt_item_cmp);
+	for (size_t i = 0; i < it.n && !ret; i++) {
+		if (i && strcmp(it.v[i].name, it.v[i - 1].name) == 0)
+			continue;
+		ret = cb(arg, it.v[i].name, &it.v[i].a);
+	}
+out:
+	for (size_t i = 0; i < it.n; i++)
+		free(it.v[i].name);
+	free(it.v);
+	free(prefix);
+	return ret;
+}
+
+/* ---- directories ---- */
+
+/* The parent of key (malloc'd: "" for a top-level name). */
+static char *ckpt_parent(const char *key)
+{
+	const char *slash = strrchr(key, '/');
+
+	return strndup(key, slash ? (size_t)(slash - key) : 0);
+}
+
+static int ckpt_parent_dir(struct ckpt *ck, const char *key)
+{
+	struct ckpt_attr a;
+	char *parent = ckpt_parent(key);
+	int ret;
+
+	if (!parent)
+		return -ENOMEM;
+	ret = ckpt_stat(ck, parent, &a);
+	free(parent);
+	if (!ret && !a.dir)
+		ret = -ENOTDIR;
+	return ret;
+}
+
+int ckpt_mkdir(struct ckpt *ck, const char *key)
+{
+	struct ckpt_attr a;
+	int ret = ckpt_key_ok(key);
+
+	if (ret || !*key)
+		return ret ? ret : -EEXIST;
+	ret = ckpt_parent_dir(ck, key);
+	if (ret)
+		return ret;
+	ret = ckpt_stat(ck, key, &a);
+	if (!ret)
+		return -EEXIST;
+	if (ret != -ENOENT)
+		return ret;
+	ret = ckpt_tree_mkparents(ck, key);
+	if (!ret && mkdirat(ck->tree_fd, key, CKPT_DIR_MODE))
+		ret = -errno;
+	return ret;
+}
+
+int ckpt_rmdir(struct ckpt *ck, const char *key)
+{
+	struct ckpt_attr a;
+	int ret = ckpt_stat(ck, key, &a);
+
+	if (ret)
+		return ret;
+	if (!*key)
+		return -EBUSY;
+	if (!a.dir)
+		return -ENOTDIR;
+	ret = ckpt_store_has_dir(ck, key);
+	if (ret)
+		return ret < 0 ? ret : -ENOTEMPTY;
+	if (unlinkat(ck->tree_fd, key, AT_REMOVEDIR) && errno != ENOENT)
+		return errno == EEXIST ? -ENOTEMPTY : -errno;
+	return 0;
+}
+
+/* ---- removing and renaming files ---- */
+
+/* Delete key and its sidecar from the store. */
+static int ckpt_store_delete(struct ckpt *ck, const char *key)
+{
+	char *side = ckpt_sidecar_key(key);
+	int ret, r2;
+
+	if (!side)
+		return -ENOMEM;
+	ret = objstore_delete(ck->os, key);
+	r2 = objstore_delete(ck->os, side);
+	free(side);
+	if (ret && ret != -ENOENT) {
+		log_error("checkpoints: cannot delete %s from %s: %s", key,
+			  ckpt_url(ck), strerror(-ret));
+		return ckpt_store_errno(ret);
+	}
+	return r2 && r2 != -ENOENT ? ckpt_store_errno(r2) : 0;
+}
+
+/* Take the open entry of key out of the list: it is never published again.
+ * ck->lock held. */
+static void ckpt_ent_detach_locked(struct ckpt *ck, const char *key)
+{
+	for (struct ckpt_ent **pp = &ck->ents; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->key, key) == 0) {
+			(*pp)->unlinked = true;
+			*pp = (*pp)->next;
+			return;
+		}
+	}
+}
+
+/* Remove key's local copy and its record. */
+static void ckpt_local_remove(struct ckpt *ck, const char *key)
+{
+	struct stat st;
+
+	if (fstatat(ck->tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISREG(st.st_mode))
+		return;
+	if (!unlinkat(ck->tree_fd, key, 0)) {
+		ckpt_journal_remove(ck, st.st_ino);
+		ckpt_space(ck, -(int64_t)st.st_size);
+	}
+}
+
+int ckpt_unlink(struct ckpt *ck, const char *key)
+{
+	struct ckpt_ent *e;
+	struct ckpt_attr a;
+	int ret = ckpt_stat(ck, key, &a);
+
+	if (ret)
+		return ret;
+	if (a.dir)
+		return -EISDIR;
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	e = ckpt_ent_find_locked(ck, key);
+	pthread_mutex_unlock(&ck->lock);
+	if (e)
+		pthread_mutex_lock(&e->lock); /* a publish ends first */
+	pthread_mutex_lock(&ck->lock);
+	ckpt_ent_detach_locked(ck, key);
+	pthread_mutex_unlock(&ck->lock);
+	ckpt_local_remove(ck, key);
+	ret = ckpt_store_delete(ck, key);
+	if (e) {
+		pthread_mutex_unlock(&e->lock);
+		ckpt_ent_put(ck, e);
+	}
+	pthread_mutex_unlock(&ck->open_lock);
+	return ret;
+}
+
+/* Copy from's SHA-256 record to to's (or drop to's when from has none). */
+static int ckpt_sidecar_copy(struct ckpt *ck, const char *from, const char *to)
+{
+	char *fs = ckpt_sidecar_key(from), *ts = ckpt_sidecar_key(to);
+	char buf[256];
+	size_t got = 0;
+	int ret = -ENOMEM;
+
+	if (!fs || !ts)
+		goto out;
+	ret = objstore_get(ck->os, fs, 0, sizeof(buf), NULL, buf, &got);
+	if (!ret)
+		ret = objstore_put_buf(ck->os, ts, buf, got);
+	else if (ret == -ENOENT || ret == -ERANGE)
+		ret = objstore_delete(ck->os, ts);
+out:
+	free(fs);
+	free(ts);
+	return ret == -ENOENT ? 0 : ret;
+}
+
+static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
+{
+	struct objstore_info oi;
+	struct ckpt_ent *e;
+	struct ckpt_rec rec = { 0 };
+	struct stat st;
+	bool local, in_store = true;
+	int ret = 0;
+
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	e = ckpt_ent_find_locked(ck, from);
+	pthread_mutex_unlock(&ck->lock);
+	if (e)
+		pthread_mutex_lock(&e->lock); /* no publish meanwhile */
+	local = !fstatat(ck->tree_fd, from, &st, AT_SYMLINK_NOFOLLOW) &&
+		S_ISREG(st.st_mode);
+	rec.state = 'W';
+	if (local) {
+		if (ckpt_journal_read(ck, st.st_ino, &rec))
+			rec.state = 'W';
+		in_store = rec.state == 'C' && !(e && e->dirty);
+	}
+	if (in_store) {
+		/* Server-side copy onto the final name (atomic there), then
+		 * the old name goes. */
+		ret = objstore_copy(ck->os, from, to);
+		if (!ret)
+			ret = ckpt_sidecar_copy(ck, from, to);
+		if (ret) {
+			log_error("checkpoints: cannot rename %s to %s in %s: "
+				  "%s",
+				  from, to, ckpt_url(ck), strerror(-ret));
+			ret = ckpt_store_errno(ret);
+			goto out;
+		}
+		ret = ckpt_store_delete(ck, from);
+		if (ret)
+			goto out;
+	} else {
+		/* Not published: an older version under from must go. */
+		ret = ckpt_store_delete(ck, from);
+		if (ret)
+			goto out;
+	}
+	pthread_mutex_lock(&ck->lock);
+	ckpt_ent_detach_locked(ck, to);
+	pthread_mutex_unlock(&ck->lock);
+	ckpt_local_remove(ck, to);
+	if (local) {
+		ret = ckpt_tree_mkparents(ck, to);
+		if (!ret && renameat(ck->tree_fd, from, ck->tree_fd, to))
+			ret = -errno;
+		if (ret) {
+			log_error("checkpoints: cannot rename the local copy "
+				  "%s/%s/%s: %s",
+				  ck->staging, CKPT_TREE, from, strerror(-ret));
+			goto out;
+		}
+		snprintf(rec.key, sizeof(rec.key), "%s", to);
+		if (rec.state == 'C' && !objstore_head(ck->os, to, &oi))
+			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
+		ckpt_journal_write(ck, st.st_ino, &rec, false);
+	}
+	pthread_mutex_lock(&ck->lock);
+	if (e) {
+		char *k = strdup(to);
+
+		if (k) {
+			free(e->key);
+			e->key = k;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&ck->lock);
+out:
+	if (e) {
+		pthread_mutex_unlock(&e->lock);
+		ckpt_ent_put(ck, e);
+	}
+	pthread_mutex_unlock(&ck->open_lock);
+	return ret;
+}
+
+struct ckpt_keys {
+	char **v;
+	size_t n, cap;
+	int err;
+};
+
+static int ckpt_keys_cb(void *arg, const struct objstore_info *oi)
+{
+	struct ckpt_keys *k = arg;
+
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 64;
+		char **v = realloc(k->v, cap * sizeof(*v));
+
+		if (!v) {
+			k->err = -ENOMEM;
+			return 1;
+		}
+		k->v = v;
+		k->cap = cap;
+	}
+	k->v[k->n] = strdup(oi->key);
+	if (!k->v[k->n]) {
+		k->err = -ENOMEM;
+		return 1;
+	}
+	k->n++;
+	return 0;
+}
+
+/* Copy every object under prefix "from/" to "to/" and then delete the
+ * old ones (sidecars too). A failure leaves both names in the store. */
+static int ckpt_store_rename_prefix(struct ckpt *ck, const char *from,
+				    const char *to)
+{
+	struct ckpt_keys k = { 0 };
+	char *pf = ckpt_key_join(from, "");
+	size_t fl = strlen(from);
+	int ret = pf ? 0 : -ENOMEM;
+
+	if (!ret)
+		ret = objstore_list(ck->os, pf, ckpt_keys_cb, &k);
+	if (k.err)
+		ret = k.err;
+	if (ret == -ENOENT)
+		ret = 0;
+	for (size_t i = 0; i < k.n && !ret; i++) {
+		char *nk = ckpt_key_join(to, k.v[i] + fl + 1);
+
+		ret = nk ? objstore_copy(ck->os, k.v[i], nk) : -ENOMEM;
+		if (!ret)
+			ret = ckpt_sidecar_copy(ck, k.v[i], nk);
+		free(nk);
+	}
+	for (size_t i = 0; i < k.n && !ret; i++)
+		ret = ckpt_store_delete(ck, k.v[i]);
+	for (size_t i = 0; i < k.n; i++)
+		free(k.v[i]);
+	free(k.v);
+	free(pf);
+	if (ret)
+		log_error("checkpoints: cannot rename directory %s to %s in "
+			  "%s: %s",
+			  from, to, ckpt_url(ck), strerror(-ret));
+	return ckpt_store_errno(ret);
+}
+
+static int ckpt_rename_dir(struct ckpt *ck, const char *from, const char *to)
+{
+	size_t fl = strlen(from);
+	struct stat st;
+	int ret;
+
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_rwlock_wrlock(&ck->ns_lock); /* no publish runs */
+	ret = ckpt_store_rename_prefix(ck, from, to);
+	if (ret)
+		goto out;
+	if (!fstatat(ck->tree_fd, from, &st, AT_SYMLINK_NOFOLLOW)) {
+		unlinkat(ck->tree_fd, to, AT_REMOVEDIR); /* an empty target */
+		ret = ckpt_tree_mkparents(ck, to);
+		if (!ret && renameat(ck->tree_fd, from, ck->tree_fd, to))
+			ret = -errno;
+		if (ret)
+			goto out;
+		ckpt_journal_rekey(ck, to);
+	}
+	pthread_mutex_lock(&ck->lock);
+	for (struct ckpt_ent *e = ck->ents; e; e = e->next) {
+		char *k;
+
+		if (strncmp(e->key, from, fl) || e->key[fl] != '/')
+			continue;
+		k = ckpt_key_join(to, e->key + fl + 1);
+		if (!k) {
+			ret = -ENOMEM;
+			break;
+		}
+		free(e->key);
+		e->key = k;
+	}
+	pthread_mutex_unlock(&ck->lock);
+out:
+	pthread_rwlock_unlock(&ck->ns_lock);
+	pthread_mutex_unlock(&ck->open_lock);
+	return ret;
+}
+
+static int ckpt_dir_empty_cb(void *arg, const char *name,
+			     const struct ckpt_attr *a)
+{
+	(void)arg;
+	(void)name;
+	(void)a;
+	return -ENOTEMPTY;
+}
+
+int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
+		bool noreplace)
+{
+	struct ckpt_attr fa, ta;
+	size_t fl = strlen(from);
+	int ret, tr;
+
+	if (ckpt_key_ok(from) || ckpt_key_ok(to) || !*from || !*to)
+		return -EINVAL;
+	if (strcmp(from, to) == 0)
+		return 0;
+	if (strncmp(to, from, fl) == 0 && to[fl] == '/')
+		return -EINVAL;
+	ret = ckpt_stat(ck, from, &fa);
+	if (ret)
+		return ret;
+	ret = ckpt_parent_dir(ck, to);
+	if (ret)
+		return ret;
+	tr = ckpt_stat(ck, to, &ta);
+	if (tr && tr != -ENOENT)
+		return tr;
+	if (!tr) {
+		if (noreplace)
+			return -EEXIST;
+		if (fa.dir && !ta.dir)
+			return -ENOTDIR;
+		if (!fa.dir && ta.dir)
+			return -EISDIR;
+		if (ta.dir) {
+			ret = ckpt_list(ck, to, ckpt_dir_empty_cb, NULL);
+			if (ret)
+				return ret;
+		}
+	}
+	return fa.dir ? ckpt_rename_dir(ck, from, to)
+		      : ckpt_rename_file(ck, from, to);
+}
+
+int ckpt_truncate(struct ckpt *ck, const char *key, uint64_t size)
+{
+	struct ckpt_file *f;
+	bool created;
+	int ret = ckpt_file_open(ck, key, O_WRONLY, &f, &created);
+
+	if (ret)
+		return ret;
+	ret = ckpt_file_truncate(f, size);
+	if (!ret)
+		ret = ckpt_file_sync(f);
+	ckpt_file_close(f);
+	return ret;
+}
+
+int ckpt_statfs(struct ckpt *ck, struct statvfs *sv)
+{
+	uint64_t used, bs;
+
+	if (fstatvfs(ck->tree_fd, sv))
+		return -errno;
+	bs = sv->f_frsize ? sv->f_frsize : 4096;
+	pthread_mutex_lock(&ck->lock);
+	used = ck->used;
+	pthread_mutex_unlock(&ck->lock);
+	if (ck->limit / bs < sv->f_blocks)
+		sv->f_blocks = ck->limit / bs;
+	if (used > ck->limit)
+		used = ck->limit;
+	if ((ck->limit - used) / bs < sv->f_bavail)
+		sv->f_bavail = (ck->limit - used) / bs;
+	if (sv->f_bfree > sv->f_blocks)
+		sv->f_bfree = sv->f_blocks;
+	if (sv->f_bavail > sv->f_bfree)
+		sv->f_bavail = sv->f_bfree;
+	return 0;
+}
+
+void ckpt_get_stats(struct ckpt *ck, struct ckpt_stats *st)
+{
+	st->published = atomic_load(&ck->n_published);
+	st->published_bytes = atomic_load(&ck->n_published_bytes);
+	st->publish_errors = atomic_load(&ck->n_errors);
+	st->recovered = atomic_load(&ck->n_recovered);
+	pthread_mutex_lock(&ck->lock);
+	st->pending = ck->pending;
+	pthread_mutex_unlock(&ck->lock);
+}

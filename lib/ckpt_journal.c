@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ckpt_journal: the records of the local copies (staging_dir/journal/<ino>,
+ * format in ckpt_i.h), what a restart does with them, the retry thread and
+ * the eviction of clean copies.
+ *
+ * Record life: W when a file is created or first changed; P once it is
+ * closed or synced and its SHA-256 computed, just before the upload; C with
+ * the store's ETag once published. A record is replaced atomically (a
+ * temporary file renamed over it); a P record left by a failed publish is
+ * fsynced together with its file. Records whose file is gone (or is another
+ * inode now) are dropped by the scan.
+ *
+ * Retry thread: RUNNING (every checkpoints.retry_interval, when ck->pending
+ * says P records are waiting: a scan that publishes them) -> STOPPED by
+ * ckpt_retry_stop (ck->stop under ck->lock, ck->cond).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_i.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+
+int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
+		       bool durable)
+{
+	char name[32], tmp[40], buf[sizeof(r->key) + 256];
+	int fd, len, ret = 0;
+
+	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
+	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	len = snprintf(buf, sizeof(buf), "%c %s %" PRIu64 " %s\n%s\n", r->state,
+		       r->sha[0] ? r->sha : "-", r->size,
+		       r->etag[0] ? r->etag : "-", r->key);
+	fd = openat(ck->journal_fd, tmp,
+		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		    0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (write(fd, buf, (size_t)len) != len)
+		ret = errno ? -errno : -EIO;
+	if (!ret && durable && fsync(fd))
+		ret = -errno;
+	close(fd);
+	if (!ret && renameat(ck->journal_fd, tmp, ck->journal_fd, name))
+		ret = -errno;
+	if (!ret && durable && fsync(ck->journal_fd))
+		ret = -errno;
+out:
+	if (ret)
+		log_error("checkpoints: cannot write the record of %s in "
+			  "%s/%s: %s",
+			  r->key, ck->staging, CKPT_JOURNAL, strerror(-ret));
+	return ret;
+}
+
+int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
+{
+	char name[32], buf[sizeof(r->key) + 256], sha[80], etag[160];
+	char *nl, *key;
+	ssize_t n;
+	int fd;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
+	fd = openat(ck->journal_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -ENOENT;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		goto bad;
+	buf[n] = '\0';
+	nl = strchr(buf, '\n');
+	if (!nl)
+		goto bad;
+	*nl = '\0';
+	key = nl + 1;
+	nl = strchr(key, '\n');
+	if (!nl)
+		goto bad;
+	*nl = '\0';
+	if (sscanf(buf, "%c %79s %" SCNu64 " %159s", &r->state, sha, &r->size,
+		   etag) != 4 ||
+	    !strchr("WPC", r->state) || strlen(sha) >= sizeof(r->sha) ||
+	    strlen(etag) >= sizeof(r->etag) || strlen(key) >= sizeof(r->key))
+		goto bad;
+	if (strcmp(sha, "-"))
+		strcpy(r->sha, sha);
+	if (strcmp(etag, "-"))
+		strcpy(r->etag, etag);
+	strcpy(r->key, key);
+	return 0;
+bad:
+	log_warn("checkpoints: unreadable record %s/%s/%s: ignored",
+		 ck->staging, CKPT_JOURNAL, name);
+	r->state = 0;
+	return -EINVAL;
+}
+
+void ckpt_journal_remove(struct ckpt *ck, ino_t ino)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
+	unlinkat(ck->journal_fd, name, 0);
+}
+
+/* Rekey the records of every file under the open directory dfd (key). */
+static void ckpt_rekey_dir(struct ckpt *ck, int dfd, const char *key, int depth)
+{
+	struct dirent *de;
+	DIR *d = fdopendir(dfd);
+
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		struct ckpt_rec rec;
+		struct stat st;
+		char *ck_key;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		ck_key = ckpt_key_join(key, de->d_name);
+		if (!ck_key)
+			break;
+		if (S_ISDIR(st.st_mode) && depth < 256) {
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+						 O_CLOEXEC);
+
+			if (sub >= 0)
+				ckpt_rekey_dir(ck, sub, ck_key, depth + 1);
+		} else if (S_ISREG(st.st_mode) &&
+			   !ckpt_journal_read(ck, st.st_ino, &rec)) {
+			snprintf(rec.key, sizeof(rec.key), "%s", ck_key);
+			ckpt_journal_write(ck, st.st_ino, &rec, false);
+		}
+		free(ck_key);
+	}
+	closedir(d);
+}
+
+void ckpt_journal_rekey(struct ckpt *ck, const char *key)
+{
+	int dfd = openat(ck->tree_fd, key,
+			 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (dfd >= 0)
+		ckpt_rekey_dir(ck, dfd, key, 0);
+}
+
+/* Whether key has a listed entry (ck->lock held). */
+static bool ckpt_is_open_locked(struct ckpt *ck, const char *key)
+{
+	for (struct ckpt_ent *e = ck->ents; e; e = e->next)
+		if (!strcmp(e->key, key))
+			return true;
+	return false;
+}
+
+/*
+ * Publish the P record rec of the closed file ino: it becomes a listed
+ * entry while it is published, so that a rename or unlink waits for it.
+ */
+static void ckpt_republish(struct ckpt *ck, ino_t ino,
+			   const struct ckpt_rec *rec)
+{
+	struct ckpt_ent *e = NULL;
+	struct stat st;
+	int fd, ret;
+
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	ret = ckpt_is_open_locked(ck, rec->key);
+	pthread_mutex_unlock(&ck->lock);
+	if (ret) { /* its writer publishes it */
+		pthread_mutex_unlock(&ck->open_lock);
+		return;
+	}
+	fd = openat(ck->tree_fd, rec->key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &st) || st.st_ino != ino)) {
+		close(fd);
+		fd = -1;
+	}
+	if (fd >= 0)
+		e = ckpt_ent_new(rec->key, fd);
+	if (!e) {
+		if (fd >= 0)
+			close(fd);
+		pthread_mutex_unlock(&ck->open_lock);
+		return;
+	}
+	e->dirty = true;
+	pthread_mutex_lock(&ck->lock);
+	e->next = ck->ents;
+	ck->ents = e;
+	pthread_mutex_unlock(&ck->lock);
+	pthread_mutex_unlock(&ck->open_lock);
+	ret = ckpt_ent_publish(ck, e, rec->sha);
+	if (!ret) {
+		atomic_fetch_add(&ck->n_recovered, 1);
+		log_info("checkpoints: %s published to %s (retried)", rec->key,
+			 ckpt_url(ck));
+	}
+	ckpt_ent_put(ck, e); /* a failure leaves it P: counted pending */
+}
+
+int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
+{
+	struct ckpt_rec rec;
+	struct dirent *de;
+	uint64_t used = 0;
+	unsigned pending = 0, abandoned = 0;
+	int dfd = dup(ck->journal_fd);
+	DIR *d;
+
+	if (dfd < 0)
+		return -errno;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	rewinddir(d);
+	if (publish) {
+		pthread_mutex_lock(&ck->lock);
+		ck->pending = 0; /* failures count themselves again */
+		pthread_mutex_unlock(&ck->lock);
+	}
+	while ((de = readdir(d))) {
+		char *end;
+		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
+		struct stat st;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
+			continue;
+		if (ckpt_journal_read(ck, ino, &rec) || ckpt_key_ok(rec.key) ||
+		    !rec.key[0] ||
+		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
+		    st.st_ino != ino || !S_ISREG(st.st_mode)) {
+			ckpt_journal_remove(ck, ino);
+			continue;
+		}
+		used += (uint64_t)st.st_size;
+		if (rec.state == 'W' && recovery) {
+			abandoned++;
+			log_warn("checkpoints: %s was being written when "
+				 "dstagefs stopped (never closed): not "
+				 "published; the local copy stays in %s/%s/%s",
+				 rec.key, ck->staging, CKPT_TREE, rec.key);
+		}
+		if (rec.state != 'P')
+			continue;
+		if (publish)
+			ckpt_republish(ck, ino, &rec);
+		else
+			pending++;
+	}
+	closedir(d);
+	pthread_mutex_lock(&ck->lock);
+	if (recovery)
+		ck->used = used;
+	if (!publish)
+		ck->pending = pending;
+	pthread_mutex_unlock(&ck->lock);
+	if (recovery && (pending || abandoned))
+		log_info("checkpoints: %u closed file(s) to publish, %u never "
+			 "closed (kept, not published)",
+			 pending, abandoned);
+	return 0;
+}
+
+struct ckpt_victim {
+	ino_t ino;
+	int64_t mtime;
+	uint64_t size;
+	char *key;
+};
+
+static int ckpt_victim_cmp(const void *x, const void *y)
+{
+	const struct ckpt_victim *a = x, *b = y;
+
+	return (a->mtime > b->mtime) - (a->mtime < b->mtime);
+}
+
+void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
+{
+	struct ckpt_victim *v = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t freed = 0;
+	struct ckpt_rec rec;
+	struct dirent *de;
+	int dfd = dup(ck->journal_fd);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		char *end;
+		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
+		struct stat st;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
+			continue;
+		if (ckpt_journal_read(ck, ino, &rec) || rec.state != 'C' ||
+		    ckpt_key_ok(rec.key) || !rec.key[0] ||
+		    ckpt_is_open_locked(ck, rec.key) ||
+		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
+		    st.st_ino != ino)
+			continue;
+		if (n == cap) {
+			struct ckpt_victim *nv;
+
+			cap = cap ? cap * 2 : 64;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv)
+				break;
+			v = nv;
+		}
+		v[n].key = strdup(rec.key);
+		if (!v[n].key)
+			break;
+		v[n].ino = ino;
+		v[n].mtime = st.st_mtim.tv_sec;
+		v[n].size = (uint64_t)st.st_size;
+		n++;
+	}
+	closedir(d);
+	qsort(v, n, sizeof(*v), ckpt_victim_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (freed < need && !unlinkat(ck->tree_fd, v[i].key, 0)) {
+			ckpt_journal_remove(ck, v[i].ino);
+			freed += v[i].size;
+			log_debug("checkpoints: dropped the local copy of %s "
+				  "(published)",
+				  v[i].key);
+		}
+		free(v[i].key);
+	}
+	free(v);
+	ck->used -= freed < ck->used ? freed : ck->used;
+}
+
+/* ---- the retry thread ---- */
+
+static void *ckpt_retry_main(void *arg)
+{
+	struct ckpt *ck = arg;
+	bool first = true;
+
+	pthread_mutex_lock(&ck->lock);
+	while (!ck->stop) {
+		struct timespec ts;
+		unsigned ms = ck->cfg->ckpt_retry_ms;
+
+		if (!(first && ck->pending)) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += ms / 1000;
+			ts.tv_nsec += (long)(ms % 1000) * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&ck->cond, &ck->lock, &ts);
+		}
+		first = false;
+		if (ck->stop || !ck->pending)
+			continue;
+		pthread_mutex_unlock(&ck->lock);
+		ckpt_journal_scan(ck, false, true);
+		pthread_mutex_lock(&ck->lock);
+	}
+	pthread_mutex_unlock(&ck->lock);
+	return NULL;
+}
+
+int ckpt_retry_start(struct ckpt *ck)
+{
+	int ret = pthread_create(&ck->retry_thread, NULL, ckpt_retry_main, ck);
+
+	if (ret)
+		return -ret;
+	ck->retry_running = true;
+	return 0;
+}
+
+void ckpt_retry_stop(struct ckpt *ck)
+{
+	if (!ck->retry_running)
+		return;
+	pthread_mutex_lock(&ck->lock);
+	ck->stop = true;
+	pthread_cond_signal(&ck->cond);
+	pthread_mutex_unlock(&ck->lock);
+	pthread_join(ck->retry_thread, NULL);
+	ck->retry_running = false;
+}
+
+void ckpt_retry(struct ckpt *ck)
+{
+	pthread_mutex_lock(&ck->lock);
+	if (ck->pending)
+		pthread_cond_signal(&ck->cond);
+	pthread_mutex_unlock(&ck->lock);
+}
