@@ -207,7 +207,7 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 	if (!ck)
 		return -ENOMEM;
 	ck->cfg = cfg;
-	ck->tree_fd = ck->journal_fd = -1;
+	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
 	pthread_mutexattr_init(&ma);
 	/* stat may drop a stale copy (open_lock) inside an open */
@@ -246,6 +246,8 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 		ret = ckpt_subdir(dfd, CKPT_TREE, &ck->tree_fd);
 	if (!ret)
 		ret = ckpt_subdir(dfd, CKPT_JOURNAL, &ck->journal_fd);
+	if (!ret)
+		ret = ckpt_subdir(dfd, CKPT_ABANDONED, &ck->abandoned_fd);
 	if (ret) {
 		if (ret != -EACCES)
 			log_error("checkpoints: %s: %s", ck->staging,
@@ -292,6 +294,8 @@ void ckpt_free(struct ckpt *ck)
 		close(ck->tree_fd);
 	if (ck->journal_fd >= 0)
 		close(ck->journal_fd);
+	if (ck->abandoned_fd >= 0)
+		close(ck->abandoned_fd);
 	pthread_mutex_destroy(&ck->open_lock);
 	pthread_rwlock_destroy(&ck->ns_lock);
 	pthread_mutex_destroy(&ck->lock);

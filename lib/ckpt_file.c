@@ -56,6 +56,7 @@ static void ckpt_ent_free(struct ckpt_ent *e)
 static void ckpt_ent_orphan(struct ckpt *ck, struct ckpt_ent *e)
 {
 	struct ckpt_rec rec;
+	bool listed;
 
 	if (!ckpt_journal_read(ck, e->ino, &rec) && rec.state == 'P') {
 		pthread_mutex_lock(&ck->lock);
@@ -63,10 +64,15 @@ static void ckpt_ent_orphan(struct ckpt *ck, struct ckpt_ent *e)
 		pthread_mutex_unlock(&ck->lock);
 		return;
 	}
-	log_warn("checkpoints: %s was closed before it was published (its "
-		 "writer was killed?): not published; the local copy stays in "
-		 "%s/%s/%s",
-		 e->key, ck->staging, CKPT_TREE, e->key);
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	listed = ckpt_is_open_locked(ck, e->key);
+	pthread_mutex_unlock(&ck->lock);
+	if (!listed)
+		ckpt_journal_abandon(ck, e->ino, e->key,
+				     "its writer closed it without publishing "
+				     "(killed?)");
+	pthread_mutex_unlock(&ck->open_lock);
 }
 
 void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)

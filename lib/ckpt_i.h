@@ -37,6 +37,7 @@
 #define CKPT_SIDECAR ".dstage-sha256/"
 #define CKPT_TREE "tree"
 #define CKPT_JOURNAL "journal"
+#define CKPT_ABANDONED "abandoned"
 
 /*
  * One file open through at least one handle, shared by all its handles.
@@ -72,7 +73,7 @@ struct ckpt {
 	const struct dstage_config *cfg;
 	struct objstore *os;
 	char *staging; /* staging_dir */
-	int tree_fd, journal_fd; /* O_DIRECTORY, for the *at calls */
+	int tree_fd, journal_fd, abandoned_fd; /* O_DIRECTORY (*at calls) */
 	uint64_t limit; /* checkpoints.staging_size */
 	pthread_mutex_t open_lock;
 	pthread_rwlock_t ns_lock;
@@ -132,11 +133,17 @@ int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
 int ckpt_space(struct ckpt *ck, int64_t growth);
 
 /* ckpt_journal.c */
+/* Whether key has a listed entry (ck->lock held). */
+bool ckpt_is_open_locked(struct ckpt *ck, const char *key);
 int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 		       bool durable);
 /* 0, -ENOENT (no record) or -EINVAL (unreadable, logged). */
 int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r);
 void ckpt_journal_remove(struct ckpt *ck, ino_t ino);
+/* Move key's local copy (inode ino, never closed by its writer) to
+ * abandoned/ and drop its record; why goes in the log line. */
+void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
+			  const char *why);
 /* Set the key in the records of every file under the local directory key
  * (after a directory rename). */
 void ckpt_journal_rekey(struct ckpt *ck, const char *key);

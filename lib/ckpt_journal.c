@@ -117,6 +117,31 @@ void ckpt_journal_remove(struct ckpt *ck, ino_t ino)
 	unlinkat(ck->journal_fd, name, 0);
 }
 
+void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
+			  const char *why)
+{
+	const char *base = strrchr(key, '/');
+	char name[300];
+	struct stat st;
+
+	if (fstatat(ck->tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
+	    st.st_ino != ino)
+		return;
+	snprintf(name, sizeof(name), "%ju-%.200s", (uintmax_t)ino,
+		 base ? base + 1 : key);
+	if (renameat(ck->tree_fd, key, ck->abandoned_fd, name)) {
+		log_error("checkpoints: cannot move the unfinished %s to "
+			  "%s/%s/: %s",
+			  key, ck->staging, CKPT_ABANDONED, strerror(errno));
+		return;
+	}
+	ckpt_journal_remove(ck, ino);
+	ckpt_space(ck, -(int64_t)st.st_size);
+	log_warn("checkpoints: %s: %s; not published (the store keeps what "
+		 "it had); the partial file is %s/%s/%s",
+		 key, why, ck->staging, CKPT_ABANDONED, name);
+}
+
 /* Rekey the records of every file under the open directory dfd (key). */
 static void ckpt_rekey_dir(struct ckpt *ck, int dfd, const char *key, int depth)
 {
@@ -165,8 +190,7 @@ void ckpt_journal_rekey(struct ckpt *ck, const char *key)
 		ckpt_rekey_dir(ck, dfd, key, 0);
 }
 
-/* Whether key has a listed entry (ck->lock held). */
-static bool ckpt_is_open_locked(struct ckpt *ck, const char *key)
+bool ckpt_is_open_locked(struct ckpt *ck, const char *key)
 {
 	for (struct ckpt_ent *e = ck->ents; e; e = e->next)
 		if (!strcmp(e->key, key))
@@ -257,14 +281,14 @@ int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 			ckpt_journal_remove(ck, ino);
 			continue;
 		}
-		used += (uint64_t)st.st_size;
 		if (rec.state == 'W' && recovery) {
 			abandoned++;
-			log_warn("checkpoints: %s was being written when "
-				 "dstagefs stopped (never closed): not "
-				 "published; the local copy stays in %s/%s/%s",
-				 rec.key, ck->staging, CKPT_TREE, rec.key);
+			ckpt_journal_abandon(ck, ino, rec.key,
+					     "it was being written when "
+					     "dstagefs stopped (never closed)");
+			continue;
 		}
+		used += (uint64_t)st.st_size;
 		if (rec.state != 'P')
 			continue;
 		if (publish)
