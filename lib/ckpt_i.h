@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ckpt_i: what the ckpt modules share (ckpt.c: the namespace; ckpt_file.c:
- * open files, writes and the publish; ckpt_journal.c: the on-disk records,
- * recovery, retries and eviction). Not a public header.
+ * ckpt_i: what the ckpt modules share (ckpt.c: opening, lookups, listings,
+ * directories; ckpt_rename.c: unlink and rename; ckpt_file.c: open files,
+ * writes and the publish; ckpt_journal.c: the on-disk records, recovery,
+ * retries and eviction). Not a public header.
  *
  * Staging directory (checkpoints.staging_dir, 0700):
  *   tree/<key>        local copies, the checkpoint namespace mirrored
@@ -102,6 +103,8 @@ struct ckpt_rec {
 int ckpt_key_ok(const char *key);
 /* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */
 char *ckpt_key_join(const char *dir, const char *name);
+/* 0 when key's parent is a directory, else -ENOENT / -ENOTDIR. */
+int ckpt_parent_dir(struct ckpt *ck, const char *key);
 /* mkdir -p of key's parent in the tree. */
 int ckpt_tree_mkparents(struct ckpt *ck, const char *key);
 /* The store's key of key's SHA-256 record (malloc'd) or NULL. */
