@@ -575,7 +575,8 @@ int ckpt_list(struct ckpt *ck, const char *dirkey, ckpt_list_cb cb, void *arg)
 		ret = -ENOENT;
 		goto out;
 	}
-	qsort(it.v, it.n, sizeof(*it.v), ckpt_item_cmp);
+	if (it.n) /* qsort wants a non-NULL array */
+		qsort(it.v, it.n, sizeof(*it.v), ckpt_item_cmp);
 	for (size_t i = 0; i < it.n && !ret; i++) {
 		if (i && strcmp(it.v[i].name, it.v[i - 1].name) == 0)
 			continue;

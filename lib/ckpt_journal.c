@@ -371,7 +371,8 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 		n++;
 	}
 	closedir(d);
-	qsort(v, n, sizeof(*v), ckpt_victim_cmp);
+	if (n)
+		qsort(v, n, sizeof(*v), ckpt_victim_cmp);
 	for (size_t i = 0; i < n; i++) {
 		if (freed < need && !unlinkat(ck->tree_fd, v[i].key, 0)) {
 			ckpt_journal_remove(ck, v[i].ino);
