@@ -47,9 +47,28 @@ static void ckpt_ent_free(struct ckpt_ent *e)
 		return;
 	if (e->fd >= 0)
 		close(e->fd);
+	EVP_MD_CTX_free(e->hctx);
 	pthread_mutex_destroy(&e->lock);
 	free(e->key);
 	free(e);
+}
+
+/* Start hashing e as it is written (it is empty now). e->lock held. */
+static void ckpt_hash_start(struct ckpt_ent *e)
+{
+	if (!e->hctx)
+		e->hctx = EVP_MD_CTX_new();
+	if (e->hctx && !EVP_DigestInit_ex(e->hctx, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(e->hctx);
+		e->hctx = NULL;
+	}
+	e->hashed = 0;
+}
+
+static void ckpt_hash_stop(struct ckpt_ent *e)
+{
+	EVP_MD_CTX_free(e->hctx);
+	e->hctx = NULL;
 }
 
 /* What closing the last handle of a dirty file leaves behind. */
@@ -131,16 +150,20 @@ int ckpt_space(struct ckpt *ck, int64_t growth)
 
 /* ---- the publish ---- */
 
-static int ckpt_sha256_fd(int fd, uint64_t size, char hex[CKPT_SHA_HEX])
+/* The SHA-256 of fd's size bytes; from hctx (of [0, from)) when given. */
+static int ckpt_sha256_fd(int fd, uint64_t size, const EVP_MD_CTX *hctx,
+			  uint64_t from, char hex[CKPT_SHA_HEX])
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	unsigned char md[32];
 	unsigned mdlen = 0;
-	uint64_t off = 0;
+	uint64_t off = hctx ? from : 0;
 	char *buf = malloc(CKPT_IO_CHUNK);
 	int ret = 0;
 
-	if (!ctx || !buf || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+	if (!ctx || !buf ||
+	    !(hctx ? EVP_MD_CTX_copy_ex(ctx, hctx)
+		   : EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -168,7 +191,7 @@ out:
 }
 
 int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
-	     const char *want_sha)
+	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed)
 {
 	struct ckpt_rec rec = { .state = 'P' };
 	struct objstore_info oi;
@@ -183,7 +206,9 @@ int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
 	}
 	rec.size = (uint64_t)st.st_size;
 	snprintf(rec.key, sizeof(rec.key), "%s", key);
-	ret = ckpt_sha256_fd(fd, rec.size, rec.sha);
+	if (hashed > rec.size)
+		hctx = NULL;
+	ret = ckpt_sha256_fd(fd, rec.size, hctx, hashed, rec.sha);
 	if (ret)
 		goto err;
 	if (want_sha && *want_sha && strcmp(want_sha, rec.sha)) {
@@ -419,6 +444,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		if (flags & O_TRUNC) {
 			pthread_mutex_lock(&e->lock);
 			ckpt_ent_dirty(ck, e);
+			ckpt_hash_start(e);
 			pthread_mutex_unlock(&e->lock);
 		} else {
 			struct ckpt_rec rec = { .state = 'C', .size = oi.size };
@@ -460,6 +486,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		*created = true;
 		pthread_mutex_lock(&e->lock);
 		ckpt_ent_dirty(ck, e);
+		ckpt_hash_start(e);
 		pthread_mutex_unlock(&e->lock);
 	}
 	pthread_mutex_lock(&ck->lock);
@@ -553,6 +580,12 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	if (end > old) /* give back what was reserved and not written */
 		ckpt_space(ck, (int64_t)now - (int64_t)end);
 	ret = w < 0 ? -errno : 0;
+	if (w > 0 && e->hctx && (uint64_t)off < e->hashed) {
+		ckpt_hash_stop(e); /* a rewrite: hash it all at publish */
+	} else if (w > 0 && e->hctx && (uint64_t)off == e->hashed) {
+		EVP_DigestUpdate(e->hctx, buf, (size_t)w);
+		e->hashed += (uint64_t)w;
+	}
 	if (ret == -ENOSPC || ret == -EDQUOT)
 		log_warn("checkpoints: the staging disk of %s is full: %s",
 			 ck->staging, strerror(-ret));
@@ -581,6 +614,10 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 	if (ftruncate(e->fd, (off_t)size)) {
 		ret = -errno;
 		ckpt_space(f->ck, (int64_t)st.st_size - (int64_t)size);
+	} else if (size == 0) {
+		ckpt_hash_start(e);
+	} else if (size < e->hashed) {
+		ckpt_hash_stop(e);
 	}
 out:
 	pthread_mutex_unlock(&e->lock);
@@ -594,6 +631,11 @@ int ckpt_file_set_mtime(struct ckpt_file *f, const struct timespec *mtime)
 	if (f->e->fd < 0)
 		return 0; /* the store keeps its own time */
 	return futimens(f->e->fd, ts) ? -errno : 0;
+}
+
+int ckpt_file_fd(const struct ckpt_file *f)
+{
+	return f->e->fd;
 }
 
 bool ckpt_file_writable(const struct ckpt_file *f)
@@ -637,7 +679,8 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
 	}
 	pthread_mutex_unlock(&ck->lock);
 	if (key) {
-		ret = ckpt_put(ck, e->fd, e->ino, key, want_sha);
+		ret = ckpt_put(ck, e->fd, e->ino, key, want_sha, e->hctx,
+			       e->hashed);
 		pthread_mutex_lock(&ck->lock);
 		e->publishing = false;
 		pthread_mutex_unlock(&ck->lock);

@@ -25,6 +25,7 @@
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H
 
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -58,6 +59,11 @@ struct ckpt_ent {
 	ino_t ino; /* the local copy's inode (its journal record's name) */
 	bool dirty; /* lock: changed since the last successful publish */
 	bool journal_w; /* lock: the record says W */
+	/* lock: SHA-256 of [0, hashed) fed as it was written in order, so a
+	 * publish hashes only the rest; NULL once a write or truncate went
+	 * below hashed (then the publish hashes the whole file). */
+	EVP_MD_CTX *hctx;
+	uint64_t hashed;
 	/* Read from the store (fd -1): what was opened. */
 	char etag[OBJSTORE_ETAG_MAX];
 	uint64_t rsize;
@@ -124,13 +130,14 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha);
 /* Drop one reference (takes ck->lock); the last frees the entry. */
 void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e);
 /*
- * Publish the local file fd (inode ino) as key: SHA-256, a P record, the
- * object, its sidecar, then a C record. want_sha (may be NULL or "")
- * must match the content. Returns 0 or -errno (logged once, the record
+ * Publish the local file fd (inode ino) as key: SHA-256 (hctx, when not
+ * NULL, already holds that of [0, hashed)), a P record, the object, its
+ * sidecar, then a C record. want_sha (may be NULL or "") must match the
+ * content. Returns 0 or -errno (logged once, the record
  * stays P, fd and record are fsynced).
  */
 int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
-	     const char *want_sha);
+	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed);
 /* Account growth bytes of local copies (negative: freed); evicts clean
  * copies when over the limit. Returns 0 or -ENOSPC. */
 int ckpt_space(struct ckpt *ck, int64_t growth);

@@ -125,6 +125,9 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size);
 /* Set the local copy's mtime (utimens); published content is unchanged. */
 int ckpt_file_set_mtime(struct ckpt_file *f, const struct timespec *mtime);
 int ckpt_file_attr(struct ckpt_file *f, struct ckpt_attr *a);
+/* The local copy's descriptor (to splice reads from; stays f's), or -1
+ * when f is read from the store. */
+int ckpt_file_fd(const struct ckpt_file *f);
 /* Whether f was opened for writing. */
 bool ckpt_file_writable(const struct ckpt_file *f);
 /*

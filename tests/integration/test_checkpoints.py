@@ -259,6 +259,19 @@ def test_file_operations(mount, store):
     with open(p, "wb") as f:                       # O_TRUNC reopen
         f.write(b"new")
     mount.check_published("job1/f.bin", sha(b"new"))
+    with open(p, "r+b") as f:                      # a rewrite in place
+        f.write(b"abcdef")
+        f.flush()
+        os.pwrite(f.fileno(), b"X", 1)
+    mount.check_published("job1/f.bin", sha(b"aXcdef"))
+    with open(p, "wb") as f:                       # sequential, then back
+        f.write(b"0123456789")
+        f.flush()
+        f.seek(2)
+        f.write(b"YY")
+    mount.check_published("job1/f.bin", sha(b"01YY456789"))
+    with open(p, "wb") as f:
+        f.write(b"new")
     os.truncate(p, 1)                              # truncate(2) by path
     mount.check_published("job1/f.bin", sha(b"n"))
     assert p.read_bytes() == b"n"
