@@ -3,7 +3,8 @@
  * dsfs_ckpt: the checkpoint subtree, checkpoints/ (inode 3 and below),
  * writable and written through to the checkpoint store (libdstage's ckpt
  * module, include/dstage/ckpt.h, does the staging, publishing and
- * recovery; this file maps FUSE requests onto it).
+ * recovery; this file and dsfs_ckpt_file.c, the hooks of open files, map
+ * FUSE requests onto it; dsfs_ckpt_i.h is what they share).
  *
  * Without checkpoints.store the subtree is an empty, read-only directory
  * (every modifying hook answers EROFS).
@@ -23,7 +24,8 @@
  * links, symbolic links and special files: EPERM; extended attributes:
  * ENOTSUP. A writer killed by a signal before closing its file does not
  * publish it (its FLUSH comes from an exiting task with a signal as its
- * exit code: see dsfs_ckpt_killed).
+ * exit code), nor does a forked child closing its copy of the descriptor:
+ * see dsfs_ckpt_file.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,26 +35,11 @@
 #include <unistd.h>
 
 #include "dsfs_ckpt.h"
+#include "dsfs_ckpt_i.h"
 #include "dsfs_opts.h"
 #include "dstage/ckpt.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
-
-#define DSFS_CKPT_TIMEOUT 1.0 /* entries and attributes: others may write */
-
-struct dsfs_ckpt_pn {
-	struct dsfs_ckpt_pn *parent; /* st->lock; NULL for the top */
-	char *name; /* st->lock */
-	unsigned refs; /* st->lock */
-	bool dir;
-	bool gone; /* st->lock: removed or replaced */
-};
-
-struct dsfs_ckpt {
-	struct ckpt *ck; /* NULL: no store configured (read-only) */
-	pthread_mutex_t lock;
-	struct dsfs_ckpt_pn top;
-};
 
 /* A directory listing, taken at opendir. */
 struct dsfs_ckpt_dir {
@@ -62,16 +49,6 @@ struct dsfs_ckpt_dir {
 		struct ckpt_attr a;
 	} * v;
 };
-
-static struct dsfs_ckpt *dsfs_ckpt_st(struct dsfs *fs)
-{
-	return fs->sub_state[DSFS_SUB_CKPT];
-}
-
-static struct dsfs_ckpt_pn *dsfs_ckpt_pn_of(struct dsfs_node *n)
-{
-	return n->priv;
-}
 
 /* ---- pns ---- */
 
@@ -88,7 +65,7 @@ static void dsfs_ckpt_pn_unref_locked(struct dsfs_ckpt *st,
 }
 
 /* The key of pn (malloc'd), or NULL: its names from the top, joined. */
-static char *dsfs_ckpt_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn)
+char *dsfs_ckpt_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn)
 {
 	size_t len = 0;
 	char *key, *p;
@@ -115,8 +92,8 @@ static char *dsfs_ckpt_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn)
 	return key;
 }
 
-static char *dsfs_ckpt_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
-				 const char *name)
+char *dsfs_ckpt_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
+			  const char *name)
 {
 	char *dk = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(dir)), *k;
 	size_t dl;
@@ -155,7 +132,7 @@ static bool dsfs_ckpt_match(const struct dsfs_node *n, void *arg)
 }
 
 /* Drop the lookup reference dsfs_nodes_find_child gave. */
-static void dsfs_ckpt_unref_node(struct dsfs *fs, struct dsfs_node *n)
+void dsfs_ckpt_unref_node(struct dsfs *fs, struct dsfs_node *n)
 {
 	struct dsfs_node *gone = dsfs_nodes_forget(&fs->nodes, n->ino, 1);
 
@@ -167,8 +144,8 @@ static void dsfs_ckpt_unref_node(struct dsfs *fs, struct dsfs_node *n)
 
 /* The node of name in dir (dir: is it a directory), made if needed, with
  * its nlookup raised. */
-static int dsfs_ckpt_node(struct dsfs *fs, struct dsfs_node *dir,
-			  const char *name, bool isdir, struct dsfs_node **out)
+int dsfs_ckpt_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
+		   bool isdir, struct dsfs_node **out)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct dsfs_ckpt_match m = { st, dsfs_ckpt_pn_of(dir), name, isdir };
@@ -245,8 +222,8 @@ static void dsfs_ckpt_mark(struct dsfs *fs, struct dsfs_node *dir,
 
 /* ---- attributes and access ---- */
 
-static void dsfs_ckpt_attr(struct dsfs *fs, fuse_ino_t ino,
-			   const struct ckpt_attr *a, struct stat *st)
+void dsfs_ckpt_attr(struct dsfs *fs, fuse_ino_t ino, const struct ckpt_attr *a,
+		    struct stat *st)
 {
 	dsfs_reply_attr(fs->opts, st, ino, a->dir, a->size, a->mtime);
 	st->st_mode |= (a->dir ? 0777 : 0666) & ~fs->opts->umask & 0222;
@@ -262,7 +239,7 @@ static bool dsfs_ckpt_may_write(struct dsfs *fs, struct dsfs_caller *who)
 }
 
 /* Refuse a change: EROFS without a store, EACCES for a stranger. */
-static int dsfs_ckpt_check(struct dsfs *fs, struct dsfs_caller *who)
+int dsfs_ckpt_check(struct dsfs *fs, struct dsfs_caller *who)
 {
 	if (!dsfs_ckpt_st(fs)->ck)
 		return -EROFS;
@@ -343,9 +320,9 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	return 0;
 }
 
-static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
-			     struct dsfs_node *n, struct fuse_file_info *fi,
-			     struct stat *sb, double *timeout)
+int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
+		      struct dsfs_node *n, struct fuse_file_info *fi,
+		      struct stat *sb, double *timeout)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true, .mtime = fs->mount_time };
@@ -361,7 +338,7 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 		return 0;
 	}
 	if (fi && fi->fh && !dsfs_ckpt_pn_of(n)->dir) {
-		ret = ckpt_file_attr((struct ckpt_file *)(uintptr_t)fi->fh, &a);
+		ret = ckpt_file_attr(dsfs_ckpt_file_of(fi), &a);
 	} else {
 		key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
 		ret = key ? ckpt_stat(st->ck, key, &a) : -ENOMEM;
@@ -470,8 +447,8 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 	return ret;
 }
 
-static int dsfs_ckpt_perm(struct dsfs *fs, struct dsfs_caller *who,
-			  struct dsfs_node *dir, const char *name)
+int dsfs_ckpt_perm(struct dsfs *fs, struct dsfs_caller *who,
+		   struct dsfs_node *dir, const char *name)
 {
 	(void)who;
 	(void)dir;
@@ -495,294 +472,6 @@ static int dsfs_ckpt_link(struct dsfs *fs, struct dsfs_caller *who,
 	(void)n;
 	(void)e;
 	return dsfs_ckpt_perm(fs, who, newdir, newname);
-}
-
-/* ---- files ---- */
-
-static struct ckpt_file *dsfs_ckpt_fh(struct fuse_file_info *fi)
-{
-	return (struct ckpt_file *)(uintptr_t)fi->fh;
-}
-
-static int dsfs_ckpt_create(struct dsfs *fs, struct dsfs_caller *who,
-			    struct dsfs_node *dir, const char *name,
-			    mode_t mode, struct fuse_file_info *fi,
-			    struct dsfs_entry *e)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct ckpt_file *f = NULL;
-	struct ckpt_attr a;
-	bool created;
-	char *key;
-	int ret = dsfs_ckpt_check(fs, who);
-
-	(void)mode;
-	if (ret)
-		return ret;
-	if (ckpt_name_ok("", name))
-		return -EINVAL;
-	key = dsfs_ckpt_child_key(st, dir, name);
-	ret = key ? ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
-				   &created)
-		  : -ENOMEM;
-	free(key);
-	if (!ret)
-		ret = ckpt_file_attr(f, &a);
-	if (!ret)
-		ret = dsfs_ckpt_node(fs, dir, name, false, &e->node);
-	if (ret) {
-		ckpt_file_close(f);
-		return ret;
-	}
-	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
-	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
-	fi->fh = (uintptr_t)f;
-	fi->keep_cache = 0;
-	fi->noflush = 0;
-	return 0;
-}
-
-static int dsfs_ckpt_mknod(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *dir, const char *name, mode_t mode,
-			   dev_t rdev, struct dsfs_entry *e)
-{
-	struct fuse_file_info fi = { .flags = O_WRONLY | O_EXCL };
-	int ret;
-
-	(void)rdev;
-	if (!S_ISREG(mode))
-		return dsfs_ckpt_perm(fs, who, dir, name);
-	ret = dsfs_ckpt_create(fs, who, dir, name, mode, &fi, e);
-	if (ret)
-		return ret;
-	ret = ckpt_file_sync(dsfs_ckpt_fh(&fi));
-	ckpt_file_close(dsfs_ckpt_fh(&fi));
-	if (ret) {
-		dsfs_ckpt_unref_node(fs, e->node);
-		e->node = NULL;
-	}
-	return ret;
-}
-
-static int dsfs_ckpt_open(struct dsfs *fs, struct dsfs_caller *who,
-			  struct dsfs_node *n, struct fuse_file_info *fi)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct ckpt_file *f;
-	bool created;
-	char *key;
-	int ret;
-
-	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
-		return -EISDIR;
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		ret = dsfs_ckpt_check(fs, who);
-		if (ret)
-			return ret;
-	}
-	key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
-	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
-				   &created)
-		  : -ENOMEM;
-	free(key);
-	if (ret)
-		return ret;
-	fi->fh = (uintptr_t)f;
-	fi->keep_cache = 0;
-	fi->noflush = 0;
-	return 0;
-}
-
-static int dsfs_ckpt_read(struct dsfs *fs, struct dsfs_caller *who,
-			  struct dsfs_node *n, struct fuse_file_info *fi,
-			  size_t size, off_t off, struct dsfs_reply_read *r)
-{
-	int fd = ckpt_file_fd(dsfs_ckpt_fh(fi));
-	struct ckpt_attr a;
-	ssize_t got;
-	char *buf;
-
-	(void)fs;
-	(void)who;
-	(void)n;
-	if (fd >= 0 && !ckpt_file_attr(dsfs_ckpt_fh(fi), &a)) {
-		/* A local copy: spliced from it, never past its end. */
-		if ((uint64_t)off >= a.size)
-			return 0;
-		if (size > a.size - (uint64_t)off)
-			size = (size_t)(a.size - (uint64_t)off);
-		return dsfs_reply_read_fd(r, fd, off, size, 0);
-	}
-	buf = malloc(size ? size : 1);
-	if (!buf)
-		return -ENOMEM;
-	got = ckpt_file_pread(dsfs_ckpt_fh(fi), buf, size, off);
-	if (got >= 0)
-		dsfs_reply_read_buf(r, buf, (size_t)got);
-	free(buf);
-	return got < 0 ? (int)got : 0;
-}
-
-static ssize_t dsfs_ckpt_write(struct dsfs *fs, struct dsfs_caller *who,
-			       struct dsfs_node *n, struct fuse_file_info *fi,
-			       const char *buf, size_t size, off_t off)
-{
-	(void)fs;
-	(void)who;
-	(void)n;
-	return ckpt_file_pwrite(dsfs_ckpt_fh(fi), buf, size, off);
-}
-
-/*
- * Whether the task closing the file is exiting because a signal killed it
- * (its FLUSH comes from do_exit: PF_EXITING in /proc/<tid>/stat's flags,
- * its exit code a signal number). Then what it wrote is not published.
- */
-static bool dsfs_ckpt_killed(pid_t pid, int *sig)
-{
-	char path[64], buf[1024], *p, *save = NULL;
-	unsigned long flags = 0;
-	long code = 0;
-	ssize_t len;
-	int fd, field = 3;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	len = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (len <= 0)
-		return false;
-	buf[len] = '\0';
-	p = strrchr(buf, ')');
-	if (!p)
-		return false;
-	for (p = strtok_r(p + 1, " \n", &save); p;
-	     p = strtok_r(NULL, " \n", &save), field++) {
-		if (field == 9)
-			flags = strtoul(p, NULL, 10);
-		else if (field == 52)
-			code = strtol(p, NULL, 10);
-	}
-	if (!(flags & 0x4) || field < 53) /* PF_EXITING */
-		return false;
-	*sig = (int)(code & 0x7f);
-	return *sig != 0;
-}
-
-static int dsfs_ckpt_flush(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *n, struct fuse_file_info *fi)
-{
-	int sig;
-
-	(void)fs;
-	(void)n;
-	/* FLUSH carries no open flags: the handle knows. Only a writer's
-	 * close publishes (a reader's close must not publish what a writer
-	 * is still writing). */
-	if (!ckpt_file_writable(dsfs_ckpt_fh(fi)))
-		return 0;
-	if (dsfs_ckpt_killed(who->pid, &sig)) {
-		log_warn("checkpoints: the writer (pid %d) of a file was "
-			 "killed by signal %d before closing it: not "
-			 "published",
-			 (int)who->pid, sig);
-		return 0;
-	}
-	return ckpt_file_sync(dsfs_ckpt_fh(fi));
-}
-
-static int dsfs_ckpt_fsync(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *n, int datasync,
-			   struct fuse_file_info *fi)
-{
-	(void)fs;
-	(void)who;
-	(void)n;
-	(void)datasync;
-	return ckpt_file_sync(dsfs_ckpt_fh(fi));
-}
-
-static int dsfs_ckpt_fallocate(struct dsfs *fs, struct dsfs_caller *who,
-			       struct dsfs_node *n, int mode, off_t off,
-			       off_t len, struct fuse_file_info *fi)
-{
-	struct ckpt_attr a;
-	int ret;
-
-	(void)fs;
-	(void)who;
-	(void)n;
-	if (mode)
-		return -EOPNOTSUPP;
-	ret = ckpt_file_attr(dsfs_ckpt_fh(fi), &a);
-	if (!ret && (uint64_t)(off + len) > a.size)
-		ret = ckpt_file_truncate(dsfs_ckpt_fh(fi),
-					 (uint64_t)(off + len));
-	return ret;
-}
-
-static void dsfs_ckpt_release(struct dsfs *fs, struct dsfs_caller *who,
-			      struct dsfs_node *n, struct fuse_file_info *fi)
-{
-	(void)fs;
-	(void)who;
-	(void)n;
-	ckpt_file_close(dsfs_ckpt_fh(fi));
-}
-
-static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
-			     struct dsfs_node *n, const struct stat *attr,
-			     int to_set, struct fuse_file_info *fi,
-			     struct stat *sb, double *timeout)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct ckpt_file *f = fi ? dsfs_ckpt_fh(fi) : NULL, *tmp = NULL;
-	bool created;
-	char *key = NULL;
-	int ret = dsfs_ckpt_check(fs, who);
-
-	if (ret)
-		return ret;
-	if (n->ino == DSFS_INO_CHECKPOINTS)
-		return (to_set & (FUSE_SET_ATTR_SIZE)) ? -EISDIR : -EPERM;
-	if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->opts->uid) ||
-	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->opts->gid))
-		return -EPERM; /* owners are fixed (-o uid, gid) */
-	key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
-	if (!key)
-		return -ENOMEM;
-	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (dsfs_ckpt_pn_of(n)->dir)
-			ret = -EISDIR;
-		else if (f)
-			ret = ckpt_file_truncate(f, (uint64_t)attr->st_size);
-		else
-			ret = ckpt_truncate(st->ck, key,
-					    (uint64_t)attr->st_size);
-	}
-	if (!ret &&
-	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) &&
-	    !dsfs_ckpt_pn_of(n)->dir) {
-		struct timespec ts = attr->st_mtim;
-
-		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-			clock_gettime(CLOCK_REALTIME, &ts);
-		if (!f) {
-			ret = ckpt_file_open(st->ck, key, O_RDONLY, &tmp,
-					     &created);
-			f = tmp;
-		}
-		if (!ret)
-			ret = ckpt_file_set_mtime(f, &ts);
-	}
-	ckpt_file_close(tmp);
-	free(key);
-	if (ret)
-		return ret;
-	/* chmod is accepted and has no effect: modes follow -o umask. */
-	return dsfs_ckpt_getattr(fs, who, n, fi, sb, timeout);
 }
 
 static int dsfs_ckpt_statfs(struct dsfs *fs, struct dsfs_caller *who,
@@ -930,25 +619,25 @@ const struct dsfs_subtree dsfs_ckpt_subtree = {
 	.destroy = dsfs_ckpt_destroy,
 	.forget = dsfs_ckpt_forget,
 	.lookup = dsfs_ckpt_lookup,
-	.mknod = dsfs_ckpt_mknod,
+	.mknod = dsfs_ckpt_file_mknod,
 	.mkdir = dsfs_ckpt_mkdir,
 	.symlink = dsfs_ckpt_symlink,
 	.link = dsfs_ckpt_link,
 	.unlink = dsfs_ckpt_unlink,
 	.rmdir = dsfs_ckpt_rmdir,
 	.rename = dsfs_ckpt_rename,
-	.create = dsfs_ckpt_create,
+	.create = dsfs_ckpt_file_create,
 	.getattr = dsfs_ckpt_getattr,
-	.setattr = dsfs_ckpt_setattr,
+	.setattr = dsfs_ckpt_file_setattr,
 	.access = dsfs_ckpt_access,
 	.statfs = dsfs_ckpt_statfs,
-	.open = dsfs_ckpt_open,
-	.read = dsfs_ckpt_read,
-	.write = dsfs_ckpt_write,
-	.flush = dsfs_ckpt_flush,
-	.fsync = dsfs_ckpt_fsync,
-	.fallocate = dsfs_ckpt_fallocate,
-	.release = dsfs_ckpt_release,
+	.open = dsfs_ckpt_file_open,
+	.read = dsfs_ckpt_file_read,
+	.write = dsfs_ckpt_file_write,
+	.flush = dsfs_ckpt_file_flush,
+	.fsync = dsfs_ckpt_file_fsync,
+	.fallocate = dsfs_ckpt_file_fallocate,
+	.release = dsfs_ckpt_file_release,
 	.opendir = dsfs_ckpt_opendir,
 	.readdir = dsfs_ckpt_readdir,
 	.releasedir = dsfs_ckpt_releasedir,

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -108,7 +109,8 @@ class S3Store:
 
     def keys(self):
         p = self.rgw.curl("/%s?list-type=2&max-keys=1000&prefix=%s" %
-                          (self.bucket, self.prefix))
+                          (self.bucket, urllib.parse.quote(self.prefix,
+                                                           safe="")))
         xml = p.stdout.decode()
         assert "<IsTruncated>false" in xml, xml[:500]
         return sorted(k[len(self.prefix):]
@@ -126,6 +128,16 @@ class S3Store:
     def put(self, key, data):
         assert self.rgw.put_object(self.bucket, self.prefix + key,
                                    data) == 200
+
+    def cleanup(self):
+        """Delete what the test stored (the shared radosgw is in memory)."""
+        try:
+            for k in self.keys():
+                self.rgw.curl("/%s/%s%s" % (self.bucket, self.prefix, k),
+                              "-X", "DELETE", timeout=30)
+            self.rgw.curl("/" + self.bucket, "-X", "DELETE", timeout=30)
+        except Exception:       # best effort: never hide the test's result
+            pass
 
 
 class Ckpt:
@@ -212,8 +224,23 @@ class Ckpt:
 @pytest.fixture(params=["dir", "s3"])
 def store(request, tmp_path):
     if request.param == "dir":
-        return DirStore(tmp_path / "store")
-    return S3Store(request.getfixturevalue("rgw"))
+        yield DirStore(tmp_path / "store")
+        return
+    st = S3Store(request.getfixturevalue("rgw"))
+    try:
+        yield st
+    finally:
+        st.cleanup()
+
+
+@pytest.fixture
+def proxied_store(faultproxy):
+    """An S3 store reached through the fault proxy."""
+    st = S3Store(faultproxy.rgw, env=faultproxy.env())
+    try:
+        yield st
+    finally:
+        st.cleanup()
 
 
 @pytest.fixture
@@ -310,6 +337,26 @@ def test_file_operations(mount, store):
     sv = os.statvfs(mount.ck)
     assert 0 < sv.f_blocks * sv.f_frsize <= 2 << 30
     no_partials(store)
+
+
+def test_fork_while_writing_does_not_publish(mount, store):
+    """A writer that starts a subprocess mid-write (DataLoader workers,
+    a shell-out): the child's copy of the descriptor is closed at exec
+    (FLUSH from the child), which must not publish the half-written file."""
+    (mount.ck / "fk").mkdir()
+    p = mount.ck / "fk" / "model.bin"
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY)
+    try:
+        os.write(fd, b"half")
+        os.set_inheritable(fd, True)            # inherited, closed at exit
+        subprocess.run(["true"], close_fds=False, check=True, timeout=30)
+        os.set_inheritable(fd, False)           # closed at exec (CLOEXEC)
+        subprocess.run(["true"], check=True, timeout=30)
+        assert store.get("fk/model.bin") is None
+        os.write(fd, b" and the rest")
+    finally:
+        os.close(fd)
+    mount.check_published("fk/model.bin", sha(b"half and the rest"))
 
 
 def test_refused_operations(mount):
@@ -564,8 +611,9 @@ def test_kill9_dstagefs_mid_write(tool, tmp_path, store):
         m.stop()
 
 
-def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy):
-    st = S3Store(faultproxy.rgw, env=faultproxy.env())
+def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy,
+                                    proxied_store):
+    st = proxied_store
     m = Ckpt(tool, tmp_path / "m", st)
     m.start()
     try:
@@ -603,10 +651,11 @@ def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy):
         m.stop()
 
 
-def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy):
+def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
+                                               proxied_store):
     """dstagefs dies while a multipart upload is stalled: the final key
     never holds a partial object, and the restart publishes the file."""
-    st = S3Store(faultproxy.rgw, env=faultproxy.env())
+    st = proxied_store
     m = Ckpt(tool, tmp_path / "m", st)
     m.start()
     try:
@@ -678,8 +727,10 @@ def test_staging_dir_writable_by_others_refused(tool, tmp_path):
     m = Ckpt(tool, tmp_path / "m", st)
     m.staging.mkdir()
     os.chmod(m.staging, 0o777)
-    with pytest.raises(AssertionError):
-        m.start(timeout=10)
-    assert "checkpoints.staging_dir %s is writable" % m.staging in \
-        m.log_text()
-    m.stop()
+    try:
+        with pytest.raises(AssertionError):
+            m.start(timeout=10)
+        assert "checkpoints.staging_dir %s is writable" % m.staging in \
+            m.log_text()
+    finally:
+        m.stop()
