@@ -52,199 +52,7 @@ struct dsfs_ckpt_dir {
 
 /* ---- pns ---- */
 
-static void dsfs_ckpt_pn_unref_locked(struct dsfs_ckpt *st,
-				      struct dsfs_ckpt_pn *pn)
-{
-	while (pn && pn != &st->top && --pn->refs == 0) {
-		struct dsfs_ckpt_pn *parent = pn->parent;
-
-		free(pn->name);
-		free(pn);
-		pn = parent;
-	}
-}
-
-/* The key of pn (malloc'd), or NULL: its names from the top, joined. */
-char *dsfs_ckpt_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn)
-{
-	size_t len = 0;
-	char *key, *p;
-
-	pthread_mutex_lock(&st->lock);
-	for (struct dsfs_ckpt_pn *q = pn; q && q != &st->top; q = q->parent)
-		len += strlen(q->name) + 1;
-	len = len ? len - 1 : 0;
-	key = malloc(len + 1);
-	if (key) {
-		p = key + len;
-		*p = '\0';
-		for (struct dsfs_ckpt_pn *q = pn; q && q != &st->top;
-		     q = q->parent) {
-			size_t l = strlen(q->name);
-
-			p -= l;
-			memcpy(p, q->name, l);
-			if (p > key)
-				*--p = '/';
-		}
-	}
-	pthread_mutex_unlock(&st->lock);
-	return key;
-}
-
-char *dsfs_ckpt_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
-			  const char *name)
-{
-	char *dk = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(dir)), *k;
-	size_t dl;
-
-	if (!dk)
-		return NULL;
-	dl = strlen(dk);
-	k = malloc(dl + strlen(name) + 2);
-	if (k)
-		sprintf(k, "%s%s%s", dk, dl ? "/" : "", name);
-	free(dk);
-	return k;
-}
-
-struct dsfs_ckpt_match {
-	struct dsfs_ckpt *st;
-	struct dsfs_ckpt_pn *parent;
-	const char *name;
-	int dir; /* 0 file, 1 directory, -1 either */
-};
-
-/* Called under the node table's lock. */
-static bool dsfs_ckpt_match(const struct dsfs_node *n, void *arg)
-{
-	struct dsfs_ckpt_match *m = arg;
-	struct dsfs_ckpt_pn *pn = n->priv;
-	bool ok;
-
-	if (n->sub != &dsfs_ckpt_subtree || !pn)
-		return false;
-	pthread_mutex_lock(&m->st->lock);
-	ok = !pn->gone && pn->parent == m->parent &&
-	     !strcmp(pn->name, m->name) && (m->dir < 0 || pn->dir == m->dir);
-	pthread_mutex_unlock(&m->st->lock);
-	return ok;
-}
-
-/* Drop the lookup reference dsfs_nodes_find_child gave. */
-void dsfs_ckpt_unref_node(struct dsfs *fs, struct dsfs_node *n)
-{
-	struct dsfs_node *gone = dsfs_nodes_forget(&fs->nodes, n->ino, 1);
-
-	if (gone) {
-		dsfs_ckpt_subtree.forget(fs, gone);
-		dsfs_node_free(gone);
-	}
-}
-
-/* The node of name in dir (dir: is it a directory), made if needed, with
- * its nlookup raised. */
-int dsfs_ckpt_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
-		   bool isdir, struct dsfs_node **out)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct dsfs_ckpt_match m = { st, dsfs_ckpt_pn_of(dir), name, isdir };
-	struct dsfs_ckpt_pn *pn;
-	struct dsfs_node *n;
-
-	*out = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
-				     dsfs_ckpt_match, &m);
-	if (*out)
-		return 0;
-	pn = calloc(1, sizeof(*pn));
-	if (!pn)
-		return -ENOMEM;
-	pn->name = strdup(name);
-	n = pn->name ? dsfs_node_new(&dsfs_ckpt_subtree, name, pn) : NULL;
-	if (!n) {
-		free(pn->name);
-		free(pn);
-		return -ENOMEM;
-	}
-	pn->dir = isdir;
-	pn->refs = 1;
-	pthread_mutex_lock(&st->lock);
-	pn->parent = m.parent;
-	if (m.parent != &st->top)
-		m.parent->refs++;
-	pthread_mutex_unlock(&st->lock);
-	if (dsfs_nodes_insert(&fs->nodes, dir->ino, n, dsfs_ckpt_match, &m,
-			      out) == 1) {
-		pthread_mutex_lock(&st->lock);
-		dsfs_ckpt_pn_unref_locked(st, pn);
-		pthread_mutex_unlock(&st->lock);
-		dsfs_node_free(n);
-	}
-	return 0;
-}
-
-/* Mark the node name in dir (if the kernel has one) gone; with moveto,
- * move it there instead. */
-static void dsfs_ckpt_mark(struct dsfs *fs, struct dsfs_node *dir,
-			   const char *name, struct dsfs_node *newdir,
-			   const char *newname)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct dsfs_ckpt_match m = { st, dsfs_ckpt_pn_of(dir), name, -1 };
-	struct dsfs_node *n = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
-						    dsfs_ckpt_match, &m);
-	struct dsfs_ckpt_pn *pn, *np, *old = NULL;
-	char *nn = newname ? strdup(newname) : NULL;
-
-	if (!n) {
-		free(nn);
-		return;
-	}
-	pn = dsfs_ckpt_pn_of(n);
-	pthread_mutex_lock(&st->lock);
-	if (newdir && nn) {
-		np = dsfs_ckpt_pn_of(newdir);
-		if (np != &st->top)
-			np->refs++;
-		old = pn->parent;
-		pn->parent = np;
-		free(pn->name);
-		pn->name = nn;
-		nn = NULL;
-	} else {
-		pn->gone = true;
-	}
-	dsfs_ckpt_pn_unref_locked(st, old);
-	pthread_mutex_unlock(&st->lock);
-	free(nn);
-	dsfs_ckpt_unref_node(fs, n);
-}
-
 /* ---- attributes and access ---- */
-
-void dsfs_ckpt_attr(struct dsfs *fs, fuse_ino_t ino, const struct ckpt_attr *a,
-		    struct stat *st)
-{
-	dsfs_reply_attr(fs->opts, st, ino, a->dir, a->size, a->mtime);
-	st->st_mode |= (a->dir ? 0777 : 0666) & ~fs->opts->umask & 0222;
-}
-
-static bool dsfs_ckpt_may_write(struct dsfs *fs, struct dsfs_caller *who)
-{
-	mode_t um = fs->opts->umask;
-
-	if (who->uid == 0 || who->uid == fs->opts->uid || !(um & 002))
-		return true;
-	return !(um & 020) && dsfs_caller_in_group(who, fs->opts->gid);
-}
-
-/* Refuse a change: EROFS without a store, EACCES for a stranger. */
-int dsfs_ckpt_check(struct dsfs *fs, struct dsfs_caller *who)
-{
-	if (!dsfs_ckpt_st(fs)->ck)
-		return -EROFS;
-	return dsfs_ckpt_may_write(fs, who) ? 0 : -EACCES;
-}
 
 /* ---- life ---- */
 
@@ -283,13 +91,7 @@ static void dsfs_ckpt_destroy(struct dsfs *fs)
 
 static void dsfs_ckpt_forget(struct dsfs *fs, struct dsfs_node *n)
 {
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-
-	if (!st || !n->priv || n->priv == &st->top)
-		return;
-	pthread_mutex_lock(&st->lock);
-	dsfs_ckpt_pn_unref_locked(st, n->priv);
-	pthread_mutex_unlock(&st->lock);
+	dsfs_ckpt_pn_forget(fs, n);
 }
 
 /* ---- names ---- */
@@ -306,47 +108,18 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	(void)who;
 	if (!st->ck || ckpt_name_ok("", name))
 		return -ENOENT;
-	key = dsfs_ckpt_child_key(st, dir, name);
+	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	if (!key)
 		return -ENOMEM;
 	ret = ckpt_stat(st->ck, key, &a);
 	free(key);
 	if (!ret)
-		ret = dsfs_ckpt_node(fs, dir, name, a.dir, &e->node);
+		ret = dsfs_ckpt_pn_node(fs, dir, name, a.dir, &e->node);
 	if (ret)
 		return ret;
-	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
 	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
 	return 0;
-}
-
-int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
-		      struct dsfs_node *n, struct fuse_file_info *fi,
-		      struct stat *sb, double *timeout)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct ckpt_attr a = { .dir = true, .mtime = fs->mount_time };
-	char *key;
-	int ret = 0;
-
-	(void)who;
-	*timeout = DSFS_CKPT_TIMEOUT;
-	if (n->ino == DSFS_INO_CHECKPOINTS || !st->ck) {
-		dsfs_reply_attr(fs->opts, sb, n->ino, true, 0, fs->mount_time);
-		if (st->ck)
-			dsfs_ckpt_attr(fs, n->ino, &a, sb);
-		return 0;
-	}
-	if (fi && fi->fh && !dsfs_ckpt_pn_of(n)->dir) {
-		ret = ckpt_file_attr(dsfs_ckpt_file_of(fi), &a);
-	} else {
-		key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
-		ret = key ? ckpt_stat(st->ck, key, &a) : -ENOMEM;
-		free(key);
-	}
-	if (!ret)
-		dsfs_ckpt_attr(fs, n->ino, &a, sb);
-	return ret;
 }
 
 static int dsfs_ckpt_access(struct dsfs *fs, struct dsfs_caller *who,
@@ -355,7 +128,7 @@ static int dsfs_ckpt_access(struct dsfs *fs, struct dsfs_caller *who,
 	(void)n;
 	if (!(mask & W_OK))
 		return 0;
-	return dsfs_ckpt_check(fs, who);
+	return dsfs_ckpt_pn_check(fs, who);
 }
 
 static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
@@ -365,23 +138,23 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true };
 	char *key;
-	int ret = dsfs_ckpt_check(fs, who);
+	int ret = dsfs_ckpt_pn_check(fs, who);
 
 	(void)mode;
 	if (ret)
 		return ret;
 	if (ckpt_name_ok("", name))
 		return -EINVAL;
-	key = dsfs_ckpt_child_key(st, dir, name);
+	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	ret = key ? ckpt_mkdir(st->ck, key) : -ENOMEM;
 	if (!ret)
 		ret = ckpt_stat(st->ck, key, &a);
 	free(key);
 	if (!ret)
-		ret = dsfs_ckpt_node(fs, dir, name, true, &e->node);
+		ret = dsfs_ckpt_pn_node(fs, dir, name, true, &e->node);
 	if (ret)
 		return ret;
-	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
 	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
 	return 0;
 }
@@ -392,17 +165,17 @@ static int dsfs_ckpt_remove(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	char *key;
-	int ret = dsfs_ckpt_check(fs, who);
+	int ret = dsfs_ckpt_pn_check(fs, who);
 
 	if (ret)
 		return ret;
-	key = dsfs_ckpt_child_key(st, dir, name);
+	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	if (!key)
 		return -ENOMEM;
 	ret = isdir ? ckpt_rmdir(st->ck, key) : ckpt_unlink(st->ck, key);
 	free(key);
 	if (!ret)
-		dsfs_ckpt_mark(fs, dir, name, NULL, NULL);
+		dsfs_ckpt_pn_mark(fs, dir, name, NULL, NULL);
 	return ret;
 }
 
@@ -425,7 +198,7 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	char *from = NULL, *to = NULL;
-	int ret = dsfs_ckpt_check(fs, who);
+	int ret = dsfs_ckpt_pn_check(fs, who);
 
 	if (ret)
 		return ret;
@@ -433,27 +206,18 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		return -EINVAL; /* RENAME_EXCHANGE, RENAME_WHITEOUT */
 	if (ckpt_name_ok("", newname))
 		return -EINVAL;
-	from = dsfs_ckpt_child_key(st, dir, name);
-	to = dsfs_ckpt_child_key(st, newdir, newname);
+	from = dsfs_ckpt_pn_child_key(st, dir, name);
+	to = dsfs_ckpt_pn_child_key(st, newdir, newname);
 	ret = from && to
 		      ? ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE)
 		      : -ENOMEM;
 	if (!ret) {
-		dsfs_ckpt_mark(fs, newdir, newname, NULL, NULL);
-		dsfs_ckpt_mark(fs, dir, name, newdir, newname);
+		dsfs_ckpt_pn_mark(fs, newdir, newname, NULL, NULL);
+		dsfs_ckpt_pn_mark(fs, dir, name, newdir, newname);
 	}
 	free(from);
 	free(to);
 	return ret;
-}
-
-int dsfs_ckpt_perm(struct dsfs *fs, struct dsfs_caller *who,
-		   struct dsfs_node *dir, const char *name)
-{
-	(void)who;
-	(void)dir;
-	(void)name;
-	return dsfs_ckpt_st(fs)->ck ? -EPERM : -EROFS;
 }
 
 static int dsfs_ckpt_symlink(struct dsfs *fs, struct dsfs_caller *who,
@@ -462,7 +226,7 @@ static int dsfs_ckpt_symlink(struct dsfs *fs, struct dsfs_caller *who,
 {
 	(void)link;
 	(void)e;
-	return dsfs_ckpt_perm(fs, who, dir, name);
+	return dsfs_ckpt_pn_perm(fs, who, dir, name);
 }
 
 static int dsfs_ckpt_link(struct dsfs *fs, struct dsfs_caller *who,
@@ -471,7 +235,7 @@ static int dsfs_ckpt_link(struct dsfs *fs, struct dsfs_caller *who,
 {
 	(void)n;
 	(void)e;
-	return dsfs_ckpt_perm(fs, who, newdir, newname);
+	return dsfs_ckpt_pn_perm(fs, who, newdir, newname);
 }
 
 static int dsfs_ckpt_statfs(struct dsfs *fs, struct dsfs_caller *who,
@@ -531,7 +295,7 @@ static int dsfs_ckpt_opendir(struct dsfs *fs, struct dsfs_caller *who,
 	if (!d)
 		return -ENOMEM;
 	if (st->ck) {
-		key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
+		key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
 		ret = key ? ckpt_list(st->ck, key, dsfs_ckpt_dir_add, d)
 			  : -ENOMEM;
 		free(key);
@@ -572,8 +336,8 @@ static int dsfs_ckpt_readdir(struct dsfs *fs, struct dsfs_caller *who,
 	for (size_t i = off > 2 ? (size_t)off - 2 : 0; l && i < l->n; i++) {
 		/* No node (and so no lookup reference) for plus entries:
 		 * the kernel looks each name up when it needs it. */
-		dsfs_ckpt_attr(fs, dsfs_ckpt_fake_ino(l->v[i].name), &l->v[i].a,
-			       &e.attr);
+		dsfs_ckpt_pn_attr(fs, dsfs_ckpt_fake_ino(l->v[i].name),
+				  &l->v[i].a, &e.attr);
 		if (dsfs_reply_dir_add(d, l->v[i].name, &e, (off_t)i + 3))
 			break;
 	}
@@ -613,6 +377,91 @@ static int dsfs_ckpt_removexattr(struct dsfs *fs, struct dsfs_caller *who,
 	return dsfs_ckpt_st(fs)->ck ? -ENOTSUP : -EROFS;
 }
 
+static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, struct fuse_file_info *fi,
+			     struct stat *sb, double *timeout)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_attr a = { .dir = true, .mtime = fs->mount_time };
+	char *key;
+	int ret = 0;
+
+	(void)who;
+	*timeout = DSFS_CKPT_TIMEOUT;
+	if (n->ino == DSFS_INO_CHECKPOINTS || !st->ck) {
+		dsfs_reply_attr(fs->opts, sb, n->ino, true, 0, fs->mount_time);
+		if (st->ck)
+			dsfs_ckpt_pn_attr(fs, n->ino, &a, sb);
+		return 0;
+	}
+	if (fi && fi->fh && !dsfs_ckpt_pn_of(n)->dir) {
+		ret = ckpt_file_attr(dsfs_ckpt_file_of(fi), &a);
+	} else {
+		key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
+		ret = key ? ckpt_stat(st->ck, key, &a) : -ENOMEM;
+		free(key);
+	}
+	if (!ret)
+		dsfs_ckpt_pn_attr(fs, n->ino, &a, sb);
+	return ret;
+}
+
+static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, const struct stat *attr,
+			     int to_set, struct fuse_file_info *fi,
+			     struct stat *sb, double *timeout)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_file *f = fi && !dsfs_ckpt_pn_of(n)->dir
+				      ? dsfs_ckpt_file_of(fi)
+				      : NULL,
+			 *tmp = NULL;
+	bool created;
+	char *key = NULL;
+	int ret = dsfs_ckpt_pn_check(fs, who);
+
+	if (ret)
+		return ret;
+	if (n->ino == DSFS_INO_CHECKPOINTS)
+		return (to_set & (FUSE_SET_ATTR_SIZE)) ? -EISDIR : -EPERM;
+	if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->opts->uid) ||
+	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->opts->gid))
+		return -EPERM; /* owners are fixed (-o uid, gid) */
+	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
+	if (!key)
+		return -ENOMEM;
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (dsfs_ckpt_pn_of(n)->dir)
+			ret = -EISDIR;
+		else if (f)
+			ret = ckpt_file_truncate(f, (uint64_t)attr->st_size);
+		else
+			ret = ckpt_truncate(st->ck, key,
+					    (uint64_t)attr->st_size);
+	}
+	if (!ret &&
+	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) &&
+	    !dsfs_ckpt_pn_of(n)->dir) {
+		struct timespec ts = attr->st_mtim;
+
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			clock_gettime(CLOCK_REALTIME, &ts);
+		if (!f) {
+			ret = ckpt_file_open(st->ck, key, O_RDONLY, &tmp,
+					     &created);
+			f = tmp;
+		}
+		if (!ret)
+			ret = ckpt_file_set_mtime(f, &ts);
+	}
+	ckpt_file_close(tmp);
+	free(key);
+	if (ret)
+		return ret;
+	/* chmod is accepted and has no effect: modes follow -o umask. */
+	return dsfs_ckpt_getattr(fs, who, n, fi, sb, timeout);
+}
+
 const struct dsfs_subtree dsfs_ckpt_subtree = {
 	.name = "checkpoints",
 	.init = dsfs_ckpt_init,
@@ -628,7 +477,7 @@ const struct dsfs_subtree dsfs_ckpt_subtree = {
 	.rename = dsfs_ckpt_rename,
 	.create = dsfs_ckpt_file_create,
 	.getattr = dsfs_ckpt_getattr,
-	.setattr = dsfs_ckpt_file_setattr,
+	.setattr = dsfs_ckpt_setattr,
 	.access = dsfs_ckpt_access,
 	.statfs = dsfs_ckpt_statfs,
 	.open = dsfs_ckpt_file_open,

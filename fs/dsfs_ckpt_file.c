@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * dsfs_ckpt_file: the open files of the checkpoint subtree (its create,
- * mknod, open, read, write, flush, fsync, fallocate, release and setattr
- * hooks; the subtree itself is dsfs_ckpt.c).
+ * mknod, open, read, write, flush, fsync, fallocate and release hooks;
+ * the subtree itself is dsfs_ckpt.c).
  *
  * A handle (struct dsfs_ckpt_file_handle, fi->fh) wraps libdstage's
  * struct ckpt_file. Publishing happens in fsync and in flush (what close(2)
@@ -158,14 +158,14 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct ckpt_attr a;
 	bool created;
 	char *key;
-	int ret = dsfs_ckpt_check(fs, who);
+	int ret = dsfs_ckpt_pn_check(fs, who);
 
 	(void)mode;
 	if (ret)
 		return ret;
 	if (ckpt_name_ok("", name))
 		return -EINVAL;
-	key = dsfs_ckpt_child_key(st, dir, name);
+	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	ret = key ? ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
 				   &created)
 		  : -ENOMEM;
@@ -173,18 +173,18 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	if (!ret)
 		ret = ckpt_file_attr(f, &a);
 	if (!ret)
-		ret = dsfs_ckpt_node(fs, dir, name, false, &e->node);
+		ret = dsfs_ckpt_pn_node(fs, dir, name, false, &e->node);
 	if (ret) {
 		ckpt_file_close(f);
 		return ret;
 	}
 	ret = dsfs_ckpt_file_handle_new(who, f, fi);
 	if (ret) {
-		dsfs_ckpt_unref_node(fs, e->node);
+		dsfs_ckpt_pn_unref_node(fs, e->node);
 		e->node = NULL;
 		return ret;
 	}
-	dsfs_ckpt_attr(fs, e->node->ino, &a, &e->attr);
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
 	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
 	return 0;
 }
@@ -198,14 +198,14 @@ int dsfs_ckpt_file_mknod(struct dsfs *fs, struct dsfs_caller *who,
 
 	(void)rdev;
 	if (!S_ISREG(mode))
-		return dsfs_ckpt_perm(fs, who, dir, name);
+		return dsfs_ckpt_pn_perm(fs, who, dir, name);
 	ret = dsfs_ckpt_file_create(fs, who, dir, name, mode, &fi, e);
 	if (ret)
 		return ret;
 	ret = ckpt_file_sync(dsfs_ckpt_file_fh(&fi));
 	dsfs_ckpt_file_handle_free(dsfs_ckpt_file_h(&fi));
 	if (ret) {
-		dsfs_ckpt_unref_node(fs, e->node);
+		dsfs_ckpt_pn_unref_node(fs, e->node);
 		e->node = NULL;
 	}
 	return ret;
@@ -223,11 +223,11 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
 		return -EISDIR;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		ret = dsfs_ckpt_check(fs, who);
+		ret = dsfs_ckpt_pn_check(fs, who);
 		if (ret)
 			return ret;
 	}
-	key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
+	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
 	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
 				   &created)
 		  : -ENOMEM;
@@ -376,60 +376,4 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 	(void)who;
 	(void)n;
 	dsfs_ckpt_file_handle_free(dsfs_ckpt_file_h(fi));
-}
-
-int dsfs_ckpt_file_setattr(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *n, const struct stat *attr,
-			   int to_set, struct fuse_file_info *fi,
-			   struct stat *sb, double *timeout)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct ckpt_file *f = fi && !dsfs_ckpt_pn_of(n)->dir
-				      ? dsfs_ckpt_file_fh(fi)
-				      : NULL,
-			 *tmp = NULL;
-	bool created;
-	char *key = NULL;
-	int ret = dsfs_ckpt_check(fs, who);
-
-	if (ret)
-		return ret;
-	if (n->ino == DSFS_INO_CHECKPOINTS)
-		return (to_set & (FUSE_SET_ATTR_SIZE)) ? -EISDIR : -EPERM;
-	if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->opts->uid) ||
-	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->opts->gid))
-		return -EPERM; /* owners are fixed (-o uid, gid) */
-	key = dsfs_ckpt_key(st, dsfs_ckpt_pn_of(n));
-	if (!key)
-		return -ENOMEM;
-	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (dsfs_ckpt_pn_of(n)->dir)
-			ret = -EISDIR;
-		else if (f)
-			ret = ckpt_file_truncate(f, (uint64_t)attr->st_size);
-		else
-			ret = ckpt_truncate(st->ck, key,
-					    (uint64_t)attr->st_size);
-	}
-	if (!ret &&
-	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) &&
-	    !dsfs_ckpt_pn_of(n)->dir) {
-		struct timespec ts = attr->st_mtim;
-
-		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-			clock_gettime(CLOCK_REALTIME, &ts);
-		if (!f) {
-			ret = ckpt_file_open(st->ck, key, O_RDONLY, &tmp,
-					     &created);
-			f = tmp;
-		}
-		if (!ret)
-			ret = ckpt_file_set_mtime(f, &ts);
-	}
-	ckpt_file_close(tmp);
-	free(key);
-	if (ret)
-		return ret;
-	/* chmod is accepted and has no effect: modes follow -o umask. */
-	return dsfs_ckpt_getattr(fs, who, n, fi, sb, timeout);
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dsfs_ckpt_i: what dsfs_ckpt.c (the subtree: names, directories, life)
- * and dsfs_ckpt_file.c (its open files) share. Not a module of its own:
- * the state and the locks are described in dsfs_ckpt.c.
+ * dsfs_ckpt_i: what the checkpoint subtree's files share: dsfs_ckpt.c (the
+ * hook table, life, names, directories) calls dsfs_ckpt_file.c (open
+ * files), both call dsfs_ckpt_pn.c (nodes, keys, attributes). The state
+ * and the locks are described in dsfs_ckpt.c and dsfs_ckpt_pn.c.
  */
 #ifndef DSFS_CKPT_I_H
 #define DSFS_CKPT_I_H
@@ -37,27 +38,32 @@ static inline struct dsfs_ckpt_pn *dsfs_ckpt_pn_of(struct dsfs_node *n)
 	return n->priv;
 }
 
-/* dsfs_ckpt.c */
+/* dsfs_ckpt_pn.c */
 /* The key of pn, or of name in dir (malloc'd), or NULL. */
-char *dsfs_ckpt_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn);
-char *dsfs_ckpt_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
-			  const char *name);
+char *dsfs_ckpt_pn_key(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn);
+char *dsfs_ckpt_pn_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
+			     const char *name);
+/* Drop a reference of pn (st->lock held), freeing what reaches 0. */
+void dsfs_ckpt_pn_unref_locked(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn);
+/* The forget hook: drop the node's reference on its pn. */
+void dsfs_ckpt_pn_forget(struct dsfs *fs, struct dsfs_node *n);
+/* After a remove (newdir NULL: the node of name in dir is gone) or a
+ * rename (it moves to newname in newdir). */
+void dsfs_ckpt_pn_mark(struct dsfs *fs, struct dsfs_node *dir, const char *name,
+		       struct dsfs_node *newdir, const char *newname);
 /* The node of name in dir, made if needed, its nlookup raised. */
-int dsfs_ckpt_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
-		   bool isdir, struct dsfs_node **out);
+int dsfs_ckpt_pn_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
+		      bool isdir, struct dsfs_node **out);
 /* Drop one lookup reference of n (freeing it at 0). */
-void dsfs_ckpt_unref_node(struct dsfs *fs, struct dsfs_node *n);
+void dsfs_ckpt_pn_unref_node(struct dsfs *fs, struct dsfs_node *n);
 /* The attributes the kernel sees for a. */
-void dsfs_ckpt_attr(struct dsfs *fs, fuse_ino_t ino, const struct ckpt_attr *a,
-		    struct stat *st);
+void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,
+		       const struct ckpt_attr *a, struct stat *st);
 /* 0 when who may change the subtree, else -EROFS (no store) or -EACCES. */
-int dsfs_ckpt_check(struct dsfs *fs, struct dsfs_caller *who);
+int dsfs_ckpt_pn_check(struct dsfs *fs, struct dsfs_caller *who);
 /* What links and special files get: -EPERM (-EROFS without a store). */
-int dsfs_ckpt_perm(struct dsfs *fs, struct dsfs_caller *who,
-		   struct dsfs_node *dir, const char *name);
-int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
-		      struct dsfs_node *n, struct fuse_file_info *fi,
-		      struct stat *sb, double *timeout);
+int dsfs_ckpt_pn_perm(struct dsfs *fs, struct dsfs_caller *who,
+		      struct dsfs_node *dir, const char *name);
 
 /* dsfs_ckpt_file.c: the subtree's hooks for files (dsfs_subtree.h) */
 int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
@@ -84,10 +90,6 @@ int dsfs_ckpt_file_fallocate(struct dsfs *fs, struct dsfs_caller *who,
 			     off_t len, struct fuse_file_info *fi);
 void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, struct fuse_file_info *fi);
-int dsfs_ckpt_file_setattr(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *n, const struct stat *attr,
-			   int to_set, struct fuse_file_info *fi,
-			   struct stat *sb, double *timeout);
 /* The file behind fi->fh (getattr of an open file). */
 struct ckpt_file *dsfs_ckpt_file_of(struct fuse_file_info *fi);
 

@@ -30,17 +30,6 @@
 
 #define CKPT_IO_CHUNK (4u << 20)
 
-struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key)
-{
-	for (struct ckpt_ent *e = ck->ents; e; e = e->next) {
-		if (strcmp(e->key, key) == 0) {
-			e->refs++;
-			return e;
-		}
-	}
-	return NULL;
-}
-
 static void ckpt_ent_free(struct ckpt_ent *e)
 {
 	if (!e)
@@ -114,38 +103,6 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)
 	if (e->dirty && !e->unlinked && e->fd >= 0)
 		ckpt_ent_orphan(ck, e);
 	ckpt_ent_free(e);
-}
-
-int ckpt_space(struct ckpt *ck, int64_t growth)
-{
-	static int64_t last_log;
-	uint64_t g = (uint64_t)growth;
-	int ret = 0;
-
-	pthread_mutex_lock(&ck->lock);
-	if (growth <= 0) {
-		g = (uint64_t)-growth;
-		ck->used -= g < ck->used ? g : ck->used;
-	} else {
-		if (ck->used + g > ck->limit)
-			ckpt_journal_evict_locked(ck, ck->used + g - ck->limit);
-		if (ck->used + g > ck->limit) {
-			ret = -ENOSPC;
-			if (ckpt_now_ms() - last_log > 10000) {
-				last_log = ckpt_now_ms();
-				log_warn(
-					"checkpoints: checkpoints.staging_size "
-					"(%" PRIu64 " bytes) reached in %s and "
-					"nothing published to drop: writes "
-					"fail with ENOSPC; raise it",
-					ck->limit, ck->staging);
-			}
-		} else {
-			ck->used += g;
-		}
-	}
-	pthread_mutex_unlock(&ck->lock);
-	return ret;
 }
 
 /* ---- the publish ---- */

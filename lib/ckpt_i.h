@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ckpt_i: what the ckpt modules share (ckpt.c: opening, lookups, listings,
- * directories; ckpt_rename.c: unlink and rename; ckpt_file.c: open files,
- * writes and the publish; ckpt_journal.c: the on-disk records, recovery,
- * retries and eviction). Not a public header.
+ * ckpt_i: what the files of the ckpt module share. Not a public header.
+ * The files, top to bottom (each calls only files below it):
+ *   ckpt_rename.c   unlink and rename
+ *   ckpt.c          open/free, listings, directories, truncate, statfs
+ *   ckpt_recover.c  restart and retry: the journal's P and W records
+ *   ckpt_file.c     open files, writes, the publish
+ *   ckpt_stat.c     what a key is (local copy, store object, directory)
+ *   ckpt_journal.c  the on-disk records, staging space, eviction
+ *   ckpt_base.c     keys, errors, the clock
  *
  * Staging directory (checkpoints.staging_dir, 0700):
  *   tree/<key>        local copies, the checkpoint namespace mirrored
@@ -40,6 +45,7 @@
 #define CKPT_TREE "tree"
 #define CKPT_JOURNAL "journal"
 #define CKPT_ABANDONED "abandoned"
+#define CKPT_DIR_MODE 0700
 
 /*
  * One file open through at least one handle, shared by all its handles.
@@ -105,12 +111,15 @@ struct ckpt_rec {
 	char key[4096];
 };
 
-/* ckpt.c */
+/* ckpt_base.c */
+/* A valid segment of a key (not empty, ".", "..", over NAME_MAX or
+ * starting with ".dstage"): 0 or -EINVAL. */
+int ckpt_seg_ok(const char *s, size_t len);
 int ckpt_key_ok(const char *key);
 /* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */
 char *ckpt_key_join(const char *dir, const char *name);
-/* 0 when key's parent is a directory, else -ENOENT / -ENOTDIR. */
-int ckpt_parent_dir(struct ckpt *ck, const char *key);
+/* The tree path of key for the *at calls ("." for the top). */
+const char *ckpt_tpath(const char *key);
 /* mkdir -p of key's parent in the tree. */
 int ckpt_tree_mkparents(struct ckpt *ck, const char *key);
 /* The store's key of key's SHA-256 record (malloc'd) or NULL. */
@@ -120,9 +129,13 @@ char *ckpt_sidecar_key(const char *key);
 int ckpt_store_errno(int ret);
 int64_t ckpt_now_ms(void);
 
+/* ckpt_stat.c */
+/* 0 when key's parent is a directory, else -ENOENT / -ENOTDIR. */
+int ckpt_parent_dir(struct ckpt *ck, const char *key);
+/* Whether the store has keys under "key/": 1, 0 or -errno. */
+int ckpt_store_has_dir(struct ckpt *ck, const char *key);
+
 /* ckpt_file.c */
-/* The open entry for key, with refs raised, or NULL (ck->lock held). */
-struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
 /* A new entry (refs 1, not listed) for key's local copy fd (or -1). */
 struct ckpt_ent *ckpt_ent_new(const char *key, int fd);
 /* Publish e if dirty (want_sha: see ckpt_put). */
@@ -138,11 +151,13 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e);
  */
 int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
 	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed);
+
+/* ckpt_journal.c */
+/* The open entry for key, with refs raised, or NULL (ck->lock held). */
+struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
 /* Account growth bytes of local copies (negative: freed); evicts clean
  * copies when over the limit. Returns 0 or -ENOSPC. */
 int ckpt_space(struct ckpt *ck, int64_t growth);
-
-/* ckpt_journal.c */
 /* Whether key has a listed entry (ck->lock held). */
 bool ckpt_is_open_locked(struct ckpt *ck, const char *key);
 int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
@@ -157,6 +172,7 @@ void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
 /* Set the key in the records of every file under the local directory key
  * (after a directory rename). */
 void ckpt_journal_rekey(struct ckpt *ck, const char *key);
+/* ckpt_recover.c */
 /* Scan the journal: sum the local bytes into ck->used, drop records
  * without a file, count P records into ck->pending; recovery: log each W
  * record (never published). publish: publish the P records of files not
