@@ -1,14 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * ckpt: the checkpoint store's namespace (see include/dstage/ckpt.h and
- * ckpt_i.h for the staging layout, the journal and the lock order).
- *
- * What a key is: the local copy (staging_dir/tree/<key>) when this node
- * has one it should serve (being written, waiting to be published, or a
- * clean copy whose ETag still matches the store's), else the store's
- * object, else a directory when the store has keys under "<key>/" or the
- * tree has the directory. A clean local copy the store replaced or removed
- * (another node wrote the name) is dropped when met.
+ * ckpt: the checkpoint store of one node: opening it (the store, the
+ * staging directory and its checks, recovery), listings (the store's and
+ * this node's local copies, merged), directories, truncate by name and
+ * statfs (see include/dstage/ckpt.h, and ckpt_i.h for the staging layout,
+ * the journal, the files of the module and the lock order; ckpt_stat.c
+ * says what a key is).
  *
  * State of this module: the handle is immutable after ckpt_open except
  * what ckpt_i.h marks (entries, counters, under ck->lock).
@@ -28,7 +25,6 @@
 #include "ckpt_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
-
 
 /* ---- opening ---- */
 

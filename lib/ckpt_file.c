@@ -9,8 +9,8 @@
  * create; the journal record turns W) -> clean (ckpt_put succeeded: C).
  * A failed publish leaves the record P: ckpt_retry or a restart publishes
  * it once the last handle is closed. A dirty file closed without a
- * publish attempt (its writer was killed) keeps its W record: never
- * published.
+ * publish attempt (its writer was killed) keeps its W record and is moved
+ * to abandoned/: never published.
  *
  * Locks: see ckpt_i.h (open_lock, then e->lock, then ns_lock, then
  * ck->lock).

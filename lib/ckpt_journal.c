@@ -1,19 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
  * ckpt_journal: the records of the local copies (staging_dir/journal/<ino>,
- * format in ckpt_i.h), what a restart does with them, the retry thread and
- * the eviction of clean copies.
+ * format in ckpt_i.h), the staging space they take, the eviction of clean
+ * copies, and moving unfinished files to abandoned/. (What a restart and
+ * the retry thread do with the records: ckpt_recover.c.)
  *
  * Record life: W when a file is created or first changed; P once it is
  * closed or synced and its SHA-256 computed, just before the upload; C with
  * the store's ETag once published. A record is replaced atomically (a
  * temporary file renamed over it); a P record left by a failed publish is
  * fsynced together with its file. Records whose file is gone (or is another
- * inode now) are dropped by the scan.
+ * inode now) are dropped by the scan (ckpt_recover.c).
  *
- * Retry thread: RUNNING (every checkpoints.retry_interval, when ck->pending
- * says P records are waiting: a scan that publishes them) -> STOPPED by
- * ckpt_retry_stop (ck->stop under ck->lock, ck->cond).
+ * ck->used (the staging bytes) and the entry list are under ck->lock.
  */
 #include <dirent.h>
 #include <errno.h>
