@@ -722,6 +722,32 @@ def test_full_dir_store_enospc_then_restart_publishes(tool, tmp_path,
         m.stop()
 
 
+def test_staging_size_bound(tool, tmp_path):
+    """checkpoints.staging_size bounds the local copies: published copies
+    are dropped to make room (and are then read from the store); with
+    nothing to drop a write fails with ENOSPC."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st, staging_size="8M")
+    m.start()
+    try:
+        (m.ck / "s").mkdir()
+        a, b = os.urandom(5 << 20), os.urandom(5 << 20)
+        (m.ck / "s" / "a").write_bytes(a)
+        (m.ck / "s" / "b").write_bytes(b)         # drops a's local copy
+        assert not (m.staging / "tree" / "s" / "a").exists()
+        assert (m.ck / "s" / "a").read_bytes() == a   # from the store
+        assert (m.ck / "s" / "b").read_bytes() == b
+        with pytest.raises(OSError) as ei:
+            with open(m.ck / "s" / "c", "wb") as f:
+                f.write(os.urandom(9 << 20))      # more than the bound
+        assert ei.value.errno == errno.ENOSPC
+        assert "checkpoints.staging_size" in m.log_text()
+        sv = os.statvfs(m.ck)
+        assert sv.f_blocks * sv.f_frsize <= 8 << 20
+    finally:
+        m.stop()
+
+
 def test_staging_dir_writable_by_others_refused(tool, tmp_path):
     st = DirStore(tmp_path / "store")
     m = Ckpt(tool, tmp_path / "m", st)
