@@ -85,6 +85,7 @@ static void ckpt_ent_orphan(struct ckpt *ck, struct ckpt_ent *e)
 
 void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)
 {
+	struct stat st;
 	bool last;
 
 	pthread_mutex_lock(&ck->lock);
@@ -100,6 +101,8 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)
 	pthread_mutex_unlock(&ck->lock);
 	if (!last)
 		return;
+	if (e->space_at_close && !fstat(e->fd, &st))
+		ckpt_space(ck, -(int64_t)st.st_size);
 	if (e->dirty && !e->unlinked && e->fd >= 0)
 		ckpt_ent_orphan(ck, e);
 	ckpt_ent_free(e);

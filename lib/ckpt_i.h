@@ -60,6 +60,8 @@ struct ckpt_ent {
 	unsigned refs; /* ck->lock: handles */
 	bool publishing; /* ck->lock: a publish of this entry runs */
 	bool unlinked; /* ck->lock */
+	bool space_at_close; /* ck->lock: unlinked while open; the last close
+			      * gives the staging space back */
 	pthread_mutex_t lock; /* see the order above */
 	int fd; /* set at open: the local copy, -1 when read from the store */
 	ino_t ino; /* the local copy's inode (its journal record's name) */

@@ -46,19 +46,23 @@ static int ckpt_store_delete(struct ckpt *ck, const char *key)
 
 /* Take the open entry of key out of the list: it is never published again.
  * ck->lock held. */
-static void ckpt_ent_detach_locked(struct ckpt *ck, const char *key)
+static bool ckpt_ent_detach_locked(struct ckpt *ck, const char *key)
 {
 	for (struct ckpt_ent **pp = &ck->ents; *pp; pp = &(*pp)->next) {
 		if (strcmp((*pp)->key, key) == 0) {
+			/* Its bytes stay on disk until its last close, which
+			 * gives their staging space back. */
 			(*pp)->unlinked = true;
+			(*pp)->space_at_close = true;
 			*pp = (*pp)->next;
-			return;
+			return true;
 		}
 	}
+	return false;
 }
 
 /* Remove key's local copy and its record. */
-static void ckpt_local_remove(struct ckpt *ck, const char *key)
+static void ckpt_local_remove(struct ckpt *ck, const char *key, bool open)
 {
 	struct stat st;
 
@@ -67,13 +71,15 @@ static void ckpt_local_remove(struct ckpt *ck, const char *key)
 		return;
 	if (!unlinkat(ck->tree_fd, key, 0)) {
 		ckpt_journal_remove(ck, st.st_ino);
-		ckpt_space(ck, -(int64_t)st.st_size);
+		if (!open)
+			ckpt_space(ck, -(int64_t)st.st_size);
 	}
 }
 
 int ckpt_unlink(struct ckpt *ck, const char *key)
 {
 	struct ckpt_ent *e;
+	bool open;
 	struct ckpt_attr a;
 	int ret = ckpt_stat(ck, key, &a);
 
@@ -88,9 +94,9 @@ int ckpt_unlink(struct ckpt *ck, const char *key)
 	if (e)
 		pthread_mutex_lock(&e->lock); /* a publish ends first */
 	pthread_mutex_lock(&ck->lock);
-	ckpt_ent_detach_locked(ck, key);
+	open = ckpt_ent_detach_locked(ck, key);
 	pthread_mutex_unlock(&ck->lock);
-	ckpt_local_remove(ck, key);
+	ckpt_local_remove(ck, key, open);
 	ret = ckpt_store_delete(ck, key);
 	if (e) {
 		pthread_mutex_unlock(&e->lock);
@@ -127,7 +133,7 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 	struct ckpt_ent *e;
 	struct ckpt_rec rec = { 0 };
 	struct stat st;
-	bool local, in_store = true;
+	bool local, open, in_store = true;
 	int ret = 0;
 
 	pthread_mutex_lock(&ck->open_lock);
@@ -167,9 +173,9 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 			goto out;
 	}
 	pthread_mutex_lock(&ck->lock);
-	ckpt_ent_detach_locked(ck, to);
+	open = ckpt_ent_detach_locked(ck, to);
 	pthread_mutex_unlock(&ck->lock);
-	ckpt_local_remove(ck, to);
+	ckpt_local_remove(ck, to, open);
 	if (local) {
 		ret = ckpt_tree_mkparents(ck, to);
 		if (!ret && renameat(ck->tree_fd, from, ck->tree_fd, to))

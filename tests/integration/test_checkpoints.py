@@ -742,6 +742,13 @@ def test_staging_size_bound(tool, tmp_path):
                 f.write(os.urandom(9 << 20))      # more than the bound
         assert ei.value.errno == errno.ENOSPC
         assert "checkpoints.staging_size" in m.log_text()
+        # A file removed while open gives its space back at its last close.
+        for i in range(3):
+            fd = os.open(m.ck / "s" / "gone", os.O_CREAT | os.O_WRONLY)
+            os.unlink(m.ck / "s" / "gone")
+            os.write(fd, os.urandom(2 << 20))
+            os.close(fd)
+        (m.ck / "s" / "d").write_bytes(os.urandom(5 << 20))
         sv = os.statvfs(m.ck)
         assert sv.f_blocks * sv.f_frsize <= 8 << 20
     finally:
