@@ -514,7 +514,7 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	struct ckpt *ck = f->ck;
 	uint64_t end = (uint64_t)off + len, old, now;
 	struct stat st;
-	ssize_t w;
+	ssize_t w = 0;
 	int ret;
 
 	if (!f->write || e->fd < 0)
