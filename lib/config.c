@@ -111,6 +111,16 @@ static const struct config_key config_keys[] = {
 	  "no", 0, 0,
 	  "file:// sources: no (skip symlinks) or inside (follow links that "
 	  "stay inside the source)" },
+	{ "checkpoints.store", CT_STRING, OFF(ckpt_store), NULL, 0, 0,
+	  "checkpoint store, file:///dir/ or s3://bucket/prefix/; unset: "
+	  "checkpoints/ stays empty and read-only" },
+	{ "checkpoints.staging_dir", CT_PATH, OFF(ckpt_staging_dir),
+	  "/var/cache/dstage-checkpoints", 0, 0,
+	  "local copies of checkpoints being written (cache disk), mode 0700" },
+	{ "checkpoints.staging_size", CT_SIZE, OFF(ckpt_staging_size), "64G",
+	  1 << 20, 0, "most bytes of local copies in staging_dir" },
+	{ "checkpoints.retry_interval", CT_DURATION, OFF(ckpt_retry_ms), "30s",
+	  100, 0, "retry publishing files the store refused this often" },
 	{ "log.level", CT_LOGLEVEL, OFF(log_level), "info", 0, 0,
 	  "error, warn, info or debug" },
 	{ "log.syslog", CT_BOOL, OFF(log_syslog), "false", 0, 0,

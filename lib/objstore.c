@@ -76,6 +76,11 @@ void objstore_free(struct objstore *os)
 	free(url);
 }
 
+const char *objstore_url(const struct objstore *os)
+{
+	return os->url;
+}
+
 static int objstore_result(struct objstore *os, int ret)
 {
 	if (ret < 0)

@@ -64,6 +64,12 @@ struct dstage_config {
 	int sources_follow_symlinks; /* sources.follow_symlinks,
 				      * enum config_symlinks */
 
+	/* [checkpoints] */
+	char *ckpt_store; /* checkpoints.store, NULL: checkpoints/ read-only */
+	char *ckpt_staging_dir; /* checkpoints.staging_dir */
+	uint64_t ckpt_staging_size; /* checkpoints.staging_size, bytes */
+	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
+
 	/* [log] */
 	int log_level; /* log.level, enum log_level */
 	bool log_syslog; /* log.syslog */

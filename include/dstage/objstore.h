@@ -87,6 +87,9 @@ int objstore_open(const char *url, const struct dstage_config *cfg,
 /* Accepts NULL. */
 void objstore_free(struct objstore *os);
 
+/* The URL the store was opened with (for messages: checkpoints name it). */
+const char *objstore_url(const struct objstore *os);
+
 /*
  * List every object whose key starts with prefix (may be "" for all), in key
  * order, page by page: cb is called once per object and may stop the listing

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: MIT
+/*
+ * dsfs_ckpt_file: the open files of the checkpoint subtree (its create,
+ * mknod, open, read, write, flush, fsync, fallocate and release hooks;
+ * the subtree itself is dsfs_ckpt.c).
+ *
+ * A handle (struct dsfs_ckpt_file_handle, fi->fh) wraps libdstage's
+ * struct ckpt_file. Publishing happens in fsync and in flush (what close(2)
+ * returns), and in flush only for the process that opened the file or
+ * wrote through it, and not when that process is dying of a signal.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsfs_ckpt.h"
+#include "dsfs_ckpt_i.h"
+#include "dsfs_opts.h"
+#include "dstage/ckpt.h"
+#include "dstage/log.h"
+
+/*
+ * One open file of the subtree (fi->fh): the ckpt handle, and which
+ * processes may publish it by closing it. The kernel sends FLUSH for every
+ * close of every copy of the descriptor, also when a forked child execs or
+ * exits (close-on-exec, exit): such a close must not publish a file the
+ * parent is still writing. So a FLUSH publishes only when it comes from the
+ * process that opened the file or one that wrote through it (fsync always
+ * publishes). lock guards the pid fields; a leaf.
+ */
+#define DSFS_CKPT_FILE_WRITERS 8
+
+struct dsfs_ckpt_file_handle {
+	struct ckpt_file *f;
+	pid_t opener; /* tgid that opened the file */
+	pthread_mutex_t lock;
+	pid_t writers[DSFS_CKPT_FILE_WRITERS]; /* lock: tgids that wrote */
+	unsigned nwriters; /* lock: above DSFS_CKPT_FILE_WRITERS: anyone */
+	pid_t last_tid; /* lock: the last writing thread (a cache) */
+};
+
+/* The process (thread group) of thread tid; tid when it cannot be read. */
+static pid_t dsfs_ckpt_file_tgid(pid_t tid)
+{
+	char path[64], buf[512], *p;
+	ssize_t len;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return tid;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return tid;
+	buf[len] = '\0';
+	p = strstr(buf, "\nTgid:");
+	return p ? (pid_t)strtol(p + 6, NULL, 10) : tid;
+}
+
+static struct dsfs_ckpt_file_handle *dsfs_ckpt_file_h(struct fuse_file_info *fi)
+{
+	return (struct dsfs_ckpt_file_handle *)(uintptr_t)fi->fh;
+}
+
+static struct ckpt_file *dsfs_ckpt_file_fh(struct fuse_file_info *fi)
+{
+	return dsfs_ckpt_file_h(fi)->f;
+}
+
+struct ckpt_file *dsfs_ckpt_file_of(struct fuse_file_info *fi)
+{
+	return dsfs_ckpt_file_fh(fi);
+}
+
+/* Wrap f in a handle into fi->fh. Returns 0 or -ENOMEM (f closed). */
+static int dsfs_ckpt_file_handle_new(struct dsfs_caller *who,
+				     struct ckpt_file *f,
+				     struct fuse_file_info *fi)
+{
+	struct dsfs_ckpt_file_handle *h = calloc(1, sizeof(*h));
+
+	if (!h) {
+		ckpt_file_close(f);
+		return -ENOMEM;
+	}
+	h->f = f;
+	h->opener = dsfs_ckpt_file_tgid(who->pid);
+	pthread_mutex_init(&h->lock, NULL);
+	fi->fh = (uintptr_t)h;
+	fi->keep_cache = 0;
+	fi->noflush = 0;
+	return 0;
+}
+
+static void dsfs_ckpt_file_handle_free(struct dsfs_ckpt_file_handle *h)
+{
+	if (!h)
+		return;
+	ckpt_file_close(h->f);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+/* ---- files ---- */
+
+/* Note who as a writer of h. */
+static void dsfs_ckpt_file_wrote(struct dsfs_ckpt_file_handle *h,
+				 struct dsfs_caller *who)
+{
+	pid_t tg;
+
+	pthread_mutex_lock(&h->lock);
+	if (who->pid == h->last_tid || h->nwriters > DSFS_CKPT_FILE_WRITERS) {
+		pthread_mutex_unlock(&h->lock);
+		return;
+	}
+	h->last_tid = who->pid;
+	pthread_mutex_unlock(&h->lock);
+	tg = dsfs_ckpt_file_tgid(who->pid);
+	pthread_mutex_lock(&h->lock);
+	for (unsigned i = 0; i < h->nwriters && i < DSFS_CKPT_FILE_WRITERS; i++)
+		if (h->writers[i] == tg)
+			goto out;
+	if (h->nwriters < DSFS_CKPT_FILE_WRITERS)
+		h->writers[h->nwriters] = tg;
+	h->nwriters++;
+out:
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Whether a close by who may publish h (see struct dsfs_ckpt_file_handle). */
+static bool dsfs_ckpt_file_owner(struct dsfs_ckpt_file_handle *h,
+				 struct dsfs_caller *who)
+{
+	pid_t tg = dsfs_ckpt_file_tgid(who->pid);
+	bool ok = tg == h->opener;
+
+	pthread_mutex_lock(&h->lock);
+	ok = ok || h->nwriters > DSFS_CKPT_FILE_WRITERS;
+	for (unsigned i = 0; !ok && i < h->nwriters; i++)
+		ok = h->writers[i] == tg;
+	pthread_mutex_unlock(&h->lock);
+	return ok;
+}
+
+int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
+			  struct dsfs_node *dir, const char *name, mode_t mode,
+			  struct fuse_file_info *fi, struct dsfs_entry *e)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_file *f = NULL;
+	struct ckpt_attr a;
+	bool created;
+	char *key;
+	int ret = dsfs_ckpt_pn_check(fs, who);
+
+	(void)mode;
+	if (ret)
+		return ret;
+	if (ckpt_name_ok("", name))
+		return -EINVAL;
+	key = dsfs_ckpt_pn_child_key(st, dir, name);
+	ret = key ? ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
+				   &created)
+		  : -ENOMEM;
+	free(key);
+	if (!ret)
+		ret = ckpt_file_attr(f, &a);
+	if (!ret)
+		ret = dsfs_ckpt_pn_node(fs, dir, name, false, &e->node);
+	if (ret) {
+		ckpt_file_close(f);
+		return ret;
+	}
+	ret = dsfs_ckpt_file_handle_new(who, f, fi);
+	if (ret) {
+		dsfs_ckpt_pn_unref_node(fs, e->node);
+		e->node = NULL;
+		return ret;
+	}
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
+	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	return 0;
+}
+
+int dsfs_ckpt_file_mknod(struct dsfs *fs, struct dsfs_caller *who,
+			 struct dsfs_node *dir, const char *name, mode_t mode,
+			 dev_t rdev, struct dsfs_entry *e)
+{
+	struct fuse_file_info fi = { .flags = O_WRONLY | O_EXCL };
+	int ret;
+
+	(void)rdev;
+	if (!S_ISREG(mode))
+		return dsfs_ckpt_pn_perm(fs, who, dir, name);
+	ret = dsfs_ckpt_file_create(fs, who, dir, name, mode, &fi, e);
+	if (ret)
+		return ret;
+	ret = ckpt_file_sync(dsfs_ckpt_file_fh(&fi));
+	dsfs_ckpt_file_handle_free(dsfs_ckpt_file_h(&fi));
+	if (ret) {
+		dsfs_ckpt_pn_unref_node(fs, e->node);
+		e->node = NULL;
+	}
+	return ret;
+}
+
+int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
+			struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_file *f;
+	bool created;
+	char *key;
+	int ret;
+
+	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
+		return -EISDIR;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		ret = dsfs_ckpt_pn_check(fs, who);
+		if (ret)
+			return ret;
+	}
+	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
+	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
+				   &created)
+		  : -ENOMEM;
+	free(key);
+	if (ret)
+		return ret;
+	return dsfs_ckpt_file_handle_new(who, f, fi);
+}
+
+int dsfs_ckpt_file_read(struct dsfs *fs, struct dsfs_caller *who,
+			struct dsfs_node *n, struct fuse_file_info *fi,
+			size_t size, off_t off, struct dsfs_reply_read *r)
+{
+	int fd = ckpt_file_fd(dsfs_ckpt_file_fh(fi));
+	struct ckpt_attr a;
+	ssize_t got;
+	char *buf;
+
+	(void)fs;
+	(void)who;
+	(void)n;
+	if (fd >= 0 && !ckpt_file_attr(dsfs_ckpt_file_fh(fi), &a)) {
+		/* A local copy: spliced from it, never past its end. */
+		if ((uint64_t)off >= a.size)
+			return 0;
+		if (size > a.size - (uint64_t)off)
+			size = (size_t)(a.size - (uint64_t)off);
+		return dsfs_reply_read_fd(r, fd, off, size, 0);
+	}
+	buf = malloc(size ? size : 1);
+	if (!buf)
+		return -ENOMEM;
+	got = ckpt_file_pread(dsfs_ckpt_file_fh(fi), buf, size, off);
+	if (got >= 0)
+		dsfs_reply_read_buf(r, buf, (size_t)got);
+	free(buf);
+	return got < 0 ? (int)got : 0;
+}
+
+ssize_t dsfs_ckpt_file_write(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, struct fuse_file_info *fi,
+			     const char *buf, size_t size, off_t off)
+{
+	(void)fs;
+	(void)n;
+	dsfs_ckpt_file_wrote(dsfs_ckpt_file_h(fi), who);
+	return ckpt_file_pwrite(dsfs_ckpt_file_fh(fi), buf, size, off);
+}
+
+/*
+ * Whether the task closing the file is exiting because a signal killed it
+ * (its FLUSH comes from do_exit: PF_EXITING in /proc/<tid>/stat's flags,
+ * its exit code a signal number). Then what it wrote is not published.
+ */
+static bool dsfs_ckpt_file_killed(pid_t pid, int *sig)
+{
+	char path[64], buf[1024], *p, *save = NULL;
+	unsigned long flags = 0;
+	long code = 0;
+	ssize_t len;
+	int fd, field = 3;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return false;
+	buf[len] = '\0';
+	p = strrchr(buf, ')');
+	if (!p)
+		return false;
+	for (p = strtok_r(p + 1, " \n", &save); p;
+	     p = strtok_r(NULL, " \n", &save), field++) {
+		if (field == 9)
+			flags = strtoul(p, NULL, 10);
+		else if (field == 52)
+			code = strtol(p, NULL, 10);
+	}
+	if (!(flags & 0x4) || field < 53) /* PF_EXITING */
+		return false;
+	*sig = (int)(code & 0x7f);
+	return *sig != 0;
+}
+
+int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
+			 struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	int sig;
+
+	(void)fs;
+	(void)n;
+	/* FLUSH carries no open flags: the handle knows. Only a writer's
+	 * close publishes (a reader's close must not publish what a writer
+	 * is still writing). */
+	if (!ckpt_file_writable(dsfs_ckpt_file_fh(fi)))
+		return 0;
+	if (dsfs_ckpt_file_killed(who->pid, &sig)) {
+		log_warn("checkpoints: the writer (pid %d) of a file was "
+			 "killed by signal %d before closing it: not "
+			 "published",
+			 (int)who->pid, sig);
+		return 0;
+	}
+	if (!dsfs_ckpt_file_owner(dsfs_ckpt_file_h(fi), who))
+		return 0; /* a forked child's copy closing */
+	return ckpt_file_sync(dsfs_ckpt_file_fh(fi));
+}
+
+int dsfs_ckpt_file_fsync(struct dsfs *fs, struct dsfs_caller *who,
+			 struct dsfs_node *n, int datasync,
+			 struct fuse_file_info *fi)
+{
+	(void)fs;
+	(void)who;
+	(void)n;
+	(void)datasync;
+	return ckpt_file_sync(dsfs_ckpt_file_fh(fi));
+}
+
+int dsfs_ckpt_file_fallocate(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, int mode, off_t off,
+			     off_t len, struct fuse_file_info *fi)
+{
+	struct ckpt_attr a;
+	int ret;
+
+	(void)fs;
+	(void)who;
+	(void)n;
+	if (mode)
+		return -EOPNOTSUPP;
+	ret = ckpt_file_attr(dsfs_ckpt_file_fh(fi), &a);
+	if (!ret && (uint64_t)(off + len) > a.size)
+		ret = ckpt_file_truncate(dsfs_ckpt_file_fh(fi),
+					 (uint64_t)(off + len));
+	return ret;
+}
+
+void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, struct fuse_file_info *fi)
+{
+	(void)fs;
+	(void)who;
+	(void)n;
+	dsfs_ckpt_file_handle_free(dsfs_ckpt_file_h(fi));
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt: the checkpoint store of one node, written through to shared storage
+ * (checkpoints.store: a file:// directory or an s3:// prefix) with local
+ * copies in a staging directory (checkpoints.staging_dir, on the cache disk).
+ *
+ * Keys are paths relative to the store ("job/step-100/model.pt"; "" is the
+ * top). A file being written lives in staging_dir/tree/<key>; publishing it
+ * (ckpt_file_sync, ckpt_file_flush) computes its SHA-256, writes it to the
+ * store under its final key in one atomic step (objstore_put_fd: temporary
+ * file + fsync + rename, or one PUT / CompleteMultipartUpload), records the
+ * SHA-256 next to it (the sidecar object ".dstage-sha256/<key>") and in the
+ * local journal, and only then returns 0. Names starting with ".dstage" at
+ * the top are the store's own and refused.
+ *
+ * The durability contract and the failure behaviour are in
+ * docs/checkpoints.md. Used by dstagefs (fs/dsfs_ckpt.c); every call is
+ * thread-safe and may block on the store.
+ *
+ * Errors are -errno:
+ *   -ENOENT     no such file or directory (neither local nor in the store)
+ *   -EEXIST     O_EXCL on an existing file, mkdir of an existing directory
+ *   -ENOTEMPTY  rmdir of a directory with files (locally or in the store)
+ *   -EISDIR / -ENOTDIR   a file where a directory is needed, or the reverse
+ *   -EINVAL     a bad key (empty segment, ".", "..", ".dstage*" at the top)
+ *   -EIO        the store failed (logged with file and cause; retried later)
+ *   -ENOSPC / -EDQUOT    the store or the staging directory is full
+ *   -EBUSY      a directory rename while a file under it is being published
+ *   -ENOMEM     out of memory
+ */
+#ifndef DSTAGE_CKPT_H
+#define DSTAGE_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+struct dstage_config;
+struct ckpt;
+struct ckpt_file;
+
+struct ckpt_attr {
+	bool dir;
+	uint64_t size;
+	int64_t mtime; /* seconds since the epoch */
+	bool local; /* served from this node's local copy */
+};
+
+/* Counters for .dstage/stats; monotonic except pending. */
+struct ckpt_stats {
+	uint64_t published; /* files published */
+	uint64_t published_bytes;
+	uint64_t publish_errors; /* failed publishes (each logged) */
+	uint64_t recovered; /* published after a restart or a retry */
+	uint64_t pending; /* closed files waiting for a retry (now) */
+};
+
+/*
+ * Open the checkpoint store of cfg (checkpoints.store must be set): open the
+ * store, make or check staging_dir (0700, owned by this user, writable by
+ * nobody else: -EACCES otherwise, logged with the fix), and recover what a
+ * previous run left: closed files not yet published are published now (or
+ * logged with the reason and kept for the next retry); files whose writer
+ * never closed them are logged and kept locally, never published.
+ * Returns 0, -EINVAL (no or bad store URL), -EACCES, -ENOMEM, or the
+ * store's or the file system's -errno.
+ */
+int ckpt_open(const struct dstage_config *cfg, struct ckpt **out);
+
+/* Accepts NULL. Open files must have been closed. */
+void ckpt_free(struct ckpt *ck);
+
+/* The store's URL. */
+const char *ckpt_url(const struct ckpt *ck);
+
+/* Whether name may be created in the directory dirkey ("" for the top).
+ * Returns 0 or -EINVAL. */
+int ckpt_name_ok(const char *dirkey, const char *name);
+
+/* Attributes of key: the local copy when this node wrote it (and the store
+ * has not replaced it since), else the store's object or prefix. */
+int ckpt_stat(struct ckpt *ck, const char *key, struct ckpt_attr *a);
+
+/*
+ * The directory dirkey's entries: local ones and the store's, each name
+ * once, in byte order; cb may stop the walk by returning non-zero, which
+ * ckpt_list returns. -ENOENT when the directory exists nowhere.
+ */
+typedef int (*ckpt_list_cb)(void *arg, const char *name,
+			    const struct ckpt_attr *a);
+int ckpt_list(struct ckpt *ck, const char *dirkey, ckpt_list_cb cb, void *arg);
+
+/* A local directory (the store has none until a file lands in it). */
+int ckpt_mkdir(struct ckpt *ck, const char *key);
+/* -ENOTEMPTY when the store or the local tree has anything under key. */
+int ckpt_rmdir(struct ckpt *ck, const char *key);
+/* Remove the file from the store (and its SHA-256 record) and locally. A
+ * file still open is never published afterwards. */
+int ckpt_unlink(struct ckpt *ck, const char *key);
+/*
+ * Rename a file or a directory (every object under it), replacing an
+ * existing file at to. In the store: copy, then delete the old name, so
+ * readers see the old or the new name with the whole content. noreplace:
+ * -EEXIST when to exists.
+ */
+int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
+		bool noreplace);
+
+/*
+ * Open key. flags: O_RDONLY / O_WRONLY / O_RDWR with O_CREAT, O_EXCL,
+ * O_TRUNC. Opening for writing a file only the store has copies it here
+ * first (unless O_TRUNC). *created is set when the file was made.
+ */
+int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
+		   struct ckpt_file **out, bool *created);
+/* Bytes read (0 at the end), or -errno. */
+ssize_t ckpt_file_pread(struct ckpt_file *f, void *buf, size_t len, off_t off);
+/* Bytes written, or -errno (-ENOSPC: staging_size reached with nothing
+ * evictable, -EBADF: not open for writing). */
+ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
+			 off_t off);
+int ckpt_file_truncate(struct ckpt_file *f, uint64_t size);
+/* Set the local copy's mtime (utimens); published content is unchanged. */
+int ckpt_file_set_mtime(struct ckpt_file *f, const struct timespec *mtime);
+int ckpt_file_attr(struct ckpt_file *f, struct ckpt_attr *a);
+/* The local copy's descriptor (to splice reads from; stays f's), or -1
+ * when f is read from the store. */
+int ckpt_file_fd(const struct ckpt_file *f);
+/* Whether f was opened for writing. */
+bool ckpt_file_writable(const struct ckpt_file *f);
+/*
+ * Publish what was written, if anything changed since the last publish:
+ * returns 0 only once the whole content is in the store under the file's
+ * current name with its SHA-256 recorded. On failure the local copy stays,
+ * one line is logged naming the file and the cause, and a later sync, flush,
+ * retry or restart publishes it: -EIO, -ENOSPC or -EDQUOT (full store).
+ */
+int ckpt_file_sync(struct ckpt_file *f);
+/* Close one handle (no publish: the caller syncs first where it must).
+ * Accepts NULL. */
+void ckpt_file_close(struct ckpt_file *f);
+
+/* Truncate key without a handle (truncate(2)), then publish. */
+int ckpt_truncate(struct ckpt *ck, const char *key, uint64_t size);
+
+/* Retry publishing closed files the store refused now (the retry thread
+ * does it by itself every checkpoints.retry_interval). */
+void ckpt_retry(struct ckpt *ck);
+
+/* Staging space as statfs reports it (bounded by staging_size). */
+int ckpt_statfs(struct ckpt *ck, struct statvfs *sv);
+
+void ckpt_get_stats(struct ckpt *ck, struct ckpt_stats *st);
+
+#endif

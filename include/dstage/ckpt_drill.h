@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt_drill: a recovery drill of the checkpoint store (checkpoints.store).
+ *
+ * A checkpoint is a file or a directory directly under "<job>/". The drill
+ * picks the newest one (the highest step number in its name, the last run
+ * of digits; without numbers the newest upload) or the one named, restores
+ * every object of it into a scratch directory, and checks each file's
+ * SHA-256 against the one recorded when it was published (the sidecar
+ * ".dstage-sha256/<key>", docs/checkpoints.md). A file that differs, has no
+ * recorded hash, or is recorded but gone from the store is a failure.
+ */
+#ifndef DSTAGE_CKPT_DRILL_H
+#define DSTAGE_CKPT_DRILL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct dstage_config;
+
+struct ckpt_drill_opts {
+	const char *job; /* required */
+	const char *step; /* a step number or a checkpoint name; NULL: newest */
+	const char *to; /* scratch directory: made, must be empty if present */
+};
+
+struct ckpt_drill_file {
+	char *key; /* relative to the store */
+	uint64_t size;
+	char want[65], got[65]; /* hex; "" when unknown */
+	const char *problem; /* NULL: good; "differs", "missing", ... */
+};
+
+struct ckpt_drill_report {
+	char *checkpoint; /* "<job>/<name>" */
+	size_t nfiles, nbad;
+	uint64_t bytes;
+	double seconds;
+	struct ckpt_drill_file *files;
+};
+
+/*
+ * Run the drill. Returns 0 when it ran (r->nbad says whether every file
+ * matched; release r either way), -ENOENT (no such job or step, logged),
+ * -EEXIST (o->to is not empty), -EINVAL (no checkpoints.store), or the
+ * store's or the file system's -errno.
+ */
+int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
+	       struct ckpt_drill_report *r);
+
+/* Print the report: lines naming each bad file and a summary (files,
+ * bytes, seconds, MB/s), or one JSON object. */
+void ckpt_drill_print(const struct ckpt_drill_report *r, bool json, FILE *f);
+
+/* Accepts a zeroed report. */
+void ckpt_drill_release(struct ckpt_drill_report *r);
+
+#endif

@@ -1,0 +1,672 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ckpt_file: open checkpoint files, their writes, and the publish.
+ *
+ * An entry (struct ckpt_ent, ckpt_i.h) is shared by every handle of one
+ * local file and listed in ck->ents while open; a file only read from the
+ * store gets a private, unlisted entry (fd -1) read with If-Match on the
+ * ETag it was opened at. Entry states: clean -> dirty (write, truncate,
+ * create; the journal record turns W) -> clean (ckpt_put succeeded: C).
+ * A failed publish leaves the record P: ckpt_retry or a restart publishes
+ * it once the last handle is closed. A dirty file closed without a
+ * publish attempt (its writer was killed) keeps its W record and is moved
+ * to abandoned/: never published.
+ *
+ * Locks: see ckpt_i.h (open_lock, then e->lock, then ns_lock, then
+ * ck->lock).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_i.h"
+#include "dstage/log.h"
+
+#define CKPT_IO_CHUNK (4u << 20)
+
+static void ckpt_ent_free(struct ckpt_ent *e)
+{
+	if (!e)
+		return;
+	if (e->fd >= 0)
+		close(e->fd);
+	EVP_MD_CTX_free(e->hctx);
+	pthread_mutex_destroy(&e->lock);
+	free(e->key);
+	free(e);
+}
+
+/* Start hashing e as it is written (it is empty now). e->lock held. */
+static void ckpt_hash_start(struct ckpt_ent *e)
+{
+	if (!e->hctx)
+		e->hctx = EVP_MD_CTX_new();
+	if (e->hctx && !EVP_DigestInit_ex(e->hctx, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(e->hctx);
+		e->hctx = NULL;
+	}
+	e->hashed = 0;
+}
+
+static void ckpt_hash_stop(struct ckpt_ent *e)
+{
+	EVP_MD_CTX_free(e->hctx);
+	e->hctx = NULL;
+}
+
+/* What closing the last handle of a dirty file leaves behind. */
+static void ckpt_ent_orphan(struct ckpt *ck, struct ckpt_ent *e)
+{
+	struct ckpt_rec rec;
+	bool listed;
+
+	if (!ckpt_journal_read(ck, e->ino, &rec) && rec.state == 'P') {
+		pthread_mutex_lock(&ck->lock);
+		ck->pending++;
+		pthread_mutex_unlock(&ck->lock);
+		return;
+	}
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	listed = ckpt_is_open_locked(ck, e->key);
+	pthread_mutex_unlock(&ck->lock);
+	if (!listed)
+		ckpt_journal_abandon(ck, e->ino, e->key,
+				     "its writer closed it without publishing "
+				     "(killed?)");
+	pthread_mutex_unlock(&ck->open_lock);
+}
+
+void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)
+{
+	struct stat st;
+	bool last;
+
+	pthread_mutex_lock(&ck->lock);
+	last = --e->refs == 0;
+	if (last && !e->unlinked && e->fd >= 0) {
+		for (struct ckpt_ent **pp = &ck->ents; *pp; pp = &(*pp)->next) {
+			if (*pp == e) {
+				*pp = e->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&ck->lock);
+	if (!last)
+		return;
+	if (e->space_at_close && !fstat(e->fd, &st))
+		ckpt_space(ck, -(int64_t)st.st_size);
+	if (e->dirty && !e->unlinked && e->fd >= 0)
+		ckpt_ent_orphan(ck, e);
+	ckpt_ent_free(e);
+}
+
+/* ---- the publish ---- */
+
+/* The SHA-256 of fd's size bytes; from hctx (of [0, from)) when given. */
+static int ckpt_sha256_fd(int fd, uint64_t size, const EVP_MD_CTX *hctx,
+			  uint64_t from, char hex[CKPT_SHA_HEX])
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned char md[32];
+	unsigned mdlen = 0;
+	uint64_t off = hctx ? from : 0;
+	char *buf = malloc(CKPT_IO_CHUNK);
+	int ret = 0;
+
+	if (!ctx || !buf ||
+	    !(hctx ? EVP_MD_CTX_copy_ex(ctx, hctx)
+		   : EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (off < size) {
+		size_t want =
+			size - off < CKPT_IO_CHUNK ? size - off : CKPT_IO_CHUNK;
+		ssize_t r = pread(fd, buf, want, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			ret = r < 0 ? -errno : -EIO;
+			goto out;
+		}
+		EVP_DigestUpdate(ctx, buf, (size_t)r);
+		off += (uint64_t)r;
+	}
+	EVP_DigestFinal_ex(ctx, md, &mdlen);
+	for (unsigned i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+out:
+	EVP_MD_CTX_free(ctx);
+	free(buf);
+	return ret;
+}
+
+int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
+	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed)
+{
+	struct ckpt_rec rec = { .state = 'P' };
+	struct objstore_info oi;
+	char line[CKPT_SHA_HEX + 32], *side = NULL;
+	const char *what = "reading the local copy";
+	struct stat st;
+	int ret;
+
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		goto err;
+	}
+	rec.size = (uint64_t)st.st_size;
+	snprintf(rec.key, sizeof(rec.key), "%s", key);
+	if (hashed > rec.size)
+		hctx = NULL;
+	ret = ckpt_sha256_fd(fd, rec.size, hctx, hashed, rec.sha);
+	if (ret)
+		goto err;
+	if (want_sha && *want_sha && strcmp(want_sha, rec.sha)) {
+		what = "checking the local copy against its recorded SHA-256";
+		ret = -EIO;
+		goto err;
+	}
+	ckpt_journal_write(ck, ino, &rec, false);
+	what = "storing it";
+	ret = objstore_put_fd(ck->os, key, fd, rec.size);
+	if (ret)
+		goto err;
+	what = "storing its SHA-256";
+	side = ckpt_sidecar_key(key);
+	if (!side) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	snprintf(line, sizeof(line), "%s  %" PRIu64 "\n", rec.sha, rec.size);
+	ret = objstore_put_buf(ck->os, side, line, strlen(line));
+	if (ret)
+		goto err;
+	if (!objstore_head(ck->os, key, &oi))
+		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
+	rec.state = 'C';
+	ckpt_journal_write(ck, ino, &rec, false);
+	atomic_fetch_add(&ck->n_published, 1);
+	atomic_fetch_add(&ck->n_published_bytes, rec.size);
+	free(side);
+	return 0;
+err:
+	free(side);
+	atomic_fetch_add(&ck->n_errors, 1);
+	/* The local copy must outlive a crash: it is all there is. */
+	fsync(fd);
+	if (rec.sha[0])
+		ckpt_journal_write(ck, ino, &rec, true);
+	log_error("checkpoints: cannot publish %s to %s (%s): %s; the local "
+		  "copy stays in %s/%s/%s and is retried",
+		  key, ckpt_url(ck), what, strerror(-ret), ck->staging,
+		  CKPT_TREE, key);
+	return ckpt_store_errno(ret);
+}
+
+/* ---- opening ---- */
+
+struct ckpt_ent *ckpt_ent_new(const char *key, int fd)
+{
+	struct ckpt_ent *e = calloc(1, sizeof(*e));
+	struct stat st;
+
+	if (!e)
+		return NULL;
+	e->key = strdup(key);
+	if (!e->key) {
+		free(e);
+		return NULL;
+	}
+	e->fd = fd;
+	e->refs = 1;
+	if (fd >= 0 && !fstat(fd, &st))
+		e->ino = st.st_ino;
+	pthread_mutex_init(&e->lock, NULL);
+	return e;
+}
+
+/* Mark e dirty (e->lock held), its record W first. */
+static void ckpt_ent_dirty(struct ckpt *ck, struct ckpt_ent *e)
+{
+	struct ckpt_rec rec = { .state = 'W' };
+	bool unlinked;
+
+	pthread_mutex_lock(&ck->lock);
+	unlinked = e->unlinked;
+	if (!unlinked)
+		snprintf(rec.key, sizeof(rec.key), "%s", e->key);
+	pthread_mutex_unlock(&ck->lock);
+	if (!e->journal_w && !unlinked) {
+		ckpt_journal_write(ck, e->ino, &rec, false);
+		e->journal_w = true;
+	}
+	e->dirty = true;
+}
+
+/* Copy key (size bytes, etag) from the store into fd. */
+static int ckpt_fetch(struct ckpt *ck, const char *key, int fd, uint64_t size,
+		      const char *etag)
+{
+	char *buf = malloc(CKPT_IO_CHUNK);
+	uint64_t off = 0;
+	int ret = buf ? 0 : -ENOMEM;
+
+	while (!ret && off < size) {
+		size_t got = 0;
+		size_t want =
+			size - off < CKPT_IO_CHUNK ? size - off : CKPT_IO_CHUNK;
+
+		ret = objstore_get(ck->os, key, off, want, etag, buf, &got);
+		if (!ret && got == 0)
+			ret = -EIO;
+		if (!ret && pwrite(fd, buf, got, (off_t)off) != (ssize_t)got)
+			ret = errno ? -errno : -EIO;
+		off += got;
+	}
+	free(buf);
+	return ret;
+}
+
+/* Open key's existing local copy (1), or 0 when it has none. */
+static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
+{
+	struct stat st;
+
+	*fd = openat(ck->tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (*fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (fstat(*fd, &st) || !S_ISREG(st.st_mode)) {
+		close(*fd);
+		*fd = -1;
+		return -EISDIR;
+	}
+	return 1;
+}
+
+int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
+		   struct ckpt_file **out, bool *created)
+{
+	bool write = (flags & O_ACCMODE) != O_RDONLY;
+	bool excl = (flags & O_CREAT) && (flags & O_EXCL);
+	struct ckpt_file *f = calloc(1, sizeof(*f));
+	struct ckpt_ent *e = NULL;
+	struct objstore_info oi;
+	struct ckpt_attr a;
+	int fd = -1, ret;
+
+	*created = false;
+	if (!f)
+		return -ENOMEM;
+	ret = ckpt_key_ok(key);
+	if (ret || !*key) {
+		free(f);
+		return ret ? ret : -EISDIR;
+	}
+	f->write = write;
+	f->ck = ck;
+	pthread_mutex_lock(&ck->open_lock);
+	pthread_mutex_lock(&ck->lock);
+	e = ckpt_ent_find_locked(ck, key);
+	pthread_mutex_unlock(&ck->lock);
+	if (e) {
+		if (excl) {
+			ret = -EEXIST;
+			goto err;
+		}
+		if (write && (flags & O_TRUNC)) {
+			ret = ckpt_file_truncate(
+				&(struct ckpt_file){
+					.ck = ck, .e = e, .write = true },
+				0);
+			if (ret)
+				goto err;
+		}
+		goto done;
+	}
+	/* What the name is now: a stale clean copy is dropped by stat. */
+	ret = ckpt_stat(ck, key, &a);
+	if (ret && ret != -ENOENT)
+		goto err;
+	if (!ret && a.dir) {
+		ret = -EISDIR;
+		goto err;
+	}
+	if (!ret && excl) {
+		ret = -EEXIST;
+		goto err;
+	}
+	if (ret == -ENOENT && !(flags & O_CREAT))
+		goto err;
+	if (!ret && a.local) {
+		ret = ckpt_open_local(ck, key, &fd);
+		if (ret <= 0) {
+			ret = ret ? ret : -ENOENT;
+			goto err;
+		}
+		e = ckpt_ent_new(key, fd);
+		if (!e) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		fd = -1;
+		if (write && (flags & O_TRUNC)) {
+			ret = ckpt_file_truncate(
+				&(struct ckpt_file){
+					.ck = ck, .e = e, .write = true },
+				0);
+			if (ret)
+				goto err;
+		}
+	} else if (!ret) {
+		/* Only the store has it. */
+		ret = objstore_head(ck->os, key, &oi);
+		if (ret) {
+			ret = ckpt_store_errno(ret);
+			goto err;
+		}
+		if (!write) {
+			e = ckpt_ent_new(key, -1);
+			if (!e) {
+				ret = -ENOMEM;
+				goto err;
+			}
+			snprintf(e->etag, sizeof(e->etag), "%s", oi.etag);
+			e->rsize = oi.size;
+			e->rmtime = oi.mtime;
+			goto private;
+		}
+		ret = ckpt_tree_mkparents(ck, key);
+		if (ret)
+			goto err;
+		fd = openat(ck->tree_fd, key,
+			    O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+			    0600);
+		if (fd < 0) {
+			ret = -errno;
+			goto err;
+		}
+		e = ckpt_ent_new(key, fd);
+		if (!e) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		fd = -1;
+		if (flags & O_TRUNC) {
+			pthread_mutex_lock(&e->lock);
+			ckpt_ent_dirty(ck, e);
+			ckpt_hash_start(e);
+			pthread_mutex_unlock(&e->lock);
+		} else {
+			struct ckpt_rec rec = { .state = 'C', .size = oi.size };
+
+			ret = ckpt_space(ck, (int64_t)oi.size);
+			if (!ret)
+				ret = ckpt_fetch(ck, key, e->fd, oi.size,
+						 oi.etag);
+			if (ret) {
+				log_error("checkpoints: cannot copy %s from %s "
+					  "to write it: %s",
+					  key, ckpt_url(ck), strerror(-ret));
+				ret = ckpt_store_errno(ret);
+				unlinkat(ck->tree_fd, key, 0);
+				goto err;
+			}
+			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
+			snprintf(rec.key, sizeof(rec.key), "%s", key);
+			ckpt_journal_write(ck, e->ino, &rec, false);
+		}
+	} else {
+		/* A new file (the caller checked the parent). */
+		ret = ckpt_tree_mkparents(ck, key);
+		if (ret)
+			goto err;
+		fd = openat(ck->tree_fd, key,
+			    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			    0600);
+		if (fd < 0) {
+			ret = -errno;
+			goto err;
+		}
+		e = ckpt_ent_new(key, fd);
+		if (!e) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		fd = -1;
+		*created = true;
+		pthread_mutex_lock(&e->lock);
+		ckpt_ent_dirty(ck, e);
+		ckpt_hash_start(e);
+		pthread_mutex_unlock(&e->lock);
+	}
+	pthread_mutex_lock(&ck->lock);
+	e->next = ck->ents;
+	ck->ents = e;
+	pthread_mutex_unlock(&ck->lock);
+	goto done;
+
+      private:
+done:
+	pthread_mutex_unlock(&ck->open_lock);
+	f->e = e;
+	*out = f;
+	return 0;
+err:
+	pthread_mutex_unlock(&ck->open_lock);
+	if (fd >= 0)
+		close(fd);
+	if (e && e->refs > 1)
+		ckpt_ent_put(ck, e);
+	else
+		ckpt_ent_free(e);
+	free(f);
+	return ret;
+}
+
+/* ---- I/O ---- */
+
+ssize_t ckpt_file_pread(struct ckpt_file *f, void *buf, size_t len, off_t off)
+{
+	struct ckpt_ent *e = f->e;
+	size_t got = 0;
+	ssize_t r;
+	int ret;
+
+	if (off < 0)
+		return -EINVAL;
+	if (e->fd >= 0) {
+		do
+			r = pread(e->fd, buf, len, off);
+		while (r < 0 && errno == EINTR);
+		return r < 0 ? -errno : r;
+	}
+	if ((uint64_t)off >= e->rsize || !len)
+		return 0;
+	if (len > e->rsize - (uint64_t)off)
+		len = (size_t)(e->rsize - (uint64_t)off);
+	ret = objstore_get(f->ck->os, e->key, (uint64_t)off, len, e->etag, buf,
+			   &got);
+	if (ret == -ERANGE)
+		return 0;
+	if (ret) {
+		log_error("checkpoints: cannot read %s at %lld from %s: %s",
+			  e->key, (long long)off, ckpt_url(f->ck),
+			  strerror(-ret));
+		return ret == -ENOMEM ? -ENOMEM : -EIO;
+	}
+	return (ssize_t)got;
+}
+
+ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
+			 off_t off)
+{
+	struct ckpt_ent *e = f->e;
+	struct ckpt *ck = f->ck;
+	uint64_t end = (uint64_t)off + len, old, now;
+	struct stat st;
+	ssize_t w = 0;
+	int ret;
+
+	if (!f->write || e->fd < 0)
+		return -EBADF;
+	if (off < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	if (fstat(e->fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	old = (uint64_t)st.st_size;
+	ret = ckpt_space(ck, end > old ? (int64_t)(end - old) : 0);
+	if (ret)
+		goto out;
+	ckpt_ent_dirty(ck, e);
+	do
+		w = pwrite(e->fd, buf, len, off);
+	while (w < 0 && errno == EINTR);
+	now = w > 0 && (uint64_t)off + (uint64_t)w > old
+		      ? (uint64_t)off + (uint64_t)w
+		      : old;
+	if (end > old) /* give back what was reserved and not written */
+		ckpt_space(ck, (int64_t)now - (int64_t)end);
+	ret = w < 0 ? -errno : 0;
+	if (w > 0 && e->hctx && (uint64_t)off < e->hashed) {
+		ckpt_hash_stop(e); /* a rewrite: hash it all at publish */
+	} else if (w > 0 && e->hctx && (uint64_t)off == e->hashed) {
+		EVP_DigestUpdate(e->hctx, buf, (size_t)w);
+		e->hashed += (uint64_t)w;
+	}
+	if (ret == -ENOSPC || ret == -EDQUOT)
+		log_warn("checkpoints: the staging disk of %s is full: %s",
+			 ck->staging, strerror(-ret));
+out:
+	pthread_mutex_unlock(&e->lock);
+	return ret ? ret : w;
+}
+
+int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
+{
+	struct ckpt_ent *e = f->e;
+	struct stat st;
+	int ret;
+
+	if (!f->write || e->fd < 0)
+		return -EBADF;
+	pthread_mutex_lock(&e->lock);
+	if (fstat(e->fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	ret = ckpt_space(f->ck, (int64_t)size - (int64_t)st.st_size);
+	if (ret)
+		goto out;
+	ckpt_ent_dirty(f->ck, e);
+	if (ftruncate(e->fd, (off_t)size)) {
+		ret = -errno;
+		ckpt_space(f->ck, (int64_t)st.st_size - (int64_t)size);
+	} else if (size == 0) {
+		ckpt_hash_start(e);
+	} else if (size < e->hashed) {
+		ckpt_hash_stop(e);
+	}
+out:
+	pthread_mutex_unlock(&e->lock);
+	return ret;
+}
+
+int ckpt_file_set_mtime(struct ckpt_file *f, const struct timespec *mtime)
+{
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, *mtime };
+
+	if (f->e->fd < 0)
+		return 0; /* the store keeps its own time */
+	return futimens(f->e->fd, ts) ? -errno : 0;
+}
+
+int ckpt_file_fd(const struct ckpt_file *f)
+{
+	return f->e->fd;
+}
+
+bool ckpt_file_writable(const struct ckpt_file *f)
+{
+	return f->write;
+}
+
+int ckpt_file_attr(struct ckpt_file *f, struct ckpt_attr *a)
+{
+	struct stat st;
+
+	memset(a, 0, sizeof(*a));
+	if (f->e->fd < 0) {
+		a->size = f->e->rsize;
+		a->mtime = f->e->rmtime;
+		return 0;
+	}
+	if (fstat(f->e->fd, &st))
+		return -errno;
+	a->size = (uint64_t)st.st_size;
+	a->mtime = st.st_mtim.tv_sec;
+	a->local = true;
+	return 0;
+}
+
+int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
+{
+	char *key = NULL;
+	int ret = 0;
+
+	if (e->fd < 0)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	if (!e->dirty)
+		goto out;
+	pthread_rwlock_rdlock(&ck->ns_lock);
+	pthread_mutex_lock(&ck->lock);
+	if (!e->unlinked) {
+		key = strdup(e->key);
+		e->publishing = key != NULL;
+	}
+	pthread_mutex_unlock(&ck->lock);
+	if (key) {
+		ret = ckpt_put(ck, e->fd, e->ino, key, want_sha, e->hctx,
+			       e->hashed);
+		pthread_mutex_lock(&ck->lock);
+		e->publishing = false;
+		pthread_mutex_unlock(&ck->lock);
+		if (!ret) {
+			e->dirty = false;
+			e->journal_w = false;
+		}
+	} else if (!e->unlinked) {
+		ret = -ENOMEM;
+	}
+	pthread_rwlock_unlock(&ck->ns_lock);
+	free(key);
+out:
+	pthread_mutex_unlock(&e->lock);
+	return ret;
+}
+
+int ckpt_file_sync(struct ckpt_file *f)
+{
+	return ckpt_ent_publish(f->ck, f->e, NULL);
+}
+
+void ckpt_file_close(struct ckpt_file *f)
+{
+	if (!f)
+		return;
+	ckpt_ent_put(f->ck, f->e);
+	free(f);
+}

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt_i: what the files of the ckpt module share. Not a public header.
+ * The files, top to bottom (each calls only files below it):
+ *   ckpt_rename.c   unlink and rename
+ *   ckpt.c          open/free, listings, directories, truncate, statfs
+ *   ckpt_recover.c  restart and retry: the journal's P and W records
+ *   ckpt_file.c     open files, writes, the publish
+ *   ckpt_stat.c     what a key is (local copy, store object, directory)
+ *   ckpt_journal.c  the on-disk records, staging space, eviction
+ *   ckpt_base.c     keys, errors, the clock
+ *
+ * Staging directory (checkpoints.staging_dir, 0700):
+ *   tree/<key>        local copies, the checkpoint namespace mirrored
+ *                     (0700 directories, 0600 files)
+ *   journal/<ino>     one record per local file, named by its inode number
+ *                     (stable across renames), two lines:
+ *                       "<state> <sha256|-> <size> <etag|->\n<key>\n"
+ *                     state W: being written (never published as is: a
+ *                     writer that dies leaves W), P: closed or synced,
+ *                     content final, to be published (a restart or a retry
+ *                     publishes it), C: published, the store's ETag noted
+ *                     (the local copy is a clean cache of it).
+ *
+ * Locks, in order: ck->open_lock (opens: one at a time), an entry's lock
+ * (its writes and publishes), ck->ns_lock (read: a publish; write: a
+ * directory rename), ck->lock (the entry list, the counters below). No
+ * lock is held while calling back into the caller.
+ */
+#ifndef DSTAGE_CKPT_I_H
+#define DSTAGE_CKPT_I_H
+
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dstage/ckpt.h"
+#include "dstage/objstore.h"
+
+#define CKPT_SHA_HEX 65 /* 64 hex digits and a NUL */
+#define CKPT_SIDECAR ".dstage-sha256/"
+#define CKPT_TREE "tree"
+#define CKPT_JOURNAL "journal"
+#define CKPT_ABANDONED "abandoned"
+#define CKPT_DIR_MODE 0700
+
+/*
+ * One file open through at least one handle, shared by all its handles.
+ * State: clean (dirty false: the store has what the local copy holds, or
+ * the file is only read from the store) -> dirty on a write, truncate or
+ * create -> clean again once a publish succeeded. unlinked: removed or
+ * replaced while open, never published again.
+ */
+struct ckpt_ent {
+	struct ckpt_ent *next; /* ck->lock */
+	char *key; /* ck->lock: a rename changes it */
+	unsigned refs; /* ck->lock: handles */
+	bool publishing; /* ck->lock: a publish of this entry runs */
+	bool unlinked; /* ck->lock */
+	bool space_at_close; /* ck->lock: unlinked while open; the last close
+			      * gives the staging space back */
+	pthread_mutex_t lock; /* see the order above */
+	int fd; /* set at open: the local copy, -1 when read from the store */
+	ino_t ino; /* the local copy's inode (its journal record's name) */
+	bool dirty; /* lock: changed since the last successful publish */
+	bool journal_w; /* lock: the record says W */
+	/* lock: SHA-256 of [0, hashed) fed as it was written in order, so a
+	 * publish hashes only the rest; NULL once a write or truncate went
+	 * below hashed (then the publish hashes the whole file). */
+	EVP_MD_CTX *hctx;
+	uint64_t hashed;
+	/* Read from the store (fd -1): what was opened. */
+	char etag[OBJSTORE_ETAG_MAX];
+	uint64_t rsize;
+	int64_t rmtime;
+};
+
+struct ckpt_file {
+	struct ckpt *ck;
+	struct ckpt_ent *e;
+	bool write; /* opened for writing */
+};
+
+struct ckpt {
+	const struct dstage_config *cfg;
+	struct objstore *os;
+	char *staging; /* staging_dir */
+	int tree_fd, journal_fd, abandoned_fd; /* O_DIRECTORY (*at calls) */
+	uint64_t limit; /* checkpoints.staging_size */
+	pthread_mutex_t open_lock;
+	pthread_rwlock_t ns_lock;
+	pthread_mutex_t lock;
+	struct ckpt_ent *ents; /* lock */
+	uint64_t used; /* lock: bytes of local copies */
+	unsigned pending; /* lock: P records found by the last scan */
+	int64_t last_retry_ms; /* lock */
+	pthread_cond_t cond; /* with lock: wakes the retry thread */
+	pthread_t retry_thread;
+	bool retry_running;
+	bool stop; /* lock */
+	atomic_ullong n_published, n_published_bytes, n_errors, n_recovered;
+};
+
+/* A journal record. */
+struct ckpt_rec {
+	char state; /* 'W', 'P', 'C' */
+	char sha[CKPT_SHA_HEX]; /* "" when unknown */
+	uint64_t size;
+	char etag[OBJSTORE_ETAG_MAX]; /* "" when unknown */
+	char key[4096];
+};
+
+/* ckpt_base.c */
+/* A valid segment of a key (not empty, ".", "..", over NAME_MAX or
+ * starting with ".dstage"): 0 or -EINVAL. */
+int ckpt_seg_ok(const char *s, size_t len);
+int ckpt_key_ok(const char *key);
+/* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */
+char *ckpt_key_join(const char *dir, const char *name);
+/* The tree path of key for the *at calls ("." for the top). */
+const char *ckpt_tpath(const char *key);
+/* mkdir -p of key's parent in the tree. */
+int ckpt_tree_mkparents(struct ckpt *ck, const char *key);
+/* The store's key of key's SHA-256 record (malloc'd) or NULL. */
+char *ckpt_sidecar_key(const char *key);
+/* Store errors as the contract gives them: ENOSPC/EDQUOT stay, the rest is
+ * EIO (ENOMEM stays). */
+int ckpt_store_errno(int ret);
+int64_t ckpt_now_ms(void);
+
+/* ckpt_stat.c */
+/* 0 when key's parent is a directory, else -ENOENT / -ENOTDIR. */
+int ckpt_parent_dir(struct ckpt *ck, const char *key);
+/* Whether the store has keys under "key/": 1, 0 or -errno. */
+int ckpt_store_has_dir(struct ckpt *ck, const char *key);
+
+/* ckpt_file.c */
+/* A new entry (refs 1, not listed) for key's local copy fd (or -1). */
+struct ckpt_ent *ckpt_ent_new(const char *key, int fd);
+/* Publish e if dirty (want_sha: see ckpt_put). */
+int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha);
+/* Drop one reference (takes ck->lock); the last frees the entry. */
+void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e);
+/*
+ * Publish the local file fd (inode ino) as key: SHA-256 (hctx, when not
+ * NULL, already holds that of [0, hashed)), a P record, the object, its
+ * sidecar, then a C record. want_sha (may be NULL or "") must match the
+ * content. Returns 0 or -errno (logged once, the record
+ * stays P, fd and record are fsynced).
+ */
+int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
+	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed);
+
+/* ckpt_journal.c */
+/* The open entry for key, with refs raised, or NULL (ck->lock held). */
+struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
+/* Account growth bytes of local copies (negative: freed); evicts clean
+ * copies when over the limit. Returns 0 or -ENOSPC. */
+int ckpt_space(struct ckpt *ck, int64_t growth);
+/* Whether key has a listed entry (ck->lock held). */
+bool ckpt_is_open_locked(struct ckpt *ck, const char *key);
+int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
+		       bool durable);
+/* 0, -ENOENT (no record) or -EINVAL (unreadable, logged). */
+int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r);
+void ckpt_journal_remove(struct ckpt *ck, ino_t ino);
+/* Move key's local copy (inode ino, never closed by its writer) to
+ * abandoned/ and drop its record; why goes in the log line. */
+void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
+			  const char *why);
+/* Set the key in the records of every file under the local directory key
+ * (after a directory rename). */
+void ckpt_journal_rekey(struct ckpt *ck, const char *key);
+/* ckpt_recover.c */
+/* Scan the journal: sum the local bytes into ck->used, drop records
+ * without a file, count P records into ck->pending; recovery: log each W
+ * record (never published). publish: publish the P records of files not
+ * open. */
+int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish);
+/* The retry thread (started by ckpt_open, stopped by ckpt_free). */
+int ckpt_retry_start(struct ckpt *ck);
+void ckpt_retry_stop(struct ckpt *ck);
+/* Drop clean local copies (C, not open), oldest first, until need bytes
+ * are free under the limit. Called with ck->lock held. */
+void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need);
+
+#endif

@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ckpt_journal: the records of the local copies (staging_dir/journal/<ino>,
+ * format in ckpt_i.h), the staging space they take, the eviction of clean
+ * copies, and moving unfinished files to abandoned/. (What a restart and
+ * the retry thread do with the records: ckpt_recover.c.)
+ *
+ * Record life: W when a file is created or first changed; P once it is
+ * closed or synced and its SHA-256 computed, just before the upload; C with
+ * the store's ETag once published. A record is replaced atomically (a
+ * temporary file renamed over it); a P record left by a failed publish is
+ * fsynced together with its file. Records whose file is gone (or is another
+ * inode now) are dropped by the scan (ckpt_recover.c).
+ *
+ * ck->used (the staging bytes) and the entry list are under ck->lock.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_i.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+
+int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
+		       bool durable)
+{
+	char name[32], tmp[40], buf[sizeof(r->key) + 256];
+	int fd, len, ret = 0;
+
+	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
+	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	len = snprintf(buf, sizeof(buf), "%c %s %" PRIu64 " %s\n%s\n", r->state,
+		       r->sha[0] ? r->sha : "-", r->size,
+		       r->etag[0] ? r->etag : "-", r->key);
+	fd = openat(ck->journal_fd, tmp,
+		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		    0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (write(fd, buf, (size_t)len) != len)
+		ret = errno ? -errno : -EIO;
+	if (!ret && durable && fsync(fd))
+		ret = -errno;
+	close(fd);
+	if (!ret && renameat(ck->journal_fd, tmp, ck->journal_fd, name))
+		ret = -errno;
+	if (!ret && durable && fsync(ck->journal_fd))
+		ret = -errno;
+out:
+	if (ret)
+		log_error("checkpoints: cannot write the record of %s in "
+			  "%s/%s: %s",
+			  r->key, ck->staging, CKPT_JOURNAL, strerror(-ret));
+	return ret;
+}
+
+int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
+{
+	char name[32], buf[sizeof(r->key) + 256], sha[80], etag[160];
+	char *nl, *key;
+	ssize_t n;
+	int fd;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
+	fd = openat(ck->journal_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -ENOENT;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		goto bad;
+	buf[n] = '\0';
+	nl = strchr(buf, '\n');
+	if (!nl)
+		goto bad;
+	*nl = '\0';
+	key = nl + 1;
+	nl = strchr(key, '\n');
+	if (!nl)
+		goto bad;
+	*nl = '\0';
+	if (sscanf(buf, "%c %79s %" SCNu64 " %159s", &r->state, sha, &r->size,
+		   etag) != 4 ||
+	    !strchr("WPC", r->state) || strlen(sha) >= sizeof(r->sha) ||
+	    strlen(etag) >= sizeof(r->etag) || strlen(key) >= sizeof(r->key))
+		goto bad;
+	if (strcmp(sha, "-"))
+		strcpy(r->sha, sha);
+	if (strcmp(etag, "-"))
+		strcpy(r->etag, etag);
+	strcpy(r->key, key);
+	return 0;
+bad:
+	log_warn("checkpoints: unreadable record %s/%s/%s: ignored",
+		 ck->staging, CKPT_JOURNAL, name);
+	r->state = 0;
+	return -EINVAL;
+}
+
+void ckpt_journal_remove(struct ckpt *ck, ino_t ino)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
+	unlinkat(ck->journal_fd, name, 0);
+}
+
+void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
+			  const char *why)
+{
+	const char *base = strrchr(key, '/');
+	char name[300];
+	struct stat st;
+
+	if (fstatat(ck->tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
+	    st.st_ino != ino)
+		return;
+	snprintf(name, sizeof(name), "%ju-%.200s", (uintmax_t)ino,
+		 base ? base + 1 : key);
+	if (renameat(ck->tree_fd, key, ck->abandoned_fd, name)) {
+		log_error("checkpoints: cannot move the unfinished %s to "
+			  "%s/%s/: %s",
+			  key, ck->staging, CKPT_ABANDONED, strerror(errno));
+		return;
+	}
+	ckpt_journal_remove(ck, ino);
+	ckpt_space(ck, -(int64_t)st.st_size);
+	log_warn("checkpoints: %s: %s; not published (the store keeps what "
+		 "it had); the partial file is %s/%s/%s",
+		 key, why, ck->staging, CKPT_ABANDONED, name);
+}
+
+/* Rekey the records of every file under the open directory dfd (key). */
+static void ckpt_rekey_dir(struct ckpt *ck, int dfd, const char *key, int depth)
+{
+	struct dirent *de;
+	DIR *d = fdopendir(dfd);
+
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		struct ckpt_rec rec;
+		struct stat st;
+		char *ck_key;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		ck_key = ckpt_key_join(key, de->d_name);
+		if (!ck_key)
+			break;
+		if (S_ISDIR(st.st_mode) && depth < 256) {
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+						 O_CLOEXEC);
+
+			if (sub >= 0)
+				ckpt_rekey_dir(ck, sub, ck_key, depth + 1);
+		} else if (S_ISREG(st.st_mode) &&
+			   !ckpt_journal_read(ck, st.st_ino, &rec)) {
+			snprintf(rec.key, sizeof(rec.key), "%s", ck_key);
+			ckpt_journal_write(ck, st.st_ino, &rec, false);
+		}
+		free(ck_key);
+	}
+	closedir(d);
+}
+
+void ckpt_journal_rekey(struct ckpt *ck, const char *key)
+{
+	int dfd = openat(ck->tree_fd, key,
+			 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (dfd >= 0)
+		ckpt_rekey_dir(ck, dfd, key, 0);
+}
+
+bool ckpt_is_open_locked(struct ckpt *ck, const char *key)
+{
+	for (struct ckpt_ent *e = ck->ents; e; e = e->next)
+		if (!strcmp(e->key, key))
+			return true;
+	return false;
+}
+
+struct ckpt_victim {
+	ino_t ino;
+	int64_t mtime;
+	uint64_t size;
+	char *key;
+};
+
+static int ckpt_victim_cmp(const void *x, const void *y)
+{
+	const struct ckpt_victim *a = x, *b = y;
+
+	return (a->mtime > b->mtime) - (a->mtime < b->mtime);
+}
+
+void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
+{
+	struct ckpt_victim *v = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t freed = 0;
+	struct ckpt_rec rec;
+	struct dirent *de;
+	int dfd = dup(ck->journal_fd);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		char *end;
+		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
+		struct stat st;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
+			continue;
+		if (ckpt_journal_read(ck, ino, &rec) || rec.state != 'C' ||
+		    ckpt_key_ok(rec.key) || !rec.key[0] ||
+		    ckpt_is_open_locked(ck, rec.key) ||
+		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
+		    st.st_ino != ino)
+			continue;
+		if (n == cap) {
+			struct ckpt_victim *nv;
+
+			cap = cap ? cap * 2 : 64;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv)
+				break;
+			v = nv;
+		}
+		v[n].key = strdup(rec.key);
+		if (!v[n].key)
+			break;
+		v[n].ino = ino;
+		v[n].mtime = st.st_mtim.tv_sec;
+		v[n].size = (uint64_t)st.st_size;
+		n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof(*v), ckpt_victim_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (freed < need && !unlinkat(ck->tree_fd, v[i].key, 0)) {
+			ckpt_journal_remove(ck, v[i].ino);
+			freed += v[i].size;
+			log_debug("checkpoints: dropped the local copy of %s "
+				  "(published)",
+				  v[i].key);
+		}
+		free(v[i].key);
+	}
+	free(v);
+	ck->used -= freed < ck->used ? freed : ck->used;
+}
+
+/* ---- the retry thread ---- */
+
+struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key)
+{
+	for (struct ckpt_ent *e = ck->ents; e; e = e->next) {
+		if (strcmp(e->key, key) == 0) {
+			e->refs++;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+int ckpt_space(struct ckpt *ck, int64_t growth)
+{
+	static int64_t last_log;
+	uint64_t g = (uint64_t)growth;
+	int ret = 0;
+
+	pthread_mutex_lock(&ck->lock);
+	if (growth <= 0) {
+		g = (uint64_t)-growth;
+		ck->used -= g < ck->used ? g : ck->used;
+	} else {
+		if (ck->used + g > ck->limit)
+			ckpt_journal_evict_locked(ck, ck->used + g - ck->limit);
+		if (ck->used + g > ck->limit) {
+			ret = -ENOSPC;
+			if (ckpt_now_ms() - last_log > 10000) {
+				last_log = ckpt_now_ms();
+				log_warn(
+					"checkpoints: checkpoints.staging_size "
+					"(%" PRIu64 " bytes) reached in %s and "
+					"nothing published to drop: writes "
+					"fail with ENOSPC; raise it",
+					ck->limit, ck->staging);
+			}
+		} else {
+			ck->used += g;
+		}
+	}
+	pthread_mutex_unlock(&ck->lock);
+	return ret;
+}

@@ -1,0 +1,833 @@
+"""Integration tests of <mount>/checkpoints/ (fs/dsfs_ckpt.c over lib/ckpt*.c)
+on real FUSE mounts, with a directory store (file://) and radosgw (s3://,
+the `rgw` fixture; faults through the `faultproxy` fixture).
+
+What each test checks against the store itself: the bytes under the final
+key, the SHA-256 sidecar (.dstage-sha256/<key>), and that no partial file
+ever appears under a final name.
+
+DSTAGE_TEST_CKPT_LARGE_MB (default 256) sizes the large-file test (2048 for
+the 2 GiB run).
+"""
+import errno
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
+                                reason="no /dev/fuse")
+
+LARGE_MB = int(os.environ.get("DSTAGE_TEST_CKPT_LARGE_MB", "256"))
+PY = "/usr/bin/python3"
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def sha_file(p, bs=4 << 20):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        while True:
+            b = f.read(bs)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def wait_for(pred, timeout=30, what="condition"):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out after %ss waiting for %s" %
+                         (timeout, what))
+
+
+def is_mounted(mnt):
+    mnt = os.path.realpath(mnt)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == mnt for line in f)
+
+
+# ---- stores ----
+
+class DirStore:
+    kind = "dir"
+
+    def __init__(self, root):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = "file://%s/" % self.root
+        self.env = dict(os.environ)
+        self.conf = ""
+
+    def keys(self):
+        out = []
+        for dp, dn, fn in os.walk(self.root):
+            for f in fn:
+                out.append(os.path.relpath(os.path.join(dp, f), self.root))
+        return sorted(out)
+
+    def get(self, key):
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, key, data):
+        p = self.root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+class S3Store:
+    kind = "s3"
+
+    def __init__(self, rgw, env=None):
+        self.rgw = rgw
+        self.bucket = rgw.make_bucket("ckpt-" + uuid.uuid4().hex[:12])
+        self.prefix = "ck/"
+        self.url = "s3://%s/%s" % (self.bucket, self.prefix)
+        self.env = env or rgw.env()
+        self.conf = ("[s3]\nmultipart_threshold = 8M\npart_size = 8M\n"
+                     "max_attempts = 2\ndeadline = 10s\n"
+                     "backoff_base = 50ms\nbackoff_max = 200ms\n")
+
+    def keys(self):
+        p = self.rgw.curl("/%s?list-type=2&max-keys=1000&prefix=%s" %
+                          (self.bucket, urllib.parse.quote(self.prefix,
+                                                           safe="")))
+        xml = p.stdout.decode()
+        assert "<IsTruncated>false" in xml, xml[:500]
+        return sorted(k[len(self.prefix):]
+                      for k in re.findall(r"<Key>(.*?)</Key>", xml))
+
+    def get(self, key):
+        p = self.rgw.curl("/%s/%s%s" % (self.bucket, self.prefix, key),
+                          "-o", "-", "-w", "\n%{http_code}")
+        body, _, code = p.stdout.rpartition(b"\n")
+        if code == b"404":
+            return None
+        assert code == b"200", (key, code, body[:300])
+        return body
+
+    def put(self, key, data):
+        assert self.rgw.put_object(self.bucket, self.prefix + key,
+                                   data) == 200
+
+    def cleanup(self):
+        """Delete what the test stored (the shared radosgw is in memory)."""
+        try:
+            for k in self.keys():
+                self.rgw.curl("/%s/%s%s" % (self.bucket, self.prefix, k),
+                              "-X", "DELETE", timeout=30)
+            self.rgw.curl("/" + self.bucket, "-X", "DELETE", timeout=30)
+        except Exception:       # best effort: never hide the test's result
+            pass
+
+
+class Ckpt:
+    """dstagefs with a [checkpoints] store, in one temporary directory."""
+
+    def __init__(self, tool, tmp, store, conf="", staging_size="2G",
+                 env=None):
+        self.tool, self.tmp, self.store = tool, Path(tmp), store
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.mnt = self.tmp / "mnt"
+        self.staging = self.tmp / "staging"
+        self.log = self.tmp / "dstagefs.log"
+        self.cfg = self.tmp / "dstage.conf"
+        self.cfg.write_text(
+            "[cache]\ndir = %s\nsize = 1G\n[catalog]\npath = %s\n"
+            "[checkpoints]\nstore = %s\nstaging_dir = %s\n"
+            "staging_size = %s\nretry_interval = 1s\n%s%s" %
+            (self.tmp / "cache", self.tmp / "catalog.db", store.url,
+             self.staging, staging_size, store.conf, conf))
+        self.env = dict(env or store.env, DSTAGE_CONFIG=str(self.cfg),
+                        DSTAGE_LOG_LEVEL="info")
+        self.p = None
+
+    @property
+    def ck(self):
+        return self.mnt / "checkpoints"
+
+    def start(self, timeout=30):
+        self.mnt.mkdir(exist_ok=True)
+        with open(self.log, "ab") as logf:
+            self.p = subprocess.Popen([self.tool("dstagefs"), "-f",
+                                       str(self.mnt)], env=self.env,
+                                      stdout=logf, stderr=subprocess.STDOUT)
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.p.poll() is not None:
+                raise AssertionError("dstagefs exited %d:\n%s" %
+                                     (self.p.returncode, self.log_text()))
+            if is_mounted(self.mnt):
+                try:
+                    os.statvfs(self.mnt)
+                    return self
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise AssertionError("dstagefs did not mount:\n" + self.log_text())
+
+    def log_text(self):
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self):
+        if self.p and self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(30)
+        if is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-uz", str(self.mnt)],
+                           capture_output=True, timeout=30)
+
+    def kill9(self):
+        self.p.kill()
+        self.p.wait(30)
+        subprocess.run(["fusermount3", "-uz", str(self.mnt)],
+                       capture_output=True, timeout=30)
+
+    def check_published(self, key, data_sha):
+        """The store holds key with data_sha, and its sidecar says so."""
+        got = self.store.get(key)
+        assert got is not None, "%s not in the store: %s" % (
+            key, self.store.keys())
+        assert sha(got) == data_sha, key
+        side = self.store.get(".dstage-sha256/" + key)
+        assert side is not None, "no SHA-256 record for " + key
+        assert side.decode().split()[0] == data_sha
+        assert int(side.decode().split()[1]) == len(got)
+
+
+@pytest.fixture(params=["dir", "s3"])
+def store(request, tmp_path):
+    if request.param == "dir":
+        yield DirStore(tmp_path / "store")
+        return
+    st = S3Store(request.getfixturevalue("rgw"))
+    try:
+        yield st
+    finally:
+        st.cleanup()
+
+
+@pytest.fixture
+def proxied_store(faultproxy):
+    """An S3 store reached through the fault proxy."""
+    st = S3Store(faultproxy.rgw, env=faultproxy.env())
+    try:
+        yield st
+    finally:
+        st.cleanup()
+
+
+@pytest.fixture
+def mount(tool, tmp_path, store):
+    m = Ckpt(tool, tmp_path / "m", store)
+    m.start()
+    try:
+        yield m
+    finally:
+        m.stop()
+
+
+def no_partials(store):
+    """No temporary or partial name in the store's listing."""
+    for k in store.keys():
+        assert ".dstage-tmp" not in k, k
+
+
+# ---- the writable subtree ----
+
+def test_file_operations(mount, store):
+    d = mount.ck / "job1"
+    d.mkdir()
+    p = d / "f.bin"
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.pwrite(fd, b"A" * 100, 0)
+        os.pwrite(fd, b"B" * 10, 1000)          # past the end: a hole
+        assert os.pread(fd, 10, 1000) == b"B" * 10  # read while writing
+        assert os.pread(fd, 4, 98) == b"AA\0\0"
+        assert os.fstat(fd).st_size == 1010
+        assert store.get("job1/f.bin") is None   # nothing before fsync
+        os.ftruncate(fd, 500)
+        assert os.fstat(fd).st_size == 500
+        os.fdatasync(fd)                          # published now
+        want = b"A" * 100 + b"\0" * 400
+        mount.check_published("job1/f.bin", sha(want))
+        os.pwrite(fd, b"C", 499)
+    finally:
+        os.close(fd)
+    mount.check_published("job1/f.bin", sha(b"A" * 100 + b"\0" * 399 + b"C"))
+
+    with open(p, "wb") as f:                       # O_TRUNC reopen
+        f.write(b"new")
+    mount.check_published("job1/f.bin", sha(b"new"))
+    with open(p, "r+b") as f:                      # a rewrite in place
+        f.write(b"abcdef")
+        f.flush()
+        os.pwrite(f.fileno(), b"X", 1)
+    mount.check_published("job1/f.bin", sha(b"aXcdef"))
+    with open(p, "wb") as f:                       # sequential, then back
+        f.write(b"0123456789")
+        f.flush()
+        f.seek(2)
+        f.write(b"YY")
+    mount.check_published("job1/f.bin", sha(b"01YY456789"))
+    with open(p, "wb") as f:
+        f.write(b"new")
+    os.truncate(p, 1)                              # truncate(2) by path
+    mount.check_published("job1/f.bin", sha(b"n"))
+    assert p.read_bytes() == b"n"
+    os.utime(p, (1_000_000_000, 1_000_000_000))
+    assert int(os.stat(p).st_mtime) == 1_000_000_000
+
+    (d / "g").write_bytes(b"ggg")
+    os.replace(d / "g", p)                         # rename over a file
+    assert p.read_bytes() == b"ggg"
+    mount.check_published("job1/f.bin", sha(b"ggg"))
+    assert store.get("job1/g") is None
+    assert store.get(".dstage-sha256/job1/g") is None
+    assert sorted(os.listdir(d)) == ["f.bin"]
+
+    (d / "sub").mkdir()
+    (d / "sub" / "x").write_bytes(b"x")
+    with pytest.raises(OSError) as ei:
+        os.rmdir(d / "sub")
+    assert ei.value.errno == errno.ENOTEMPTY
+    os.rename(d / "sub", d / "sub2")               # a directory rename
+    assert (d / "sub2" / "x").read_bytes() == b"x"
+    mount.check_published("job1/sub2/x", sha(b"x"))
+    assert store.get("job1/sub/x") is None
+    os.unlink(d / "sub2" / "x")
+    assert store.get("job1/sub2/x") is None
+    os.rmdir(d / "sub2")
+    (d / "empty").mkdir()
+    os.rmdir(d / "empty")
+    assert sorted(os.listdir(d)) == ["f.bin"]
+
+    os.unlink(p)
+    assert not p.exists()
+    assert store.get("job1/f.bin") is None
+    assert ".dstage-sha256" not in os.listdir(mount.ck)
+
+    sv = os.statvfs(mount.ck)
+    assert 0 < sv.f_blocks * sv.f_frsize <= 2 << 30
+    no_partials(store)
+
+
+def test_fork_while_writing_does_not_publish(mount, store):
+    """A writer that starts a subprocess mid-write (DataLoader workers,
+    a shell-out): the child's copy of the descriptor is closed at exec
+    (FLUSH from the child), which must not publish the half-written file."""
+    (mount.ck / "fk").mkdir()
+    p = mount.ck / "fk" / "model.bin"
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY)
+    try:
+        os.write(fd, b"half")
+        os.set_inheritable(fd, True)            # inherited, closed at exit
+        subprocess.run(["true"], close_fds=False, check=True, timeout=30)
+        os.set_inheritable(fd, False)           # closed at exec (CLOEXEC)
+        subprocess.run(["true"], check=True, timeout=30)
+        assert store.get("fk/model.bin") is None
+        os.write(fd, b" and the rest")
+    finally:
+        os.close(fd)
+    mount.check_published("fk/model.bin", sha(b"half and the rest"))
+
+
+def test_refused_operations(mount):
+    d = mount.ck / "job"
+    d.mkdir()
+    (d / "a").write_bytes(b"a")
+    for call, want in [
+            (lambda: os.link(d / "a", d / "b"), errno.EPERM),
+            (lambda: os.symlink("a", d / "s"), errno.EPERM),
+            (lambda: os.mkfifo(d / "fifo"), errno.EPERM),
+            (lambda: os.mknod(d / "dev", 0o600 | 0o020000, os.makedev(1, 3)),
+             errno.EPERM),
+            (lambda: os.setxattr(d / "a", "user.x", b"1"), errno.ENOTSUP),
+            (lambda: os.removexattr(d / "a", "user.x"), errno.ENOTSUP),
+            (lambda: open(mount.mnt / "datasets" / "x", "wb"), errno.EROFS),
+            (lambda: os.mkdir(mount.mnt / "datasets" / "x"), errno.EROFS),
+            (lambda: os.rename(d / "a", mount.mnt / "datasets" / "a"),
+             errno.EXDEV),
+            (lambda: os.mkdir(d / ".dstage-x"), errno.EINVAL)]:
+        with pytest.raises(OSError) as ei:
+            call()
+        assert ei.value.errno == want, (ei.value, want)
+    assert sorted(os.listdir(d)) == ["a"]
+
+
+def test_other_nodes_files_listed_and_read(mount, store):
+    data = os.urandom(3 << 20)
+    store.put("other/step-1/model.pt", data)       # another node wrote it
+    assert "other" in os.listdir(mount.ck)
+    assert os.listdir(mount.ck / "other") == ["step-1"]
+    p = mount.ck / "other" / "step-1" / "model.pt"
+    assert os.stat(p).st_size == len(data)
+    assert p.read_bytes() == data                  # read from the store
+
+    # This node's copy is replaced in the store by another node: the
+    # mount shows the store's new bytes, not the stale local copy.
+    mine = mount.ck / "other" / "mine"
+    mine.write_bytes(b"old")
+    store.put("other/mine", b"replaced elsewhere")
+    wait_for(lambda: mine.read_bytes() == b"replaced elsewhere", 10,
+             "the store's version")
+
+
+# ---- real clients ----
+
+def run_py(code, *args, timeout=300):
+    p = subprocess.run([PY, "-c", code] + [str(a) for a in args],
+                       capture_output=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    return p.stdout.decode()
+
+
+def test_torch_save_load(mount, store, tmp_path):
+    pytest.importorskip("torch")
+    (mount.ck / "llm").mkdir()
+    out = run_py("""
+import os, sys, torch
+p = sys.argv[1]
+torch.manual_seed(0)
+sd = {"w": torch.randn(512, 512), "b": torch.arange(4096),
+      "layers.0.w": torch.randn(64, 64, dtype=torch.float16)}
+torch.save(sd, p + ".tmp")
+os.replace(p + ".tmp", p)                # temporary name, then os.replace
+torch.save(sd, p + ".direct")            # straight to the final name
+for q in (p, p + ".direct"):
+    l = torch.load(q)
+    assert l.keys() == sd.keys()
+    assert all(torch.equal(sd[k], l[k]) for k in sd)
+print("ok")
+""", mount.ck / "llm" / "step-100.pt")
+    assert out.strip() == "ok"
+    for name in ("step-100.pt", "step-100.pt.direct"):
+        local = (mount.ck / "llm" / name).read_bytes()
+        mount.check_published("llm/" + name, sha(local))
+    assert store.get("llm/step-100.pt.tmp") is None
+    # What the store holds loads too (as another node would read it).
+    copy = tmp_path / "from-store.pt"
+    copy.write_bytes(store.get("llm/step-100.pt"))
+    run_py("import torch,sys; assert 'w' in torch.load(sys.argv[1])", copy)
+
+
+def test_numpy_save(mount):
+    pytest.importorskip("numpy")
+    (mount.ck / "np").mkdir()
+    run_py("""
+import sys, numpy as np
+a = np.arange(1 << 20, dtype=np.float64).reshape(1024, 1024)
+np.save(sys.argv[1], a)
+b = np.load(sys.argv[1])
+assert (a == b).all()
+""", mount.ck / "np" / "arr.npy")
+    mount.check_published("np/arr.npy",
+                          sha((mount.ck / "np" / "arr.npy").read_bytes()))
+
+
+def test_safetensors_pattern(mount, store):
+    """Write a temporary file, fsync it, rename it: the final name holds
+    the whole file, the temporary name is gone from the store."""
+    d = mount.ck / "st"
+    d.mkdir()
+    data = os.urandom(5 << 20)
+    tmp = d / ".model.safetensors.tmp123"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+        mount.check_published("st/.model.safetensors.tmp123", sha(data))
+    os.rename(tmp, d / "model.safetensors")
+    dfd = os.open(d, os.O_RDONLY)
+    os.fsync(dfd)
+    os.close(dfd)
+    mount.check_published("st/model.safetensors", sha(data))
+    assert store.get("st/.model.safetensors.tmp123") is None
+    assert os.listdir(d) == ["model.safetensors"]
+    no_partials(store)
+
+
+def make_tree(root):
+    files = {"a.txt": b"alpha\n", "sub/b.bin": os.urandom(1 << 20),
+             "sub/deeper/c": b"", "d/e/f/g.json": b'{"k": 1}'}
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    return files
+
+
+def test_cp_rsync_tar(mount, store, tmp_path):
+    if shutil.which("rsync") is None:
+        pytest.skip("rsync missing: install the Debian package 'rsync'")
+    src = tmp_path / "src"
+    files = make_tree(src)
+    with tarfile.open(tmp_path / "src.tar", "w") as t:
+        t.add(src, arcname=".")
+    job = mount.ck / "tools"
+    job.mkdir()
+    subprocess.run(["cp", "-r", str(src), str(job / "cp")], check=True,
+                   timeout=120)
+    subprocess.run(["rsync", "-a", str(src) + "/", str(job / "rsync")],
+                   check=True, timeout=120, capture_output=True)
+    (job / "tar").mkdir()
+    subprocess.run(["tar", "-x", "-f", str(tmp_path / "src.tar"), "-C",
+                    str(job / "tar")], check=True, timeout=120)
+    for how in ("cp", "rsync", "tar"):
+        for rel, data in files.items():
+            assert (job / how / rel).read_bytes() == data, (how, rel)
+            mount.check_published("tools/%s/%s" % (how, rel), sha(data))
+    # rsync's dot-temporaries were renamed away, in the store too.
+    assert not [k for k in store.keys() if "/." in k and
+                not k.startswith(".dstage-sha256/")]
+
+
+def test_parallel_shards(mount):
+    d = mount.ck / "sharded" / "step-7"
+    d.mkdir(parents=True)
+    procs = []
+    for i in range(8):
+        procs.append(subprocess.Popen([PY, "-c", """
+import os, sys, hashlib
+i = int(sys.argv[2])
+data = hashlib.sha256(b"%d" % i).digest() * (4 << 15)   # 4 MiB
+with open(os.path.join(sys.argv[1], "shard-%02d.bin" % i), "wb") as f:
+    for o in range(0, len(data), 1 << 20):
+        f.write(data[o:o + (1 << 20)])
+""", str(d), str(i)]))
+    for p in procs:
+        assert p.wait(180) == 0
+    assert sorted(os.listdir(d)) == ["shard-%02d.bin" % i for i in range(8)]
+    for i in range(8):
+        data = hashlib.sha256(b"%d" % i).digest() * (4 << 15)
+        mount.check_published("sharded/step-7/shard-%02d.bin" % i, sha(data))
+
+
+def test_large_file(mount, store):
+    (mount.ck / "big").mkdir()
+    p = mount.ck / "big" / "ckpt.bin"
+    h = hashlib.sha256()
+    block = os.urandom(1 << 20)
+    with open(p, "wb") as f:
+        for i in range(LARGE_MB):
+            b = block[i % 7:] + block[:i % 7]
+            h.update(b)
+            f.write(b)
+    want = h.hexdigest()
+    assert sha_file(p) == want
+    if store.kind == "dir":
+        assert sha_file(store.root / "big" / "ckpt.bin") == want
+        side = store.get(".dstage-sha256/big/ckpt.bin").decode().split()
+        assert side == [want, str(LARGE_MB << 20)]
+    else:
+        mount.check_published("big/ckpt.bin", want)
+
+
+# ---- failures and recovery ----
+
+def writer(path, mb, close=True):
+    """A process that writes mb MiB to path, says 'ready', then closes or
+    waits to be killed."""
+    return subprocess.Popen([PY, "-c", """
+import os, sys, time
+f = open(sys.argv[1], "wb")
+for i in range(int(sys.argv[2])):
+    f.write(bytes([i % 251]) * (1 << 20))
+f.flush()
+print("ready", flush=True)
+if sys.argv[3] == "1":
+    f.close()
+    print("closed", flush=True)
+else:
+    time.sleep(600)
+"""] + [str(path), str(mb), "1" if close else "0"],
+        stdout=subprocess.PIPE)
+
+
+def test_writer_killed_never_published(mount, store):
+    (mount.ck / "k").mkdir()
+    store_before = store.keys()
+    w = writer(mount.ck / "k" / "partial.bin", 4, close=False)
+    assert w.stdout.readline().strip() == b"ready"
+    w.kill()
+    w.wait(30)
+    # The kernel closes the killed writer's file: not published, and
+    # the partial file is not left under its final name.
+    wait_for(lambda: "killed by signal 9" in mount.log_text(), 10,
+             "the log line")
+    assert store.get("k/partial.bin") is None
+    assert store.keys() == store_before
+    wait_for(lambda: os.listdir(mount.ck / "k") == [], 10, "the listing")
+    assert list((mount.staging / "abandoned").iterdir())
+
+
+def test_kill9_dstagefs_mid_write(tool, tmp_path, store):
+    m = Ckpt(tool, tmp_path / "m", store)
+    m.start()
+    try:
+        (m.ck / "j").mkdir()
+        (m.ck / "j" / "done.bin").write_bytes(b"acknowledged" * 1000)
+        w = writer(m.ck / "j" / "partial.bin", 8, close=False)
+        assert w.stdout.readline().strip() == b"ready"
+        m.kill9()
+        w.kill()
+        w.wait(30)
+        assert store.get("j/partial.bin") is None
+        m.start()                                  # restart
+        wait_for(lambda: "never closed" in m.log_text(), 10, "the report")
+        assert store.get("j/partial.bin") is None
+        assert os.listdir(m.ck / "j") == ["done.bin"]
+        m.check_published("j/done.bin", sha(b"acknowledged" * 1000))
+        assert (m.ck / "j" / "done.bin").read_bytes() == b"acknowledged" * 1000
+        no_partials(store)
+    finally:
+        m.stop()
+
+
+def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy,
+                                    proxied_store):
+    st = proxied_store
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    try:
+        (m.ck / "f").mkdir()
+        data = os.urandom(2 << 20)
+        faultproxy.add_fault("503", count=1000, match="PUT")
+        with pytest.raises(OSError) as ei:
+            with open(m.ck / "f" / "a.bin", "wb") as f:
+                f.write(data)
+        assert ei.value.errno == errno.EIO
+        assert st.get("f/a.bin") is None
+        assert re.search(r"cannot publish f/a.bin .*retried", m.log_text())
+        faultproxy.clear_faults()
+        # The retry thread publishes it (retry_interval 1s).
+        wait_for(lambda: st.get("f/a.bin") is not None, 30, "the retry")
+        m.check_published("f/a.bin", sha(data))
+
+        # A connection reset on the upload: fsync fails, a later fsync
+        # publishes.
+        data2 = os.urandom(1 << 20)
+        fd = os.open(m.ck / "f" / "b.bin", os.O_CREAT | os.O_WRONLY)
+        try:
+            os.write(fd, data2)
+            faultproxy.add_fault("reset_request", count=1000, match="PUT")
+            with pytest.raises(OSError) as ei:
+                os.fsync(fd)
+            assert ei.value.errno == errno.EIO
+            assert st.get("f/b.bin") is None
+            faultproxy.clear_faults()
+            os.fsync(fd)
+            m.check_published("f/b.bin", sha(data2))
+        finally:
+            os.close(fd)
+    finally:
+        m.stop()
+
+
+def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
+                                               proxied_store):
+    """dstagefs dies while a multipart upload is stalled: the final key
+    never holds a partial object, and the restart publishes the file."""
+    st = proxied_store
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    try:
+        (m.ck / "u").mkdir()
+        faultproxy.add_fault("stall", count=1000, match="PUT",
+                             seconds=60)
+        w = writer(m.ck / "u" / "big.bin", 24, close=True)  # 3 parts
+        assert w.stdout.readline().strip() == b"ready"
+        wait_for(lambda: faultproxy.count("PUT") > 0, 30, "the upload")
+        m.kill9()
+        w.kill()
+        w.wait(30)
+        faultproxy.clear_faults()
+        assert st.get("u/big.bin") is None
+        m.start()
+        want = sha(b"".join(bytes([i % 251]) * (1 << 20) for i in range(24)))
+        wait_for(lambda: st.get("u/big.bin") is not None, 60, "republish")
+        m.check_published("u/big.bin", want)
+        assert re.search(r"u/big.bin published to .*\(retried\)",
+                         m.log_text())
+    finally:
+        m.stop()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    d = tmp_path / "tmpfs"
+    d.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs",
+                        str(d)], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a tmpfs: %s" % p.stderr.decode())
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_full_dir_store_enospc_then_restart_publishes(tool, tmp_path,
+                                                      small_tmpfs):
+    st = DirStore(small_tmpfs / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    try:
+        (m.ck / "full").mkdir()
+        data = os.urandom(12 << 20)               # more than the 8 MiB store
+        with pytest.raises(OSError) as ei:
+            with open(m.ck / "full" / "ckpt.bin", "wb") as f:
+                f.write(data)
+        assert ei.value.errno == errno.ENOSPC
+        assert st.get("full/ckpt.bin") is None
+        no_partials(st)
+        assert "cannot publish full/ckpt.bin" in m.log_text()
+        # The local copy is still served.
+        assert sha_file(m.ck / "full" / "ckpt.bin") == sha(data)
+        m.kill9()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
+                       check=True)
+        m.start()                                  # the restart publishes
+        wait_for(lambda: st.get("full/ckpt.bin") is not None, 30,
+                 "the publish after restart")
+        m.check_published("full/ckpt.bin", sha(data))
+    finally:
+        m.stop()
+
+
+def test_staging_size_bound(tool, tmp_path):
+    """checkpoints.staging_size bounds the local copies: published copies
+    are dropped to make room (and are then read from the store); with
+    nothing to drop a write fails with ENOSPC."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st, staging_size="8M")
+    m.start()
+    try:
+        (m.ck / "s").mkdir()
+        a, b = os.urandom(5 << 20), os.urandom(5 << 20)
+        (m.ck / "s" / "a").write_bytes(a)
+        (m.ck / "s" / "b").write_bytes(b)         # drops a's local copy
+        assert not (m.staging / "tree" / "s" / "a").exists()
+        assert (m.ck / "s" / "a").read_bytes() == a   # from the store
+        assert (m.ck / "s" / "b").read_bytes() == b
+        with pytest.raises(OSError) as ei:
+            with open(m.ck / "s" / "c", "wb") as f:
+                f.write(os.urandom(9 << 20))      # more than the bound
+        assert ei.value.errno == errno.ENOSPC
+        assert "checkpoints.staging_size" in m.log_text()
+        # A file removed while open gives its space back at its last close.
+        for i in range(3):
+            fd = os.open(m.ck / "s" / "gone", os.O_CREAT | os.O_WRONLY)
+            os.unlink(m.ck / "s" / "gone")
+            os.write(fd, os.urandom(2 << 20))
+            os.close(fd)
+        (m.ck / "s" / "d").write_bytes(os.urandom(5 << 20))
+        sv = os.statvfs(m.ck)
+        assert sv.f_blocks * sv.f_frsize <= 8 << 20
+    finally:
+        m.stop()
+
+
+def test_staging_dir_writable_by_others_refused(tool, tmp_path):
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.staging.mkdir()
+    os.chmod(m.staging, 0o777)
+    try:
+        with pytest.raises(AssertionError):
+            m.start(timeout=10)
+        assert "checkpoints.staging_dir %s is writable" % m.staging in \
+            m.log_text()
+    finally:
+        m.stop()
+
+
+# ---- recovery drill (lib/ckpt_drill.c through tests/tools/ckpt_drill_tool) --
+
+def drill(tool, m, tmp, *args):
+    p = subprocess.run([tool("ckpt_drill_tool")] + [str(a) for a in args],
+                       env=m.env, capture_output=True, timeout=300)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def test_drill_restores_newest_and_finds_tampering(tool, mount, store,
+                                                   tmp_path):
+    import json
+    job = mount.ck / "drilljob"
+    files = {}
+    for step in (9, 10, 100):
+        d = job / ("step-%d" % step)
+        d.mkdir(parents=True)
+        for name in ("model.pt", "optim/state.bin"):
+            data = os.urandom(300_000 + step)
+            (d / name).parent.mkdir(exist_ok=True)
+            (d / name).write_bytes(data)
+            files[(step, name)] = data
+    rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--to",
+                         tmp_path / "r1", "--json")
+    assert rc == 0, (out, err)
+    rep = json.loads(out)
+    assert rep["checkpoint"] == "drilljob/step-100"   # numbers, not text
+    assert rep["files"] == 2 and rep["ok"] and rep["bad"] == []
+    assert rep["bytes"] == 2 * 300_100
+    for name in ("model.pt", "optim/state.bin"):
+        assert (tmp_path / "r1" / "step-100" / name).read_bytes() == \
+            files[(100, name)]
+
+    # Tampering in the store (a bit-flip another tool made) is named.
+    bad = bytearray(files[(100, "model.pt")])
+    bad[1000] ^= 1
+    store.put("drilljob/step-100/model.pt", bytes(bad))
+    rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--to",
+                         tmp_path / "r2")
+    assert rc == 1, (out, err)
+    assert "BAD drilljob/step-100/model.pt: differs" in out
+    assert "optim" not in out.split("\n")[0]
+
+    # --step picks an older one; a deleted file is reported missing.
+    rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--step", "10",
+                         "--to", tmp_path / "r3", "--json")
+    assert rc == 0 and json.loads(out)["checkpoint"] == "drilljob/step-10"
+    if store.kind == "dir":
+        (store.root / "drilljob" / "step-9" / "model.pt").unlink()
+    else:
+        store.rgw.curl("/%s/%sdrilljob/step-9/model.pt" %
+                       (store.bucket, store.prefix), "-X", "DELETE")
+    rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--step", "9",
+                         "--to", tmp_path / "r4", "--json")
+    assert rc == 1
+    assert json.loads(out)["bad"] == [{"key": "drilljob/step-9/model.pt",
+                                       "problem": "missing"}]
+    rc, out, err = drill(tool, mount, tmp_path, "nosuchjob", "--to",
+                         tmp_path / "r5")
+    assert rc == 3 and "No such file" in err
+    rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--to",
+                         tmp_path / "r1")
+    assert rc == 3                                  # not an empty directory
