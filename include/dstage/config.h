@@ -64,6 +64,10 @@ struct dstage_config {
 	int sources_follow_symlinks; /* sources.follow_symlinks,
 				      * enum config_symlinks */
 
+	/* [metrics] */
+	char *metrics_listen; /* metrics.listen, ADDR:PORT; NULL: off */
+	bool metrics_allow_remote; /* metrics.allow_remote */
+
 	/* [log] */
 	int log_level; /* log.level, enum log_level */
 	bool log_syslog; /* log.syslog */
