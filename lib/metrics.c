@@ -58,12 +58,14 @@ struct metrics_histogram {
 };
 
 static struct metrics_histogram metrics_hists[METRICS_NHIST] = {
-	[METRICS_HIST_READ] = { "dstage_cache_read_seconds",
-				"Time of a read through the cache (hit or "
-				"miss), seconds" },
-	[METRICS_HIST_FETCH] = { "dstage_source_fetch_seconds",
-				 "Time of one batch of block fetches from "
-				 "the source, seconds" },
+	[METRICS_HIST_READ] = {
+		.name = "dstage_cache_read_seconds",
+		.help = "Time of a read through the cache, hit or miss",
+	},
+	[METRICS_HIST_FETCH] = {
+		.name = "dstage_source_fetch_seconds",
+		.help = "Time of one batch of block fetches from the source",
+	},
 };
 
 static time_t metrics_start_time;
