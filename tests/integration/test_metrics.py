@@ -136,16 +136,21 @@ class Node:
         return parse_metrics(body)
 
     def stop(self):
+        """Stop both; each must exit 0 (under ASan: with no leak)."""
+        rcs = []
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
                 try:
-                    p.wait(20)
+                    rcs.append(p.wait(20))
                 except subprocess.TimeoutExpired:
                     p.kill()
-                    p.wait(10)
+                    rcs.append(p.wait(10))
+        self.procs = []
         subprocess.run(["fusermount3", "-uz", str(self.mnt)],
                        capture_output=True)
+        assert rcs == [0] * len(rcs), "exit codes %s: see %s" % (rcs,
+                                                                 self.tmp)
 
 
 @pytest.fixture
