@@ -27,6 +27,8 @@
 #include "dstage/cachepol.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "dstage/metrics_cache.h"
+#include "dstage/metrics_http.h"
 
 /* Run fusermount3 -uz MOUNTPOINT (for a non-root user). */
 static int dsfs_fusermount_lazy(const char *mp)
@@ -140,6 +142,8 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	struct fuse_session *se = NULL;
 	struct cache *cache = NULL;
 	struct cachepol *pol = NULL;
+	struct metrics *metrics = NULL;
+	struct metrics_http *mhttp = NULL;
 	char *real_mp = NULL;
 	bool mounted = false, handlers = false;
 	sigset_t sigs, oldsigs;
@@ -232,6 +236,14 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	 * cache files' copies of the bytes read would only double them. */
 	cache_set_drop_behind(cache, true);
 	ret = dsfs_poller_start(&fs);
+	/* metrics.listen (off when unset): a bad address ends the mount. */
+	if (!ret)
+		ret = metrics_new(&metrics);
+	if (!ret)
+		ret = metrics_add_collector(metrics, metrics_cache_collect,
+					    cache);
+	if (!ret)
+		ret = metrics_http_start(cfg, metrics, &mhttp);
 	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
 	if (ret) {
 		code = DSFS_EXIT_RUNTIME;
@@ -263,6 +275,8 @@ out:
 		log_info("unmounted %s", o->mountpoint);
 	}
 	dsfs_poller_stop(&fs);
+	metrics_http_stop(mhttp); /* before the cache it reads */
+	metrics_free(metrics);
 	if (handlers)
 		fuse_remove_signal_handlers(se);
 	if (se)

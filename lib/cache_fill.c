@@ -35,6 +35,7 @@
 
 #include "cache_i.h"
 #include "dstage/log.h"
+#include "dstage/metrics.h"
 #include "dstage/objstore.h"
 #include "uring.h"
 
@@ -445,7 +446,10 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		cost += cache_block_cost(o, b0 + i);
 	}
 	if (nfetch) {
+		uint64_t t0 = metrics_now_ns();
+
 		ret = objstore_get_many(o->os, reqs, nfetch);
+		metrics_observe_since(METRICS_HIST_FETCH, t0);
 		for (uint64_t i = 0; !ret && i < nfetch; i++)
 			if (reqs[i].got != reqs[i].len)
 				ret = -EIO;

@@ -23,6 +23,7 @@
 
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "dstage/metrics_http.h"
 #include "inifile.h"
 #include "strutil.h"
 
@@ -121,6 +122,11 @@ static const struct config_key config_keys[] = {
 	  1 << 20, 0, "most bytes of local copies in staging_dir" },
 	{ "checkpoints.retry_interval", CT_DURATION, OFF(ckpt_retry_ms), "30s",
 	  100, 0, "retry publishing files the store refused this often" },
+	{ "metrics.listen", CT_STRING, OFF(metrics_listen), NULL, 0, 0,
+	  "ADDR:PORT of the Prometheus endpoint (GET /metrics), such as "
+	  "127.0.0.1:9101; unset: no endpoint" },
+	{ "metrics.allow_remote", CT_BOOL, OFF(metrics_allow_remote), "false",
+	  0, 0, "allow a metrics.listen address that is not loopback" },
 	{ "log.level", CT_LOGLEVEL, OFF(log_level), "info", 0, 0,
 	  "error, warn, info or debug" },
 	{ "log.syslog", CT_BOOL, OFF(log_syslog), "false", 0, 0,
@@ -474,7 +480,8 @@ static int config_ini_handler(void *user, const char *section, const char *name,
 	if (!section[0]) {
 		snprintf(msg, sizeof(msg),
 			 "key '%s' outside a section (expected [cache], "
-			 "[catalog], [daemon], [s3], [sources] or [log])",
+			 "[catalog], [daemon], [s3], [sources], [metrics] or "
+			 "[log])",
 			 name);
 		ret = -EINVAL;
 		goto fail;
@@ -557,6 +564,30 @@ static int config_check(const struct dstage_config *cfg, char *err,
 			"%s: s3.backoff_base must not exceed s3.backoff_max",
 			where);
 		return -EINVAL;
+	}
+	if (cfg->metrics_listen) {
+		struct sockaddr_storage ss;
+		bool loopback = false;
+		socklen_t len;
+
+		if (metrics_http_parse_listen(cfg->metrics_listen, &ss, &len,
+					      &loopback)) {
+			strutil_msg(err, errlen,
+				    "%s: metrics.listen = %s: expected "
+				    "ADDR:PORT such as 127.0.0.1:9101 or "
+				    "[::1]:9101",
+				    where, cfg->metrics_listen);
+			return -EINVAL;
+		}
+		if (!loopback && !cfg->metrics_allow_remote) {
+			strutil_msg(err, errlen,
+				    "%s: metrics.listen = %s is not a loopback "
+				    "address: metrics have no authentication; "
+				    "set metrics.allow_remote = true to serve "
+				    "them to other hosts",
+				    where, cfg->metrics_listen);
+			return -EINVAL;
+		}
 	}
 	if (cfg->cache_size < cfg->cache_block_size) {
 		strutil_msg(err, errlen,

@@ -7,6 +7,7 @@
  * batch form. A handle holds no lock: the backends are thread-safe.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,35 @@
 /* S3 keys are at most 1024 bytes of UTF-8; a NUL cannot be in one. The
  * catalog registers no longer key (keypath.h): one limit everywhere. */
 #define OBJSTORE_KEY_MAX KEYPATH_KEY_MAX
+
+/* Process totals (objstore_get_total_stats): the open handles, linked from
+ * objstore_live, plus what freed handles counted. objstore_live_lock
+ * protects both; it is a leaf lock. */
+static pthread_mutex_t objstore_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct objstore *objstore_live;
+static struct objstore_stats objstore_gone;
+
+static void objstore_add_stats(struct objstore_stats *to,
+			       const struct objstore *os)
+{
+	struct objstore_stats st;
+
+	objstore_get_stats(os, &st);
+	to->requests += st.requests;
+	to->retries += st.retries;
+	to->bytes_in += st.bytes_in;
+	to->bytes_out += st.bytes_out;
+	to->errors += st.errors;
+}
+
+void objstore_get_total_stats(struct objstore_stats *st)
+{
+	pthread_mutex_lock(&objstore_live_lock);
+	*st = objstore_gone;
+	for (struct objstore *os = objstore_live; os; os = os->live_next)
+		objstore_add_stats(st, os);
+	pthread_mutex_unlock(&objstore_live_lock);
+}
 
 static int objstore_check_key(const struct objstore *os, const char *key)
 {
@@ -61,6 +91,13 @@ int objstore_open(const char *url, const struct dstage_config *cfg,
 		os->ops->free(os);
 		return -ENOMEM;
 	}
+	pthread_mutex_lock(&objstore_live_lock);
+	os->live_prev = NULL;
+	os->live_next = objstore_live;
+	if (objstore_live)
+		objstore_live->live_prev = os;
+	objstore_live = os;
+	pthread_mutex_unlock(&objstore_live_lock);
 	*out = os;
 	return 0;
 }
@@ -71,6 +108,15 @@ void objstore_free(struct objstore *os)
 
 	if (!os)
 		return;
+	pthread_mutex_lock(&objstore_live_lock);
+	if (os->live_prev)
+		os->live_prev->live_next = os->live_next;
+	else
+		objstore_live = os->live_next;
+	if (os->live_next)
+		os->live_next->live_prev = os->live_prev;
+	objstore_add_stats(&objstore_gone, os);
+	pthread_mutex_unlock(&objstore_live_lock);
 	url = os->url;
 	os->ops->free(os);
 	free(url);

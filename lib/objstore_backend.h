@@ -34,6 +34,9 @@ struct objstore {
 	char *url;
 	_Atomic uint64_t n_requests, n_retries, n_bytes_in, n_bytes_out,
 		n_errors;
+	/* Every open handle, for objstore_get_total_stats; objstore.c's
+	 * objstore_live_lock protects the links. */
+	struct objstore *live_prev, *live_next;
 };
 
 static inline void objstore_count(_Atomic uint64_t *ctr, uint64_t v)

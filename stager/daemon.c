@@ -38,6 +38,8 @@
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
 #include "dstage/log.h"
+#include "dstage/metrics_cache.h"
+#include "dstage/metrics_http.h"
 /* Resolve daemon.admin_group once: getgrnam is not thread-safe, and the
  * connection threads only compare gids. */
 static void daemon_admin_group(struct daemon *d)
@@ -56,8 +58,55 @@ static void daemon_admin_group(struct daemon *d)
 	d->has_admin_gid = true;
 }
 
+/* Metrics: jobs by state, and the running stage jobs' progress (for the
+ * "staging stalled" alert), read at each scrape through a jobs handle only
+ * the metrics thread uses (a struct jobs is one connection, no lock). */
+struct daemon_metrics {
+	struct jobs *jq;
+	uint64_t n[JOBS_CANCELLED + 1], done, total, seen;
+};
+
+static int daemon_metrics_job(void *arg, const struct jobs_job *j)
+{
+	struct daemon_metrics *dm = arg;
+
+	if ((unsigned)j->state <= JOBS_CANCELLED)
+		dm->n[j->state]++;
+	if (j->state == JOBS_RUNNING) {
+		dm->done += j->done;
+		dm->total += j->total;
+	}
+	return ++dm->seen >= 1000000; /* bound one scrape's work */
+}
+
+static void daemon_metrics_collect(void *arg, struct metrics_buf *b)
+{
+	struct daemon_metrics *dm = arg;
+	char labels[32];
+
+	memset(dm->n, 0, sizeof(dm->n));
+	dm->done = dm->total = dm->seen = 0;
+	if (jobs_list(dm->jq, UINT32_MAX, daemon_metrics_job, dm) < 0)
+		return; /* logged; the families are left out */
+	metrics_family(b, "dstage_stager_jobs", "gauge",
+		       "Jobs in the catalog by state");
+	for (unsigned st = 0; st <= JOBS_CANCELLED; st++) {
+		snprintf(labels, sizeof(labels), "state=\"%s\"",
+			 jobs_state_name(st));
+		metrics_sample(b, "dstage_stager_jobs", labels,
+			       (double)dm->n[st]);
+	}
+	metrics_gauge(b, "dstage_stager_running_done_bytes",
+		      "Bytes done of the running jobs", (double)dm->done);
+	metrics_gauge(b, "dstage_stager_running_total_bytes",
+		      "Bytes to do of the running jobs", (double)dm->total);
+}
+
 int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 {
+	struct daemon_metrics dm = { 0 };
+	struct metrics *metrics = NULL;
+	struct metrics_http *mhttp = NULL;
 	struct daemon d = { .cfg = cfg, .lfd = -1, .lockfd = -1 };
 	struct catalog *cat = NULL;
 	struct jobs *jq = NULL;
@@ -120,6 +169,18 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 		d.env.cache = NULL;
 	}
 	ret = sched_create(cfg->s3_max_inflight, &d.env.sched);
+	if (!ret)
+		ret = metrics_new(&metrics);
+	if (!ret)
+		ret = metrics_add_collector(metrics, metrics_cache_collect,
+					    d.env.cache);
+	if (!ret && cfg->metrics_listen)
+		ret = jobs_open(cfg->catalog_path, &dm.jq);
+	if (!ret && dm.jq)
+		ret = metrics_add_collector(metrics, daemon_metrics_collect,
+					    &dm);
+	if (!ret)
+		ret = metrics_http_start(cfg, metrics, &mhttp);
 	if (ret)
 		goto out;
 	if (pthread_create(&acc, NULL, daemon_conn_accept_thread, &d)) {
@@ -160,6 +221,9 @@ out:
 	 * it; the kernel releases its locks and files. Only jobs use the
 	 * scheduler, and the dispatcher has joined them. */
 	sched_destroy(d.env.sched);
+	metrics_http_stop(mhttp);
+	metrics_free(metrics);
+	jobs_close(dm.jq);
 	/* the accept thread is joined: end the connections, whose threads
 	 * use d; should one not end in time, d's connection state and the
 	 * cache stay for it and the process exits under it */

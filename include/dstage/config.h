@@ -69,6 +69,9 @@ struct dstage_config {
 	char *ckpt_staging_dir; /* checkpoints.staging_dir */
 	uint64_t ckpt_staging_size; /* checkpoints.staging_size, bytes */
 	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
+	/* [metrics] */
+	char *metrics_listen; /* metrics.listen, ADDR:PORT; NULL: off */
+	bool metrics_allow_remote; /* metrics.allow_remote */
 
 	/* [log] */
 	int log_level; /* log.level, enum log_level */

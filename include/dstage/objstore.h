@@ -142,4 +142,8 @@ int objstore_copy(struct objstore *os, const char *src_key,
 
 void objstore_get_stats(const struct objstore *os, struct objstore_stats *st);
 
+/* The sums over every handle of this process, open or freed since it
+ * started (for the metrics endpoint). */
+void objstore_get_total_stats(struct objstore_stats *st);
+
 #endif

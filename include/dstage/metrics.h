@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics: a small registry of collectors rendered as the Prometheus text
+ * exposition format (version 0.0.4), the process-wide latency histograms the
+ * cache observes into. metrics_http.h serves it over HTTP.
+ *
+ * A collector is a function called at every scrape that writes its families
+ * with metrics_counter/metrics_gauge/metrics_family+metrics_sample. Values
+ * are read at scrape time (cache_get_stats, objstore_get_total_stats, /proc),
+ * so the read path pays only the histograms' relaxed atomic adds.
+ *
+ * Labels are constant strings chosen by the collectors (states, kinds):
+ * nothing a user names (files, datasets) becomes a label, which keeps the
+ * number of series bounded.
+ */
+#ifndef DSTAGE_METRICS_H
+#define DSTAGE_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct metrics;
+struct metrics_buf;
+
+/* Called at every scrape, one scrape at a time. */
+typedef void (*metrics_collect_fn)(void *arg, struct metrics_buf *b);
+
+/* The most collectors a registry holds. */
+#define METRICS_MAX_COLLECTORS 8
+/* The largest page rendered; a scrape that would exceed it fails (500). */
+#define METRICS_MAX_PAGE (1u << 20)
+
+/* Returns 0 or -ENOMEM. The registry starts with the process collector
+ * (RSS, open files, start time) and the latency histograms. */
+int metrics_new(struct metrics **out);
+
+/* Accepts NULL. Stop the HTTP server first. */
+void metrics_free(struct metrics *m);
+
+/* Add a collector; before the HTTP server starts. Returns 0 or -ENOSPC
+ * (METRICS_MAX_COLLECTORS reached). */
+int metrics_add_collector(struct metrics *m, metrics_collect_fn fn, void *arg);
+
+/* Render every collector's families into a new NUL-terminated string
+ * (*text, freed by the caller, *len its length). Returns 0, -ENOMEM, or
+ * -EFBIG (over METRICS_MAX_PAGE). */
+int metrics_render(struct metrics *m, char **text, size_t *len);
+
+/* # HELP and # TYPE lines of a family; type is "counter" or "gauge". */
+void metrics_family(struct metrics_buf *b, const char *name, const char *type,
+		    const char *help);
+/* One sample; labels is NULL or `key="value",...` (constant strings). */
+void metrics_sample(struct metrics_buf *b, const char *name, const char *labels,
+		    double v);
+/* A family of one unlabelled sample. */
+void metrics_counter(struct metrics_buf *b, const char *name, const char *help,
+		     uint64_t v);
+void metrics_gauge(struct metrics_buf *b, const char *name, const char *help,
+		   double v);
+
+/* Process-wide latency histograms (buckets 100 us to 10 s). */
+enum metrics_hist {
+	METRICS_HIST_READ, /* dstage_cache_read_seconds: a cache_read_iov */
+	METRICS_HIST_FETCH, /* dstage_source_fetch_seconds: a block batch's
+			     * objstore_get_many */
+	METRICS_NHIST,
+};
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t metrics_now_ns(void);
+
+/* Count one event that began at start_ns (metrics_now_ns). Lock-free. */
+void metrics_observe_since(enum metrics_hist h, uint64_t start_ns);
+
+#endif

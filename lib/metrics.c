@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: MIT
+/*
+ * metrics: collectors rendered as Prometheus text, the process collector and
+ * the process-wide latency histograms (see metrics.h).
+ *
+ * State: a registry is filled (metrics_add_collector) before its HTTP server
+ * starts and only read afterwards; m->lock serialises renders (one scrape at
+ * a time: collectors need not be reentrant). No other lock is taken under
+ * it except the collectors' own (a leaf for them).
+ *
+ * The histograms are static arrays of relaxed atomics: observing is one
+ * bucket search and two atomic adds; a render reads them without a lock, so
+ * a scrape may see a count a moment ahead of its sum (Prometheus tolerates
+ * that; every value stays monotonic).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dstage/metrics.h"
+
+struct metrics_buf {
+	char *p;
+	size_t len, cap;
+	int err; /* first error: -ENOMEM or -EFBIG */
+};
+
+struct metrics_collector {
+	metrics_collect_fn fn;
+	void *arg;
+};
+
+struct metrics {
+	pthread_mutex_t lock; /* one render at a time */
+	struct metrics_collector col[METRICS_MAX_COLLECTORS];
+	unsigned ncol; /* set before serving, then read-only */
+};
+
+/* Upper bounds of the buckets, seconds; +Inf follows. */
+static const double metrics_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001,
+					 0.0025, 0.005,	  0.01,	  0.025,
+					 0.05,	 0.1,	  0.25,	  0.5,
+					 1,	 2.5,	  5,	  10 };
+#define METRICS_NB (sizeof(metrics_bounds) / sizeof(metrics_bounds[0]))
+
+struct metrics_histogram {
+	const char *name, *help;
+	_Atomic uint64_t bucket[METRICS_NB + 1]; /* not cumulative */
+	_Atomic uint64_t sum_ns;
+};
+
+static struct metrics_histogram metrics_hists[METRICS_NHIST] = {
+	[METRICS_HIST_READ] = {
+		.name = "dstage_cache_read_seconds",
+		.help = "Time of a read through the cache, hit or miss",
+	},
+	[METRICS_HIST_FETCH] = {
+		.name = "dstage_source_fetch_seconds",
+		.help = "Time of one batch of block fetches from the source",
+	},
+};
+
+static time_t metrics_start_time;
+
+uint64_t metrics_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void metrics_observe_since(enum metrics_hist h, uint64_t start_ns)
+{
+	struct metrics_histogram *mh;
+	uint64_t ns = metrics_now_ns() - start_ns;
+	double s = (double)ns / 1e9;
+	size_t i = 0;
+
+	if ((unsigned)h >= METRICS_NHIST)
+		return;
+	mh = &metrics_hists[h];
+	while (i < METRICS_NB && s > metrics_bounds[i])
+		i++;
+	atomic_fetch_add_explicit(&mh->bucket[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&mh->sum_ns, ns, memory_order_relaxed);
+}
+
+static void metrics_printf(struct metrics_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void metrics_printf(struct metrics_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->err)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->err = -EINVAL;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		if (b->len + (size_t)n + 1 > METRICS_MAX_PAGE) {
+			b->err = -EFBIG;
+			return;
+		}
+		size_t cap = b->cap * 2;
+		while (cap < b->len + (size_t)n + 1)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+
+		if (!p) {
+			b->err = -ENOMEM;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+}
+
+void metrics_family(struct metrics_buf *b, const char *name, const char *type,
+		    const char *help)
+{
+	metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+		       type);
+}
+
+void metrics_sample(struct metrics_buf *b, const char *name, const char *labels,
+		    double v)
+{
+	/* %.17g: a uint64 counter up to 2^53 is exact. */
+	if (labels && *labels)
+		metrics_printf(b, "%s{%s} %.17g\n", name, labels, v);
+	else
+		metrics_printf(b, "%s %.17g\n", name, v);
+}
+
+void metrics_counter(struct metrics_buf *b, const char *name, const char *help,
+		     uint64_t v)
+{
+	metrics_family(b, name, "counter", help);
+	metrics_sample(b, name, NULL, (double)v);
+}
+
+void metrics_gauge(struct metrics_buf *b, const char *name, const char *help,
+		   double v)
+{
+	metrics_family(b, name, "gauge", help);
+	metrics_sample(b, name, NULL, v);
+}
+
+static void metrics_write_hist(struct metrics_buf *b,
+			       struct metrics_histogram *mh)
+{
+	uint64_t cum = 0;
+
+	metrics_family(b, mh->name, "histogram", mh->help);
+	for (size_t i = 0; i <= METRICS_NB; i++) {
+		cum += atomic_load_explicit(&mh->bucket[i],
+					    memory_order_relaxed);
+		if (i < METRICS_NB)
+			metrics_printf(b, "%s_bucket{le=\"%g\"} %llu\n",
+				       mh->name, metrics_bounds[i],
+				       (unsigned long long)cum);
+		else
+			metrics_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n",
+				       mh->name, (unsigned long long)cum);
+	}
+	metrics_printf(b, "%s_sum %.9f\n%s_count %llu\n", mh->name,
+		       (double)atomic_load_explicit(&mh->sum_ns,
+						    memory_order_relaxed) /
+			       1e9,
+		       mh->name, (unsigned long long)cum);
+}
+
+/* RSS from /proc/self/statm (pages), open descriptors from /proc/self/fd. */
+static void metrics_collect_process(void *arg, struct metrics_buf *b)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned long long size = 0, rss = 0;
+	unsigned nfd = 0;
+	struct dirent *de;
+	FILE *f;
+	DIR *d;
+
+	(void)arg;
+	f = fopen("/proc/self/statm", "re");
+	if (f) {
+		if (fscanf(f, "%llu %llu", &size, &rss) != 2)
+			rss = 0;
+		fclose(f);
+	}
+	d = opendir("/proc/self/fd");
+	if (d) {
+		while ((de = readdir(d)) != NULL)
+			if (de->d_name[0] != '.')
+				nfd++;
+		closedir(d);
+		nfd--; /* the directory's own descriptor */
+	}
+	metrics_gauge(b, "process_resident_memory_bytes",
+		      "Resident memory size, bytes",
+		      (double)rss * (double)(page > 0 ? page : 4096));
+	metrics_gauge(b, "process_open_fds", "Open file descriptors",
+		      (double)nfd);
+	metrics_gauge(b, "process_start_time_seconds",
+		      "Start time of the process since the epoch, seconds",
+		      (double)metrics_start_time);
+	for (unsigned h = 0; h < METRICS_NHIST; h++)
+		metrics_write_hist(b, &metrics_hists[h]);
+}
+
+int metrics_new(struct metrics **out)
+{
+	struct metrics *m = calloc(1, sizeof(*m));
+
+	*out = NULL;
+	if (!m)
+		return -ENOMEM;
+	pthread_mutex_init(&m->lock, NULL);
+	if (!metrics_start_time)
+		metrics_start_time = time(NULL);
+	m->col[m->ncol++] =
+		(struct metrics_collector){ metrics_collect_process, NULL };
+	*out = m;
+	return 0;
+}
+
+void metrics_free(struct metrics *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+int metrics_add_collector(struct metrics *m, metrics_collect_fn fn, void *arg)
+{
+	if (m->ncol == METRICS_MAX_COLLECTORS)
+		return -ENOSPC;
+	m->col[m->ncol++] = (struct metrics_collector){ fn, arg };
+	return 0;
+}
+
+int metrics_render(struct metrics *m, char **text, size_t *len)
+{
+	struct metrics_buf b = { .cap = 16384 };
+
+	*text = NULL;
+	*len = 0;
+	b.p = malloc(b.cap);
+	if (!b.p)
+		return -ENOMEM;
+	b.p[0] = '\0';
+	pthread_mutex_lock(&m->lock);
+	for (unsigned i = 0; i < m->ncol; i++)
+		m->col[i].fn(m->col[i].arg, &b);
+	pthread_mutex_unlock(&m->lock);
+	if (b.err) {
+		free(b.p);
+		return b.err;
+	}
+	*text = b.p;
+	*len = b.len;
+	return 0;
+}
