@@ -391,58 +391,6 @@ out:
 	return ret;
 }
 
-static void drill_json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
-
-void ckpt_drill_print(const struct ckpt_drill_report *r, bool json, FILE *f)
-{
-	double mbs = r->seconds > 0 ? (double)r->bytes / 1e6 / r->seconds : 0;
-
-	if (!json) {
-		for (size_t i = 0; i < r->nfiles; i++)
-			if (r->files[i].problem)
-				fprintf(f, "BAD %s: %s\n", r->files[i].key,
-					r->files[i].problem);
-		fprintf(f,
-			"%s: %zu files, %" PRIu64 " bytes, %.2f s, %.1f MB/s, "
-			"%s\n",
-			r->checkpoint ? r->checkpoint : "-", r->nfiles,
-			r->bytes, r->seconds, mbs,
-			r->nbad ? "FAILED" : "all SHA-256 match");
-		return;
-	}
-	fputs("{\"checkpoint\": ", f);
-	drill_json_str(f, r->checkpoint ? r->checkpoint : "");
-	fprintf(f,
-		", \"files\": %zu, \"bytes\": %" PRIu64 ", \"seconds\": %.3f, "
-		"\"mb_per_s\": %.1f, \"ok\": %s, \"bad\": [",
-		r->nfiles, r->bytes, r->seconds, mbs,
-		r->nbad ? "false" : "true");
-	for (size_t i = 0, n = 0; i < r->nfiles; i++) {
-		if (!r->files[i].problem)
-			continue;
-		fputs(n++ ? ", {\"key\": " : "{\"key\": ", f);
-		drill_json_str(f, r->files[i].key);
-		fputs(", \"problem\": ", f);
-		drill_json_str(f, r->files[i].problem);
-		fputs("}", f);
-	}
-	fputs("]}\n", f);
-}
-
 void ckpt_drill_release(struct ckpt_drill_report *r)
 {
 	for (size_t i = 0; i < r->nfiles; i++)

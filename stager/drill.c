@@ -2,40 +2,106 @@
 /*
  * drill: `stager drill JOB [--step S] --to DIR [--json]`, the recovery drill
  * of the checkpoint store, run in this process (no daemon). The work is
- * libdstage's ckpt_drill (include/dstage/ckpt_drill.h); this file turns its
- * result into output and an exit code. Stateless.
- *
- * Not yet wired into stager/main.c and stager/CMakeLists.txt (another
- * change owns them): the hook lines are in this file's first commit.
+ * libdstage's ckpt_drill (include/dstage/ckpt_drill.h): restore a checkpoint
+ * into a scratch directory and check every file's SHA-256 against the one
+ * recorded at publish. This file turns its report into lines or one JSON
+ * object (jsonout, the stager's one JSON writer) and an exit code.
+ * Stateless.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dstage/ckpt_drill.h"
+#include "jsonout.h"
 #include "stager.h"
 
-int local_drill(const struct dstage_config *cfg, const char *job,
-		const char *step, const char *to, bool json)
+static double drill_mbs(const struct ckpt_drill_report *r)
 {
-	struct ckpt_drill_opts o = { .job = job, .step = step, .to = to };
-	struct ckpt_drill_report r;
-	int ret;
+	return r->seconds > 0 ? (double)r->bytes / 1e6 / r->seconds : 0;
+}
 
-	if (!to) {
+static void drill_print_text(const struct ckpt_drill_report *r)
+{
+	for (size_t i = 0; i < r->nfiles; i++)
+		if (r->files[i].problem)
+			printf("BAD %s: %s\n", r->files[i].key,
+			       r->files[i].problem);
+	printf("%s: %zu files, %" PRIu64 " bytes, %.2f s, %.1f MB/s, %s\n",
+	       r->checkpoint ? r->checkpoint : "-", r->nfiles, r->bytes,
+	       r->seconds, drill_mbs(r),
+	       r->nbad ? "FAILED" : "all SHA-256 match");
+}
+
+static int drill_print_json(const struct ckpt_drill_report *r)
+{
+	json_t *doc = json_object(), *bad = json_array();
+	int ret = -ENOMEM;
+
+	if (!doc || !bad)
+		goto out;
+	if (jsonout_set_str(doc, "checkpoint",
+			    r->checkpoint ? r->checkpoint : ""))
+		goto out;
+	if (json_object_set_new(doc, "files",
+				json_integer((json_int_t)r->nfiles)) ||
+	    json_object_set_new(doc, "bytes",
+				json_integer((json_int_t)r->bytes)) ||
+	    json_object_set_new(doc, "seconds", json_real(r->seconds)) ||
+	    json_object_set_new(doc, "mb_per_s", json_real(drill_mbs(r))) ||
+	    json_object_set_new(doc, "ok", json_boolean(r->nbad == 0)))
+		goto out;
+	for (size_t i = 0; i < r->nfiles; i++) {
+		json_t *f;
+
+		if (!r->files[i].problem)
+			continue;
+		f = json_object();
+		if (!f || json_array_append_new(bad, f) ||
+		    jsonout_set_str(f, "key", r->files[i].key) ||
+		    jsonout_set_str(f, "problem", r->files[i].problem))
+			goto out;
+	}
+	if (json_object_set(doc, "bad", bad))
+		goto out;
+	ret = jsonout_print(doc);
+out:
+	json_decref(bad);
+	json_decref(doc);
+	return ret;
+}
+
+int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o)
+{
+	struct ckpt_drill_opts d = { .job = o->argv[0],
+				     .step = o->step,
+				     .to = o->to };
+	struct ckpt_drill_report r;
+	int ret, code;
+
+	(void)cmd;
+	if (!o->to) {
 		fprintf(stderr, "stager drill: --to DIR is required: an empty "
 				"or new scratch directory\n");
 		return STAGER_EXIT_USAGE;
 	}
-	ret = ckpt_drill(cfg, &o, &r);
+	ret = ckpt_drill(cfg, &d, &r);
 	if (ret) {
-		fprintf(stderr, "stager drill %s: %s\n", job, strerror(-ret));
+		fprintf(stderr, "stager drill %s: %s\n", d.job, strerror(-ret));
 		return ret == -ENOENT			  ? STAGER_EXIT_NOENT
 		       : ret == -EINVAL || ret == -EEXIST ? STAGER_EXIT_USAGE
 							  : STAGER_EXIT_FAIL;
 	}
-	ckpt_drill_print(&r, json, stdout);
-	ret = r.nbad ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;
+	if (o->json)
+		code = drill_print_json(&r) ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;
+	else {
+		drill_print_text(&r);
+		code = STAGER_EXIT_OK;
+	}
+	if (r.nbad)
+		code = STAGER_EXIT_FAIL;
 	ckpt_drill_release(&r);
-	return ret;
+	return code;
 }

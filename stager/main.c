@@ -108,6 +108,13 @@ static const struct stager_cmd stager_cmds[] = {
 	  "Read throughput of the source, the cache and the local disk, and\n"
 	  "SHA-256 on all cores, on this node (no daemon).\n"
 	  "  --size BYTES  read at most this much (default 1G)" },
+	{ "drill", local_drill, 0, STAGER_JSON_OBJECT, 1, 1, "jtS", "JOB",
+	  "Restore the newest checkpoint of JOB (or --step S) from\n"
+	  "checkpoints.store into --to DIR and check every file's SHA-256\n"
+	  "against the one recorded at publish (no daemon); exit 1 names\n"
+	  "each file that differs or is missing.\n"
+	  "  --step S  a step number or a checkpoint name\n"
+	  "  --to DIR  an empty or new scratch directory" },
 };
 
 static const struct option stager_long[] = {
@@ -128,6 +135,8 @@ static const struct option stager_long[] = {
 	{ "repair", no_argument, NULL, 'r' },
 	{ "all", no_argument, NULL, 'a' },
 	{ "size", required_argument, NULL, 'z' },
+	{ "to", required_argument, NULL, 't' },
+	{ "step", required_argument, NULL, 'S' },
 	{ "max-conns", required_argument, NULL, 'm' },
 	{ "max-conns-per-uid", required_argument, NULL, 'u' },
 	{ "idle-timeout", required_argument, NULL, 'i' },
@@ -329,6 +338,12 @@ int main(int argc, char **argv)
 		case 'z':
 			if (stager_size("--size", optarg, &o.bench_bytes))
 				goto usage;
+			break;
+		case 't':
+			o.to = optarg;
+			break;
+		case 'S':
+			o.step = optarg;
 			break;
 		case 'm':
 			if (stager_count("--max-conns", optarg, 1,

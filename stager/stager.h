@@ -70,6 +70,8 @@ struct stager_opts {
 	unsigned parallel; /* --parallel, 0: default, else 1 to
 			      STAGER_PARALLEL_MAX */
 	uint64_t bench_bytes; /* --size (bench) */
+	const char *to; /* --to DIR (drill) */
+	const char *step; /* --step S (drill) */
 	struct stager_daemon_limits lim; /* daemon */
 	int argc; /* positional arguments after the command */
 	char **argv;
@@ -131,6 +133,10 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o);
 int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	     const struct stager_opts *o);
 int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+		const struct stager_opts *o);
+
+/* drill.c: the checkpoint recovery drill (no daemon). */
+int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o);
 
 /* sched.c: see there for the rules. */

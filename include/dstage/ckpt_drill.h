@@ -50,10 +50,6 @@ struct ckpt_drill_report {
 int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 	       struct ckpt_drill_report *r);
 
-/* Print the report: lines naming each bad file and a summary (files,
- * bytes, seconds, MB/s), or one JSON object. */
-void ckpt_drill_print(const struct ckpt_drill_report *r, bool json, FILE *f);
-
 /* Accepts a zeroed report. */
 void ckpt_drill_release(struct ckpt_drill_report *r);
 

@@ -769,10 +769,10 @@ def test_staging_dir_writable_by_others_refused(tool, tmp_path):
         m.stop()
 
 
-# ---- recovery drill (lib/ckpt_drill.c through tests/tools/ckpt_drill_tool) --
+# ---- recovery drill (lib/ckpt_drill.c through `stager drill`) ---------------
 
 def drill(tool, m, tmp, *args):
-    p = subprocess.run([tool("ckpt_drill_tool")] + [str(a) for a in args],
+    p = subprocess.run([tool("stager"), "drill"] + [str(a) for a in args],
                        env=m.env, capture_output=True, timeout=300)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
@@ -827,7 +827,7 @@ def test_drill_restores_newest_and_finds_tampering(tool, mount, store,
                                        "problem": "missing"}]
     rc, out, err = drill(tool, mount, tmp_path, "nosuchjob", "--to",
                          tmp_path / "r5")
-    assert rc == 3 and "No such file" in err
+    assert rc == 5 and "No such file" in err        # STAGER_EXIT_NOENT
     rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--to",
                          tmp_path / "r1")
-    assert rc == 3                                  # not an empty directory
+    assert rc == 2, err                 # usage: not an empty directory
