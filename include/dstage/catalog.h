@@ -44,7 +44,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 4
+#define CATALOG_SCHEMA_VERSION 5
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*
