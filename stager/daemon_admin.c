@@ -241,12 +241,18 @@ int daemon_admin_policy_set(struct daemon_conn *c)
 		return daemon_peer_end(c, -EINVAL,
 				       "policy set: nothing to set (capacity=, "
 				       "high= or low=)");
-	if (val[0])
+	if (val[0]) {
 		p.capacity = v[0];
-	if (val[1])
+		p.cat_capacity = true;
+	}
+	if (val[1]) {
 		p.high = (unsigned)v[1];
-	if (val[2])
+		p.cat_high = true;
+	}
+	if (val[2]) {
 		p.low = (unsigned)v[2];
+		p.cat_low = true;
+	}
 	if (p.low >= p.high)
 		return daemon_peer_end(
 			c, -EINVAL,
