@@ -292,6 +292,8 @@ int main(int argc, char **argv)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", cachectl_long, NULL)) !=
 	       -1) {
+		if (optarg && optarg[0] == '\x01')
+			optarg++; /* a negative number, refused by name */
 		if (opt == 'h') {
 			cachectl_cmd_help(cmd);
 			return CACHECTL_EXIT_OK;
