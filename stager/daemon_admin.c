@@ -139,9 +139,9 @@ struct daemon_admin_pol {
 };
 
 static const char *const daemon_admin_pol_keys[] = {
-	"cache.size",
-	"cache.high_watermark",
-	"cache.low_watermark",
+	CATALOG_POLICY_CACHE_SIZE,
+	CATALOG_POLICY_CACHE_HIGH,
+	CATALOG_POLICY_CACHE_LOW,
 };
 
 static int daemon_admin_pol_get(struct daemon_conn *c,

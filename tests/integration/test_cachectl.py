@@ -159,6 +159,22 @@ def test_policy_set_show_and_persisted(env):
     assert ctl.json("status")["capacity"] == 128 * MiB
 
 
+def test_policy_reaches_the_running_cache(env):
+    """A capacity and watermarks set with policy set are the running
+    cache's own: an eviction takes the newest at once (reservations
+    within CACHE_POLICY_TTL, 2 s) and goes down to the new low
+    watermark."""
+    s, ctl = env
+    used = ctl.json("status")["used"]
+    assert used > 1 * MiB
+    ctl.ok("policy", "set", "--capacity", "2M", "--high-watermark", "50",
+           "--low-watermark", "25")
+    r = ctl.json("evict", "--to-low-watermark")
+    st = ctl.json("status")
+    assert st["used"] <= 2 * MiB // 100 * 25, (r, st)
+    assert r["freed"] >= used - 2 * MiB // 100 * 25
+
+
 @pytest.mark.parametrize("args,rc,msg", [
     (("quota", "ds", "-5"), 2, "quota '-5'"),
     (("quota", "ds", "12XB"), 2, "quota '12XB'"),
