@@ -175,6 +175,23 @@ def test_policy_reaches_the_running_cache(env):
     assert r["freed"] >= used - 2 * MiB // 100 * 25
 
 
+def test_cache_ignores_bad_limits_in_the_catalog(env):
+    """Watermarks written to the catalog by hand, low above high, are not
+    taken by the running cache: it keeps its limits and logs why."""
+    s, ctl = env
+    used = ctl.json("status")["used"]
+    db = sqlite3.connect(str(s.root / "catalog.db"), timeout=10)
+    db.executemany("INSERT INTO policy(key, value, updated) VALUES(?, ?, 0)",
+                   [("cache.size", str(2 * MiB)),
+                    ("cache.high_watermark", "50"),
+                    ("cache.low_watermark", "60")])
+    db.commit()
+    db.close()
+    r = ctl.json("evict", "--to-low-watermark")
+    assert r["freed"] == 0 and ctl.json("status")["used"] == used
+    assert "low must be below high" in s.log.read_text()
+
+
 @pytest.mark.parametrize("args,rc,msg", [
     (("quota", "ds", "-5"), 2, "quota '-5'"),
     (("quota", "ds", "12XB"), 2, "quota '12XB'"),
