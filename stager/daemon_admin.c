@@ -183,6 +183,15 @@ static int daemon_admin_pol_get(struct daemon_conn *c,
 	return 0;
 }
 
+uint64_t daemon_admin_capacity(struct daemon_conn *c, bool *from_catalog)
+{
+	struct daemon_admin_pol p;
+
+	daemon_admin_pol_get(c, &p);
+	*from_catalog = p.cat_capacity;
+	return p.capacity;
+}
+
 static void daemon_admin_pol_fields(struct daemon_conn *c,
 				    const struct daemon_admin_pol *p)
 {

@@ -149,6 +149,9 @@ int daemon_admin_policy_show(struct daemon_conn *c);
 int daemon_admin_policy_set(struct daemon_conn *c);
 int daemon_admin_evict(struct daemon_conn *c);
 int daemon_admin_audit_list(struct daemon_conn *c);
+/* The cache's capacity in force: the catalog's (cachectl policy set;
+ * *from_catalog true) or cache.size. */
+uint64_t daemon_admin_capacity(struct daemon_conn *c, bool *from_catalog);
 /* Append an audit record for the peer's change (old, new may be NULL);
  * a failure is logged, never fatal to the change. */
 void daemon_admin_audit(struct daemon_conn *c, const char *action,

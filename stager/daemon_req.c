@@ -656,18 +656,22 @@ static int daemon_req_submit(struct daemon_conn *c)
 			free(list);
 			total = sum;
 		}
-		if (total > c->d->cfg->cache_size) {
+		bool set_by_cachectl;
+		uint64_t cap = daemon_admin_capacity(c, &set_by_cachectl);
+
+		if (total > cap) {
 			char a[32], b[32];
 
 			catalog_dataset_release(&ds);
 			return daemon_peer_end(
 				c, -EFBIG,
-				"%s is %s, larger than the cache (%s, "
-				"cache.size): stage part of it with --files, "
-				"or add --fit to stage what fits",
+				"%s is %s, larger than the cache (%s, %s): "
+				"stage part of it with --files, or add --fit "
+				"to stage what fits",
 				name, stager_bytes(total, a, sizeof(a)),
-				stager_bytes(c->d->cfg->cache_size, b,
-					     sizeof(b)));
+				stager_bytes(cap, b, sizeof(b)),
+				set_by_cachectl ? "cachectl policy"
+						: "cache.size");
 		}
 	}
 	catalog_dataset_release(&ds);

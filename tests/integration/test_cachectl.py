@@ -147,10 +147,16 @@ def test_policy_set_show_and_persisted(env):
         (128 * MiB, 95, 85)
     assert p["capacity_from"] == "catalog" and p["low_from"] == "catalog"
     a = [r for r in ctl.audit() if r["action"] == "policy.set"]
-    assert [(r["target"], r["old"], r["new"]) for r in a] == [
+    assert [(r["target"], r["old"], r["new"]) for r in a][:3] == [
         ("cache.size", str(64 * MiB), str(128 * MiB)),
         ("cache.high_watermark", "90", "95"),
         ("cache.low_watermark", "80", "85")]
+    # stager's "larger than the cache" check uses it
+    ctl.ok("policy", "set", "--capacity", "1M")
+    r = s.run("stage", "ds")
+    assert r.returncode == 1 and b"larger than the cache (1.0 MiB, " \
+        b"cachectl policy)" in r.stderr, r.stderr
+    ctl.ok("policy", "set", "--capacity", "128M")
     s.stop()
     s.start()
     p = ctl.json("policy", "show")
