@@ -32,6 +32,7 @@ struct cachectl_opts {
 	bool json, dry_run, to_low;
 	const char *capacity, *high, *low; /* policy set, already checked */
 	int64_t since; /* audit --since, seconds; 0: all */
+	int64_t older_than; /* evict --older-than, seconds; 0: not given */
 	const char *user; /* audit --user */
 	int argc;
 	char **argv;

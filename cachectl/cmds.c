@@ -153,22 +153,24 @@ static void cmds_status_text(struct cmds_doc *d)
 		printf("(the daemon has no cache open: see its log)\n");
 	printf("jobs: %" PRIu64 " running, %" PRIu64 " queued\n",
 	       cmds_ju(c, "jobs_running"), cmds_ju(c, "jobs_queued"));
-	printf("\n%-24s %11s %11s %6s %6s %11s %8s\n", "DATASET", "SIZE",
-	       "CACHED", "SHARE", "PINNED", "QUOTA", "PRIORITY");
+	printf("\n%-24s %11s %11s %6s %6s %11s %8s  %s\n", "DATASET", "SIZE",
+	       "CACHED", "SHARE", "PINNED", "QUOTA", "PRIORITY", "LAST ACCESS");
 	json_array_foreach(d->rows, i, r)
 	{
 		uint64_t cached = cmds_ju(r, "cached"),
 			 quota = cmds_ju(r, "quota");
+		char t[64];
 
+		cmds_time((int64_t)cmds_ju(r, "last_access"), t, sizeof(t));
 		printf("%-24s %11s %11s %5.1f%% %6s %11s %8" JSON_INTEGER_FORMAT
-		       "\n",
+		       "  %s\n",
 		       cmds_js(r, "name"),
 		       conn_bytes(cmds_ju(r, "bytes"), a, sizeof(a)),
 		       conn_bytes(cached, b, sizeof(b)),
 		       used ? 100.0 * (double)cached / (double)used : 0.0,
 		       cmds_ju(r, "pinned") ? "yes" : "no",
 		       quota ? conn_bytes(quota, e, sizeof(e)) : "none",
-		       json_integer_value(json_object_get(r, "priority")));
+		       json_integer_value(json_object_get(r, "priority")), t);
 	}
 	json_array_foreach(d->jobs, i, r)
 	{
@@ -309,6 +311,8 @@ static void cmds_evict_fill(struct conn *cn, const struct cachectl_opts *o)
 		proto_add(&cn->out, "name", o->argv[0]);
 	if (o->to_low)
 		proto_add(&cn->out, "to_low", "1");
+	if (o->older_than)
+		proto_add_i64(&cn->out, "older_than", o->older_than);
 	if (o->dry_run)
 		proto_add(&cn->out, "dry_run", "1");
 }
@@ -334,7 +338,9 @@ int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	} else if (code == CACHECTL_EXIT_OK) {
 		printf("%s %s%s\n", o->dry_run ? "would free" : "freed",
 		       conn_bytes(cmds_ju(r, "freed"), a, sizeof(a)),
-		       o->to_low ? " (down to the low watermark)" : "");
+		       o->to_low       ? " (down to the low watermark)"
+		       : o->older_than ? " (files not read since)"
+				       : "");
 		if (cmds_ju(r, "busy_files"))
 			printf("left %" PRIu64 " files (%s) that readers "
 			       "have open; evict again once they close\n",

@@ -54,12 +54,17 @@ static const struct cachectl_cmd cachectl_cmds[] = {
 	  "  --low-watermark PCT    1 to 100, below the high watermark:\n"
 	  "                         eviction stops at it\n"
 	  "  --json                 the resulting policy as one object" },
-	{ "evict", cmds_evict, 0, 1, "jlD", "DATASET | --to-low-watermark",
-	  "Drop DATASET's cached files, or evict down to the low watermark\n"
-	  "(unpinned, lowest priority, least recently used first) (admins).\n"
-	  "A file a reader has open is left to it and reported.\n"
+	{ "evict", cmds_evict, 0, 1, "jlDo",
+	  "DATASET | --to-low-watermark | --older-than AGE",
+	  "Drop DATASET's cached files, evict down to the low watermark\n"
+	  "(unpinned, lowest priority, least recently used first), or drop\n"
+	  "every file not read for AGE (admins). A file a reader has open is\n"
+	  "left to it and reported.\n"
 	  "  --to-low-watermark  evict the whole cache down to the low\n"
 	  "                      watermark\n"
+	  "  --older-than AGE    drop the files of every dataset last read\n"
+	  "                      AGE ago or earlier (30m, 12h, 7d, 2w;\n"
+	  "                      pinned ones too)\n"
 	  "  --dry-run           say what would be freed; change nothing\n"
 	  "  --json              the result as one object" },
 	{ "audit", cmds_audit, 0, 0, "jsu", "",
@@ -81,6 +86,7 @@ static const struct option cachectl_long[] = {
 	{ "low-watermark", required_argument, NULL, 'L' },
 	{ "to-low-watermark", no_argument, NULL, 'l' },
 	{ "dry-run", no_argument, NULL, 'D' },
+	{ "older-than", required_argument, NULL, 'o' },
 	{ "since", required_argument, NULL, 's' },
 	{ "user", required_argument, NULL, 'u' },
 	{ "config", required_argument, NULL, 'c' },
@@ -146,6 +152,41 @@ static int cachectl_pct(const char *what, const char *s, char *buf, size_t len)
 	fprintf(stderr,
 		"cachectl: %s '%s': expected a percentage from 1 "
 		"to 100\n",
+		what, s);
+	return -EINVAL;
+}
+
+/* An age: digits and a unit s, m, h, d or w (plain digits: seconds). */
+static int cachectl_age(const char *what, const char *s, int64_t *out)
+{
+	static const struct {
+		char unit;
+		int64_t sec;
+	} units[] = { { 's', 1 },
+		      { 'm', 60 },
+		      { 'h', 3600 },
+		      { 'd', 86400 },
+		      { 'w', 7 * 86400 } };
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = *s >= '0' && *s <= '9' ? strtoll(s, &end, 10) : -1;
+	if (v > 0 && !errno && v < 100000) {
+		if (!*end) {
+			*out = v;
+			return 0;
+		}
+		for (size_t i = 0;
+		     !end[1] && i < sizeof(units) / sizeof(units[0]); i++)
+			if (*end == units[i].unit) {
+				*out = v * units[i].sec;
+				return 0;
+			}
+	}
+	fprintf(stderr,
+		"cachectl: %s '%s': expected an age such as 90s, 30m, 12h, "
+		"7d or 2w (more than 0)\n",
 		what, s);
 	return -EINVAL;
 }
@@ -233,9 +274,10 @@ static int cachectl_args(const struct cachectl_cmd *cmd,
 			return -EINVAL;
 		}
 	} else if (!strcmp(cmd->name, "evict")) {
-		if ((o->argc == 1) == o->to_low) {
-			fprintf(stderr, "cachectl evict: give a DATASET or "
-					"--to-low-watermark (one of them)\n");
+		if ((o->argc == 1) + o->to_low + (o->older_than > 0) != 1) {
+			fprintf(stderr, "cachectl evict: give a DATASET, "
+					"--to-low-watermark or --older-than "
+					"(one of them)\n");
 			return -EINVAL;
 		}
 	}
@@ -345,6 +387,10 @@ int main(int argc, char **argv)
 			break;
 		case 'u':
 			o.user = optarg;
+			break;
+		case 'o':
+			if (cachectl_age("--older-than", optarg, &o.older_than))
+				goto usage;
 			break;
 		}
 	}

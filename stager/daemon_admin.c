@@ -67,7 +67,9 @@ struct daemon_admin_walk {
 	struct objstore *os;
 	const char *dataset;
 	bool drop, dry_run;
+	int64_t cutoff; /* drop only files last accessed before; 0: all */
 	uint64_t files, cached, dropped, busy_files, busy_bytes;
+	uint64_t last_access; /* newest of its cached files, 0: none */
 };
 
 static int daemon_admin_walk_cb(void *arg, const char *path,
@@ -81,7 +83,7 @@ static int daemon_admin_walk_cb(void *arg, const char *path,
 		.etag = e->etag,
 		.size = e->size,
 	};
-	uint64_t have = 0;
+	uint64_t have = 0, atime = 0;
 	int ret;
 
 	w->files++;
@@ -89,6 +91,10 @@ static int daemon_admin_walk_cb(void *arg, const char *path,
 		return 0;
 	have = have < e->size ? have : e->size;
 	w->cached += have;
+	if (!cache_object_atime(w->cache, &o, &atime) && atime > w->last_access)
+		w->last_access = atime;
+	if (w->drop && w->cutoff && atime >= (uint64_t)w->cutoff)
+		return 0; /* used since: kept */
 	if (!w->drop || w->dry_run) {
 		w->dropped += have;
 		return 0;
@@ -316,6 +322,7 @@ static int daemon_admin_status_ds(void *arg, const struct catalog_dataset *ds)
 	proto_add_u64(&c->out, "quota", ds->quota);
 	proto_add_i64(&c->out, "priority", ds->priority);
 	proto_add(&c->out, "group", ds->group ? ds->group : "");
+	proto_add_u64(&c->out, "last_access", w.last_access);
 	return proto_send(c->fd, &c->out);
 }
 
@@ -505,10 +512,55 @@ int daemon_admin_priority(struct daemon_conn *c)
 
 /* ---- eviction ---- */
 
+struct daemon_admin_old {
+	struct daemon_conn *c;
+	struct daemon_admin_walk w;
+	int ret;
+};
+
+static int daemon_admin_old_ds(void *arg, const struct catalog_dataset *ds)
+{
+	struct daemon_admin_old *a = arg;
+
+	a->ret = daemon_admin_walk(a->c, ds, &a->w);
+	return 0;
+}
+
+/* evict --older-than: every dataset's files last accessed age seconds ago
+ * or earlier. */
+static int daemon_admin_evict_older(struct daemon_conn *c, int64_t age,
+				    bool dry)
+{
+	struct daemon_admin_old a = {
+		.c = c,
+		.w = { .drop = true,
+		       .dry_run = dry,
+		       .cutoff = time(NULL) - age },
+	};
+	char what[64], target[48];
+	int ret = catalog_dataset_list(c->cat, daemon_admin_old_ds, &a);
+
+	if (ret)
+		return daemon_peer_end(c, ret, "evict: %s", strerror(-ret));
+	daemon_peer_row(c, "row");
+	proto_add_u64(&c->out, "freed", a.w.dropped);
+	proto_add_u64(&c->out, "busy_files", a.w.busy_files);
+	proto_add_u64(&c->out, "busy_bytes", a.w.busy_bytes);
+	proto_add_u64(&c->out, "dry_run", dry);
+	snprintf(what, sizeof(what), "%" PRIu64, a.w.dropped);
+	snprintf(target, sizeof(target), "older-than %" PRId64 "s", age);
+	if (!dry)
+		daemon_admin_audit(c, "evict", target, NULL, what);
+	ret = proto_send(c->fd, &c->out);
+	return ret ? ret : daemon_peer_end(c, 0, NULL);
+}
+
 int daemon_admin_evict(struct daemon_conn *c)
 {
 	bool dry = proto_get(&c->msg, "dry_run") != NULL;
 	bool to_low = proto_get(&c->msg, "to_low") != NULL;
+	const char *older = proto_get(&c->msg, "older_than");
+	uint64_t age = 0;
 	struct cache *cache = c->d->env.cache;
 	struct catalog_dataset ds = { 0 };
 	struct daemon_admin_walk w = { .drop = true, .dry_run = dry };
@@ -520,10 +572,19 @@ int daemon_admin_evict(struct daemon_conn *c)
 				       "evict: the daemon has no cache (see "
 				       "its log for why cache.dir did not "
 				       "open)");
-	if (to_low == (c->name != NULL))
+	if (older && (daemon_admin_u64(older, &age) || !age ||
+		      age > (uint64_t)INT32_MAX))
 		return daemon_peer_end(c, -EINVAL,
-				       "evict: give a dataset or "
-				       "--to-low-watermark");
+				       "evict: older_than=%.40s: expected "
+				       "seconds, 1 or more",
+				       older);
+	if ((int)to_low + (c->name != NULL) + (older != NULL) != 1)
+		return daemon_peer_end(c, -EINVAL,
+				       "evict: give a dataset, "
+				       "--to-low-watermark or --older-than "
+				       "(one of them)");
+	if (older)
+		return daemon_admin_evict_older(c, (int64_t)age, dry);
 	if (to_low) {
 		struct cache_stats st;
 		struct daemon_admin_pol p;

@@ -202,6 +202,14 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 			 uint64_t *bytes);
 
 /*
+ * When the object was last read or filled (seconds since the epoch, kept
+ * in its file's header, CACHE_ATIME_STEP apart): cachectl's last access and
+ * evict --older-than. -ENOENT when the cache holds no file for it.
+ */
+int cache_object_atime(struct cache *c, const struct cache_object *obj,
+		       uint64_t *atime);
+
+/*
  * Check every present block of the object against its checksum without
  * fetching anything (stager verify, crash tests): *present gets the number
  * of present blocks, *bad those whose bytes fail their checksum (each is

@@ -213,7 +213,11 @@ def test_cache_ignores_bad_limits_in_the_catalog(env):
     (("policy", "set", "--capacity", "-1G"), 2, "--capacity '-1G'"),
     (("policy", "set", "--high-watermark", "101"), 2, "1 to 100"),
     (("policy", "set"), 2, "give --capacity"),
-    (("evict",), 2, "give a DATASET or --to-low-watermark"),
+    (("evict",), 2, "give a DATASET, --to-low-watermark or --older-than"),
+    (("evict", "ds", "--older-than", "1h"), 2, "(one of them)"),
+    (("evict", "--older-than", "0"), 2, "--older-than '0'"),
+    (("evict", "--older-than", "-1h"), 2, "--older-than '-1h'"),
+    (("evict", "--older-than", "3y"), 2, "--older-than '3y'"),
     (("evict", "nosuch"), 5, "no dataset named nosuch"),
     (("audit", "--since", "yesterday-ish"), 2, "--since 'yesterday-ish'"),
 ])
@@ -233,7 +237,9 @@ def test_invalid_input_refused_before_any_change(env, args, rc, msg):
     ("cmd=cache.policy.set\tcapacity=10", "at least 1 MiB"),
     ("cmd=cache.policy.set\thigh=0", "percentage from 1 to 100"),
     ("cmd=cache.policy.set\tlow=90\thigh=90", "is not below"),
-    ("cmd=cache.evict\tname=ds\tto_low=1", "give a dataset or"),
+    ("cmd=cache.evict\tname=ds\tto_low=1", "(one of them)"),
+    ("cmd=cache.evict\tolder_than=-1", "older_than=-1: expected seconds"),
+    ("cmd=cache.evict\tolder_than=0", "older_than=0: expected seconds"),
 ])
 def test_daemon_checks_input_itself(env, line, msg):
     """The daemon does not trust its client: the same refusals when the
@@ -281,6 +287,27 @@ def test_evict(env):
            "--low-watermark", "10")
     r = ctl.json("evict", "--to-low-watermark", "--dry-run")
     assert r["freed"] == ctl.json("status")["used"] - (2 * MiB // 100 * 10)
+
+
+def test_evict_older_than_and_last_access(env):
+    s, ctl = env
+    t0 = time.time()
+    d = ds_row(ctl.json("status"))
+    cached = d["cached"]
+    assert t0 - 120 <= d["last_access"] <= t0 + 1
+    # everything was read moments ago: nothing is older than an hour
+    r = ctl.json("evict", "--older-than", "1h")
+    assert r["freed"] == 0 and ds_row(ctl.json("status"))["cached"] == cached
+    time.sleep(2.2)  # access times are kept to the second
+    r = ctl.json("evict", "--older-than", "1s", "--dry-run")
+    assert r["freed"] == cached and r["dry_run"] == 1
+    assert ds_row(ctl.json("status"))["cached"] == cached
+    r = ctl.json("evict", "--older-than", "1s")
+    assert r["freed"] == cached
+    assert ds_row(ctl.json("status"))["cached"] == 0
+    got = [(a["target"], a["new"]) for a in ctl.audit()
+           if a["action"] == "evict"]
+    assert got == [("older-than 3600s", "0"), ("older-than 1s", str(cached))]
 
 
 def test_evict_while_reading(env):
