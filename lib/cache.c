@@ -125,6 +125,7 @@ int cache_open(const struct dstage_config *cfg,
 		c->pol = *pol;
 	c->bs = cfg->cache_block_size;
 	c->dir_fd = c->objects_fd = -1;
+	c->capacity = cfg->cache_size;
 	c->high = cfg->cache_size / 100 * cfg->cache_high_watermark;
 	c->low = cfg->cache_size / 100 * cfg->cache_low_watermark;
 	c->batch = CACHE_BATCH_BYTES / c->bs;
@@ -245,7 +246,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	memset(st, 0, sizeof(*st));
 	if (!c)
 		return;
-	st->capacity = c->cfg->cache_size;
+	st->capacity = atomic_load(&c->capacity);
 	st->used = atomic_load(&c->used);
 	st->pinned = atomic_load(&c->pinned);
 	st->hits = atomic_load(&c->hits);

@@ -235,7 +235,10 @@ struct cache {
 	struct cache_policy_source pol; /* .lookup NULL: no policy */
 	uint32_t bs;
 	int dir_fd, objects_fd;
-	uint64_t high, low; /* bytes */
+	/* bytes; set at open, then by cache_limits_refresh under evict_lock;
+	 * read anywhere */
+	_Atomic uint64_t capacity, high, low;
+	time_t limits_loaded; /* evict_lock */
 	unsigned batch; /* blocks per fill */
 	unsigned lock_wait_ms; /* bound of an OFD lock wait */
 	/* Layer 3's cache_obj_trim_all, for eviction (see "Hooks"). */

@@ -400,6 +400,24 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 	return ret;
 }
 
+int cache_object_atime(struct cache *c, const struct cache_object *obj,
+		       uint64_t *atime)
+{
+	struct cache_obj *o = NULL;
+	char ds[256];
+	int ret;
+
+	if (!c || !obj || !atime)
+		return -EINVAL;
+	ret = cache_obj_existing(c, obj, &o);
+	if (!ret && !o)
+		ret = -ENOENT;
+	if (!ret)
+		ret = cache_file_info(o->fd, ds, sizeof(ds), atime);
+	cache_obj_put(o);
+	return ret;
+}
+
 int cache_object_verify(struct cache *c, const struct cache_object *obj,
 			uint64_t *present, uint64_t *bad)
 {

@@ -116,17 +116,54 @@ void cache_ds_free_all(struct cache *c)
 }
 
 /*
+ * c->evict_lock held. Take the capacity and watermarks from the policy
+ * source's overrides (cachectl policy set), at most every
+ * CACHE_POLICY_TTL; the configuration's where none is set.
+ */
+static void cache_limits_refresh(struct cache *c)
+{
+	const struct dstage_config *cfg = c->cfg;
+	struct cache_limits l = { 0 };
+	uint64_t cap;
+	unsigned high, low;
+
+	if (!c->pol.limits || time(NULL) - c->limits_loaded < CACHE_POLICY_TTL)
+		return;
+	c->limits_loaded = time(NULL);
+	if (c->pol.limits(c->pol.arg, &l))
+		return; /* keep what we have */
+	cap = l.capacity ? l.capacity : cfg->cache_size;
+	high = l.high ? l.high : cfg->cache_high_watermark;
+	low = l.low ? l.low : cfg->cache_low_watermark;
+	if (high > 100 || low >= high) {
+		log_warn("cache: catalog policy watermarks low %u%%, high %u%% "
+			 "ignored: low must be below high, high at most 100 "
+			 "(cachectl policy set)",
+			 low, high);
+		return;
+	}
+	if (cap != atomic_load(&c->capacity))
+		log_info("cache: capacity %" PRIu64 " bytes, watermarks %u%% "
+			 "and %u%% (%s)",
+			 cap, high, low,
+			 l.capacity ? "catalog policy" : "cache.size");
+	atomic_store(&c->capacity, cap);
+	atomic_store(&c->high, cap / 100 * high);
+	atomic_store(&c->low, cap / 100 * low);
+}
+
+/*
  * Make room for bytes more of dataset ds. Returns 0 (accounted) or -ENOSPC:
  * the blocks must not be cached (the caller streams them).
  */
 int cache_reserve(struct cache *c, const char *ds, uint64_t bytes)
 {
-	const struct dstage_config *cfg = c->cfg;
 	struct cache_usage p;
 	uint64_t used, freed;
 	int ret = 0;
 
 	pthread_mutex_lock(&c->evict_lock);
+	cache_limits_refresh(c);
 	cache_usage_of(c, ds, &p);
 	if (p.pol.quota && p.used + bytes > p.pol.quota) {
 		/* Over its quota: the dataset makes room from itself. */
@@ -148,7 +185,7 @@ int cache_reserve(struct cache *c, const char *ds, uint64_t bytes)
 				  &freed);
 		used = atomic_load(&c->used);
 	}
-	if (used + bytes > cfg->cache_size) {
+	if (used + bytes > atomic_load(&c->capacity)) {
 		atomic_store(&c->last_nospace_disk, false);
 		ret = -ENOSPC;
 		goto out;
@@ -518,6 +555,8 @@ int cache_evict(struct cache *c, uint64_t *freed)
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->evict_lock);
+	c->limits_loaded = 0; /* an explicit eviction takes the newest */
+	cache_limits_refresh(c);
 	if (c->release_idle)
 		c->release_idle(c);
 	h.v = malloc(CACHE_EVICT_HEAP * sizeof(*h.v));

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * cachepol: the cache's eviction policy from the catalog (see cachepol.h).
+ * cachepol: the cache's eviction policy from the catalog (see cachepol.h):
+ * each dataset's pin, quota and priority, and the capacity and watermarks
+ * that override the configuration's.
  *
  * State: p->cat, the catalog connection or NULL (no catalog at open, or
  * not usable: no policy for the life of p, as the cache always did); it is
@@ -44,6 +46,48 @@ static int cachepol_lookup(void *arg, const char *dataset,
 	return 0;
 }
 
+/* The capacity and watermarks set with cachectl policy set: each a
+ * decimal number in the policy table, 0 (the configuration's) where unset
+ * or not a number (logged). */
+static int cachepol_limits(void *arg, struct cache_limits *l)
+{
+	static const char *const keys[] = { CATALOG_POLICY_CACHE_SIZE,
+					    CATALOG_POLICY_CACHE_HIGH,
+					    CATALOG_POLICY_CACHE_LOW };
+	struct cachepol *p = arg;
+	uint64_t v[3] = { 0 };
+	int ret = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (int i = 0; p->cat && i < 3 && !ret; i++) {
+		char buf[32], *end;
+
+		ret = catalog_policy_get(p->cat, keys[i], buf, sizeof(buf));
+		if (ret == -ENOENT) {
+			ret = 0;
+			continue;
+		}
+		if (ret)
+			break;
+		errno = 0;
+		v[i] = strtoull(buf, &end, 10);
+		if (errno || *end || buf[0] < '0' || buf[0] > '9') {
+			log_warn("catalog policy %s = '%s' is not a number: "
+				 "using the configuration's (cachectl policy "
+				 "set fixes it)",
+				 keys[i], buf);
+			v[i] = 0;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (ret)
+		return ret;
+	l->capacity = v[0];
+	l->high = v[1] <= 100 ? (unsigned)v[1] : 0;
+	l->low = v[2] <= 100 ? (unsigned)v[2] : 0;
+	return 0;
+}
+
 int cachepol_open(const struct dstage_config *cfg, struct cachepol **out)
 {
 	struct cachepol *p;
@@ -55,6 +99,7 @@ int cachepol_open(const struct dstage_config *cfg, struct cachepol **out)
 		return -ENOMEM;
 	pthread_mutex_init(&p->lock, NULL);
 	p->src.lookup = cachepol_lookup;
+	p->src.limits = cachepol_limits;
 	p->src.arg = p;
 	if (cfg->catalog_path && access(cfg->catalog_path, F_OK)) {
 		log_info("cache: no catalog at %s yet: no pins, quotas or "

@@ -175,6 +175,13 @@ static const char *const catalog_migrations[] = {
 	"ALTER TABLE datasets"
 	" ADD COLUMN sums_key TEXT NOT NULL"
 	" DEFAULT 'SHA256SUMS';",
+
+	/* 4 -> 5: the audit trail is append-only: no tool may edit or
+	 * delete a record (cachectl audit). */
+	"CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit"
+	" BEGIN SELECT RAISE(ABORT, 'the audit table is append-only'); END;"
+	"CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit"
+	" BEGIN SELECT RAISE(ABORT, 'the audit table is append-only'); END;",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==

@@ -7,6 +7,7 @@
  *                  thread per connection reading requests and dispatching
  *                  them through daemon_req's table; replies
  *   daemon_req.c   the request table and its handlers
+ *   daemon_admin.c cachectl's handlers in that table, and the audit writer
  *   daemon_jobs.c  the dispatcher and the table of running and recent jobs
  *
  * Calls go down only: daemon.c -> daemon_conn.c -> daemon_req.c ->
@@ -137,6 +138,25 @@ void daemon_peer_row(struct daemon_conn *c, const char *type);
 /* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */
 int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* daemon_admin.c: cachectl's requests (rows of daemon_req.c's table; see
+ * docs/cachectl.md), each answering c->msg with rows and an end line. */
+int daemon_admin_status(struct daemon_conn *c);
+int daemon_admin_pin(struct daemon_conn *c); /* cache.pin and cache.unpin */
+int daemon_admin_quota(struct daemon_conn *c);
+int daemon_admin_priority(struct daemon_conn *c);
+int daemon_admin_policy_show(struct daemon_conn *c);
+int daemon_admin_policy_set(struct daemon_conn *c);
+int daemon_admin_evict(struct daemon_conn *c);
+int daemon_admin_audit_list(struct daemon_conn *c);
+/* The cache's capacity in force: the catalog's (cachectl policy set;
+ * *from_catalog true) or cache.size. */
+uint64_t daemon_admin_capacity(struct daemon_conn *c, bool *from_catalog);
+/* Append an audit record for the peer's change (old, new may be NULL);
+ * a failure is logged, never fatal to the change. */
+void daemon_admin_audit(struct daemon_conn *c, const char *action,
+			const char *target, const char *old_value,
+			const char *new_value);
 
 /* daemon_req.c: serve the request in c->msg. A non-zero return (a failed
  * send) ends the connection. */

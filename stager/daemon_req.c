@@ -30,23 +30,6 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 
-static void daemon_req_audit(struct daemon_conn *c, const char *action,
-			     const char *target, const char *value)
-{
-	struct catalog_audit a = {
-		.uid = c->uid,
-		.user = c->user,
-		.action = action,
-		.target = target,
-		.new_value = value,
-	};
-	int ret = catalog_audit_add(c->cat, &a);
-
-	if (ret)
-		log_warn("audit %s %s: %s", action, target ? target : "",
-			 strerror(-ret));
-}
-
 /* ---- read-only requests ---- */
 
 static void daemon_req_ds_fields(struct proto_buf *b,
@@ -518,7 +501,7 @@ static int daemon_req_add(struct daemon_conn *c)
 			c, "registering", name, url,
 			manifest ? manifest : CATALOG_SUMS_KEY_DEFAULT, ret);
 	}
-	daemon_req_audit(c, "dataset.add", name, url);
+	daemon_admin_audit(c, "dataset.add", name, NULL, url);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (!ret) {
 		daemon_peer_row(c, "row");
@@ -546,7 +529,7 @@ static int daemon_req_refresh(struct daemon_conn *c)
 						 ds.source, ds.sums_key, ret);
 		goto out;
 	}
-	daemon_req_audit(c, "dataset.refresh", name, NULL);
+	daemon_admin_audit(c, "dataset.refresh", name, NULL, NULL);
 	catalog_dataset_release(&ds);
 	ret = catalog_dataset_get(c->cat, name, &ds);
 	if (!ret) {
@@ -611,7 +594,7 @@ static int daemon_req_remove(struct daemon_conn *c)
 	if (ret)
 		return daemon_peer_end(c, ret, "removing %s: %s", name,
 				       strerror(-ret));
-	daemon_req_audit(c, "dataset.remove", name, NULL);
+	daemon_admin_audit(c, "dataset.remove", name, NULL, NULL);
 	return daemon_peer_end(c, 0, NULL);
 }
 
@@ -673,18 +656,22 @@ static int daemon_req_submit(struct daemon_conn *c)
 			free(list);
 			total = sum;
 		}
-		if (total > c->d->cfg->cache_size) {
+		bool set_by_cachectl;
+		uint64_t cap = daemon_admin_capacity(c, &set_by_cachectl);
+
+		if (total > cap) {
 			char a[32], b[32];
 
 			catalog_dataset_release(&ds);
 			return daemon_peer_end(
 				c, -EFBIG,
-				"%s is %s, larger than the cache (%s, "
-				"cache.size): stage part of it with --files, "
-				"or add --fit to stage what fits",
+				"%s is %s, larger than the cache (%s, %s): "
+				"stage part of it with --files, or add --fit "
+				"to stage what fits",
 				name, stager_bytes(total, a, sizeof(a)),
-				stager_bytes(c->d->cfg->cache_size, b,
-					     sizeof(b)));
+				stager_bytes(cap, b, sizeof(b)),
+				set_by_cachectl ? "cachectl policy"
+						: "cache.size");
 		}
 	}
 	catalog_dataset_release(&ds);
@@ -703,7 +690,7 @@ static int daemon_req_submit(struct daemon_conn *c)
 	if (ret)
 		return daemon_peer_end(c, ret, "queueing the %s job: %s", kind,
 				       strerror(-ret));
-	daemon_req_audit(c, kind, name, NULL);
+	daemon_admin_audit(c, kind, name, NULL, NULL);
 	daemon_jobs_wake(c->d);
 	daemon_peer_row(c, "row");
 	proto_add_i64(&c->out, "job", id);
@@ -733,7 +720,8 @@ static int daemon_req_cancel(struct daemon_conn *c)
 		atomic_store(&rj->cancel, true);
 	runner_put(rj);
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
-	daemon_req_audit(c, "job.cancel", sid, jobs_state_name(was));
+	daemon_admin_audit(c, "job.cancel", sid, jobs_state_name(was),
+			   "cancelled");
 	return daemon_peer_end(c, 0, NULL);
 }
 
@@ -776,6 +764,18 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "stage", daemon_req_submit, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "verify", daemon_req_submit, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "cancel", daemon_req_cancel, DAEMON_REQ_ADMIN | DAEMON_REQ_JOB },
+	/* cachectl (daemon_admin.c) */
+	{ "cache.status", daemon_admin_status, 0 },
+	{ "cache.policy", daemon_admin_policy_show, 0 },
+	{ "cache.policy.set", daemon_admin_policy_set, DAEMON_REQ_ADMIN },
+	{ "cache.pin", daemon_admin_pin, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "cache.unpin", daemon_admin_pin, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "cache.quota", daemon_admin_quota,
+	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "cache.priority", daemon_admin_priority,
+	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "cache.evict", daemon_admin_evict, DAEMON_REQ_ADMIN },
+	{ "audit", daemon_admin_audit_list, DAEMON_REQ_ADMIN },
 };
 
 int daemon_req_run(struct daemon_conn *c)

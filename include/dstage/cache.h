@@ -47,7 +47,7 @@ struct cache_object {
 };
 
 struct cache_stats {
-	uint64_t capacity; /* cache.size */
+	uint64_t capacity; /* cache.size, or its override (cache_limits) */
 	uint64_t used; /* bytes of present blocks */
 	uint64_t pinned; /* of which in pinned datasets */
 	uint64_t hits; /* blocks served from the cache (file or memory) */
@@ -73,6 +73,13 @@ struct cache_policy {
 	int priority; /* lower priorities are evicted first */
 };
 
+/* Capacity and watermarks overriding cache.size, cache.high_watermark and
+ * cache.low_watermark (cachectl policy set); 0: the configuration's. */
+struct cache_limits {
+	uint64_t capacity; /* bytes */
+	unsigned high, low; /* percent */
+};
+
 /*
  * Where the cache takes policies from (lib/cachepol.c reads the catalog).
  * lookup fills *p for a dataset and returns 0, -ENOENT (no such dataset:
@@ -83,6 +90,14 @@ struct cache_policy {
  */
 struct cache_policy_source {
 	int (*lookup)(void *arg, const char *dataset, struct cache_policy *p);
+	/*
+	 * May be NULL. Fill *l with the overrides in force; 0, or -errno
+	 * (the cache keeps the limits it has). Called as lookup is, at most
+	 * once every 2 seconds, before a reservation or eviction, with the
+	 * cache's eviction lock held. Limits whose low watermark is not
+	 * below the high one are ignored (logged).
+	 */
+	int (*limits)(void *arg, struct cache_limits *l);
 	void *arg;
 };
 
@@ -185,6 +200,14 @@ int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
 /* Bytes of the object present in the cache. */
 int cache_object_present(struct cache *c, const struct cache_object *obj,
 			 uint64_t *bytes);
+
+/*
+ * When the object was last read or filled (seconds since the epoch, kept
+ * in its file's header, CACHE_ATIME_STEP apart): cachectl's last access and
+ * evict --older-than. -ENOENT when the cache holds no file for it.
+ */
+int cache_object_atime(struct cache *c, const struct cache_object *obj,
+		       uint64_t *atime);
 
 /*
  * Check every present block of the object against its checksum without

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cachepol: the block cache's eviction policy (pins, quotas, priorities)
- * read from the catalog, for cache_open. The cache itself knows nothing of
+ * cachepol: the block cache's eviction policy (pins, quotas, priorities;
+ * capacity and watermarks set with cachectl policy set) read from the
+ * catalog, for cache_open. The cache itself knows nothing of
  * the catalog; dstagefs, the stager and the test tools hand it this.
  *
  *   struct cachepol *pol;

@@ -44,7 +44,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 4
+#define CATALOG_SCHEMA_VERSION 5
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*
@@ -223,6 +223,13 @@ int catalog_readdir(struct catalog *cat, const char *dataset, const char *dir,
  */
 int catalog_object_set_actual(struct catalog *cat, int64_t object_id,
 			      const unsigned char sha256[32], int64_t when);
+
+/* The policy keys of the cache's capacity and watermarks (cachectl policy
+ * set): decimal bytes and percentages overriding the configuration's
+ * cache.size, cache.high_watermark and cache.low_watermark. */
+#define CATALOG_POLICY_CACHE_SIZE "cache.size"
+#define CATALOG_POLICY_CACHE_HIGH "cache.high_watermark"
+#define CATALOG_POLICY_CACHE_LOW "cache.low_watermark"
 
 /* Eviction and other policy, as key/value strings. get: -ENOENT if unset,
  * -ENAMETOOLONG if the value does not fit in len bytes with its NUL. */

@@ -80,7 +80,7 @@ def dstagefs_bin(build_dir):
 
 
 def test_install_layout(prefix):
-    for f in ("bin/stager", "bin/dstagefs"):
+    for f in ("bin/stager", "bin/dstagefs", "bin/cachectl"):
         assert os.access(prefix / f, os.X_OK), f
     libs = list(prefix.glob("lib*/**/libdstage.so.0"))
     assert len(libs) == 1, "no libdstage.so.0"
@@ -297,6 +297,24 @@ def test_stager_man_page_matches_help(stager_bin):
     paged = set(LONG.findall(page))
     assert helped - paged == set(), "options missing from man/stager.1"
     assert paged - helped == set(), "man/stager.1 has options --help lacks"
+    for code in re.findall(r"(\d) ([a-z][a-z ]+?)[,.(]", top):
+        assert re.search(rf"(?m)^\.TP\n{code[0]}\n{code[1]}", page), code
+
+
+def test_cachectl_man_page_matches_help(build_dir):
+    exe = str(build_dir / "cachectl" / "cachectl")
+    top = help_text(exe, "--help")
+    cmds = re.findall(r"(?m)^  ([a-z]+)\s", top.split("commands:")[1])
+    assert len(cmds) >= 8, top
+    page = man_text("cachectl.8")
+    helped = set(LONG.findall(top))
+    for cmd in cmds:
+        assert re.search(rf"(?m)^\.(B|BI) {cmd}\b", page), \
+            f"cachectl {cmd} is not in man/cachectl.8"
+        helped |= set(LONG.findall(help_text(exe, cmd, "--help")))
+    paged = set(LONG.findall(page))
+    assert helped - paged == set(), "options missing from man/cachectl.8"
+    assert paged - helped == set(), "man/cachectl.8 has options --help lacks"
     for code in re.findall(r"(\d) ([a-z][a-z ]+?)[,.(]", top):
         assert re.search(rf"(?m)^\.TP\n{code[0]}\n{code[1]}", page), code
 

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cachectl: the admins' console over the stager daemon's socket
+ * (docs/cachectl.md). main.c parses the command line through its command
+ * table; conn.c talks to the daemon; cmds.c holds each command's request
+ * and printers.
+ */
+#ifndef DSTAGE_CACHECTL_H
+#define DSTAGE_CACHECTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "dstage/config.h"
+#include "dstage/proto.h"
+
+/* Exit codes (docs/cachectl.md), the stager's. */
+enum {
+	CACHECTL_EXIT_OK = 0,
+	CACHECTL_EXIT_FAIL = 1,
+	CACHECTL_EXIT_USAGE = 2,
+	CACHECTL_EXIT_DAEMON = 3,
+	CACHECTL_EXIT_DENIED = 4,
+	CACHECTL_EXIT_NOENT = 5,
+};
+
+/* The parsed command line. */
+struct cachectl_opts {
+	const char *config;
+	bool json, dry_run, to_low;
+	const char *capacity, *high, *low; /* policy set, already checked */
+	int64_t since; /* audit --since, seconds; 0: all */
+	int64_t older_than; /* evict --older-than, seconds; 0: not given */
+	const char *user; /* audit --user */
+	int argc;
+	char **argv;
+};
+
+struct cachectl_cmd;
+typedef int (*cachectl_run_fn)(const struct dstage_config *cfg,
+			       const struct cachectl_cmd *cmd,
+			       const struct cachectl_opts *o);
+
+struct cachectl_cmd {
+	const char *name;
+	cachectl_run_fn run;
+	int min_args, max_args;
+	const char *opts; /* short codes of the options it takes */
+	const char *usage; /* arguments */
+	const char *help;
+};
+
+/* conn.c: one request, its rows and its end line. */
+struct conn {
+	const struct dstage_config *cfg;
+	int fd;
+	struct proto_buf out; /* the request, built by the caller */
+	struct proto_reader in;
+	struct proto_msg msg; /* the row being handled */
+	int rc; /* the end line's rc */
+	char endmsg[1024];
+};
+
+/* Called for each row (not the end line); non-zero stops. */
+typedef int (*conn_row_cb)(struct conn *cn, void *arg);
+
+/* Connect to daemon.socket and start a request for cmd in cn->out.
+ * Returns 0 or -errno (message printed). */
+int conn_open(struct conn *cn, const struct dstage_config *cfg,
+	      const char *cmd);
+/* Send cn->out, feed rows to cb until the end line. Returns 0 (the
+ * daemon's answer in cn->rc) or -errno (message printed). */
+int conn_call(struct conn *cn, conn_row_cb cb, void *arg);
+/* The exit code for a finished call, printing the daemon's error. */
+int conn_result(struct conn *cn);
+/* Close (accepts a never-opened, zeroed cn). */
+void conn_close(struct conn *cn);
+/* The exit code for -errno. */
+int conn_exit_code(int err);
+/* Field k of the row ("" when absent), or as a number (0 when absent). */
+const char *conn_get(struct conn *cn, const char *k);
+uint64_t conn_u64(struct conn *cn, const char *k);
+int64_t conn_i64(struct conn *cn, const char *k);
+/* The row as a JSON object (numbers for fields not in strs), NULL: no
+ * memory. strs: NULL-terminated names of fields that are strings. */
+json_t *conn_json_row(struct conn *cn, const char *const *strs);
+/* "1.5 GiB" */
+const char *conn_bytes(uint64_t v, char *buf, size_t len);
+
+/* cmds.c: the commands. */
+int cmds_status(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
+		const struct cachectl_opts *o);
+int cmds_dataset(const struct dstage_config *cfg,
+		 const struct cachectl_cmd *cmd, const struct cachectl_opts *o);
+int cmds_policy(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
+		const struct cachectl_opts *o);
+int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
+	       const struct cachectl_opts *o);
+int cmds_audit(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
+	       const struct cachectl_opts *o);
+
+#endif
