@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "cache_i.h"
+#include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "uring.h"
@@ -386,17 +387,18 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 	return ret;
 }
 
-int cache_object_verify(struct cache *c, const struct cache_object *obj,
-			uint64_t *present, uint64_t *bad)
+int cache_object_check(struct cache *c, const struct cache_object *obj,
+		       struct cache_check *chk)
 {
 	struct cache_rec recs[CACHE_MAX_BATCH];
 	struct cache_obj *o = NULL;
-	char *buf = NULL;
+	char *buf = NULL, path[4096];
 	int ret;
 
-	if (!c || !obj || !present || !bad)
+	if (!c || !obj || !chk)
 		return -EINVAL;
-	*present = *bad = 0;
+	chk->blocks = obj->size ? (obj->size - 1) / c->bs + 1 : 0;
+	chk->present = chk->bad = 0;
 	ret = cache_obj_existing(c, obj, &o);
 	if (ret || !o)
 		return ret;
@@ -405,6 +407,8 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 		ret = -ENOMEM;
 		goto out;
 	}
+	snprintf(path, sizeof(path), "%s/objects/%.2s/%s", c->cfg->cache_dir,
+		 o->name, o->name + 2);
 	for (uint64_t b = 0; b < o->nblocks && !ret; b += CACHE_MAX_BATCH) {
 		uint64_t n = cache_recs_batch(o, b);
 
@@ -416,7 +420,7 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 
 			if (!cache_rec_valid(&recs[i], k))
 				continue;
-			(*present)++;
+			chk->present++;
 			ret = uring_rw(o->fd, &io, 1, false);
 			if (ret)
 				break;
@@ -426,14 +430,30 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 			cache_set_verified(o, k, ok);
 			pthread_mutex_unlock(&o->lock);
 			if (!ok) {
-				(*bad)++;
+				chk->bad++;
 				cache_log_corrupt(o, k);
+				if (chk->bad_fn)
+					chk->bad_fn(chk->arg, k, path);
 			}
 		}
 	}
 out:
 	free(buf);
 	cache_obj_put(o);
+	return ret;
+}
+
+int cache_object_verify(struct cache *c, const struct cache_object *obj,
+			uint64_t *present, uint64_t *bad)
+{
+	struct cache_check chk = { 0 };
+	int ret;
+
+	if (!present || !bad)
+		return -EINVAL;
+	ret = cache_object_check(c, obj, &chk);
+	*present = chk.present;
+	*bad = chk.bad;
 	return ret;
 }
 

@@ -86,7 +86,10 @@ struct runner_ctx {
 	pthread_cond_t run_cv; /* a worker ended */
 	unsigned running; /* workers not finished */
 	_Atomic uint64_t errors, unchecked;
-	bool stage, cache_mode, repair, fit;
+	_Atomic uint64_t mismatched; /* files whose SHA-256 differs */
+	/* verify in the cache: what cache_object_check found */
+	_Atomic uint64_t damaged, damaged_files, missing, missing_files;
+	bool stage, cache_mode, repair, fit, fetch_missing;
 	size_t chunk;
 	unsigned workers;
 	uint64_t rate;
@@ -125,8 +128,10 @@ void runner_put(struct runner_job *rj)
 {
 	if (!rj || atomic_fetch_sub(&rj->refs, 1) != 1)
 		return;
-	for (size_t i = 0; i < rj->n_mm; i++)
+	for (size_t i = 0; i < rj->n_mm; i++) {
 		free(rj->mm[i].key);
+		free(rj->mm[i].path);
+	}
 	free(rj->mm);
 	pthread_mutex_destroy(&rj->lock);
 	pthread_cond_destroy(&rj->cond);
@@ -153,20 +158,14 @@ static void runner_error(struct runner_ctx *c, const char *fmt, ...)
 	pthread_mutex_unlock(&rj->lock);
 }
 
-static void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
-			    const unsigned char *ref,
-			    const unsigned char got[32])
+/* Add an entry to rj->mm (see struct runner_mismatch); best effort: on
+ * no memory the entry is left out (the job's counts still have it). */
+static void runner_found(struct runner_ctx *c, const struct runner_file *f,
+			 const struct runner_mismatch *src, const char *path)
 {
 	struct runner_job *rj = c->rj;
 	struct runner_mismatch *m;
-	char e[65] = "", a[65];
 
-	if (ref)
-		runner_hex(ref, e);
-	runner_hex(got, a);
-	log_warn("job %" PRId64 " (%s %s): %s: SHA-256 mismatch: expected %s,"
-		 " got %s",
-		 rj->id, rj->kind, rj->dataset, f->key, e, a);
 	pthread_mutex_lock(&rj->lock);
 	if (rj->n_mm == rj->cap_mm) {
 		size_t cap = rj->cap_mm ? rj->cap_mm * 2 : 16;
@@ -178,15 +177,34 @@ static void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
 		rj->cap_mm = cap;
 	}
 	m = &rj->mm[rj->n_mm];
+	*m = *src;
 	m->key = strdup(f->key);
-	if (!m->key)
+	m->path = path ? strdup(path) : NULL;
+	if (!m->key || (path && !m->path)) {
+		free(m->key);
+		free(m->path);
 		goto out;
-	memcpy(m->expected, e, sizeof(e));
-	memcpy(m->actual, a, sizeof(a));
-	m->listed = ref == f->exp;
+	}
 	rj->n_mm++;
 out:
 	pthread_mutex_unlock(&rj->lock);
+}
+
+static void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
+			    const unsigned char *ref,
+			    const unsigned char got[32])
+{
+	struct runner_job *rj = c->rj;
+	struct runner_mismatch m = { .listed = ref == f->exp };
+
+	if (ref)
+		runner_hex(ref, m.expected);
+	runner_hex(got, m.actual);
+	log_warn("job %" PRId64 " (%s %s): %s: SHA-256 mismatch: expected %s,"
+		 " got %s",
+		 rj->id, rj->kind, rj->dataset, f->key, m.expected, m.actual);
+	atomic_fetch_add(&c->mismatched, 1);
+	runner_found(c, f, &m, NULL);
 }
 
 static int runner_add(struct runner_ctx *c, const char *key,
@@ -431,6 +449,70 @@ static int runner_record(struct runner_ctx *c, const struct runner_file *f,
 	return ret;
 }
 
+/* cache_object_check's report of one damaged block. */
+struct runner_bad {
+	struct runner_ctx *c;
+	const struct runner_file *f;
+};
+
+static void runner_bad_block(void *arg, uint64_t block, const char *path)
+{
+	struct runner_bad *b = arg;
+	struct runner_mismatch m = {
+		.kind = b->c->repair ? "repaired" : "damaged",
+		.block = block,
+		.count = 1,
+	};
+
+	runner_found(b->c, b->f, &m, path);
+}
+
+/*
+ * verify in the cache: check the file's present blocks against their
+ * checksums without contacting the source, and report each damaged block
+ * and the blocks missing. Returns true when the file is to be read and
+ * hashed: all present and sound, or what is not is to be fetched
+ * (--repair; --fetch-missing for missing blocks).
+ */
+static bool runner_check(struct runner_ctx *c, const struct runner_file *f)
+{
+	struct runner_bad b = { c, f };
+	struct cache_check chk = { .bad_fn = runner_bad_block, .arg = &b };
+	struct cache_object o;
+	uint64_t missing;
+	int ret;
+
+	runner_obj(c, f, &o);
+	ret = cache_object_check(c->env->cache, &o, &chk);
+	if (ret) {
+		atomic_fetch_add(&c->errors, 1);
+		runner_error(c,
+			     "%s: reading its blocks in the cache (%s): %s; "
+			     "the cache's side failed, not the source",
+			     f->key, c->env->cfg->cache_dir, strerror(-ret));
+		return false;
+	}
+	if (chk.bad) {
+		atomic_fetch_add(&c->damaged, chk.bad);
+		atomic_fetch_add(&c->damaged_files, 1);
+	}
+	missing = chk.blocks - chk.present;
+	if (missing) {
+		bool fetch = c->repair || c->fetch_missing;
+		struct runner_mismatch m = {
+			.kind = fetch ? "fetched" : "missing",
+			.count = missing,
+		};
+
+		atomic_fetch_add(&c->missing, missing);
+		atomic_fetch_add(&c->missing_files, 1);
+		runner_found(c, f, &m, NULL);
+		if (!fetch)
+			return false;
+	}
+	return !chk.bad || c->repair;
+}
+
 /* true when the cache holds all of the file. */
 static bool runner_present(struct runner_ctx *c, const struct runner_file *f)
 {
@@ -455,6 +537,10 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 	    runner_present(c, f)) {
 		atomic_fetch_add(&rj->bytes_done, f->size);
 		return; /* done before a restart */
+	}
+	if (!c->stage && c->cache_mode && !runner_check(c, f)) {
+		atomic_fetch_add(&rj->bytes_done, f->size);
+		return; /* reported: not read */
 	}
 	ret = runner_hash(c, f, buf, got);
 	if (ret == -ECANCELED)
@@ -591,6 +677,7 @@ static void runner_args(struct runner_ctx *c, const struct jobs_job *j)
 	c->cache_mode = c->stage || !mode || strcmp(mode, "source") != 0;
 	c->repair = proto_get(&m, "repair") != NULL;
 	c->fit = proto_get(&m, "fit") != NULL;
+	c->fetch_missing = proto_get(&m, "fetch_missing") != NULL;
 	files = proto_get(&m, "files");
 	if (files && *files)
 		c->files_arg = strdup(files);
@@ -662,44 +749,94 @@ static int runner_prepare(struct runner_ctx *c)
 	return 0;
 }
 
+/* verify in the cache: what it found there, for the final message. */
+static size_t runner_found_msg(struct runner_ctx *c, char *msg, size_t len)
+{
+	uint64_t d = atomic_load(&c->damaged), m = atomic_load(&c->missing);
+	size_t off = 0;
+
+	if (d && off < len)
+		off += (size_t)snprintf(
+			msg + off, len - off,
+			"%s %" PRIu64 " damaged block(s) in %" PRIu64
+			" file(s)%s; ",
+			c->repair ? "repaired" : "found", d,
+			atomic_load(&c->damaged_files),
+			c->repair ? ""
+				  : " (not repaired: --repair fetches them "
+				    "again)");
+	if (m && off < len)
+		off += (size_t)snprintf(
+			msg + off, len - off,
+			"%" PRIu64 " block(s) of %" PRIu64
+			" file(s) missing from the cache%s; ",
+			m, atomic_load(&c->missing_files),
+			c->repair || c->fetch_missing
+				? ", fetched"
+				: " (not fetched: --fetch-missing fetches "
+				  "them, or stage)");
+	return off < len ? off : len - 1;
+}
+
 /* The job's final message. */
 static void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
 			  char *msg, size_t len)
 {
 	struct runner_job *rj = c->rj;
+	uint64_t n_mm = atomic_load(&c->mismatched);
+	bool unfixed =
+		(atomic_load(&c->damaged) && !c->repair) ||
+		(atomic_load(&c->missing) && !c->repair && !c->fetch_missing);
 	size_t off = 0;
 
 	pthread_mutex_lock(&rj->lock);
-	if (!ret && !rj->n_mm && !atomic_load(&c->errors)) {
+	if (!ret && !n_mm && !atomic_load(&c->errors) && !unfixed) {
 		*st = JOBS_DONE;
-		snprintf(msg, len, "%zu files, all match", c->n);
+		off = (size_t)snprintf(msg, len, "%zu files, all match", c->n);
 		if (atomic_load(&c->unchecked))
-			snprintf(msg, len,
-				 "%zu files; %" PRIu64 " had no reference hash "
-				 "(no entry in %s, never staged): their "
-				 "hash is now recorded",
-				 c->n, atomic_load(&c->unchecked), c->sums_key);
+			off = (size_t)snprintf(
+				msg, len,
+				"%zu files; %" PRIu64 " had no reference hash "
+				"(no entry in %s, never staged): their "
+				"hash is now recorded",
+				c->n, atomic_load(&c->unchecked), c->sums_key);
+		if (off + 2 < len &&
+		    (atomic_load(&c->damaged) || atomic_load(&c->missing))) {
+			memcpy(msg + off, "; ", 3);
+			off += 2;
+			off += runner_found_msg(c, msg + off, len - off);
+			if (off >= 2 && !strcmp(msg + off - 2, "; "))
+				msg[off - 2] = '\0';
+		}
 		goto out;
 	}
 	*st = JOBS_FAILED;
 	msg[0] = '\0';
-	if (rj->n_mm)
-		off += (size_t)snprintf(
-			msg, len, "%zu of %zu files do not match:", rj->n_mm,
-			c->n);
-	for (size_t i = 0; i < rj->n_mm && off < len; i++)
+	off = runner_found_msg(c, msg, len);
+	if (n_mm && off < len)
 		off += (size_t)snprintf(
 			msg + off, len - off,
-			" %s (expected %s %s %s, actual %s);", rj->mm[i].key,
-			rj->mm[i].expected[0] ? rj->mm[i].expected : "none",
-			rj->mm[i].listed ? "in" : "as",
-			rj->mm[i].listed ? c->sums_key : "staged",
-			rj->mm[i].actual);
+			"%" PRIu64 " of %zu files do not match:", n_mm, c->n);
+	for (size_t i = 0; i < rj->n_mm && off < len; i++) {
+		const struct runner_mismatch *m = &rj->mm[i];
+
+		if (m->kind)
+			continue;
+		off += (size_t)snprintf(
+			msg + off, len - off,
+			" %s (expected %s %s %s, actual %s);", m->key,
+			m->expected[0] ? m->expected : "none",
+			m->listed ? "in" : "as",
+			m->listed ? c->sums_key : "staged", m->actual);
+	}
 	if (off < len && (atomic_load(&c->errors) || ret))
-		snprintf(msg + off, len - off, "%s%" PRIu64 " error(s): %.400s",
-			 off ? " " : "",
-			 atomic_load(&c->errors) + (ret ? 1 : 0),
-			 rj->error[0] ? rj->error : strerror(-ret));
+		off += (size_t)snprintf(
+			msg + off, len - off, "%s%" PRIu64 " error(s): %.400s",
+			off ? " " : "", atomic_load(&c->errors) + (ret ? 1 : 0),
+			rj->error[0] ? rj->error : strerror(-ret));
+	/* no trailing "; " */
+	if (off < len && off >= 2 && !strcmp(msg + off - 2, "; "))
+		msg[off - 2] = '\0';
 out:
 	pthread_mutex_unlock(&rj->lock);
 }

@@ -1,0 +1,145 @@
+"""verify --cache says what it found (issue 16), against a real daemon and
+the real block cache, with file:// sources.
+
+Covered: bytes flipped in a cached block are reported as that block
+(dataset, key, block index, cache file) in text and --json, exit 1, and the
+source is not contacted (it is moved away during the check: any read of it
+would fail the job with an error); --repair fetches the block again, lists
+it as repaired and exits 0; blocks never fetched are reported as missing,
+not fetched (source moved away again), told apart from damaged ones in the
+same job; --fetch-missing fetches them; `stager show` carries the counts in
+the last verify's message."""
+import json
+import os
+
+from test_stager import MiB, Stager, data, make_dataset  # noqa: F401
+from test_stager import daemon, stager_dir  # noqa: F401 (fixtures)
+
+# An object file: a 4 KiB header, then the records (4 KiB for a few
+# blocks), then block b at DATA_OFF + b * BLOCK (docs/cache.md).
+DATA_OFF = 8192
+BLOCK = 4 * MiB
+
+
+def cache_files(root):
+    return [p for p in (root / "cache" / "objects").rglob("*") if p.is_file()]
+
+
+def flip(path, off, n=3):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(n)
+        f.seek(off)
+        f.write(bytes(x ^ 0xff for x in b))
+
+
+def hide(src):
+    """Move the source's files away, keeping its directory (a file:// store
+    checks that at open): any read of the source now fails."""
+    away = src.parent / (src.name + "-away")
+    os.rename(src, away)
+    src.mkdir()
+
+
+def unhide(src):
+    os.rmdir(src)
+    os.rename(src.parent / (src.name + "-away"), src)
+
+
+def text(p):
+    return (p.stdout + p.stderr).decode(errors="replace")
+
+
+def test_damaged_block_reported_not_fetched_then_repaired(daemon, stager_dir):
+    files = {"big.bin": data(7, 10 * MiB), "small.bin": data(8, 5000)}
+    src = stager_dir / "src"
+    make_dataset(src, files)
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    big = [p for p in cache_files(stager_dir)
+           if p.stat().st_size >= 10 * MiB]
+    assert len(big) == 1
+    flip(big[0], DATA_OFF + BLOCK + 2 * MiB + 77)  # block 1, mid-object
+
+    # The source is away: reading any of it would fail the job with an
+    # error ("No such file or directory"), not a report of the block.
+    hide(src)
+    p = daemon.run("verify", "ds", "--cache")
+    out = text(p)
+    assert p.returncode == 1, out
+    assert "DAMAGED ds big.bin block 1: cache file %s" % big[0] in out, out
+    assert "small.bin" not in out and "error" not in out, out
+    assert "found 1 damaged block(s) in 1 file(s)" in out, out
+
+    p = daemon.run("verify", "ds", "--cache", "--json")
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert res["damaged"] == [{"dataset": "ds", "key": "big.bin",
+                               "block": 1, "path": str(big[0])}]
+    assert res["missing"] == [] and res["mismatches"] == []
+    assert res["repaired"] == [] and res["job"]["state"] == "failed"
+    show = daemon.json("show", "ds")
+    assert show["last_verify"] == "failed"
+    assert "1 damaged block(s)" in show["last_verify_msg"]
+
+    # --repair: fetched again from the (restored) source, listed.
+    unhide(src)
+    p = daemon.run("verify", "ds", "--cache", "--repair", "--json")
+    assert p.returncode == 0, text(p)
+    res = json.loads(p.stdout)
+    assert [(r["key"], r["block"]) for r in res["repaired"]] == \
+        [("big.bin", 1)]
+    assert res["damaged"] == [] and res["job"]["state"] == "done"
+    assert "repaired 1 damaged block(s)" in res["job"]["error"]
+
+    # Mended: a plain check finds nothing, still without the source.
+    hide(src)
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 0, text(p)
+    assert "all match" in text(p) and "DAMAGED" not in text(p)
+    unhide(src)
+
+
+def test_missing_told_apart_from_damaged(daemon, stager_dir):
+    files = {"a.bin": data(1, 6 * MiB), "b.bin": data(2, 9 * MiB),
+             "c.txt": b"hello\n"}
+    src = stager_dir / "src"
+    make_dataset(src, files)
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    # Only a.bin is staged: b.bin, c.txt and SHA256SUMS were never fetched.
+    daemon.run("stage", "ds", "--files", "a.bin", "--wait", check=True)
+    (obj,) = cache_files(stager_dir)
+    flip(obj, DATA_OFF + 5 * MiB)  # a.bin's block 1
+
+    hide(src)
+    p = daemon.run("verify", "ds", "--json")  # --cache is the default
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert [(d["key"], d["block"]) for d in res["damaged"]] == [("a.bin", 1)]
+    missing = {m["key"]: m["blocks"] for m in res["missing"]}
+    assert missing == {"b.bin": 3, "c.txt": 1, "SHA256SUMS": 1}, res
+    assert res["fetched"] == [] and "error" not in res["job"]["error"]
+    assert len(cache_files(stager_dir)) == 1  # nothing fetched
+    p = daemon.run("verify", "ds", "--cache")
+    out = text(p)
+    assert "MISSING ds b.bin: 3 block(s) not in the cache" in out, out
+    assert "DAMAGED ds a.bin block 1" in out, out
+    assert "4 file(s) missing" not in out  # a.bin is damaged, not missing
+    assert "5 block(s) of 3 file(s) missing from the cache" in out, out
+
+    # --fetch-missing fetches what is missing, not what is damaged.
+    unhide(src)
+    p = daemon.run("verify", "ds", "--fetch-missing", "--json")
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert {m["key"] for m in res["fetched"]} == {"b.bin", "c.txt",
+                                                   "SHA256SUMS"}
+    assert [d["key"] for d in res["damaged"]] == ["a.bin"]
+    assert res["missing"] == []
+    p = daemon.run("verify", "ds", "--repair")
+    assert p.returncode == 0, text(p)
+    assert "REPAIRED ds a.bin block 1" in text(p)
+    hide(src)
+    p = daemon.run("verify", "ds")
+    assert p.returncode == 0 and "all match" in text(p), text(p)
+    unhide(src)
