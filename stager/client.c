@@ -40,7 +40,7 @@ struct client {
 	struct proto_reader in;
 	struct proto_msg msg;
 	int rc; /* of the last end line */
-	char endmsg[1024];
+	char endmsg[2048];
 };
 
 /* Row handler: called for every row before the end line. */
@@ -189,13 +189,27 @@ lost:
 	return ret;
 }
 
-/* The exit code for a completed call, printing its error. */
+/* The exit code for a completed call, printing its error: on stderr, and
+ * with --json also as {"error": {"errno", "code", "message"}} on stdout. */
 static int client_result(struct client *cl)
 {
+	const char *msg = cl->endmsg[0] ? cl->endmsg : strerror(-cl->rc);
+
 	if (!cl->rc)
 		return STAGER_EXIT_OK;
-	fprintf(stderr, "stager: %s\n",
-		cl->endmsg[0] ? cl->endmsg : strerror(-cl->rc));
+	fprintf(stderr, "stager: %s\n", msg);
+	if (cl->o->json) {
+		json_t *doc = json_object(), *e = json_object();
+		const char *name = strerrorname_np(-cl->rc);
+
+		if (doc && e && !json_object_set(doc, "error", e) &&
+		    !json_object_set_new(e, "errno", json_integer(-cl->rc)) &&
+		    !jsonout_set_str(e, "code", name ? name : "") &&
+		    !jsonout_set_str(e, "message", msg))
+			jsonout_print(doc);
+		json_decref(e);
+		json_decref(doc);
+	}
 	return stager_exit_code(cl->rc);
 }
 

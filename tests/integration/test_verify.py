@@ -11,6 +11,7 @@ same job; --fetch-missing fetches them; `stager show` carries the counts in
 the last verify's message."""
 import json
 import os
+import socket
 
 from test_stager import MiB, Stager, data, make_dataset  # noqa: F401
 from test_stager import daemon, stager_dir  # noqa: F401 (fixtures)
@@ -143,3 +144,77 @@ def test_missing_told_apart_from_damaged(daemon, stager_dir):
     p = daemon.run("verify", "ds")
     assert p.returncode == 0 and "all match" in text(p), text(p)
     unhide(src)
+
+
+# ---- errors that name their cause, where the user is ----
+
+def closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return port
+
+
+def failed_add(s, url):
+    """add NAME url, failing: (text on stderr, the --json error object)."""
+    p = s.run("add", "x", url)
+    assert p.returncode != 0
+    err = p.stderr.decode(errors="replace")
+    pj = s.run("add", "x", url, "--json")
+    assert pj.returncode == p.returncode, pj.stderr
+    doc = json.loads(pj.stdout)["error"]
+    assert doc["message"] in err, (doc, err)
+    assert "x" not in [d["name"] for d in s.json("list")]
+    return err, doc
+
+
+def test_unreachable_endpoint_named(tool, stager_dir):
+    port = closed_port()
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port,
+               AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+               AWS_SECRET_ACCESS_KEY="secret")
+    s = Stager(tool("stager"), stager_dir, env=env, args=())
+    s.cfg.write_text(s.cfg.read_text() +
+                     "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
+    s.start()
+    try:
+        err, doc = failed_add(s, "s3://bucket/p/")
+        assert "s3://bucket/p/" in err and "127.0.0.1 port %d" % port in err
+        assert "Input/output error" in err  # the errno, with its cause:
+        assert "Couldn't connect to server" in err, err
+        assert "s3.endpoint" in err, err  # the hint
+        assert doc["code"] == "EIO" and doc["errno"] == 5
+    finally:
+        s.stop()
+
+
+def test_bad_url_scheme_named(daemon):
+    err, doc = failed_add(daemon, "http://foo/bar")
+    assert "unsupported store URL 'http://foo/bar'" in err, err
+    assert "s3://BUCKET/PREFIX/ or file:///DIR/" in err, err
+    assert doc["code"] == "EINVAL"
+    err, doc = failed_add(daemon, "file:///nonexistent-dstage-dir/")
+    assert "cannot open directory /nonexistent-dstage-dir" in err, err
+    assert doc["code"] == "ENOENT"
+
+
+def test_wrong_credentials_named(tool, stager_dir, rgw):
+    bucket = rgw.make_bucket("verify-creds-%d" % os.getpid())
+    assert rgw.put_object(bucket, "p/a.bin", b"abc") == 200
+    env = rgw.env(AWS_SECRET_ACCESS_KEY="wrong" + rgw.secret_key[5:])
+    s = Stager(tool("stager"), stager_dir, env=env).start()
+    try:
+        err, doc = failed_add(s, "s3://%s/p/" % bucket)
+        assert "s3://%s/p/" % bucket in err, err
+        assert "HTTP 403 SignatureDoesNotMatch" in err, err
+        assert "AWS_SECRET_ACCESS_KEY" in err, err  # the hint
+        assert doc["code"] in ("EACCES", "EPERM"), doc
+    finally:
+        s.stop()
+    # the right secret: the same URL registers
+    s = Stager(tool("stager"), stager_dir, env=rgw.env()).start()
+    try:
+        s.run("add", "x", "s3://%s/p/" % bucket, check=True)
+    finally:
+        s.stop()
