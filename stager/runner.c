@@ -90,6 +90,7 @@ struct runner_ctx {
 	/* verify in the cache: what cache_object_check found */
 	_Atomic uint64_t damaged, damaged_files, missing, missing_files;
 	bool stage, cache_mode, repair, fit, fetch_missing;
+	_Atomic bool cache_recreated; /* cache_dir_recover did, in this job */
 	size_t chunk;
 	unsigned workers;
 	uint64_t rate;
@@ -543,6 +544,29 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 		return; /* reported: not read */
 	}
 	ret = runner_hash(c, f, buf, got);
+	if (ret && ret != -ECANCELED && ret != -ESTALE && c->cache_mode) {
+		/* Which side failed: a cache.dir removed under the daemon
+		 * fails every open of a cache file (ENOENT, like an object
+		 * gone at the source). Recreate it and read the file again. */
+		int r = cache_dir_recover(c->env->cache);
+
+		if (r == 1)
+			atomic_store(&c->cache_recreated, true);
+		if (r < 0) {
+			atomic_fetch_add(&c->errors, 1);
+			runner_error(c,
+				     "%s: the cache failed, not the source: "
+				     "cache.dir %s is damaged and cannot be "
+				     "recreated (%s; see the daemon's log)",
+				     f->key, c->env->cfg->cache_dir,
+				     strerror(-r));
+			return;
+		}
+		if (r == 1 || atomic_load(&c->cache_recreated)) {
+			atomic_fetch_add(&rj->bytes_total, f->size);
+			ret = runner_hash(c, f, buf, got);
+		}
+	}
 	if (ret == -ECANCELED)
 		return;
 	if (ret) {
@@ -553,6 +577,9 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 				"%s: changed at the source since the "
 				"dataset was registered ('stager refresh')",
 				f->key);
+		else if (ret == -ENOENT)
+			runner_error(c, "%s: not found at the source (%s)",
+				     f->key, c->ds.source);
 		else
 			runner_error(c, "%s: %s", f->key, strerror(-ret));
 		return;
@@ -699,6 +726,22 @@ static int runner_prepare(struct runner_ctx *c)
 			     cfg->cache_dir);
 		return -ENXIO;
 	}
+	if (c->cache_mode) {
+		/* cache.dir removed under the daemon: found (and recreated)
+		 * once here, not as each file's cache file missing. */
+		int r = cache_dir_recover(c->env->cache);
+
+		if (r < 0) {
+			runner_error(c,
+				     "the cache failed, not the source: "
+				     "cache.dir %s is damaged and cannot be "
+				     "recreated (%s; see the daemon's log)",
+				     cfg->cache_dir, strerror(-r));
+			return r;
+		}
+		if (r == 1)
+			atomic_store(&c->cache_recreated, true);
+	}
 	if (!c->workers) {
 		if (c->cache_mode && !c->stage)
 			c->workers = (unsigned)(cpus > 0 ? cpus : 1) * 2;
@@ -838,6 +881,14 @@ static void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
 	if (off < len && off >= 2 && !strcmp(msg + off - 2, "; "))
 		msg[off - 2] = '\0';
 out:
+	if (atomic_load(&c->cache_recreated)) {
+		size_t n = strlen(msg);
+
+		snprintf(msg + n, len - n,
+			 "%scache.dir %s had been removed under the daemon: "
+			 "recreated empty",
+			 n ? "; " : "", c->env->cfg->cache_dir);
+	}
 	pthread_mutex_unlock(&rj->lock);
 }
 

@@ -218,6 +218,19 @@ int cache_object_check(struct cache *c, const struct cache_object *obj,
 		       struct cache_check *chk);
 
 /*
+ * Whether cache.dir is still the directory the cache opened, with its
+ * identity file and objects/. When it or its contents were removed under
+ * the running process, recreate them empty (logged once as an error naming
+ * the path: the blocks are gone and will be fetched again), forget the
+ * open objects nobody uses and recount usage. For a caller whose read
+ * failed with a local error (-ENOENT opening a cache file, mostly), to
+ * tell the cache's side from the source's. Returns 0 when it was intact,
+ * 1 when this call recreated it, -EACCES when a directory now at the path
+ * is not this process's alone (refused, logged with the fix), or -errno.
+ */
+int cache_dir_recover(struct cache *c);
+
+/*
  * Drop the object's cached blocks (e.g. verify --repair after a mismatch,
  * or a dataset removed). Returns 0, -EBUSY when a reader (this process or
  * another) has the object open, or -errno.

@@ -11,7 +11,11 @@ same job; --fetch-missing fetches them; `stager show` carries the counts in
 the last verify's message."""
 import json
 import os
+import shutil
 import socket
+import stat
+
+import pytest
 
 from test_stager import MiB, Stager, data, make_dataset  # noqa: F401
 from test_stager import daemon, stager_dir  # noqa: F401 (fixtures)
@@ -218,3 +222,61 @@ def test_wrong_credentials_named(tool, stager_dir, rgw):
         s.run("add", "x", "s3://%s/p/" % bucket, check=True)
     finally:
         s.stop()
+
+
+def empty_cache(root, whole):
+    cache = root / "cache"
+    if whole:
+        shutil.rmtree(cache)
+        return
+    for p in cache.iterdir():
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["contents", "dir"])
+def test_cache_dir_removed_under_daemon(daemon, stager_dir, whole):
+    files = {"a.bin": data(1, 5 * MiB), "b.bin": data(2, 100)}
+    make_dataset(stager_dir / "src", files)
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    cache = stager_dir / "cache"
+    empty_cache(stager_dir, whole)
+
+    # verify --cache: the cache's side, named with its path; the blocks
+    # are missing from the (recreated) cache, not from the source.
+    p = daemon.run("verify", "ds", "--cache")
+    out = text(p)
+    assert p.returncode == 1, out
+    assert "cache.dir %s had been removed under the daemon: recreated " \
+        "empty" % cache in out, out
+    assert "MISSING ds a.bin" in out and "source" not in out, out
+    assert "No such file" not in out, out
+    assert (cache / "objects").is_dir() and (cache / "dstage-cache").is_file()
+    assert stat.S_IMODE((cache / "objects").stat().st_mode) == 0o700
+
+    # Staging again works, and the damage was reported once.
+    p = daemon.run("stage", "ds", "--wait")
+    assert p.returncode == 0, text(p)
+    assert "removed" not in text(p)
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 0 and "all match" in text(p), text(p)
+    log = daemon.log.read_text(errors="replace")
+    assert log.count("removed under the running process") == 1, log
+
+
+def test_cache_dir_replaced_unsafely_refused(daemon, stager_dir):
+    make_dataset(stager_dir / "src", {"a.bin": data(1, 100000)})
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    cache = stager_dir / "cache"
+    shutil.rmtree(cache)
+    cache.mkdir()
+    os.chmod(cache, 0o777)  # anyone could plant cache files here
+    p = daemon.run("stage", "ds", "--wait")
+    out = text(p)
+    assert p.returncode == 1, out
+    assert "the cache failed, not the source: cache.dir %s is damaged and " \
+        "cannot be recreated (Permission denied" % cache in out, out
+    assert "a.bin" not in out, out
+    log = daemon.log.read_text(errors="replace")
+    assert "chmod 0700" in log, log
