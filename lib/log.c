@@ -98,15 +98,15 @@ static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
 	return k + tail;
 }
 
-/* This thread's last log_error text ("" when none since the clear). */
+/* This thread's first log_error text since the clear ("" when none). */
 static _Thread_local char log_last[LOG_LAST_MAX];
 
-const char *log_last_error(void)
+const char *log_cause(void)
 {
 	return log_last[0] ? log_last : NULL;
 }
 
-void log_last_clear(void)
+void log_cause_clear(void)
 {
 	log_last[0] = '\0';
 }
@@ -119,7 +119,7 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	va_list ap, again;
 	int m;
 
-	if (lvl == LOG_LVL_ERROR) {
+	if (lvl == LOG_LVL_ERROR && !log_last[0]) {
 		va_start(ap, fmt);
 		vsnprintf(log_last, sizeof(log_last), fmt, ap);
 		va_end(ap);

@@ -110,13 +110,13 @@ int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 	/* The cause this thread logged while serving the request (a
 	 * store's transport error, HTTP status and S3 code, a bad URL):
 	 * where the user is, not only in the daemon's log. */
-	cause = rc ? log_last_error() : NULL;
+	cause = rc ? log_cause() : NULL;
 	if (cause && !strstr(msg, cause)) {
 		size_t n = strlen(msg);
 
 		snprintf(msg + n, sizeof(msg) - n, ": %s", cause);
 	}
-	log_last_clear();
+	log_cause_clear();
 	proto_reset(&c->out);
 	proto_add(&c->out, "type", "end");
 	proto_add_i64(&c->out, "rc", rc);

@@ -357,6 +357,7 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 		atomic_fetch_add(&rj->bytes_done, f->size);
 		return; /* reported: not read */
 	}
+	log_cause_clear(); /* this file's own cause, for its error */
 	ret = runner_hash(c, f, buf, got);
 	if (ret && ret != -ECANCELED && ret != -ESTALE && c->cache_mode) {
 		/* Which side failed: a cache.dir removed under the daemon
@@ -394,6 +395,11 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 		else if (ret == -ENOENT)
 			runner_error(c, "%s: not found at the source (%s)",
 				     f->key, c->ds.source);
+		else if (log_cause())
+			/* what the store or the cache logged first: the
+			 * transport error, the HTTP status and S3 code */
+			runner_error(c, "%s: %s: %s", f->key, strerror(-ret),
+				     log_cause());
 		else
 			runner_error(c, "%s: %s", f->key, strerror(-ret));
 		return;

@@ -280,3 +280,30 @@ def test_cache_dir_replaced_unsafely_refused(daemon, stager_dir):
     assert "a.bin" not in out, out
     log = daemon.log.read_text(errors="replace")
     assert "chmod 0700" in log, log
+
+
+def test_stage_job_error_names_the_store_cause(tool, stager_dir, rgw):
+    """A job's error (not only a request's) carries the store's cause."""
+    bucket = rgw.make_bucket("verify-job-%d" % os.getpid())
+    assert rgw.put_object(bucket, "p/a.bin", data(3, 300000)) == 200
+    s = Stager(tool("stager"), stager_dir, env=rgw.env())
+    s.cfg.write_text(s.cfg.read_text() +
+                     "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
+    s.start()
+    try:
+        s.run("add", "ds", "s3://%s/p/" % bucket, check=True)
+    finally:
+        s.stop()
+    port = closed_port()
+    s.env = rgw.env(AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port)
+    s.start()
+    try:
+        p = s.run("stage", "ds", "--wait")
+        out = text(p)
+        assert p.returncode == 1, out
+        assert "a.bin: Input/output error: s3: GET " \
+            "http://127.0.0.1:%d/%s/p/a.bin" % (port, bucket) in out, out
+        assert "Couldn't connect to server" in out, out
+        assert "s3.endpoint" in out, out
+    finally:
+        s.stop()
