@@ -19,6 +19,11 @@
 
 struct cache_object;
 
+/* At most this many cache-block entries (damaged, missing...) a job keeps
+ * for its watchers: a never-staged dataset of a million files must not
+ * hold a million rows. */
+#define RUNNER_FOUND_MAX 10000
+
 struct runner_file {
 	char *key;
 	int64_t id;
@@ -48,6 +53,9 @@ struct runner_ctx {
 	_Atomic uint64_t damaged, damaged_files, missing, missing_files;
 	bool stage, cache_mode, repair, fit, fetch_missing;
 	_Atomic bool cache_recreated; /* cache_dir_recover did, in this job */
+	/* rj->lock: cache-block entries kept in rj->mm, and those left out
+	 * past RUNNER_FOUND_MAX (the counts above stay exact) */
+	size_t n_found, n_unlisted;
 	size_t chunk;
 	unsigned workers;
 	uint64_t rate;

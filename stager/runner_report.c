@@ -62,6 +62,10 @@ void runner_found(struct runner_ctx *c, const struct runner_file *f,
 	struct runner_mismatch *m;
 
 	pthread_mutex_lock(&rj->lock);
+	if (src->kind && c->n_found >= RUNNER_FOUND_MAX) {
+		c->n_unlisted++;
+		goto out;
+	}
 	if (rj->n_mm == rj->cap_mm) {
 		size_t cap = rj->cap_mm ? rj->cap_mm * 2 : 16;
 
@@ -81,6 +85,8 @@ void runner_found(struct runner_ctx *c, const struct runner_file *f,
 		goto out;
 	}
 	rj->n_mm++;
+	if (src->kind)
+		c->n_found++;
 out:
 	pthread_mutex_unlock(&rj->lock);
 }
@@ -165,7 +171,8 @@ bool runner_check(struct runner_ctx *c, const struct runner_file *f)
 	return !chk.bad || c->repair;
 }
 
-/* verify in the cache: what it found there, for the final message. */
+/* verify in the cache: what it found there, for the final message
+ * (rj->lock held). */
 static size_t runner_found_msg(struct runner_ctx *c, char *msg, size_t len)
 {
 	uint64_t d = atomic_load(&c->damaged), m = atomic_load(&c->missing);
@@ -191,6 +198,11 @@ static size_t runner_found_msg(struct runner_ctx *c, char *msg, size_t len)
 				? ", fetched"
 				: " (not fetched: --fetch-missing fetches "
 				  "them, or stage)");
+	if (c->n_unlisted && off < len)
+		off += (size_t)snprintf(msg + off, len - off,
+					"only the first %d listed, %zu more "
+					"not; ",
+					RUNNER_FOUND_MAX, c->n_unlisted);
 	return off < len ? off : len - 1;
 }
 

@@ -307,3 +307,19 @@ def test_stage_job_error_names_the_store_cause(tool, stager_dir, rgw):
         assert "s3.endpoint" in out, out
     finally:
         s.stop()
+
+
+def test_missing_list_capped(daemon, stager_dir):
+    """A never-staged dataset of many files: every file counted, at most
+    10000 rows kept (RUNNER_FOUND_MAX), the rest said in the message."""
+    src = stager_dir / "src"
+    src.mkdir()
+    for i in range(10003):
+        (src / ("f%05d" % i)).write_bytes(b"x")
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    p = daemon.run("verify", "ds", "--json", timeout=300)
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert len(res["missing"]) == 10000
+    assert "10003 block(s) of 10003 file(s) missing" in res["job"]["error"]
+    assert "only the first 10000 listed, 3 more not" in res["job"]["error"]
