@@ -8,7 +8,16 @@ would fail the job with an error); --repair fetches the block again, lists
 it as repaired and exits 0; blocks never fetched are reported as missing,
 not fetched (source moved away again), told apart from damaged ones in the
 same job; --fetch-missing fetches them; `stager show` carries the counts in
-the last verify's message."""
+the last verify's message; at most 10000 rows, the rest counted.
+
+Errors name their cause where the user is: `add` with the endpoint on a
+closed port, a bad URL scheme, a missing file:// directory, a wrong secret
+against the shared radosgw (HTTP 403 SignatureDoesNotMatch): text and
+--json carry the URL, the transport error or HTTP status and S3 code, and
+the fix; a stage job's error carries the store's cause too. cache.dir (or
+its contents) removed under the running daemon: found once, recreated,
+named as the cache's side (never as objects missing at the source); one
+replaced with mode 0777 refused."""
 import json
 import os
 import shutil
