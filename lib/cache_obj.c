@@ -310,6 +310,11 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 	if (o) {
 		o->refs++;
 		o->used_at = ++c->tick;
+		/* An idle entry's store may be gone with the caller that
+		 * opened it (a finished stager job frees its own): fetch
+		 * through this caller's. */
+		if (o->refs == 1)
+			o->os = obj->os;
 		if (o->refs == 1 && !o->inuse_locked) {
 			/* Idle entries hold no in-use lock: re-take it and
 			 * make sure the file was not evicted meanwhile. */

@@ -19,12 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include "cache_i.h"
+#include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "dstage/objstore.h"
@@ -418,17 +420,18 @@ int cache_object_atime(struct cache *c, const struct cache_object *obj,
 	return ret;
 }
 
-int cache_object_verify(struct cache *c, const struct cache_object *obj,
-			uint64_t *present, uint64_t *bad)
+int cache_object_check(struct cache *c, const struct cache_object *obj,
+		       struct cache_check *chk)
 {
 	struct cache_rec recs[CACHE_MAX_BATCH];
 	struct cache_obj *o = NULL;
-	char *buf = NULL;
+	char *buf = NULL, path[4096];
 	int ret;
 
-	if (!c || !obj || !present || !bad)
+	if (!c || !obj || !chk)
 		return -EINVAL;
-	*present = *bad = 0;
+	chk->blocks = obj->size ? (obj->size - 1) / c->bs + 1 : 0;
+	chk->present = chk->bad = 0;
 	ret = cache_obj_existing(c, obj, &o);
 	if (ret || !o)
 		return ret;
@@ -437,6 +440,8 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 		ret = -ENOMEM;
 		goto out;
 	}
+	snprintf(path, sizeof(path), "%s/objects/%.2s/%s", c->cfg->cache_dir,
+		 o->name, o->name + 2);
 	for (uint64_t b = 0; b < o->nblocks && !ret; b += CACHE_MAX_BATCH) {
 		uint64_t n = cache_recs_batch(o, b);
 
@@ -448,7 +453,7 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 
 			if (!cache_rec_valid(&recs[i], k))
 				continue;
-			(*present)++;
+			chk->present++;
 			ret = uring_rw(o->fd, &io, 1, false);
 			if (ret)
 				break;
@@ -458,8 +463,10 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 			cache_set_verified(o, k, ok);
 			pthread_mutex_unlock(&o->lock);
 			if (!ok) {
-				(*bad)++;
+				chk->bad++;
 				cache_log_corrupt(o, k);
+				if (chk->bad_fn)
+					chk->bad_fn(chk->arg, k, path);
 			}
 		}
 	}
@@ -467,6 +474,112 @@ out:
 	free(buf);
 	cache_obj_put(o);
 	return ret;
+}
+
+int cache_object_verify(struct cache *c, const struct cache_object *obj,
+			uint64_t *present, uint64_t *bad)
+{
+	struct cache_check chk = { 0 };
+	int ret;
+
+	if (!present || !bad)
+		return -EINVAL;
+	ret = cache_object_check(c, obj, &chk);
+	*present = chk.present;
+	*bad = chk.bad;
+	return ret;
+}
+
+/* Whether fd is no longer the directory at name (in dirfd, or the path
+ * itself when dirfd is AT_FDCWD): removed, or replaced by another. */
+static bool cache_dir_gone(int fd, int dirfd, const char *name)
+{
+	struct stat a, b;
+
+	if (fstat(fd, &a) || a.st_nlink == 0)
+		return true;
+	if (fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW))
+		return true;
+	return a.st_dev != b.st_dev || a.st_ino != b.st_ino;
+}
+
+/* Put a fresh descriptor of directory name (in dirfd) at *fdp's number,
+ * creating the directory (0700) if needed; refuse one that others may
+ * write or that another user owns. */
+static int cache_dir_reopen(struct cache *c, int dirfd, const char *name,
+			    int *fdp)
+{
+	struct stat st;
+	int fd, ret = 0;
+
+	if (mkdirat(dirfd, name, CACHE_DIR_MODE) && errno != EEXIST)
+		return -errno;
+	fd = openat(dirfd, name,
+		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		ret = -errno;
+	} else if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+		log_error(
+			"cache: %s%s%s: recreated by another user or writable "
+			"by others (owner uid %u, mode %04o): refusing it; "
+			"remove it, or chown %u and chmod 0700 it",
+			c->cfg->cache_dir, dirfd == AT_FDCWD ? "" : "/",
+			dirfd == AT_FDCWD ? "" : name, (unsigned)st.st_uid,
+			(unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+		ret = -EACCES;
+	} else if (dup3(fd, *fdp, O_CLOEXEC) < 0) {
+		ret = -errno;
+	}
+	close(fd);
+	return ret;
+}
+
+int cache_dir_recover(struct cache *c)
+{
+	const char *dir;
+	bool top, objs, id;
+	int ret = 0;
+
+	if (!c)
+		return -EINVAL;
+	dir = c->cfg->cache_dir;
+	/* One at a time, and not during a scan or an eviction. */
+	pthread_mutex_lock(&c->evict_lock);
+	top = cache_dir_gone(c->dir_fd, AT_FDCWD, dir);
+	if (top)
+		ret = cache_dir_reopen(c, AT_FDCWD, dir, &c->dir_fd);
+	id = !ret &&
+	     faccessat(c->dir_fd, CACHE_ID_FILE, F_OK, AT_SYMLINK_NOFOLLOW) &&
+	     errno == ENOENT;
+	if (id)
+		ret = cache_identity(c);
+	objs = !ret && cache_dir_gone(c->objects_fd, c->dir_fd, "objects");
+	if (objs)
+		ret = cache_dir_reopen(c, c->dir_fd, "objects", &c->objects_fd);
+	pthread_mutex_unlock(&c->evict_lock);
+	if (ret) {
+		log_error("cache: cache.dir %s was damaged under the running "
+			  "process and cannot be recreated: %s; the cache's "
+			  "side fails, not the source: fix the directory and "
+			  "restart",
+			  dir, strerror(-ret));
+		return ret;
+	}
+	if (!top && !id && !objs)
+		return 0;
+	log_error("cache: cache.dir %s: %s removed under the running process; "
+		  "recreated it empty: cached blocks are gone and are fetched "
+		  "again from the source",
+		  dir,
+		  top	 ? "the directory was"
+		  : objs ? "its objects/ directory was"
+			 : "its identity file " CACHE_ID_FILE " was");
+	/* Entries whose files went with it, and the usage they counted. */
+	c->release_idle(c);
+	ret = cache_scan_all(c, NULL);
+	return ret ? ret : 1;
 }
 
 int cache_object_drop(struct cache *c, const struct cache_object *obj)

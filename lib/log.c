@@ -24,6 +24,7 @@
 #include "dstage/log.h"
 
 #define LOG_LINE_MAX 4096 /* bytes of one line, its newline included */
+#define LOG_LAST_MAX 1024 /* bytes kept of a thread's last error */
 #define LOG_HEAD_KEEP 1024 /* of a message cut short, its first bytes */
 #define LOG_MARK_ROOM 40 /* room kept for the "...(N bytes cut)..." mark */
 
@@ -97,6 +98,19 @@ static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
 	return k + tail;
 }
 
+/* This thread's first log_error text since the clear ("" when none). */
+static _Thread_local char log_last[LOG_LAST_MAX];
+
+const char *log_cause(void)
+{
+	return log_last[0] ? log_last : NULL;
+}
+
+void log_cause_clear(void)
+{
+	log_last[0] = '\0';
+}
+
 void log_msg(enum log_level lvl, const char *fmt, ...)
 {
 	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
@@ -105,6 +119,11 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	va_list ap, again;
 	int m;
 
+	if (lvl == LOG_LVL_ERROR && !log_last[0]) {
+		va_start(ap, fmt);
+		vsnprintf(log_last, sizeof(log_last), fmt, ap);
+		va_end(ap);
+	}
 	if ((int)lvl > atomic_load(&log_level_cur))
 		return;
 	if (!atomic_load(&log_syslog)) {

@@ -629,6 +629,27 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 	return s3_status_errno(rq->status, xe.code);
 }
 
+/* The fix to suggest with a request's final error, or "". */
+static const char *s3_hint(const struct s3req *rq, CURLcode cc)
+{
+	if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && rq->overflow))
+		return ": the store did not answer; is it up, and is "
+		       "s3.endpoint (or AWS_ENDPOINT_URL) where it listens?";
+	if (!strcmp(rq->s3code, "SignatureDoesNotMatch") ||
+	    !strcmp(rq->s3code, "InvalidAccessKeyId"))
+		return ": the store refused the credentials; check the access "
+		       "key and secret (AWS_ACCESS_KEY_ID, "
+		       "AWS_SECRET_ACCESS_KEY, s3.credentials_file, "
+		       "s3.profile)";
+	if (rq->status == 403)
+		return ": access denied; check the credentials' rights on "
+		       "the bucket";
+	if (!strcmp(rq->s3code, "NoSuchBucket"))
+		return ": no such bucket at s3.endpoint; check the URL's "
+		       "bucket and s3.endpoint";
+	return "";
+}
+
 static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 {
 	const struct dstage_config *cfg = st->base.cfg;
@@ -679,8 +700,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 			  "with GET)",
 			  what, why);
 	else
-		log_error("s3: %s: %s (attempt %u of %u)", what, why,
-			  rq->attempt, cfg->s3_max_attempts);
+		log_error("s3: %s: %s (attempt %u of %u)%s", what, why,
+			  rq->attempt, cfg->s3_max_attempts, s3_hint(rq, cc));
 }
 
 /* ---- the engine ---- */

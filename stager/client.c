@@ -40,7 +40,7 @@ struct client {
 	struct proto_reader in;
 	struct proto_msg msg;
 	int rc; /* of the last end line */
-	char endmsg[1024];
+	char endmsg[2048];
 };
 
 /* Row handler: called for every row before the end line. */
@@ -189,13 +189,27 @@ lost:
 	return ret;
 }
 
-/* The exit code for a completed call, printing its error. */
+/* The exit code for a completed call, printing its error: on stderr, and
+ * with --json also as {"error": {"errno", "code", "message"}} on stdout. */
 static int client_result(struct client *cl)
 {
+	const char *msg = cl->endmsg[0] ? cl->endmsg : strerror(-cl->rc);
+
 	if (!cl->rc)
 		return STAGER_EXIT_OK;
-	fprintf(stderr, "stager: %s\n",
-		cl->endmsg[0] ? cl->endmsg : strerror(-cl->rc));
+	fprintf(stderr, "stager: %s\n", msg);
+	if (cl->o->json) {
+		json_t *doc = json_object(), *e = json_object();
+		const char *name = strerrorname_np(-cl->rc);
+
+		if (doc && e && !json_object_set(doc, "error", e) &&
+		    !json_object_set_new(e, "errno", json_integer(-cl->rc)) &&
+		    !jsonout_set_str(e, "code", name ? name : "") &&
+		    !jsonout_set_str(e, "message", msg))
+			jsonout_print(doc);
+		json_decref(e);
+		json_decref(doc);
+	}
 	return stager_exit_code(cl->rc);
 }
 
@@ -345,6 +359,26 @@ static int client_submit_row(struct client *cl, void *arg)
 
 /* ---- waiting for a job ---- */
 
+/* A "mismatch" row: a SHA-256 mismatch (kind NULL) or what verify found
+ * in the cache (kind "damaged", "repaired", "missing", "fetched"). */
+struct client_mm {
+	char *kind, *key, *expected, *actual, *path;
+	uint64_t block, count;
+};
+
+static void client_mm_free(struct client_mm *m)
+{
+	free(m->kind);
+	free(m->key);
+	free(m->expected);
+	free(m->actual);
+	free(m->path);
+}
+
+struct client_watch;
+/* Keep the row in cl->msg as w->mm's next entry. */
+static int client_mm_add(struct client_watch *w, struct client *cl);
+
 struct client_watch {
 	bool tty;
 	double t0, last_print, last_t;
@@ -352,7 +386,7 @@ struct client_watch {
 	double rate;
 	unsigned width;
 	struct proto_buf final; /* the final row, re-encoded */
-	char **mm; /* "key\texpected\tactual" */
+	struct client_mm *mm; /* the job's "mismatch" rows */
 	size_t n_mm;
 	bool drew;
 };
@@ -378,20 +412,8 @@ static int client_watch_row(struct client *cl, void *arg)
 	double now = stager_now();
 	char a[32], b[32], r[32], eta[32];
 
-	if (!strcmp(type, "mismatch")) {
-		char *s = NULL;
-		char **p = realloc(w->mm, (w->n_mm + 1) * sizeof(*p));
-
-		if (!p || asprintf(&s, "%s\t%s\t%s", client_get(cl, "key"),
-				   client_get(cl, "expected"),
-				   client_get(cl, "actual")) < 0) {
-			free(p == w->mm ? NULL : p);
-			return -ENOMEM;
-		}
-		w->mm = p;
-		w->mm[w->n_mm++] = s;
-		return 0;
-	}
+	if (!strcmp(type, "mismatch"))
+		return client_mm_add(w, cl);
 	if (!strcmp(type, "row")) {
 		proto_reset(&w->final);
 		for (unsigned i = 0; i < cl->msg.n; i++)
@@ -448,6 +470,111 @@ static int client_watch_row(struct client *cl, void *arg)
 	return 0;
 }
 
+static int client_mm_add(struct client_watch *w, struct client *cl)
+{
+	struct client_mm *p = realloc(w->mm, (w->n_mm + 1) * sizeof(*p));
+	struct client_mm *m;
+	const char *kind = proto_get(&cl->msg, "kind");
+
+	if (!p)
+		return -ENOMEM;
+	w->mm = p;
+	m = &p[w->n_mm];
+	*m = (struct client_mm){
+		.kind = kind ? strdup(kind) : NULL,
+		.key = strdup(client_get(cl, "key")),
+		.expected = strdup(client_get(cl, "expected")),
+		.actual = strdup(client_get(cl, "actual")),
+		.path = strdup(client_get(cl, "path")),
+		.block = client_u64(cl, "block"),
+		.count = client_u64(cl, "count"),
+	};
+	if ((kind && !m->kind) || !m->key || !m->expected || !m->actual ||
+	    !m->path) {
+		client_mm_free(m);
+		return -ENOMEM;
+	}
+	w->n_mm++;
+	return 0;
+}
+
+/* --json of the job's rows: "mismatches" (SHA-256), and what verify found
+ * in the cache under "damaged", "repaired" (blocks), "missing", "fetched"
+ * (counts of blocks a file lacked). Returns true on no memory. */
+static bool client_mm_json(json_t *doc, const struct client_watch *w,
+			   const char *dataset)
+{
+	static const char *const kinds[] = { "mismatches", "damaged",
+					     "repaired", "missing", "fetched" };
+	bool bad = false;
+
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]) && !bad; k++) {
+		json_t *arr = json_array();
+
+		bad = !arr || json_object_set(doc, kinds[k], arr) != 0;
+		for (size_t i = 0; i < w->n_mm && !bad; i++) {
+			const struct client_mm *m = &w->mm[i];
+			json_t *o;
+
+			if (k ? !m->kind || strcmp(m->kind, kinds[k])
+			      : !!m->kind)
+				continue;
+			o = json_object();
+			bad = !o || jsonout_set_str(o, "key", m->key);
+			if (!bad && !k)
+				bad = jsonout_set_str(o, "expected",
+						      m->expected) ||
+				      jsonout_set_str(o, "actual", m->actual);
+			if (!bad && k)
+				bad = jsonout_set_str(o, "dataset", dataset);
+			if (!bad && k <= 2 && k)
+				bad = json_object_set_new(
+					      o, "block",
+					      json_integer(
+						      (json_int_t)m->block)) ||
+				      jsonout_set_str(o, "path", m->path);
+			if (!bad && k > 2)
+				bad = json_object_set_new(
+					o, "blocks",
+					json_integer((json_int_t)m->count));
+			bad = bad || json_array_append(arr, o);
+			json_decref(o);
+		}
+		json_decref(arr);
+	}
+	return bad;
+}
+
+/* Text: one line for each row but "fetched". */
+static void client_mm_print(const struct client_watch *w, const char *dataset)
+{
+	for (size_t i = 0; i < w->n_mm; i++) {
+		const struct client_mm *m = &w->mm[i];
+
+		if (!m->kind)
+			printf("MISMATCH %s\n  expected %s\n  actual   %s\n",
+			       m->key, *m->expected ? m->expected : "(none)",
+			       m->actual);
+		else if (!strcmp(m->kind, "damaged"))
+			printf("DAMAGED %s %s block %" PRIu64
+			       ": cache file %s fails its checksum (not "
+			       "repaired: --repair fetches it again)\n",
+			       dataset, m->key, m->block, m->path);
+		else if (!strcmp(m->kind, "repaired"))
+			printf("REPAIRED %s %s block %" PRIu64
+			       ": cache file %s failed its checksum; fetched "
+			       "again from the source\n",
+			       dataset, m->key, m->block, m->path);
+		else if (!strcmp(m->kind, "missing"))
+			printf("MISSING %s %s: %" PRIu64
+			       " block(s) not in the cache (not fetched: "
+			       "--fetch-missing or stage fetches them)\n",
+			       dataset, m->key, m->count);
+		/* "fetched": asked for; counted in the job's message, each
+		 * file only in --json */
+	}
+}
+
 static int client_watch(struct client *cl, int64_t id)
 {
 	static struct proto_msg fin;
@@ -477,48 +604,26 @@ static int client_watch(struct client *cl, int64_t id)
 	state = proto_get(&fin, "state") ?: "?";
 	code = !strcmp(state, "done") ? STAGER_EXIT_OK : STAGER_EXIT_FAIL;
 	if (cl->o->json) {
-		json_t *doc = json_object(), *mm = json_array();
-		bool bad =
-			!doc || !mm ||
-			json_object_set_new(doc, "job", client_json_obj(&fin));
+		json_t *doc = json_object();
+		bool bad = !doc || json_object_set_new(doc, "job",
+						       client_json_obj(&fin));
 
 		if (!bad)
-			bad = json_object_set(doc, "mismatches", mm) != 0;
-		for (size_t i = 0; i < w.n_mm && !bad; i++) {
-			char *k = w.mm[i], *e = strchr(k, '\t'), *a;
-			json_t *o = json_object();
-
-			*e++ = '\0';
-			a = strchr(e, '\t');
-			*a++ = '\0';
-			bad = !o || jsonout_set_str(o, "key", k) ||
-			      jsonout_set_str(o, "expected", e) ||
-			      jsonout_set_str(o, "actual", a) ||
-			      json_array_append(mm, o);
-			json_decref(o);
-		}
-		json_decref(mm);
+			bad = client_mm_json(doc, &w,
+					     proto_get(&fin, "dataset") ?: "");
 		if (bad || jsonout_print(doc))
 			code = STAGER_EXIT_FAIL;
 		json_decref(doc);
 		goto out;
 	}
-	for (size_t i = 0; i < w.n_mm; i++) {
-		char *k = w.mm[i], *e = strchr(k, '\t'), *a;
-
-		*e++ = '\0';
-		a = strchr(e, '\t');
-		*a++ = '\0';
-		printf("MISMATCH %s\n  expected %s\n  actual   %s\n", k,
-		       *e ? e : "(none)", a);
-	}
+	client_mm_print(&w, proto_get(&fin, "dataset") ?: "");
 	printf("job %" PRId64 " %s %s: %s%s%s\n", id,
 	       proto_get(&fin, "kind") ?: "", proto_get(&fin, "dataset") ?: "",
 	       state, *(proto_get(&fin, "error") ?: "") ? ": " : "",
 	       proto_get(&fin, "error") ?: "");
 out:
 	for (size_t i = 0; i < w.n_mm; i++)
-		free(w.mm[i]);
+		client_mm_free(&w.mm[i]);
 	free(w.mm);
 	proto_free(&w.final);
 	return code;
@@ -601,6 +706,8 @@ static int client_request(struct client *cl, const struct stager_cmd *cmd,
 		proto_add(&cl->out, "fit", "1");
 	if (o->repair)
 		proto_add(&cl->out, "repair", "1");
+	if (o->fetch_missing)
+		proto_add(&cl->out, "fetch_missing", "1");
 	if (o->mode)
 		proto_add(&cl->out, "mode", o->mode);
 	if (o->all)

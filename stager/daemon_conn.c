@@ -247,6 +247,7 @@ static void *daemon_conn_thread(void *arg)
 			  proto_get(&c->msg, "cmd") ?: "?");
 		if (!c->cat && daemon_conn_open(c))
 			break;
+		log_cause_clear(); /* the request's own cause, for its end */
 		if (daemon_req_run(c))
 			break;
 	}

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dstage/log.h"
+
 #include "daemon_i.h"
 
 #define DAEMON_PEER_GRBUF_MAX (4u << 20) /* getgrnam_r's buffer, at most */
@@ -94,7 +96,8 @@ bool daemon_peer_may_read(const struct daemon_conn *c, const char *group)
 
 int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 {
-	char msg[1024] = "";
+	char msg[2048] = "";
+	const char *cause;
 	va_list ap;
 
 	if (fmt) {
@@ -102,13 +105,23 @@ int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 		vsnprintf(msg, sizeof(msg), fmt, ap);
 		va_end(ap);
 	}
+	if (rc && !msg[0])
+		snprintf(msg, sizeof(msg), "%s", strerror(-rc));
+	/* The cause this thread logged while serving the request (a
+	 * store's transport error, HTTP status and S3 code, a bad URL):
+	 * where the user is, not only in the daemon's log. */
+	cause = rc ? log_cause() : NULL;
+	if (cause && !strstr(msg, cause)) {
+		size_t n = strlen(msg);
+
+		snprintf(msg + n, sizeof(msg) - n, ": %s", cause);
+	}
+	log_cause_clear();
 	proto_reset(&c->out);
 	proto_add(&c->out, "type", "end");
 	proto_add_i64(&c->out, "rc", rc);
 	if (msg[0])
 		proto_add(&c->out, "msg", msg);
-	else if (rc)
-		proto_add(&c->out, "msg", strerror(-rc));
 	return proto_send(c->fd, &c->out);
 }
 

@@ -391,6 +391,12 @@ static int daemon_req_watch(struct daemon_conn *c)
 		proto_add(&c->out, "key", mm[i].key);
 		proto_add(&c->out, "expected", mm[i].expected);
 		proto_add(&c->out, "actual", mm[i].actual);
+		if (mm[i].kind) { /* what verify found in the cache */
+			proto_add(&c->out, "kind", mm[i].kind);
+			proto_add_u64(&c->out, "block", mm[i].block);
+			proto_add_u64(&c->out, "count", mm[i].count);
+			proto_add(&c->out, "path", mm[i].path ?: "");
+		}
 		ret = proto_send(c->fd, &c->out);
 	}
 	for (size_t i = 0; i < n_mm; i++)
@@ -602,8 +608,9 @@ static int daemon_req_remove(struct daemon_conn *c)
 static int daemon_req_submit(struct daemon_conn *c)
 {
 	const char *kind = c->cmd, *name = c->name;
-	static const char *const keys[] = { "bandwidth", "parallel", "mode",
-					    "repair",	 "fit",	     "files" };
+	static const char *const keys[] = { "bandwidth",    "parallel", "mode",
+					    "repair",	    "fit",	"files",
+					    "fetch_missing" };
 	struct proto_buf args = { 0 };
 	struct catalog_dataset ds = { 0 };
 	const char *par = proto_get(&c->msg, "parallel");

@@ -83,15 +83,21 @@ static const struct stager_cmd stager_cmds[] = {
 	  "                   when the dataset is larger than cache.size" },
 	{ "verify", client_submit,
 	  STAGER_NEEDS_DAEMON | STAGER_SUBMIT | STAGER_ALWAYS_WAIT,
-	  STAGER_JSON_OBJECT, 1, 1, "jwscrbnf", "NAME",
+	  STAGER_JSON_OBJECT, 1, 1, "jwscrebnf", "NAME",
 	  "Check every file's SHA-256 against the dataset's manifest key\n"
 	  "(SHA256SUMS unless add --manifest chose another) or, for files it\n"
 	  "does not list, against the hash recorded when staging. Exit 0 only\n"
 	  "when all match. Always waits.\n"
-	  "  --cache     read the cache, fetching what is missing (default)\n"
+	  "  --cache     read the cache (default): check each cached block's\n"
+	  "              checksum first, never contacting the source; report\n"
+	  "              each damaged block (key, block, cache file) and the\n"
+	  "              blocks missing, and exit 1 if any\n"
 	  "  --source    read the source\n"
-	  "  --repair    drop and fetch again cached files that mismatch,\n"
-	  "              then check them again\n"
+	  "  --repair    fetch damaged and missing blocks again, drop and\n"
+	  "              fetch again cached files that mismatch, then check\n"
+	  "              them again; report what was repaired\n"
+	  "  --fetch-missing  fetch the blocks missing from the cache (never\n"
+	  "              staged or evicted) instead of reporting them\n"
 	  "  --parallel N, --bandwidth RATE, --files LIST as for stage" },
 	{ "jobs", client_jobs, STAGER_NEEDS_DAEMON, STAGER_JSON_ARRAY, 0, 0,
 	  "ja", "", "Running, queued and recent jobs (--all: all)." },
@@ -133,6 +139,7 @@ static const struct option stager_long[] = {
 	{ "source", no_argument, NULL, 's' },
 	{ "cache", no_argument, NULL, 'C' },
 	{ "repair", no_argument, NULL, 'r' },
+	{ "fetch-missing", no_argument, NULL, 'e' },
 	{ "all", no_argument, NULL, 'a' },
 	{ "size", required_argument, NULL, 'z' },
 	{ "to", required_argument, NULL, 't' },
@@ -332,6 +339,9 @@ int main(int argc, char **argv)
 		case 'r':
 			o.repair = true;
 			break;
+		case 'e':
+			o.fetch_missing = true;
+			break;
 		case 'a':
 			o.all = true;
 			break;
@@ -376,9 +386,11 @@ int main(int argc, char **argv)
 			cmd->usage[0] ? cmd->usage : "no arguments");
 		goto usage;
 	}
-	if (o.repair && o.mode && !strcmp(o.mode, "source")) {
-		fprintf(stderr, "stager verify: --repair mends the cache: it "
-				"does not go with --source\n");
+	if ((o.repair || o.fetch_missing) && o.mode &&
+	    !strcmp(o.mode, "source")) {
+		fprintf(stderr,
+			"stager verify: --repair and --fetch-missing "
+			"mend the cache: they do not go with --source\n");
 		goto usage;
 	}
 	if (cmd->flags & STAGER_ALWAYS_WAIT)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * runner: runs one stage or verify job, claimed by the daemon.
+ * (runner_report.c keeps what the job found and writes its final message;
+ * runner_i.h is what the two share.)
  *
  * Life of a job here: load the file list from the catalog (the --files
  * list, or the whole current manifest), check it fits the cache (stage),
@@ -55,46 +57,12 @@
 #include "dstage/catalog.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
-#include "stager.h"
+#include "runner_i.h"
 
 #define RUNNER_CHUNK (8u << 20)
 #define RUNNER_MIN_CHUNK (256u << 10)
 #define RUNNER_MAX_WORKERS 64
 #define RUNNER_STOP_GRACE_S 5 /* wait for blocked workers after a stop */
-
-struct runner_file {
-	char *key;
-	int64_t id;
-	uint64_t size;
-	char etag[OBJSTORE_ETAG_MAX];
-	bool has_exp, has_act;
-	unsigned char exp[32], act[32];
-	int64_t verified_at;
-};
-
-struct runner_ctx {
-	const struct runner_env *env;
-	struct runner_job *rj;
-	struct objstore *os;
-	struct sched_job *sj;
-	pthread_mutex_t cat_lock; /* protects cat; before rj->lock */
-	struct catalog *cat;
-	struct runner_file *files;
-	size_t n, cap;
-	_Atomic size_t next; /* next file to take */
-	pthread_mutex_t run_lock; /* a leaf; protects running */
-	pthread_cond_t run_cv; /* a worker ended */
-	unsigned running; /* workers not finished */
-	_Atomic uint64_t errors, unchecked;
-	bool stage, cache_mode, repair, fit;
-	size_t chunk;
-	unsigned workers;
-	uint64_t rate;
-	char *files_arg; /* newline-separated keys, or NULL */
-	const char *sums_key; /* the dataset's, for messages */
-	struct catalog_dataset ds; /* the job's dataset, read at the start */
-	_Atomic unsigned refs; /* the job's thread + each running worker */
-};
 
 const char *stager_bytes(uint64_t v, char *buf, size_t len)
 {
@@ -114,79 +82,18 @@ const char *stager_bytes(uint64_t v, char *buf, size_t len)
 	return buf;
 }
 
-static void runner_hex(const unsigned char h[32], char out[65])
-{
-	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", h[i]);
-	out[64] = '\0';
-}
-
 void runner_put(struct runner_job *rj)
 {
 	if (!rj || atomic_fetch_sub(&rj->refs, 1) != 1)
 		return;
-	for (size_t i = 0; i < rj->n_mm; i++)
+	for (size_t i = 0; i < rj->n_mm; i++) {
 		free(rj->mm[i].key);
+		free(rj->mm[i].path);
+	}
 	free(rj->mm);
 	pthread_mutex_destroy(&rj->lock);
 	pthread_cond_destroy(&rj->cond);
 	free(rj);
-}
-
-/* Keep the first error message of the job (rj->lock). */
-static void runner_error(struct runner_ctx *c, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void runner_error(struct runner_ctx *c, const char *fmt, ...)
-{
-	struct runner_job *rj = c->rj;
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_error("job %" PRId64 " (%s %s): %s", rj->id, rj->kind, rj->dataset,
-		  msg);
-	pthread_mutex_lock(&rj->lock);
-	if (!rj->error[0])
-		snprintf(rj->error, sizeof(rj->error), "%s", msg);
-	pthread_mutex_unlock(&rj->lock);
-}
-
-static void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
-			    const unsigned char *ref,
-			    const unsigned char got[32])
-{
-	struct runner_job *rj = c->rj;
-	struct runner_mismatch *m;
-	char e[65] = "", a[65];
-
-	if (ref)
-		runner_hex(ref, e);
-	runner_hex(got, a);
-	log_warn("job %" PRId64 " (%s %s): %s: SHA-256 mismatch: expected %s,"
-		 " got %s",
-		 rj->id, rj->kind, rj->dataset, f->key, e, a);
-	pthread_mutex_lock(&rj->lock);
-	if (rj->n_mm == rj->cap_mm) {
-		size_t cap = rj->cap_mm ? rj->cap_mm * 2 : 16;
-
-		m = realloc(rj->mm, cap * sizeof(*m));
-		if (!m)
-			goto out;
-		rj->mm = m;
-		rj->cap_mm = cap;
-	}
-	m = &rj->mm[rj->n_mm];
-	m->key = strdup(f->key);
-	if (!m->key)
-		goto out;
-	memcpy(m->expected, e, sizeof(e));
-	memcpy(m->actual, a, sizeof(a));
-	m->listed = ref == f->exp;
-	rj->n_mm++;
-out:
-	pthread_mutex_unlock(&rj->lock);
 }
 
 static int runner_add(struct runner_ctx *c, const char *key,
@@ -328,16 +235,6 @@ static int runner_load_list(struct runner_ctx *c)
 	return 0;
 }
 
-static void runner_obj(const struct runner_ctx *c, const struct runner_file *f,
-		       struct cache_object *o)
-{
-	o->dataset = c->rj->dataset;
-	o->os = c->os;
-	o->key = f->key;
-	o->etag = f->etag;
-	o->size = f->size;
-}
-
 /* SHA-256 over the bytes cache_read_iov hands out. */
 struct runner_digest {
 	EVP_MD_CTX *md;
@@ -456,7 +353,35 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 		atomic_fetch_add(&rj->bytes_done, f->size);
 		return; /* done before a restart */
 	}
+	if (!c->stage && c->cache_mode && !runner_check(c, f)) {
+		atomic_fetch_add(&rj->bytes_done, f->size);
+		return; /* reported: not read */
+	}
+	log_cause_clear(); /* this file's own cause, for its error */
 	ret = runner_hash(c, f, buf, got);
+	if (ret && ret != -ECANCELED && ret != -ESTALE && c->cache_mode) {
+		/* Which side failed: a cache.dir removed under the daemon
+		 * fails every open of a cache file (ENOENT, like an object
+		 * gone at the source). Recreate it and read the file again. */
+		int r = cache_dir_recover(c->env->cache);
+
+		if (r == 1)
+			atomic_store(&c->cache_recreated, true);
+		if (r < 0) {
+			atomic_fetch_add(&c->errors, 1);
+			runner_error(c,
+				     "%s: the cache failed, not the source: "
+				     "cache.dir %s is damaged and cannot be "
+				     "recreated (%s; see the daemon's log)",
+				     f->key, c->env->cfg->cache_dir,
+				     strerror(-r));
+			return;
+		}
+		if (r == 1 || atomic_load(&c->cache_recreated)) {
+			atomic_fetch_add(&rj->bytes_total, f->size);
+			ret = runner_hash(c, f, buf, got);
+		}
+	}
 	if (ret == -ECANCELED)
 		return;
 	if (ret) {
@@ -467,6 +392,14 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 				"%s: changed at the source since the "
 				"dataset was registered ('stager refresh')",
 				f->key);
+		else if (ret == -ENOENT)
+			runner_error(c, "%s: not found at the source (%s)",
+				     f->key, c->ds.source);
+		else if (log_cause())
+			/* what the store or the cache logged first: the
+			 * transport error, the HTTP status and S3 code */
+			runner_error(c, "%s: %s: %s", f->key, strerror(-ret),
+				     log_cause());
 		else
 			runner_error(c, "%s: %s", f->key, strerror(-ret));
 		return;
@@ -591,6 +524,7 @@ static void runner_args(struct runner_ctx *c, const struct jobs_job *j)
 	c->cache_mode = c->stage || !mode || strcmp(mode, "source") != 0;
 	c->repair = proto_get(&m, "repair") != NULL;
 	c->fit = proto_get(&m, "fit") != NULL;
+	c->fetch_missing = proto_get(&m, "fetch_missing") != NULL;
 	files = proto_get(&m, "files");
 	if (files && *files)
 		c->files_arg = strdup(files);
@@ -611,6 +545,22 @@ static int runner_prepare(struct runner_ctx *c)
 			     "daemon's log",
 			     cfg->cache_dir);
 		return -ENXIO;
+	}
+	if (c->cache_mode) {
+		/* cache.dir removed under the daemon: found (and recreated)
+		 * once here, not as each file's cache file missing. */
+		int r = cache_dir_recover(c->env->cache);
+
+		if (r < 0) {
+			runner_error(c,
+				     "the cache failed, not the source: "
+				     "cache.dir %s is damaged and cannot be "
+				     "recreated (%s; see the daemon's log)",
+				     cfg->cache_dir, strerror(-r));
+			return r;
+		}
+		if (r == 1)
+			atomic_store(&c->cache_recreated, true);
 	}
 	if (!c->workers) {
 		if (c->cache_mode && !c->stage)
@@ -660,48 +610,6 @@ static int runner_prepare(struct runner_ctx *c)
 	atomic_store(&c->rj->bytes_total, total);
 	atomic_store(&c->rj->files_total, c->n);
 	return 0;
-}
-
-/* The job's final message. */
-static void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
-			  char *msg, size_t len)
-{
-	struct runner_job *rj = c->rj;
-	size_t off = 0;
-
-	pthread_mutex_lock(&rj->lock);
-	if (!ret && !rj->n_mm && !atomic_load(&c->errors)) {
-		*st = JOBS_DONE;
-		snprintf(msg, len, "%zu files, all match", c->n);
-		if (atomic_load(&c->unchecked))
-			snprintf(msg, len,
-				 "%zu files; %" PRIu64 " had no reference hash "
-				 "(no entry in %s, never staged): their "
-				 "hash is now recorded",
-				 c->n, atomic_load(&c->unchecked), c->sums_key);
-		goto out;
-	}
-	*st = JOBS_FAILED;
-	msg[0] = '\0';
-	if (rj->n_mm)
-		off += (size_t)snprintf(
-			msg, len, "%zu of %zu files do not match:", rj->n_mm,
-			c->n);
-	for (size_t i = 0; i < rj->n_mm && off < len; i++)
-		off += (size_t)snprintf(
-			msg + off, len - off,
-			" %s (expected %s %s %s, actual %s);", rj->mm[i].key,
-			rj->mm[i].expected[0] ? rj->mm[i].expected : "none",
-			rj->mm[i].listed ? "in" : "as",
-			rj->mm[i].listed ? c->sums_key : "staged",
-			rj->mm[i].actual);
-	if (off < len && (atomic_load(&c->errors) || ret))
-		snprintf(msg + off, len - off, "%s%" PRIu64 " error(s): %.400s",
-			 off ? " " : "",
-			 atomic_load(&c->errors) + (ret ? 1 : 0),
-			 rj->error[0] ? rj->error : strerror(-ret));
-out:
-	pthread_mutex_unlock(&rj->lock);
 }
 
 /*

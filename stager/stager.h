@@ -58,6 +58,7 @@ struct stager_opts {
 	bool pin; /* --pin */
 	bool fit; /* --fit */
 	bool repair; /* --repair */
+	bool fetch_missing; /* --fetch-missing (verify) */
 	bool all; /* --all */
 	const char *mode; /* "cache" or "source" (verify) */
 	const char *version; /* --version */
@@ -158,6 +159,12 @@ struct runner_mismatch {
 	char expected[65]; /* hex, "" when unknown */
 	bool listed; /* expected is from the dataset's sums key, not staging */
 	char actual[65];
+	/* NULL: a SHA-256 mismatch (above). Otherwise what verify found in
+	 * the cache: "damaged" or "repaired" (one block: block, path: the
+	 * cache file), "missing" or "fetched" (count blocks not in it). */
+	const char *kind;
+	uint64_t block, count;
+	char *path; /* or NULL */
 };
 
 struct runner_job {

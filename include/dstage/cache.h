@@ -220,6 +220,40 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 			uint64_t *present, uint64_t *bad);
 
 /*
+ * What cache_object_check found in one object: its blocks (from its size),
+ * how many are present, and of those how many fail their checksum. bad_fn
+ * (may be NULL) is called for each failing block with its index and the
+ * object's cache file (absolute path), from the caller's thread.
+ */
+struct cache_check {
+	uint64_t blocks, present, bad;
+	void (*bad_fn)(void *arg, uint64_t block, const char *path);
+	void *arg;
+};
+
+/*
+ * As cache_object_verify, naming each damaged block through chk->bad_fn;
+ * never contacts the source. A block that is not present (never fetched,
+ * or evicted) is neither bad nor present: blocks - present are missing.
+ * Returns 0 or -errno (-EIO for a local read error, -EINVAL).
+ */
+int cache_object_check(struct cache *c, const struct cache_object *obj,
+		       struct cache_check *chk);
+
+/*
+ * Whether cache.dir is still the directory the cache opened, with its
+ * identity file and objects/. When it or its contents were removed under
+ * the running process, recreate them empty (logged once as an error naming
+ * the path: the blocks are gone and will be fetched again), forget the
+ * open objects nobody uses and recount usage. For a caller whose read
+ * failed with a local error (-ENOENT opening a cache file, mostly), to
+ * tell the cache's side from the source's. Returns 0 when it was intact,
+ * 1 when this call recreated it, -EACCES when a directory now at the path
+ * is not this process's alone (refused, logged with the fix), or -errno.
+ */
+int cache_dir_recover(struct cache *c);
+
+/*
  * Drop the object's cached blocks (e.g. verify --repair after a mismatch,
  * or a dataset removed). Returns 0, -EBUSY when a reader (this process or
  * another) has the object open, or -errno.

@@ -33,6 +33,17 @@ void log_use_syslog(const char *ident);
 void log_msg(enum log_level lvl, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/*
+ * The calling thread's first error message (log_error, whatever the level
+ * in force; without the time and level prefix) since its last
+ * log_cause_clear, or NULL: the root cause, before the errors that follow
+ * from it ("fetching block 3 failed: EIO" after the store's own message).
+ * For a server that hands a failure's cause to the user who asked: clear
+ * before the request, read on failure.
+ */
+const char *log_cause(void);
+void log_cause_clear(void);
+
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)

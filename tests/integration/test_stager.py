@@ -486,7 +486,8 @@ def test_manifest_key_verify_refresh_show(sourced):
     assert m["actual"] == hashlib.sha256(bad).hexdigest()
     assert "dir/b.bin" in res["job"]["error"]
     assert "meta/sums.txt" in res["job"]["error"]
-    p = s.run("verify", "ds", "--cache")
+    # never staged: --cache alone would report the blocks as missing
+    p = s.run("verify", "ds", "--cache", "--fetch-missing")
     assert p.returncode == 1
     assert b"dir/b.bin" in p.stdout and b"meta/sums.txt" in p.stdout
     assert b"a.bin" not in p.stdout

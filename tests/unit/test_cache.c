@@ -207,6 +207,90 @@ static void flip_byte(uint64_t block, uint64_t at)
 	close(fd);
 }
 
+/* cache_object_check's report of damaged blocks. */
+struct bad_blocks {
+	uint64_t blocks[8];
+	unsigned n;
+	char path[512];
+};
+
+static void note_bad(void *arg, uint64_t block, const char *path)
+{
+	struct bad_blocks *b = arg;
+
+	if (b->n < 8)
+		b->blocks[b->n++] = block;
+	snprintf(b->path, sizeof(b->path), "%s", path);
+}
+
+/*
+ * cache_object_check names damaged blocks and their file, counts present
+ * and missing ones, and fetches nothing; cache_dir_recover recreates
+ * objects/ removed under the cache and refuses one others may write.
+ */
+static void test_check_and_recover(void)
+{
+	struct cache_object obj = { .dataset = "chk" };
+	struct bad_blocks bb = { .n = 0 };
+	struct cache_check chk = { .bad_fn = note_bad, .arg = &bb };
+	char etag[128], objdir[400], cmd[500];
+	size_t size = 10 * BS;
+	char *data = put_src("chk.bin", size, &obj, etag);
+	struct cache *c = open_cache();
+	struct cache_stats st0, st;
+	uint64_t data_off = 0;
+	int fd;
+	char ch;
+
+	CHECK_INT(cache_fetch(c, &obj, 0, 6 * BS, NULL, NULL), 0);
+	fd = open_obj_file("chk", &data_off);
+	CHECK(fd >= 0);
+	CHECK(pread(fd, &ch, 1, (off_t)(data_off + 3 * BS + 100)) == 1);
+	ch ^= 0x11;
+	CHECK(pwrite(fd, &ch, 1, (off_t)(data_off + 3 * BS + 100)) == 1);
+	close(fd);
+	cache_get_stats(c, &st0);
+	CHECK_INT(cache_object_check(c, &obj, &chk), 0);
+	CHECK_INT(chk.blocks, 10);
+	CHECK_INT(chk.present, 6);
+	CHECK_INT(chk.bad, 1);
+	CHECK_INT(bb.n, 1);
+	CHECK_INT(bb.blocks[0], 3);
+	CHECK(!strncmp(bb.path, cachedir, strlen(cachedir)) &&
+	      strstr(bb.path, "/objects/"));
+	fd = open(bb.path, O_RDONLY);
+	CHECK(fd >= 0);
+	close(fd);
+	cache_get_stats(c, &st);
+	CHECK_INT(st.fetches, st0.fetches); /* nothing fetched */
+	CHECK_INT(st.checksum_failures, st0.checksum_failures + 1);
+	CHECK(read_eq(c, &obj, data, 0, size)); /* a read repairs */
+
+	/* objects/ removed under the cache: recreated once. */
+	CHECK_INT(cache_dir_recover(c), 0);
+	snprintf(objdir, sizeof(objdir), "%s/objects", cachedir);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", objdir);
+	CHECK_INT(system(cmd), 0);
+	CHECK_INT(cache_dir_recover(c), 1);
+	CHECK_INT(cache_dir_recover(c), 0);
+	CHECK_INT(access(objdir, F_OK), 0);
+	CHECK(read_eq(c, &obj, data, 0, size));
+	bb.n = 0;
+	CHECK_INT(cache_object_check(c, &obj, &chk), 0);
+	CHECK_INT(chk.present, 10);
+	CHECK_INT(chk.bad, 0);
+
+	/* One that others may write is refused, until it is gone. */
+	CHECK_INT(system(cmd), 0);
+	CHECK_INT(mkdir(objdir, 0700), 0);
+	CHECK_INT(chmod(objdir, 0777), 0);
+	CHECK_INT(cache_dir_recover(c), -EACCES);
+	CHECK_INT(rmdir(objdir), 0);
+	CHECK_INT(cache_dir_recover(c), 1);
+	cache_close(c);
+	free(data);
+}
+
 /*
  * The block records on disk hold the plain XXH3_64bits of each block,
  * whether the cache hashed the block whole or piece by piece as its bytes
@@ -876,6 +960,7 @@ int main(void)
 	test_ranges();
 	test_on_disk_sums();
 	test_corruption();
+	test_check_and_recover();
 	test_truncated_file();
 	test_stale();
 	test_threads();

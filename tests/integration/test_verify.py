@@ -1,0 +1,334 @@
+"""verify --cache says what it found (issue 16), against a real daemon and
+the real block cache, with file:// sources.
+
+Covered: bytes flipped in a cached block are reported as that block
+(dataset, key, block index, cache file) in text and --json, exit 1, and the
+source is not contacted (it is moved away during the check: any read of it
+would fail the job with an error); --repair fetches the block again, lists
+it as repaired and exits 0; blocks never fetched are reported as missing,
+not fetched (source moved away again), told apart from damaged ones in the
+same job; --fetch-missing fetches them; `stager show` carries the counts in
+the last verify's message; at most 10000 rows, the rest counted.
+
+Errors name their cause where the user is: `add` with the endpoint on a
+closed port, a bad URL scheme, a missing file:// directory, a wrong secret
+against the shared radosgw (HTTP 403 SignatureDoesNotMatch): text and
+--json carry the URL, the transport error or HTTP status and S3 code, and
+the fix; a stage job's error carries the store's cause too. cache.dir (or
+its contents) removed under the running daemon: found once, recreated,
+named as the cache's side (never as objects missing at the source); one
+replaced with mode 0777 refused."""
+import json
+import os
+import shutil
+import socket
+import stat
+
+import pytest
+
+from test_stager import MiB, Stager, data, make_dataset  # noqa: F401
+from test_stager import daemon, stager_dir  # noqa: F401 (fixtures)
+
+# An object file: a 4 KiB header, then the records (4 KiB for a few
+# blocks), then block b at DATA_OFF + b * BLOCK (docs/cache.md).
+DATA_OFF = 8192
+BLOCK = 4 * MiB
+
+
+def cache_files(root):
+    return [p for p in (root / "cache" / "objects").rglob("*") if p.is_file()]
+
+
+def flip(path, off, n=3):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(n)
+        f.seek(off)
+        f.write(bytes(x ^ 0xff for x in b))
+
+
+def hide(src):
+    """Move the source's files away, keeping its directory (a file:// store
+    checks that at open): any read of the source now fails."""
+    away = src.parent / (src.name + "-away")
+    os.rename(src, away)
+    src.mkdir()
+
+
+def unhide(src):
+    os.rmdir(src)
+    os.rename(src.parent / (src.name + "-away"), src)
+
+
+def text(p):
+    return (p.stdout + p.stderr).decode(errors="replace")
+
+
+def test_damaged_block_reported_not_fetched_then_repaired(daemon, stager_dir):
+    files = {"big.bin": data(7, 10 * MiB), "small.bin": data(8, 5000)}
+    src = stager_dir / "src"
+    make_dataset(src, files)
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    big = [p for p in cache_files(stager_dir)
+           if p.stat().st_size >= 10 * MiB]
+    assert len(big) == 1
+    flip(big[0], DATA_OFF + BLOCK + 2 * MiB + 77)  # block 1, mid-object
+
+    # The source is away: reading any of it would fail the job with an
+    # error ("No such file or directory"), not a report of the block.
+    hide(src)
+    p = daemon.run("verify", "ds", "--cache")
+    out = text(p)
+    assert p.returncode == 1, out
+    assert "DAMAGED ds big.bin block 1: cache file %s" % big[0] in out, out
+    assert "small.bin" not in out and "error" not in out, out
+    assert "found 1 damaged block(s) in 1 file(s)" in out, out
+
+    p = daemon.run("verify", "ds", "--cache", "--json")
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert res["damaged"] == [{"dataset": "ds", "key": "big.bin",
+                               "block": 1, "path": str(big[0])}]
+    assert res["missing"] == [] and res["mismatches"] == []
+    assert res["repaired"] == [] and res["job"]["state"] == "failed"
+    show = daemon.json("show", "ds")
+    assert show["last_verify"] == "failed"
+    assert "1 damaged block(s)" in show["last_verify_msg"]
+
+    # --repair: fetched again from the (restored) source, listed.
+    unhide(src)
+    p = daemon.run("verify", "ds", "--cache", "--repair", "--json")
+    assert p.returncode == 0, text(p)
+    res = json.loads(p.stdout)
+    assert [(r["key"], r["block"]) for r in res["repaired"]] == \
+        [("big.bin", 1)]
+    assert res["damaged"] == [] and res["job"]["state"] == "done"
+    assert "repaired 1 damaged block(s)" in res["job"]["error"]
+
+    # Mended: a plain check finds nothing, still without the source.
+    hide(src)
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 0, text(p)
+    assert "all match" in text(p) and "DAMAGED" not in text(p)
+    unhide(src)
+
+
+def test_missing_told_apart_from_damaged(daemon, stager_dir):
+    files = {"a.bin": data(1, 6 * MiB), "b.bin": data(2, 9 * MiB),
+             "c.txt": b"hello\n"}
+    src = stager_dir / "src"
+    make_dataset(src, files)
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    # Only a.bin is staged: b.bin, c.txt and SHA256SUMS were never fetched.
+    daemon.run("stage", "ds", "--files", "a.bin", "--wait", check=True)
+    (obj,) = cache_files(stager_dir)
+    flip(obj, DATA_OFF + 5 * MiB)  # a.bin's block 1
+
+    hide(src)
+    p = daemon.run("verify", "ds", "--json")  # --cache is the default
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert [(d["key"], d["block"]) for d in res["damaged"]] == [("a.bin", 1)]
+    missing = {m["key"]: m["blocks"] for m in res["missing"]}
+    assert missing == {"b.bin": 3, "c.txt": 1, "SHA256SUMS": 1}, res
+    assert res["fetched"] == [] and "error" not in res["job"]["error"]
+    assert len(cache_files(stager_dir)) == 1  # nothing fetched
+    p = daemon.run("verify", "ds", "--cache")
+    out = text(p)
+    assert "MISSING ds b.bin: 3 block(s) not in the cache" in out, out
+    assert "DAMAGED ds a.bin block 1" in out, out
+    assert "4 file(s) missing" not in out  # a.bin is damaged, not missing
+    assert "5 block(s) of 3 file(s) missing from the cache" in out, out
+
+    # --fetch-missing fetches what is missing, not what is damaged.
+    unhide(src)
+    p = daemon.run("verify", "ds", "--fetch-missing", "--json")
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert {m["key"] for m in res["fetched"]} == {"b.bin", "c.txt",
+                                                   "SHA256SUMS"}
+    assert [d["key"] for d in res["damaged"]] == ["a.bin"]
+    assert res["missing"] == []
+    p = daemon.run("verify", "ds", "--repair")
+    assert p.returncode == 0, text(p)
+    assert "REPAIRED ds a.bin block 1" in text(p)
+    hide(src)
+    p = daemon.run("verify", "ds")
+    assert p.returncode == 0 and "all match" in text(p), text(p)
+    unhide(src)
+
+
+# ---- errors that name their cause, where the user is ----
+
+def closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return port
+
+
+def failed_add(s, url):
+    """add NAME url, failing: (text on stderr, the --json error object)."""
+    p = s.run("add", "x", url)
+    assert p.returncode != 0
+    err = p.stderr.decode(errors="replace")
+    pj = s.run("add", "x", url, "--json")
+    assert pj.returncode == p.returncode, pj.stderr
+    doc = json.loads(pj.stdout)["error"]
+    assert doc["message"] in err, (doc, err)
+    assert "x" not in [d["name"] for d in s.json("list")]
+    return err, doc
+
+
+def test_unreachable_endpoint_named(tool, stager_dir):
+    port = closed_port()
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port,
+               AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+               AWS_SECRET_ACCESS_KEY="secret")
+    s = Stager(tool("stager"), stager_dir, env=env, args=())
+    s.cfg.write_text(s.cfg.read_text() +
+                     "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
+    s.start()
+    try:
+        err, doc = failed_add(s, "s3://bucket/p/")
+        assert "s3://bucket/p/" in err and "127.0.0.1 port %d" % port in err
+        assert "Input/output error" in err  # the errno, with its cause:
+        assert "Couldn't connect to server" in err, err
+        assert "s3.endpoint" in err, err  # the hint
+        assert doc["code"] == "EIO" and doc["errno"] == 5
+    finally:
+        s.stop()
+
+
+def test_bad_url_scheme_named(daemon):
+    err, doc = failed_add(daemon, "http://foo/bar")
+    assert "unsupported store URL 'http://foo/bar'" in err, err
+    assert "s3://BUCKET/PREFIX/ or file:///DIR/" in err, err
+    assert doc["code"] == "EINVAL"
+    err, doc = failed_add(daemon, "file:///nonexistent-dstage-dir/")
+    assert "cannot open directory /nonexistent-dstage-dir" in err, err
+    assert doc["code"] == "ENOENT"
+
+
+def test_wrong_credentials_named(tool, stager_dir, rgw):
+    bucket = rgw.make_bucket("verify-creds-%d" % os.getpid())
+    assert rgw.put_object(bucket, "p/a.bin", b"abc") == 200
+    env = rgw.env(AWS_SECRET_ACCESS_KEY="wrong" + rgw.secret_key[5:])
+    s = Stager(tool("stager"), stager_dir, env=env).start()
+    try:
+        err, doc = failed_add(s, "s3://%s/p/" % bucket)
+        assert "s3://%s/p/" % bucket in err, err
+        assert "HTTP 403 SignatureDoesNotMatch" in err, err
+        assert "AWS_SECRET_ACCESS_KEY" in err, err  # the hint
+        assert doc["code"] in ("EACCES", "EPERM"), doc
+    finally:
+        s.stop()
+    # the right secret: the same URL registers
+    s = Stager(tool("stager"), stager_dir, env=rgw.env()).start()
+    try:
+        s.run("add", "x", "s3://%s/p/" % bucket, check=True)
+    finally:
+        s.stop()
+
+
+def empty_cache(root, whole):
+    cache = root / "cache"
+    if whole:
+        shutil.rmtree(cache)
+        return
+    for p in cache.iterdir():
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["contents", "dir"])
+def test_cache_dir_removed_under_daemon(daemon, stager_dir, whole):
+    files = {"a.bin": data(1, 5 * MiB), "b.bin": data(2, 100)}
+    make_dataset(stager_dir / "src", files)
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    cache = stager_dir / "cache"
+    empty_cache(stager_dir, whole)
+
+    # verify --cache: the cache's side, named with its path; the blocks
+    # are missing from the (recreated) cache, not from the source.
+    p = daemon.run("verify", "ds", "--cache")
+    out = text(p)
+    assert p.returncode == 1, out
+    assert "cache.dir %s had been removed under the daemon: recreated " \
+        "empty" % cache in out, out
+    assert "MISSING ds a.bin" in out and "source" not in out, out
+    assert "No such file" not in out, out
+    assert (cache / "objects").is_dir() and (cache / "dstage-cache").is_file()
+    assert stat.S_IMODE((cache / "objects").stat().st_mode) == 0o700
+
+    # Staging again works, and the damage was reported once.
+    p = daemon.run("stage", "ds", "--wait")
+    assert p.returncode == 0, text(p)
+    assert "removed" not in text(p)
+    p = daemon.run("verify", "ds", "--cache")
+    assert p.returncode == 0 and "all match" in text(p), text(p)
+    log = daemon.log.read_text(errors="replace")
+    assert log.count("removed under the running process") == 1, log
+
+
+def test_cache_dir_replaced_unsafely_refused(daemon, stager_dir):
+    make_dataset(stager_dir / "src", {"a.bin": data(1, 100000)})
+    daemon.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    daemon.run("stage", "ds", "--wait", check=True)
+    cache = stager_dir / "cache"
+    shutil.rmtree(cache)
+    cache.mkdir()
+    os.chmod(cache, 0o777)  # anyone could plant cache files here
+    p = daemon.run("stage", "ds", "--wait")
+    out = text(p)
+    assert p.returncode == 1, out
+    assert "the cache failed, not the source: cache.dir %s is damaged and " \
+        "cannot be recreated (Permission denied" % cache in out, out
+    assert "a.bin" not in out, out
+    log = daemon.log.read_text(errors="replace")
+    assert "chmod 0700" in log, log
+
+
+def test_stage_job_error_names_the_store_cause(tool, stager_dir, rgw):
+    """A job's error (not only a request's) carries the store's cause."""
+    bucket = rgw.make_bucket("verify-job-%d" % os.getpid())
+    assert rgw.put_object(bucket, "p/a.bin", data(3, 300000)) == 200
+    s = Stager(tool("stager"), stager_dir, env=rgw.env())
+    s.cfg.write_text(s.cfg.read_text() +
+                     "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
+    s.start()
+    try:
+        s.run("add", "ds", "s3://%s/p/" % bucket, check=True)
+    finally:
+        s.stop()
+    port = closed_port()
+    s.env = rgw.env(AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port)
+    s.start()
+    try:
+        p = s.run("stage", "ds", "--wait")
+        out = text(p)
+        assert p.returncode == 1, out
+        assert "a.bin: Input/output error: s3: GET " \
+            "http://127.0.0.1:%d/%s/p/a.bin" % (port, bucket) in out, out
+        assert "Couldn't connect to server" in out, out
+        assert "s3.endpoint" in out, out
+    finally:
+        s.stop()
+
+
+def test_missing_list_capped(daemon, stager_dir):
+    """A never-staged dataset of many files: every file counted, at most
+    10000 rows kept (RUNNER_FOUND_MAX), the rest said in the message."""
+    src = stager_dir / "src"
+    src.mkdir()
+    for i in range(10003):
+        (src / ("f%05d" % i)).write_bytes(b"x")
+    daemon.run("add", "ds", "file://%s/" % src, check=True)
+    p = daemon.run("verify", "ds", "--json", timeout=300)
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    assert len(res["missing"]) == 10000
+    assert "10003 block(s) of 10003 file(s) missing" in res["job"]["error"]
+    assert "only the first 10000 listed, 3 more not" in res["job"]["error"]
