@@ -399,3 +399,89 @@ def test_control_files_refuse_non_member(restricted):
     assert s.returncode == 0 and b"teamsecret" not in s.stdout, s.stdout
     ls = users.run(other, ["ls", "-a", ctl])
     assert ls.returncode == 0 and b"teamsecret" not in ls.stdout
+
+
+# ---- checksums on the read paths of the stager and of the mount ----
+
+def flip_cache_byte(cache_dir, size, at):
+    """Flip a bit at byte `at` of the data of the one cache file of at least
+    size bytes (the data lies at the end of the file)."""
+    objs = [p for p in Path(cache_dir).rglob("*")
+            if p.is_file() and p.stat().st_size >= size]
+    assert len(objs) == 1, objs
+    pos = objs[0].stat().st_size - size + at
+    with open(objs[0], "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+def checksum_lines(log):
+    return Path(log).read_text(errors="replace").count("failed its checksum")
+
+
+def test_stager_reads_recheck_flipped_block(tool, tmp_path):
+    """stage and verify read present blocks in batches (CACHE_READ_DIRECT):
+    a flipped byte is caught, counted (logged) and re-fetched, so verify
+    --cache still matches the manifest and stage succeeds."""
+    size = 6 << 20
+    d = Stager(tool("stager"), tmp_path)
+    make_dataset(tmp_path / "src", {"big.bin": os.urandom(size)})
+    d.start()
+    try:
+        d.run("add", "ds", "file://%s/src/" % tmp_path, check=True)
+        d.run("stage", "ds", "--wait", check=True)
+        for n, (cmd, at) in enumerate([("verify", (1 << 20) + 123),
+                                       ("stage", (5 << 20) + 7)]):
+            d.stop()  # a fresh process: nothing verified yet
+            flip_cache_byte(tmp_path / "cache", size, at)
+            d.start()
+            # a stage skips files verified since its job was created
+            # (a resumed job), to the second
+            time.sleep(1.1)
+            args = [cmd, "ds", "--wait"] + (["--cache"] if cmd == "verify"
+                                            else [])
+            p = d.run(*args)
+            assert p.returncode == 0, (cmd, p.stdout, p.stderr)
+            assert checksum_lines(d.log) == n + 1, cmd
+        # repaired on disk: a fresh process meets no failure
+        d.stop()
+        d.start()
+        d.run("verify", "ds", "--cache", check=True)
+        assert checksum_lines(d.log) == 2
+    finally:
+        d.stop()
+
+
+def test_mount_reads_recheck_flipped_block(tool, tmp_path):
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse")
+    size = 6 << 20
+    data = os.urandom(size)
+    e = Env(tool, tmp_path)
+    try:
+        e.add_dataset("ds", {"big.bin": data})
+        m = e.mount()
+        assert (m.mnt / "datasets/ds/big.bin").read_bytes() == data
+        m.cleanup()
+        for n, at in enumerate([(1 << 20) + 123, (5 << 20) + 7]):
+            flip_cache_byte(tmp_path / "cache", size, at)
+            # a fresh mount (nothing verified) and no page cache of the
+            # mount's file (the cache file's pages hold the flipped byte)
+            subprocess.run(["sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"],
+                           capture_output=True)
+            m = e.mount(name="mnt%d" % n)
+            f = m.mnt / "datasets/ds/big.bin"
+            if n == 0:
+                got = f.read_bytes()  # whole: sequential, spliced
+            else:
+                with open(f, "rb") as fh:  # small reads at the block
+                    fh.seek(at - 100)
+                    got = data[:at - 100] + fh.read(200)
+                    got += data[len(got):]
+            assert got == data, "corrupt bytes through the mount"
+            assert m.stats()["checksum_failures"] == 1, m.stats()
+            m.cleanup()
+    finally:
+        e.cleanup()
