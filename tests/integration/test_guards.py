@@ -485,3 +485,49 @@ def test_mount_reads_recheck_flipped_block(tool, tmp_path):
             m.cleanup()
     finally:
         e.cleanup()
+
+
+# ---- retries judged by the HTTP status, not only by an S3 error code ----
+
+from test_objstore_faults import DATA, proxied, stats  # noqa: E402,F401
+
+# A load balancer's answers: no S3 error body to read a code from.
+LB_KINDS = ["bare502", "bare503", "bare504", "html502", "html503", "html504",
+            "429"]
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize("kind", LB_KINDS)
+def test_status_only_errors_retried_to_success(proxied, kind, method):
+    store, _, proxy = proxied
+    proxy.add_fault(kind, count=2, match=method, path="/blob", seconds=1)
+    if method == "GET":
+        p = store.get("blob", 4096, 100000, check=False)
+        assert p.returncode == 0, p.stderr.decode()
+        assert p.stdout == DATA[4096:4096 + 100000]
+    else:
+        p = store.head("blob", check=False)
+        assert p.returncode == 0, p.stderr.decode()
+        assert int(p.stdout.split(b"\t")[0]) == len(DATA)
+    assert stats(p)["retries"] == 2, p.stderr.decode()
+    assert proxy.count(method, "/blob") == 3
+    assert not proxy.pending_faults()
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize("kind", LB_KINDS)
+def test_status_only_errors_give_up_clearly(proxied, kind, method):
+    store, _, proxy = proxied
+    proxy.add_fault(kind, count=1000, match=method, path="/blob", seconds=1)
+    t = time.monotonic()
+    if method == "GET":
+        p = store.get("blob", 0, 100, check=False)
+    else:
+        p = store.head("blob", check=False)
+    assert p.returncode == 1 and p.stdout == b""
+    err = p.stderr.decode()
+    # the status named (no S3 code to name), the attempts, the errno
+    assert "HTTP %s" % kind[-3:] in err, err
+    assert "attempt 5 of 5" in err and "EIO" in err, err
+    assert proxy.count(method, "/blob") == 5
+    assert time.monotonic() - t < 10
