@@ -615,3 +615,48 @@ def test_record_written_after_data_is_durable_uring(tool, tmp_path):
     assert counts[0] == 0, "records present at the first sync: %s" % counts
     assert counts[-1] < nblocks, \
         "every record present at the last sync: %s" % counts
+
+
+# ---- verify --source reads the source, --cache the cache ----
+
+def rewrite_keeping_etag(path, data):
+    """Change a source file's bytes in place, keeping its size, mtime and
+    inode: a file:// ETag that does not change, so the cache keeps what it
+    holds."""
+    st = path.stat()
+    assert len(data) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_verify_source_and_cache_differ_each_way(tool, tmp_path):
+    good = os.urandom(3 << 20)
+    bad = good[:1000] + bytes([good[1000] ^ 0xff]) + good[1001:]
+    d = Stager(tool("stager"), tmp_path)
+    src = tmp_path / "src"
+    make_dataset(src, {"f.bin": good, "ok.bin": b"fine\n"})
+    d.start()
+    try:
+        d.run("add", "ds", "file://%s/" % src, check=True)
+        d.run("stage", "ds", "--wait", check=True)
+        # the cache good, the source bad
+        rewrite_keeping_etag(src / "f.bin", bad)
+        p = d.run("verify", "ds", "--cache")
+        assert p.returncode == 0, p.stdout + p.stderr
+        p = d.run("verify", "ds", "--source")
+        assert p.returncode == 1 and b"f.bin" in p.stdout, p.stdout
+        assert b"ok.bin" not in p.stdout
+        # the cache bad (staged from the bad source, its checksums right),
+        # the source good
+        d.run("remove", "ds", check=True)
+        d.run("add", "ds", "file://%s/" % src, check=True)
+        p = d.run("stage", "ds", "--wait")
+        assert p.returncode == 1 and b"f.bin" in p.stdout, p.stdout
+        rewrite_keeping_etag(src / "f.bin", good)
+        p = d.run("verify", "ds", "--source")
+        assert p.returncode == 0, p.stdout + p.stderr
+        p = d.run("verify", "ds", "--cache")
+        assert p.returncode == 1 and b"f.bin" in p.stdout, p.stdout
+    finally:
+        d.stop()
