@@ -16,6 +16,9 @@
  * cache_read_fd, which leaves the repair to the copying path); never the
  * damaged ones. The failure is counted in checksum_failures. A new read
  * path of include/dstage/cache.h gets a row in paths[] below.
+ *
+ * And a block record whose check word is wrong (a torn or misplaced record
+ * write) makes its block absent: fetched again, never trusted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -290,14 +293,16 @@ static int run_child(void (*fn)(unsigned), unsigned i)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
-/* Flip a bit of byte at of the data of dataset ds's cache file: the
- * header (lib/cache_i.h's struct cache_hdr) has the data's offset at 24,
- * the dataset name's length at 32 and the name at 64. */
-static int flip_byte(const char *ds, uint64_t at)
+/* Flip a bit of a byte of dataset ds's cache file: byte at of its data, or
+ * (rec) of its block records. The header (lib/cache_i.h's struct
+ * cache_hdr) has the data's offset at 24, the lengths of the dataset name,
+ * key and ETag at 32 and the name at 64; the records start at the first
+ * 4 KiB boundary after the strings, 16 bytes each, the check word last. */
+static int flip_byte_in(const char *ds, uint64_t at, bool rec)
 {
 	char pat[400], name[16];
 	uint64_t data_off;
-	uint32_t ds_len;
+	uint32_t lens[3];
 	glob_t g;
 	int ret = 1;
 
@@ -306,24 +311,66 @@ static int flip_byte(const char *ds, uint64_t at)
 		return 1;
 	for (size_t k = 0; k < g.gl_pathc; k++) {
 		int fd = open(g.gl_pathv[k], O_RDWR);
+		uint64_t base;
 		char ch;
 
 		memset(name, 0, sizeof(name));
 		if (fd < 0)
 			continue;
-		if (pread(fd, &ds_len, 4, 32) == 4 && ds_len == strlen(ds) &&
-		    pread(fd, name, ds_len, 64) == (ssize_t)ds_len &&
-		    !memcmp(name, ds, ds_len) &&
-		    pread(fd, &data_off, 8, 24) == 8 &&
-		    pread(fd, &ch, 1, (off_t)(data_off + at)) == 1) {
-			ch ^= 0x01;
-			if (pwrite(fd, &ch, 1, (off_t)(data_off + at)) == 1)
-				ret = 0;
+		if (pread(fd, lens, sizeof(lens), 32) == sizeof(lens) &&
+		    lens[0] == strlen(ds) &&
+		    pread(fd, name, lens[0], 64) == (ssize_t)lens[0] &&
+		    !memcmp(name, ds, lens[0]) &&
+		    pread(fd, &data_off, 8, 24) == 8) {
+			base = rec ? (64 + (uint64_t)lens[0] + lens[1] +
+				      lens[2] + 4095) &
+					       ~(uint64_t)4095
+				   : data_off;
+			if (pread(fd, &ch, 1, (off_t)(base + at)) == 1) {
+				ch ^= 0x01;
+				if (pwrite(fd, &ch, 1, (off_t)(base + at)) == 1)
+					ret = 0;
+			}
 		}
 		close(fd);
 	}
 	globfree(&g);
 	return ret;
+}
+
+static int flip_byte(const char *ds, uint64_t at)
+{
+	return flip_byte_in(ds, at, false);
+}
+
+/* Object NPATHS after its record of block BAD_BLOCK lost its check word:
+ * that block is absent (one block fetched again), nothing is counted as
+ * corrupt, the bytes are the source's. */
+static void child_torn_record(unsigned i)
+{
+	struct objstore *os = NULL;
+	struct cache *c = NULL;
+	struct cache_stats st;
+	struct path_obj p;
+	uint64_t present = 0;
+	char *want = malloc(SIZE), *got = calloc(1, SIZE);
+
+	if (!want || !got || child_open(&os, &c))
+		_exit(1);
+	fill_pattern(want, i);
+	CHECK_INT(obj_init(&p, os, i), 0);
+	CHECK_INT(cache_object_present(c, &p.obj, &present), 0);
+	CHECK_INT(present, SIZE - BS);
+	CHECK_INT(cache_read(c, &p.obj, 0, SIZE, got), SIZE);
+	CHECK(!memcmp(got, want, SIZE));
+	cache_get_stats(c, &st);
+	CHECK_INT(st.checksum_failures, 0);
+	CHECK_INT(st.fetches, 1);
+	cache_close(c);
+	objstore_free(os);
+	free(want);
+	free(got);
+	_exit(check_result());
 }
 
 int main(void)
@@ -359,6 +406,26 @@ int main(void)
 		if (run_child(child_read, i)) {
 			fprintf(stderr, "read path '%s': FAILED\n",
 				paths[i].name);
+			check_failures++;
+		}
+	}
+
+	/* A torn record: its check word (the last 4 of its 16 bytes). */
+	{
+		unsigned i = NPATHS;
+		FILE *f;
+
+		fill_pattern(data, i);
+		snprintf(path, sizeof(path), "%s/k%u", srcdir, i);
+		f = fopen(path, "wb");
+		CHECK(f && fwrite(data, 1, SIZE, f) == SIZE);
+		if (f)
+			fclose(f);
+		CHECK_INT(run_child(child_fill, i), 0);
+		snprintf(path, sizeof(path), "p%u", i);
+		CHECK_INT(flip_byte_in(path, BAD_BLOCK * 16 + 13, true), 0);
+		if (run_child(child_torn_record, i)) {
+			fprintf(stderr, "torn record: FAILED\n");
 			check_failures++;
 		}
 	}
