@@ -28,6 +28,13 @@ response head when the body is empty or of unknown length):
                    real body, close
   corrupt          flip one bit of the body byte at offset `nbytes`
                    (default: the middle); Content-Length bodies only
+  bare502/503/504  answer that status with no body at all (Content-Length:
+                   0): a load balancer or gateway, no S3 error code to go by
+  html502/503/504  answer that status with a text/html page (a load
+                   balancer's error page), not S3 XML
+  429              answer 429 Too Many Requests, no body, with
+                   Retry-After: `seconds` (default 1)
+  Every kind applies to HEAD too (match="HEAD"); a HEAD answer has no body.
 
 Python API (what tests/integration/conftest.py uses):
 
@@ -75,7 +82,11 @@ IDLE_TIMEOUT = 120.0          # seconds a socket may sit silent
 DRAIN_LIMIT = 1 << 30         # most request-body bytes we discard
 
 KINDS = ("503", "500", "reset", "reset_request", "truncate", "stall",
-         "length_long", "length_short", "corrupt")
+         "length_long", "length_short", "corrupt", "bare502", "bare503",
+         "bare504", "html502", "html503", "html504", "429")
+REASONS = {429: "Too Many Requests", 500: "Internal Server Error",
+           502: "Bad Gateway", 503: "Service Unavailable",
+           504: "Gateway Timeout"}
 ALIASES = {"slowdown": "503", "internal": "500", "internalerror": "500",
            "timeout": "stall", "truncated": "truncate"}
 
@@ -200,6 +211,28 @@ def wants_close(version, h):
     if "close" in conn:
         return True
     return version == "HTTP/1.0" and "keep-alive" not in conn
+
+
+def plain_error(kind, seconds, method):
+    """The answer of a bare/html 5xx or a 429 fault: (head, body); the head
+    without the Connection header and the blank line."""
+    status = int(kind[-3:])
+    extra = ""
+    if kind.startswith("html"):
+        body = ("<html><head><title>%d %s</title></head><body><center><h1>"
+                "%d %s</h1></center><hr><center>nginx</center></body>"
+                "</html>\r\n" % (status, REASONS[status], status,
+                                  REASONS[status])).encode()
+        ctype = "text/html"
+    else:
+        body, ctype = b"", "text/plain"
+    if status == 429:
+        extra = "Retry-After: %d\r\n" % int(1 if seconds is None
+                                              else seconds)
+    head = ("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+            "%sServer: faultproxy-lb\r\n" % (status, REASONS[status], ctype,
+                                              len(body), extra))
+    return status, head, (b"" if method == "HEAD" else body)
 
 
 def s3_error(status, code, message, resource, req_id, method):
@@ -455,16 +488,21 @@ class FaultProxy:
             self._reset(cs)
             return False
 
-        if fault is not None and fault.kind in ("503", "500"):
-            if fault.seconds:
-                self._sleep(fault.seconds)
-            code, msg = (("SlowDown", "Please reduce your request rate.")
-                         if fault.kind == "503" else
-                         ("InternalError", "We encountered an internal error. "
-                          "Please try again."))
-            status = int(fault.kind)
-            rhead, body = s3_error(status, code, msg, url.path,
-                                   "faultproxy-%d" % seq, method)
+        if fault is not None and (fault.kind in ("503", "500", "429") or
+                                  fault.kind[:4] in ("bare", "html")):
+            if fault.kind in ("503", "500"):
+                if fault.seconds:
+                    self._sleep(fault.seconds)
+                code, msg = (("SlowDown", "Please reduce your request rate.")
+                             if fault.kind == "503" else
+                             ("InternalError", "We encountered an internal "
+                              "error. Please try again."))
+                status = int(fault.kind)
+                rhead, body = s3_error(status, code, msg, url.path,
+                                       "faultproxy-%d" % seq, method)
+            else:
+                status, rhead, body = plain_error(fault.kind, fault.seconds,
+                                                  method)
             # Without the body in hand (Expect: 100-continue) we cannot keep
             # the connection in sync: answer and close.
             keep = not expect and not client_close
