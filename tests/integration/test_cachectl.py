@@ -277,8 +277,9 @@ def test_evict(env):
     assert ds_row(ctl.json("status"))["cached"] == 0
     assert [(a["target"], a["new"]) for a in ctl.audit()
             if a["action"] == "evict"] == [("ds", str(cached))]
-    # fetched again on the next read
-    s.run("verify", "ds", check=True)
+    # fetched again on the next read (verify fetches what is missing only
+    # when asked to)
+    s.run("verify", "ds", "--fetch-missing", check=True)
     assert ds_row(ctl.json("status"))["cached"] == cached
     # down to the low watermark: 80% of 64M is more than is used
     r = ctl.json("evict", "--to-low-watermark", "--dry-run")
@@ -311,10 +312,10 @@ def test_evict_older_than_and_last_access(env):
 
 
 def test_evict_while_reading(env):
-    """verify --cache jobs read the dataset through the cache and compare
-    every file's SHA-256 while evict drops it again and again: every
-    verify passes (an open file is left to its reader, a dropped one is
-    fetched again)."""
+    """verify --cache --fetch-missing jobs read the dataset through the
+    cache and compare every file's SHA-256 while evict drops it again and
+    again: every verify passes (an open file is left to its reader, a
+    dropped one is fetched again)."""
     s, ctl = env
     results, stop = [], threading.Event()
 
@@ -322,7 +323,8 @@ def test_evict_while_reading(env):
         for _ in range(30):
             if stop.is_set():
                 break
-            p = s.run("verify", "ds", "--cache", timeout=120)
+            p = s.run("verify", "ds", "--cache", "--fetch-missing",
+                      timeout=120)
             results.append((p.returncode, p.stdout + p.stderr))
 
     t = threading.Thread(target=reader)

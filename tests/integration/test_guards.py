@@ -34,8 +34,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 # What each request does to the node; the table's admin flag must agree,
 # and the daemon's behaviour with it.
-MUTATING = {"add", "refresh", "remove", "stage", "verify", "cancel"}
-READ_ONLY = {"ping", "list", "show", "jobs", "status", "watch"}
+MUTATING = {"add", "refresh", "remove", "stage", "verify", "cancel",
+            "cache.policy.set", "cache.pin", "cache.unpin", "cache.quota",
+            "cache.priority", "cache.evict"}
+READ_ONLY = {"ping", "list", "show", "jobs", "status", "watch",
+             "cache.status", "cache.policy"}
+# Changes nothing but is for admins only (who changed what, and when).
+ADMIN_READ = {"audit"}
 
 
 def daemon_requests():
@@ -43,7 +48,7 @@ def daemon_requests():
     src = (REPO / "stager" / "daemon_req.c").read_text()
     m = re.search(r"daemon_req_table\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
     assert m, "daemon_req_table not found in stager/daemon_req.c"
-    rows = re.findall(r'\{\s*"([a-z_-]+)"\s*,\s*(\w+)\s*,\s*([^}]*)\}',
+    rows = re.findall(r'\{\s*"([a-z_.-]+)"\s*,\s*(\w+)\s*,\s*([^}]*)\}',
                       m.group(1))
     return {cmd: flags.strip() for cmd, _, flags in rows}
 
@@ -60,14 +65,19 @@ def test_request_table_parsed():
     # the parse found the rows known today (a parse finding nothing would
     # make every test below vacuous)
     assert MUTATING | READ_ONLY <= set(reqs), reqs
-    new = set(reqs) - MUTATING - READ_ONLY
-    assert not new, ("new stager request(s) %s: add each to MUTATING or "
-                     "READ_ONLY in tests/integration/test_guards.py" % new)
+    new = set(reqs) - MUTATING - READ_ONLY - ADMIN_READ
+    assert not new, ("new stager request(s) %s: add each to MUTATING, "
+                     "READ_ONLY or ADMIN_READ in "
+                     "tests/integration/test_guards.py" % new)
     for cmd, flags in reqs.items():
-        assert ("DAEMON_REQ_ADMIN" in flags) == (cmd in MUTATING), \
+        assert ("DAEMON_REQ_ADMIN" in flags) == \
+            (cmd in MUTATING | ADMIN_READ), \
             "%s: table flags %r disagree with the test's list" % (cmd, flags)
-    # every request but ping and watch is a CLI command of its own
-    assert (MUTATING | READ_ONLY) - {"ping", "watch"} <= client_commands()
+    # every stager request but ping and watch is a CLI command of its own
+    # (cache.* and audit are cachectl's, tested in test_cachectl.py)
+    stager_reqs = {c for c in MUTATING | READ_ONLY
+                   if not c.startswith("cache.")}
+    assert stager_reqs - {"ping", "watch"} <= client_commands()
 
 
 # Run as the unprivileged uid: send each request on stdin (one JSON object
@@ -146,7 +156,7 @@ def test_every_mutating_request_refused_raw(guarded):
     got = {x["cmd"]: x for x in map(json.loads, r.stdout.decode().splitlines())}
     assert set(got) == set(reqs)
     for cmd, res in got.items():
-        if cmd in MUTATING:
+        if cmd in MUTATING | ADMIN_READ:
             assert res["rc"] == -errno.EPERM, res
             assert "permission denied" in res["msg"], res
             assert "dstage-test" in res["msg"], res
@@ -423,8 +433,9 @@ def checksum_lines(log):
 
 def test_stager_reads_recheck_flipped_block(tool, tmp_path):
     """stage and verify read present blocks in batches (CACHE_READ_DIRECT):
-    a flipped byte is caught, counted (logged) and re-fetched, so verify
-    --cache still matches the manifest and stage succeeds."""
+    a flipped byte is caught and counted (logged); verify --cache names
+    the damaged block and exits 1, verify --cache --repair and stage fetch
+    it again and succeed."""
     size = 6 << 20
     d = Stager(tool("stager"), tmp_path)
     make_dataset(tmp_path / "src", {"big.bin": os.urandom(size)})
@@ -432,24 +443,33 @@ def test_stager_reads_recheck_flipped_block(tool, tmp_path):
     try:
         d.run("add", "ds", "file://%s/src/" % tmp_path, check=True)
         d.run("stage", "ds", "--wait", check=True)
-        for n, (cmd, at) in enumerate([("verify", (1 << 20) + 123),
-                                       ("stage", (5 << 20) + 7)]):
+        for cmd, at in [("verify", (1 << 20) + 123),
+                        ("stage", (5 << 20) + 7)]:
             d.stop()  # a fresh process: nothing verified yet
             flip_cache_byte(tmp_path / "cache", size, at)
             d.start()
             # a stage skips files verified since its job was created
             # (a resumed job), to the second
             time.sleep(1.1)
-            args = [cmd, "ds", "--wait"] + (["--cache"] if cmd == "verify"
-                                            else [])
+            seen = checksum_lines(d.log)
+            if cmd == "verify":
+                # verify reports the damage and fetches nothing (issue 16)
+                p = d.run(cmd, "ds", "--wait", "--cache")
+                assert p.returncode == 1, (cmd, p.stdout, p.stderr)
+                assert b"DAMAGED ds big.bin block 0" in p.stdout, p.stdout
+                args = [cmd, "ds", "--wait", "--cache", "--repair"]
+            else:
+                args = [cmd, "ds", "--wait"]
             p = d.run(*args)
             assert p.returncode == 0, (cmd, p.stdout, p.stderr)
-            assert checksum_lines(d.log) == n + 1, cmd
+            # caught and logged (by the check, and by the repair's read)
+            assert checksum_lines(d.log) > seen, (cmd, d.log.read_text())
         # repaired on disk: a fresh process meets no failure
         d.stop()
         d.start()
+        seen = checksum_lines(d.log)
         d.run("verify", "ds", "--cache", check=True)
-        assert checksum_lines(d.log) == 2
+        assert checksum_lines(d.log) == seen
     finally:
         d.stop()
 
