@@ -15,6 +15,7 @@
 
 #include "dstage/config.h"
 #include "dstage/proto.h"
+#include "dstage/proto_client.h"
 
 /* Exit codes (docs/cachectl.md), the stager's. */
 enum {
@@ -55,23 +56,19 @@ struct cachectl_cmd {
 /* conn.c: one request, its rows and its end line. */
 struct conn {
 	const struct dstage_config *cfg;
-	int fd;
-	struct proto_buf out; /* the request, built by the caller */
-	struct proto_reader in;
-	struct proto_msg msg; /* the row being handled */
-	int rc; /* the end line's rc */
-	char endmsg[1024];
+	struct proto_client pc; /* the request in pc.out, the row in pc.msg,
+				   the end line's pc.rc and pc.endmsg */
 };
 
 /* Called for each row (not the end line); non-zero stops. */
 typedef int (*conn_row_cb)(struct conn *cn, void *arg);
 
-/* Connect to daemon.socket and start a request for cmd in cn->out.
+/* Connect to daemon.socket and start a request for cmd in cn->pc.out.
  * Returns 0 or -errno (message printed). */
 int conn_open(struct conn *cn, const struct dstage_config *cfg,
 	      const char *cmd);
-/* Send cn->out, feed rows to cb until the end line. Returns 0 (the
- * daemon's answer in cn->rc) or -errno (message printed). */
+/* Send cn->pc.out, feed rows to cb until the end line. Returns 0 (the
+ * daemon's answer in cn->pc.rc) or -errno (message printed). */
 int conn_call(struct conn *cn, conn_row_cb cb, void *arg);
 /* The exit code for a finished call, printing the daemon's error. */
 int conn_result(struct conn *cn);

@@ -213,15 +213,15 @@ int cmds_status(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 
 static void cmds_dataset_fill(struct conn *cn, const struct cachectl_opts *o)
 {
-	proto_add(&cn->out, "name", o->argv[0]);
+	proto_add(&cn->pc.out, "name", o->argv[0]);
 	if (o->argc > 1)
-		proto_add(&cn->out, "quota", o->argv[1]); /* or priority */
+		proto_add(&cn->pc.out, "quota", o->argv[1]); /* or priority */
 }
 
 static void cmds_priority_fill(struct conn *cn, const struct cachectl_opts *o)
 {
-	proto_add(&cn->out, "name", o->argv[0]);
-	proto_add(&cn->out, "priority", o->argv[1]);
+	proto_add(&cn->pc.out, "name", o->argv[0]);
+	proto_add(&cn->pc.out, "priority", o->argv[1]);
 }
 
 int cmds_dataset(const struct dstage_config *cfg,
@@ -256,11 +256,11 @@ int cmds_dataset(const struct dstage_config *cfg,
 static void cmds_policy_fill(struct conn *cn, const struct cachectl_opts *o)
 {
 	if (o->capacity)
-		proto_add(&cn->out, "capacity", o->capacity);
+		proto_add(&cn->pc.out, "capacity", o->capacity);
 	if (o->high)
-		proto_add(&cn->out, "high", o->high);
+		proto_add(&cn->pc.out, "high", o->high);
 	if (o->low)
-		proto_add(&cn->out, "low", o->low);
+		proto_add(&cn->pc.out, "low", o->low);
 }
 
 int cmds_policy(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
@@ -308,13 +308,13 @@ int cmds_policy(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 static void cmds_evict_fill(struct conn *cn, const struct cachectl_opts *o)
 {
 	if (o->argc)
-		proto_add(&cn->out, "name", o->argv[0]);
+		proto_add(&cn->pc.out, "name", o->argv[0]);
 	if (o->to_low)
-		proto_add(&cn->out, "to_low", "1");
+		proto_add(&cn->pc.out, "to_low", "1");
 	if (o->older_than)
-		proto_add_i64(&cn->out, "older_than", o->older_than);
+		proto_add_i64(&cn->pc.out, "older_than", o->older_than);
 	if (o->dry_run)
-		proto_add(&cn->out, "dry_run", "1");
+		proto_add(&cn->pc.out, "dry_run", "1");
 }
 
 int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
@@ -357,9 +357,9 @@ int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 static void cmds_audit_fill(struct conn *cn, const struct cachectl_opts *o)
 {
 	if (o->since)
-		proto_add_i64(&cn->out, "since", o->since);
+		proto_add_i64(&cn->pc.out, "since", o->since);
 	if (o->user)
-		proto_add(&cn->out, "user", o->user);
+		proto_add(&cn->pc.out, "user", o->user);
 }
 
 int cmds_audit(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,

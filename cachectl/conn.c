@@ -12,9 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include "cachectl.h"
 #include "jsonout.h"
@@ -38,102 +35,60 @@ int conn_exit_code(int err)
 
 int conn_open(struct conn *cn, const struct dstage_config *cfg, const char *cmd)
 {
-	const char *path = cfg->daemon_socket;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int ret;
 
-	memset(cn, 0, sizeof(*cn));
 	cn->cfg = cfg;
-	cn->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (cn->fd < 0)
-		return -errno;
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "cachectl: daemon.socket %s is too long\n",
-			path);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	if (connect(cn->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = errno;
-
-		fprintf(stderr,
-			"cachectl: the stager daemon is not running: cannot "
-			"connect to %s (%s).\n"
-			"Start it with 'systemctl start dstage-stager' or "
-			"'stager daemon', or set daemon.socket.\n",
-			path, strerror(e));
-		return -e;
-	}
-	proto_reader_init(&cn->in, cn->fd);
-	proto_add(&cn->out, "cmd", cmd);
-	return 0;
+	ret = proto_client_open(&cn->pc, "cachectl", cfg->daemon_socket);
+	if (!ret)
+		proto_add(&cn->pc.out, "cmd", cmd);
+	return ret;
 }
 
 void conn_close(struct conn *cn)
 {
-	if (cn->fd > 0)
-		close(cn->fd);
-	cn->fd = -1;
-	proto_free(&cn->out);
+	proto_client_close(&cn->pc);
+}
+
+struct conn_trampoline {
+	struct conn *cn;
+	conn_row_cb cb;
+	void *arg;
+};
+
+static int conn_row(struct proto_client *pc, void *arg)
+{
+	struct conn_trampoline *t = arg;
+
+	(void)pc;
+	return t->cb(t->cn, t->arg);
 }
 
 int conn_call(struct conn *cn, conn_row_cb cb, void *arg)
 {
-	/* A daemon that refuses the connection says why and closes: the
-	 * send may fail, but its end line is there to read. */
-	int sent = proto_send(cn->fd, &cn->out), ret = sent;
+	struct conn_trampoline t = { cn, cb, arg };
 
-	if (sent && sent != -EPIPE && sent != -ECONNRESET)
-		goto lost;
-	for (;;) {
-		const char *type;
-
-		ret = proto_read(&cn->in, &cn->msg);
-		if (ret) {
-			ret = sent ? sent : ret;
-			goto lost;
-		}
-		type = proto_get(&cn->msg, "type");
-		if (type && !strcmp(type, "end")) {
-			int64_t rc = -EPROTO;
-
-			proto_get_i64(&cn->msg, "rc", &rc);
-			cn->rc = (int)rc;
-			snprintf(cn->endmsg, sizeof(cn->endmsg), "%s",
-				 proto_get(&cn->msg, "msg") ?: "");
-			return 0;
-		}
-		if (cb) {
-			ret = cb(cn, arg);
-			if (ret)
-				return ret;
-		}
-	}
-lost:
-	fprintf(stderr,
-		"cachectl: lost the connection to the daemon (%s): %s\n",
-		cn->cfg->daemon_socket, strerror(-ret));
-	return ret;
+	return proto_client_call(&cn->pc, cb ? conn_row : NULL, &t);
 }
 
 int conn_result(struct conn *cn)
 {
-	if (!cn->rc)
+	if (!cn->pc.rc)
 		return CACHECTL_EXIT_OK;
 	fprintf(stderr, "cachectl: %s\n",
-		cn->endmsg[0] ? cn->endmsg : strerror(-cn->rc));
-	return conn_exit_code(cn->rc);
+		cn->pc.endmsg[0] ? cn->pc.endmsg : strerror(-cn->pc.rc));
+	return conn_exit_code(cn->pc.rc);
 }
 
 const char *conn_get(struct conn *cn, const char *k)
 {
-	return proto_get(&cn->msg, k) ?: "";
+	return proto_get(&cn->pc.msg, k) ?: "";
 }
 
 uint64_t conn_u64(struct conn *cn, const char *k)
 {
 	uint64_t v = 0;
 
-	proto_get_u64(&cn->msg, k, &v);
+	proto_get_u64(&cn->pc.msg, k, &v);
 	return v;
 }
 
@@ -141,7 +96,7 @@ int64_t conn_i64(struct conn *cn, const char *k)
 {
 	int64_t v = 0;
 
-	proto_get_i64(&cn->msg, k, &v);
+	proto_get_i64(&cn->pc.msg, k, &v);
 	return v;
 }
 
@@ -157,15 +112,15 @@ json_t *conn_json_row(struct conn *cn, const char *const *strs)
 {
 	json_t *o = json_object();
 
-	for (unsigned i = 0; o && i < cn->msg.n; i++) {
-		const struct proto_field *f = &cn->msg.f[i];
+	for (unsigned i = 0; o && i < cn->pc.msg.n; i++) {
+		const struct proto_field *f = &cn->pc.msg.f[i];
 		int64_t v;
 		int ret;
 
 		if (!strcmp(f->key, "type"))
 			continue;
 		if (!conn_is_str(f->key, strs) &&
-		    !proto_get_i64(&cn->msg, f->key, &v))
+		    !proto_get_i64(&cn->pc.msg, f->key, &v))
 			ret = json_object_set_new(o, f->key, json_integer(v));
 		else
 			ret = jsonout_set_str(o, f->key, f->val);

@@ -24,23 +24,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dstage/proto_client.h"
 #include "jsonout.h"
 #include "stager.h"
 
 struct client {
 	const struct dstage_config *cfg;
 	const struct stager_opts *o;
-	int fd;
-	struct proto_buf out;
-	struct proto_reader in;
-	struct proto_msg msg;
-	int rc; /* of the last end line */
-	char endmsg[2048];
+	struct proto_client pc; /* the connection, request, row, end line */
 };
 
 /* Row handler: called for every row before the end line. */
@@ -123,94 +117,56 @@ static json_t *client_json_obj(const struct proto_msg *m)
 
 static int client_connect(struct client *cl)
 {
-	const char *path = cl->cfg->daemon_socket;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
-	cl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (cl->fd < 0)
-		return -errno;
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "stager: daemon.socket %s is too long\n", path);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	if (connect(cl->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = errno;
-
-		fprintf(stderr,
-			"stager: the stager daemon is not running: cannot "
-			"connect to %s (%s).\n"
-			"Start it with 'systemctl start dstage-stager' or "
-			"'stager daemon', or set daemon.socket.\n",
-			path, strerror(e));
-		return -e;
-	}
-	proto_reader_init(&cl->in, cl->fd);
-	return 0;
+	return proto_client_open(&cl->pc, "stager", cl->cfg->daemon_socket);
 }
 
-/* Send the request in cl->out; feed rows to cb until the end line.
- * Returns 0 when the exchange completed (result in cl->rc), or -errno. */
+struct client_trampoline {
+	struct client *cl;
+	client_row_cb cb;
+	void *arg;
+};
+
+static int client_row(struct proto_client *pc, void *arg)
+{
+	struct client_trampoline *t = arg;
+
+	(void)pc;
+	return t->cb(t->cl, t->arg);
+}
+
+/* Send the request in cl->pc.out; feed rows to cb until the end line.
+ * Returns 0 when the exchange completed (result in cl->pc.rc), or -errno. */
 static int client_call(struct client *cl, client_row_cb cb, void *arg)
 {
-	/* A daemon that refuses the connection (too many) says why and
-	 * closes: the send may fail, but its end line is there to read. */
-	int sent = proto_send(cl->fd, &cl->out), ret = sent;
+	struct client_trampoline t = { cl, cb, arg };
 
-	if (sent && sent != -EPIPE && sent != -ECONNRESET)
-		goto lost;
-	for (;;) {
-		const char *type;
-
-		ret = proto_read(&cl->in, &cl->msg);
-		if (ret) {
-			ret = sent ? sent : ret;
-			goto lost;
-		}
-		type = proto_get(&cl->msg, "type");
-		if (type && !strcmp(type, "end")) {
-			int64_t rc = -EPROTO;
-
-			proto_get_i64(&cl->msg, "rc", &rc);
-			cl->rc = (int)rc;
-			snprintf(cl->endmsg, sizeof(cl->endmsg), "%s",
-				 proto_get(&cl->msg, "msg") ?: "");
-			return 0;
-		}
-		if (cb) {
-			ret = cb(cl, arg);
-			if (ret)
-				return ret;
-		}
-	}
-lost:
-	fprintf(stderr, "stager: lost the connection to the daemon (%s): %s\n",
-		cl->cfg->daemon_socket, strerror(-ret));
-	return ret;
+	return proto_client_call(&cl->pc, cb ? client_row : NULL, &t);
 }
 
 /* The exit code for a completed call, printing its error: on stderr, and
  * with --json also as {"error": {"errno", "code", "message"}} on stdout. */
 static int client_result(struct client *cl)
 {
-	const char *msg = cl->endmsg[0] ? cl->endmsg : strerror(-cl->rc);
+	const char *msg =
+		cl->pc.endmsg[0] ? cl->pc.endmsg : strerror(-cl->pc.rc);
 
-	if (!cl->rc)
+	if (!cl->pc.rc)
 		return STAGER_EXIT_OK;
 	fprintf(stderr, "stager: %s\n", msg);
 	if (cl->o->json) {
 		json_t *doc = json_object(), *e = json_object();
-		const char *name = strerrorname_np(-cl->rc);
+		const char *name = strerrorname_np(-cl->pc.rc);
 
 		if (doc && e && !json_object_set(doc, "error", e) &&
-		    !json_object_set_new(e, "errno", json_integer(-cl->rc)) &&
+		    !json_object_set_new(e, "errno",
+					 json_integer(-cl->pc.rc)) &&
 		    !jsonout_set_str(e, "code", name ? name : "") &&
 		    !jsonout_set_str(e, "message", msg))
 			jsonout_print(doc);
 		json_decref(e);
 		json_decref(doc);
 	}
-	return stager_exit_code(cl->rc);
+	return stager_exit_code(cl->pc.rc);
 }
 
 /* ---- collecting rows ---- */
@@ -219,7 +175,7 @@ static int client_result(struct client *cl)
 static int client_json_row(struct client *cl, void *arg)
 {
 	json_t **doc = arg;
-	json_t *o = client_json_obj(&cl->msg);
+	json_t *o = client_json_obj(&cl->pc.msg);
 
 	if (!o)
 		return -ENOMEM;
@@ -232,14 +188,14 @@ static int client_json_row(struct client *cl, void *arg)
 
 static const char *client_get(struct client *cl, const char *k)
 {
-	return proto_get(&cl->msg, k) ?: "";
+	return proto_get(&cl->pc.msg, k) ?: "";
 }
 
 static uint64_t client_u64(struct client *cl, const char *k)
 {
 	uint64_t v = 0;
 
-	proto_get_u64(&cl->msg, k, &v);
+	proto_get_u64(&cl->pc.msg, k, &v);
 	return v;
 }
 
@@ -289,8 +245,8 @@ static int client_show_row(struct client *cl, void *arg)
 	printf("source:     %s\n", client_get(cl, "source"));
 	printf("state:      %s, manifest version %s%s%s\n",
 	       client_get(cl, "state"), client_get(cl, "version"),
-	       proto_get(&cl->msg, "label") ? ", label " : "",
-	       proto_get(&cl->msg, "label") ?: "");
+	       proto_get(&cl->pc.msg, "label") ? ", label " : "",
+	       proto_get(&cl->pc.msg, "label") ?: "");
 	printf("files:      %" PRIu64 " (%s skipped as bad keys)\n", files,
 	       client_get(cl, "bad_keys"));
 	printf("bytes:      %s\n", stager_bytes(bytes, b, sizeof(b)));
@@ -307,8 +263,8 @@ static int client_show_row(struct client *cl, void *arg)
 	       client_get(cl, "mismatched_files"),
 	       client_get(cl, "expected_files"),
 	       client_get(cl, "manifest_key"));
-	if (proto_get(&cl->msg, "last_verify")) {
-		proto_get_i64(&cl->msg, "last_verify_at", &t);
+	if (proto_get(&cl->pc.msg, "last_verify")) {
+		proto_get_i64(&cl->pc.msg, "last_verify_at", &t);
 		client_time(t, tb, sizeof(tb));
 		printf("last verify: %s at %s: %s\n",
 		       client_get(cl, "last_verify"), tb,
@@ -353,7 +309,7 @@ static int client_submit_row(struct client *cl, void *arg)
 {
 	int64_t *job = arg;
 
-	proto_get_i64(&cl->msg, "job", job);
+	proto_get_i64(&cl->pc.msg, "job", job);
 	return 0;
 }
 
@@ -376,7 +332,7 @@ static void client_mm_free(struct client_mm *m)
 }
 
 struct client_watch;
-/* Keep the row in cl->msg as w->mm's next entry. */
+/* Keep the row in cl->pc.msg as w->mm's next entry. */
 static int client_mm_add(struct client_watch *w, struct client *cl);
 
 struct client_watch {
@@ -416,9 +372,9 @@ static int client_watch_row(struct client *cl, void *arg)
 		return client_mm_add(w, cl);
 	if (!strcmp(type, "row")) {
 		proto_reset(&w->final);
-		for (unsigned i = 0; i < cl->msg.n; i++)
-			proto_add(&w->final, cl->msg.f[i].key,
-				  cl->msg.f[i].val);
+		for (unsigned i = 0; i < cl->pc.msg.n; i++)
+			proto_add(&w->final, cl->pc.msg.f[i].key,
+				  cl->pc.msg.f[i].val);
 		proto_end(&w->final);
 	}
 	if (strcmp(type, "progress") || cl->o->json)
@@ -474,7 +430,7 @@ static int client_mm_add(struct client_watch *w, struct client *cl)
 {
 	struct client_mm *p = realloc(w->mm, (w->n_mm + 1) * sizeof(*p));
 	struct client_mm *m;
-	const char *kind = proto_get(&cl->msg, "kind");
+	const char *kind = proto_get(&cl->pc.msg, "kind");
 
 	if (!p)
 		return -ENOMEM;
@@ -583,8 +539,8 @@ static int client_watch(struct client *cl, int64_t id)
 	int ret, code = STAGER_EXIT_FAIL;
 
 	w.t0 = stager_now();
-	proto_add(&cl->out, "cmd", "watch");
-	proto_add_i64(&cl->out, "job", id);
+	proto_add(&cl->pc.out, "cmd", "watch");
+	proto_add_i64(&cl->pc.out, "job", id);
 	ret = client_call(cl, client_watch_row, &w);
 	if (w.drew)
 		putchar('\n');
@@ -592,7 +548,7 @@ static int client_watch(struct client *cl, int64_t id)
 		code = STAGER_EXIT_NODAEMON;
 		goto out;
 	}
-	if (cl->rc) {
+	if (cl->pc.rc) {
 		code = client_result(cl);
 		goto out;
 	}
@@ -659,7 +615,7 @@ static char *client_files(const char *spec)
 	return s;
 }
 
-/* Connect and build cmd's request from the command line in cl->out.
+/* Connect and build cmd's request from the command line in cl->pc.out.
  * Returns 0 or an exit code (message printed). */
 static int client_request(struct client *cl, const struct stager_cmd *cmd,
 			  int64_t *id)
@@ -681,42 +637,42 @@ static int client_request(struct client *cl, const struct stager_cmd *cmd,
 	}
 	if (client_connect(cl))
 		return STAGER_EXIT_NODAEMON;
-	proto_add(&cl->out, "cmd", cmd->name);
+	proto_add(&cl->pc.out, "cmd", cmd->name);
 	if (*id)
-		proto_add_i64(&cl->out, "job", *id);
+		proto_add_i64(&cl->pc.out, "job", *id);
 	else if (o->argc > 0)
-		proto_add(&cl->out, "name", o->argv[0]);
+		proto_add(&cl->pc.out, "name", o->argv[0]);
 	if (o->argc > 1)
-		proto_add(&cl->out, "url", o->argv[1]);
+		proto_add(&cl->pc.out, "url", o->argv[1]);
 	if (o->group)
-		proto_add(&cl->out, "group", o->group);
+		proto_add(&cl->pc.out, "group", o->group);
 	if (o->manifest)
-		proto_add(&cl->out, "manifest", o->manifest);
+		proto_add(&cl->pc.out, "manifest", o->manifest);
 	if (o->version)
-		proto_add(&cl->out, "label", o->version);
+		proto_add(&cl->pc.out, "label", o->version);
 	if (o->pin)
-		proto_add(&cl->out, "pin", "1");
+		proto_add(&cl->pc.out, "pin", "1");
 	if (o->has_priority)
-		proto_add_i64(&cl->out, "priority", o->priority);
+		proto_add_i64(&cl->pc.out, "priority", o->priority);
 	if (o->bandwidth)
-		proto_add_u64(&cl->out, "bandwidth", o->bandwidth);
+		proto_add_u64(&cl->pc.out, "bandwidth", o->bandwidth);
 	if (o->parallel)
-		proto_add_u64(&cl->out, "parallel", o->parallel);
+		proto_add_u64(&cl->pc.out, "parallel", o->parallel);
 	if (o->fit)
-		proto_add(&cl->out, "fit", "1");
+		proto_add(&cl->pc.out, "fit", "1");
 	if (o->repair)
-		proto_add(&cl->out, "repair", "1");
+		proto_add(&cl->pc.out, "repair", "1");
 	if (o->fetch_missing)
-		proto_add(&cl->out, "fetch_missing", "1");
+		proto_add(&cl->pc.out, "fetch_missing", "1");
 	if (o->mode)
-		proto_add(&cl->out, "mode", o->mode);
+		proto_add(&cl->pc.out, "mode", o->mode);
 	if (o->all)
-		proto_add(&cl->out, "all", "1");
+		proto_add(&cl->pc.out, "all", "1");
 	if (o->files) {
 		files = client_files(o->files);
 		if (!files)
 			return STAGER_EXIT_USAGE;
-		proto_add(&cl->out, "files", files);
+		proto_add(&cl->pc.out, "files", files);
 		free(files);
 	}
 	return 0;
@@ -757,9 +713,7 @@ out:
 
 static void client_release(struct client *cl)
 {
-	proto_free(&cl->out);
-	if (cl->fd >= 0)
-		close(cl->fd);
+	proto_client_close(&cl->pc);
 }
 
 /* A command that is one exchange: a client for it, the request, rows to
@@ -770,7 +724,7 @@ static int client_simple(const struct dstage_config *cfg,
 			 const char *header, client_row_cb row_cb, void *arg,
 			 int64_t *id)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	struct client cl = { .cfg = cfg, .o = o, .pc.fd = -1 };
 	int64_t job;
 	int code = client_request(&cl, cmd, &job);
 
@@ -804,7 +758,7 @@ int client_show(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 int client_jobs(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	struct client cl = { .cfg = cfg, .o = o, .pc.fd = -1 };
 	char header[128];
 	int64_t id;
 	int code = client_request(&cl, cmd, &id);
@@ -812,7 +766,7 @@ int client_jobs(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (code)
 		goto out;
 	if (id && o->wait) {
-		proto_reset(&cl.out);
+		proto_reset(&cl.pc.out);
 		code = client_watch(&cl, id);
 		goto out;
 	}
@@ -855,7 +809,7 @@ int client_cancel(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		  const struct stager_opts *o)
 {
-	struct client cl = { .cfg = cfg, .o = o, .fd = -1 };
+	struct client cl = { .cfg = cfg, .o = o, .pc.fd = -1 };
 	int64_t id, job = 0;
 	int ret, code = client_request(&cl, cmd, &id);
 	json_t *doc;
