@@ -366,6 +366,15 @@ static int cache_scan(struct cache *c, const char *only_ds,
 	uint64_t total = 0, pinned = 0;
 	DIR *top = NULL;
 	struct dirent *de;
+	/*
+	 * Bytes in flight now either land while the directory is walked (and
+	 * may or may not be seen on disk) or are still in flight at the end.
+	 * Adding this snapshot, not the count at the end, can only count a
+	 * landing twice, never miss one: a fill that lands after its file was
+	 * walked but before the end would otherwise be in neither figure.
+	 * (No reservation can start meanwhile: evict_lock is held.)
+	 */
+	uint64_t inflight = atomic_load(&c->inflight);
 
 	h->n = 0;
 	pthread_mutex_lock(&c->lock);
@@ -438,7 +447,7 @@ static int cache_scan(struct cache *c, const char *only_ds,
 		closedir(sub);
 	}
 	closedir(top);
-	atomic_store(&c->used, total + atomic_load(&c->inflight));
+	atomic_store(&c->used, total + inflight);
 	atomic_store(&c->pinned, pinned);
 	qsort(h->v, h->n, sizeof(*h->v), cache_victim_cmp);
 	return 0;
