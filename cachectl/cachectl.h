@@ -13,19 +13,12 @@
 
 #include <jansson.h>
 
+#include "cli.h"
 #include "dstage/config.h"
 #include "dstage/proto.h"
 #include "dstage/proto_client.h"
 
-/* Exit codes (docs/cachectl.md), the stager's. */
-enum {
-	CACHECTL_EXIT_OK = 0,
-	CACHECTL_EXIT_FAIL = 1,
-	CACHECTL_EXIT_USAGE = 2,
-	CACHECTL_EXIT_DAEMON = 3,
-	CACHECTL_EXIT_DENIED = 4,
-	CACHECTL_EXIT_NOENT = 5,
-};
+/* Exit codes: CLI_EXIT_* (cli/cli.h), the same as the stager's. */
 
 /* The parsed command line. */
 struct cachectl_opts {
@@ -74,17 +67,10 @@ int conn_call(struct conn *cn, conn_row_cb cb, void *arg);
 int conn_result(struct conn *cn);
 /* Close (accepts a never-opened, zeroed cn). */
 void conn_close(struct conn *cn);
-/* The exit code for -errno. */
-int conn_exit_code(int err);
 /* Field k of the row ("" when absent), or as a number (0 when absent). */
 const char *conn_get(struct conn *cn, const char *k);
 uint64_t conn_u64(struct conn *cn, const char *k);
 int64_t conn_i64(struct conn *cn, const char *k);
-/* The row as a JSON object (numbers for fields not in strs), NULL: no
- * memory. strs: NULL-terminated names of fields that are strings. */
-json_t *conn_json_row(struct conn *cn, const char *const *strs);
-/* "1.5 GiB" */
-const char *conn_bytes(uint64_t v, char *buf, size_t len);
 
 /* cmds.c: the commands. */
 int cmds_status(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,

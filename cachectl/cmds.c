@@ -36,7 +36,7 @@ static int cmds_collect(struct conn *cn, void *arg)
 {
 	struct cmds_doc *d = arg;
 	const char *type = conn_get(cn, "type");
-	json_t *o = conn_json_row(cn, cmds_strs);
+	json_t *o = jsonout_row(&cn->pc.msg, cmds_strs);
 
 	if (!o)
 		return -ENOMEM;
@@ -77,19 +77,6 @@ static const char *cmds_js(json_t *o, const char *k)
 	return json_string_value(json_object_get(o, k)) ?: "";
 }
 
-static void cmds_time(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!t) {
-		snprintf(buf, len, "never");
-		return;
-	}
-	localtime_r(&tt, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
 /* One exchange: open, add the request's fields (fill), call, collect. */
 typedef void (*cmds_fill_fn)(struct conn *cn, const struct cachectl_opts *o);
 
@@ -101,20 +88,20 @@ static int cmds_exchange(const struct dstage_config *cfg, const char *req,
 	int ret = cmds_doc_init(d);
 
 	if (ret)
-		return CACHECTL_EXIT_FAIL;
+		return CLI_EXIT_FAIL;
 	ret = conn_open(&cn, cfg, req);
 	if (ret) {
 		conn_close(&cn);
-		return CACHECTL_EXIT_DAEMON;
+		return CLI_EXIT_DAEMON;
 	}
 	if (fill)
 		fill(&cn, o);
 	ret = conn_call(&cn, cmds_collect, d);
 	if (ret == -ENOMEM) {
 		fprintf(stderr, "cachectl: out of memory\n");
-		ret = CACHECTL_EXIT_FAIL;
+		ret = CLI_EXIT_FAIL;
 	} else {
-		ret = ret ? CACHECTL_EXIT_DAEMON : conn_result(&cn);
+		ret = ret ? CLI_EXIT_DAEMON : conn_result(&cn);
 	}
 	conn_close(&cn);
 	return ret;
@@ -131,23 +118,23 @@ static void cmds_status_text(struct cmds_doc *d)
 	size_t i;
 
 	printf("capacity:  %s (from %s)   used %s (%.1f%%)   free %s\n",
-	       conn_bytes(cap, a, sizeof(a)), cmds_js(c, "capacity_from"),
-	       conn_bytes(used, b, sizeof(b)),
+	       cli_bytes(cap, a, sizeof(a)), cmds_js(c, "capacity_from"),
+	       cli_bytes(used, b, sizeof(b)),
 	       cap ? 100.0 * (double)used / (double)cap : 0.0,
-	       conn_bytes(cmds_ju(c, "free"), e, sizeof(e)));
+	       cli_bytes(cmds_ju(c, "free"), e, sizeof(e)));
 	printf("watermarks: high %" PRIu64 "%% (%s), low %" PRIu64 "%% (%s)\n",
 	       cmds_ju(c, "high_watermark"),
-	       conn_bytes(cmds_ju(c, "high_bytes"), a, sizeof(a)),
+	       cli_bytes(cmds_ju(c, "high_bytes"), a, sizeof(a)),
 	       cmds_ju(c, "low_watermark"),
-	       conn_bytes(cmds_ju(c, "low_bytes"), b, sizeof(b)));
+	       cli_bytes(cmds_ju(c, "low_bytes"), b, sizeof(b)));
 	printf("since start: hit ratio %.1f%% (%" PRIu64 " hits, %" PRIu64
 	       " misses), %s from cache, %s from source, %" PRIu64
 	       " evictions\n",
 	       hits + misses ? 100.0 * (double)hits / (double)(hits + misses)
 			     : 0.0,
 	       hits, misses,
-	       conn_bytes(cmds_ju(c, "bytes_from_cache"), a, sizeof(a)),
-	       conn_bytes(cmds_ju(c, "bytes_from_source"), b, sizeof(b)),
+	       cli_bytes(cmds_ju(c, "bytes_from_cache"), a, sizeof(a)),
+	       cli_bytes(cmds_ju(c, "bytes_from_source"), b, sizeof(b)),
 	       cmds_ju(c, "evictions"));
 	if (!cmds_ju(c, "cache_available"))
 		printf("(the daemon has no cache open: see its log)\n");
@@ -161,15 +148,15 @@ static void cmds_status_text(struct cmds_doc *d)
 			 quota = cmds_ju(r, "quota");
 		char t[64];
 
-		cmds_time((int64_t)cmds_ju(r, "last_access"), t, sizeof(t));
+		cli_time((int64_t)cmds_ju(r, "last_access"), t, sizeof(t));
 		printf("%-24s %11s %11s %5.1f%% %6s %11s %8" JSON_INTEGER_FORMAT
 		       "  %s\n",
 		       cmds_js(r, "name"),
-		       conn_bytes(cmds_ju(r, "bytes"), a, sizeof(a)),
-		       conn_bytes(cached, b, sizeof(b)),
+		       cli_bytes(cmds_ju(r, "bytes"), a, sizeof(a)),
+		       cli_bytes(cached, b, sizeof(b)),
 		       used ? 100.0 * (double)cached / (double)used : 0.0,
 		       cmds_ju(r, "pinned") ? "yes" : "no",
-		       quota ? conn_bytes(quota, e, sizeof(e)) : "none",
+		       quota ? cli_bytes(quota, e, sizeof(e)) : "none",
 		       json_integer_value(json_object_get(r, "priority")), t);
 	}
 	json_array_foreach(d->jobs, i, r)
@@ -180,7 +167,7 @@ static void cmds_status_text(struct cmds_doc *d)
 		printf("%6" PRIu64 "  %-6s %-24s %-8s %11s\n",
 		       cmds_ju(r, "job"), cmds_js(r, "kind"),
 		       cmds_js(r, "dataset"), cmds_js(r, "state"),
-		       conn_bytes(cmds_ju(r, "done"), a, sizeof(a)));
+		       cli_bytes(cmds_ju(r, "done"), a, sizeof(a)));
 	}
 }
 
@@ -191,18 +178,18 @@ int cmds_status(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	int code = cmds_exchange(cfg, "cache.status", o, NULL, &d);
 
 	(void)cmd;
-	if (code == CACHECTL_EXIT_OK && !d.cache) {
+	if (code == CLI_EXIT_OK && !d.cache) {
 		fprintf(stderr, "cachectl: the daemon sent no cache row\n");
-		code = CACHECTL_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 	}
-	if (code == CACHECTL_EXIT_OK && o->json) {
+	if (code == CLI_EXIT_OK && o->json) {
 		json_t *doc = json_copy(d.cache);
 
 		if (!doc || json_object_set(doc, "datasets", d.rows) ||
 		    json_object_set(doc, "jobs", d.jobs) || jsonout_print(doc))
-			code = CACHECTL_EXIT_FAIL;
+			code = CLI_EXIT_FAIL;
 		json_decref(doc);
-	} else if (code == CACHECTL_EXIT_OK) {
+	} else if (code == CLI_EXIT_OK) {
 		cmds_status_text(&d);
 	}
 	cmds_doc_free(&d);
@@ -236,14 +223,14 @@ int cmds_dataset(const struct dstage_config *cfg,
 			     strcmp(cmd->name, "priority") ? cmds_dataset_fill
 							   : cmds_priority_fill,
 			     &d);
-	if (code == CACHECTL_EXIT_OK && o->json) {
+	if (code == CLI_EXIT_OK && o->json) {
 		json_t *doc = json_pack("{s:b,s:s,s:s}", "ok", 1, "command",
 					cmd->name, "dataset", o->argv[0]);
 
 		if (!doc || jsonout_print(doc))
-			code = CACHECTL_EXIT_FAIL;
+			code = CLI_EXIT_FAIL;
 		json_decref(doc);
-	} else if (code == CACHECTL_EXIT_OK) {
+	} else if (code == CLI_EXIT_OK) {
 		printf("%s %s%s%s: done\n", cmd->name, o->argv[0],
 		       o->argc > 1 ? " " : "", o->argc > 1 ? o->argv[1] : "");
 	}
@@ -276,24 +263,24 @@ int cmds_policy(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	code = cmds_exchange(cfg, set ? "cache.policy.set" : "cache.policy", o,
 			     set ? cmds_policy_fill : NULL, &d);
 	r = json_array_get(d.rows, 0);
-	if (code == CACHECTL_EXIT_OK && !r) {
+	if (code == CLI_EXIT_OK && !r) {
 		fprintf(stderr, "cachectl: the daemon sent no policy row\n");
-		code = CACHECTL_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 	}
-	if (code == CACHECTL_EXIT_OK && o->json) {
+	if (code == CLI_EXIT_OK && o->json) {
 		if (jsonout_print(r))
-			code = CACHECTL_EXIT_FAIL;
-	} else if (code == CACHECTL_EXIT_OK) {
+			code = CLI_EXIT_FAIL;
+	} else if (code == CLI_EXIT_OK) {
 		printf("capacity        %s (%" PRIu64 " bytes, from %s)\n",
-		       conn_bytes(cmds_ju(r, "capacity"), a, sizeof(a)),
+		       cli_bytes(cmds_ju(r, "capacity"), a, sizeof(a)),
 		       cmds_ju(r, "capacity"), cmds_js(r, "capacity_from"));
 		printf("high_watermark  %" PRIu64 "%% (%s, from %s)\n",
 		       cmds_ju(r, "high_watermark"),
-		       conn_bytes(cmds_ju(r, "high_bytes"), b, sizeof(b)),
+		       cli_bytes(cmds_ju(r, "high_bytes"), b, sizeof(b)),
 		       cmds_js(r, "high_from"));
 		printf("low_watermark   %" PRIu64 "%% (%s, from %s)\n",
 		       cmds_ju(r, "low_watermark"),
-		       conn_bytes(cmds_ju(r, "low_bytes"), e, sizeof(e)),
+		       cli_bytes(cmds_ju(r, "low_bytes"), e, sizeof(e)),
 		       cmds_js(r, "low_from"));
 		printf("eviction order  unpinned only; lowest priority first, "
 		       "then least recently used; a dataset over its quota "
@@ -328,16 +315,16 @@ int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	(void)cmd;
 	code = cmds_exchange(cfg, "cache.evict", o, cmds_evict_fill, &d);
 	r = json_array_get(d.rows, 0);
-	if (code == CACHECTL_EXIT_OK && !r) {
+	if (code == CLI_EXIT_OK && !r) {
 		fprintf(stderr, "cachectl: the daemon sent no result row\n");
-		code = CACHECTL_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 	}
-	if (code == CACHECTL_EXIT_OK && o->json) {
+	if (code == CLI_EXIT_OK && o->json) {
 		if (jsonout_print(r))
-			code = CACHECTL_EXIT_FAIL;
-	} else if (code == CACHECTL_EXIT_OK) {
+			code = CLI_EXIT_FAIL;
+	} else if (code == CLI_EXIT_OK) {
 		printf("%s %s%s\n", o->dry_run ? "would free" : "freed",
-		       conn_bytes(cmds_ju(r, "freed"), a, sizeof(a)),
+		       cli_bytes(cmds_ju(r, "freed"), a, sizeof(a)),
 		       o->to_low       ? " (down to the low watermark)"
 		       : o->older_than ? " (files not read since)"
 				       : "");
@@ -345,8 +332,8 @@ int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 			printf("left %" PRIu64 " files (%s) that readers "
 			       "have open; evict again once they close\n",
 			       cmds_ju(r, "busy_files"),
-			       conn_bytes(cmds_ju(r, "busy_bytes"), b,
-					  sizeof(b)));
+			       cli_bytes(cmds_ju(r, "busy_bytes"), b,
+					 sizeof(b)));
 	}
 	cmds_doc_free(&d);
 	return code;
@@ -372,17 +359,16 @@ int cmds_audit(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 
 	(void)cmd;
 	code = cmds_exchange(cfg, "audit", o, cmds_audit_fill, &d);
-	if (code == CACHECTL_EXIT_OK && o->json) {
+	if (code == CLI_EXIT_OK && o->json) {
 		if (jsonout_print(d.rows))
-			code = CACHECTL_EXIT_FAIL;
-	} else if (code == CACHECTL_EXIT_OK) {
+			code = CLI_EXIT_FAIL;
+	} else if (code == CLI_EXIT_OK) {
 		json_array_foreach(d.rows, i, r)
 		{
 			char t[64];
 
-			cmds_time(
-				json_integer_value(json_object_get(r, "time")),
-				t, sizeof(t));
+			cli_time(json_integer_value(json_object_get(r, "time")),
+				 t, sizeof(t));
 			printf("%s  uid %" PRIu64 " (%s)  %s %s", t,
 			       cmds_ju(r, "uid"),
 			       *cmds_js(r, "user") ? cmds_js(r, "user") : "?",

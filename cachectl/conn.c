@@ -16,23 +16,6 @@
 #include "cachectl.h"
 #include "jsonout.h"
 
-int conn_exit_code(int err)
-{
-	switch (err) {
-	case 0:
-		return CACHECTL_EXIT_OK;
-	case -EPERM:
-	case -EACCES:
-		return CACHECTL_EXIT_DENIED;
-	case -ENOENT:
-		return CACHECTL_EXIT_NOENT;
-	case -EINVAL:
-		return CACHECTL_EXIT_USAGE;
-	default:
-		return CACHECTL_EXIT_FAIL;
-	}
-}
-
 int conn_open(struct conn *cn, const struct dstage_config *cfg, const char *cmd)
 {
 	int ret;
@@ -73,10 +56,10 @@ int conn_call(struct conn *cn, conn_row_cb cb, void *arg)
 int conn_result(struct conn *cn)
 {
 	if (!cn->pc.rc)
-		return CACHECTL_EXIT_OK;
+		return CLI_EXIT_OK;
 	fprintf(stderr, "cachectl: %s\n",
 		cn->pc.endmsg[0] ? cn->pc.endmsg : strerror(-cn->pc.rc));
-	return conn_exit_code(cn->pc.rc);
+	return cli_exit_code(cn->pc.rc);
 }
 
 const char *conn_get(struct conn *cn, const char *k)
@@ -98,54 +81,4 @@ int64_t conn_i64(struct conn *cn, const char *k)
 
 	proto_get_i64(&cn->pc.msg, k, &v);
 	return v;
-}
-
-static bool conn_is_str(const char *k, const char *const *strs)
-{
-	for (; strs && *strs; strs++)
-		if (!strcmp(k, *strs))
-			return true;
-	return false;
-}
-
-json_t *conn_json_row(struct conn *cn, const char *const *strs)
-{
-	json_t *o = json_object();
-
-	for (unsigned i = 0; o && i < cn->pc.msg.n; i++) {
-		const struct proto_field *f = &cn->pc.msg.f[i];
-		int64_t v;
-		int ret;
-
-		if (!strcmp(f->key, "type"))
-			continue;
-		if (!conn_is_str(f->key, strs) &&
-		    !proto_get_i64(&cn->pc.msg, f->key, &v))
-			ret = json_object_set_new(o, f->key, json_integer(v));
-		else
-			ret = jsonout_set_str(o, f->key, f->val);
-		if (ret) {
-			json_decref(o);
-			o = NULL;
-		}
-	}
-	return o;
-}
-
-const char *conn_bytes(uint64_t v, char *buf, size_t len)
-{
-	static const char *const units[] = { "B",   "KiB", "MiB",
-					     "GiB", "TiB", "PiB" };
-	double d = (double)v;
-	int u = 0;
-
-	while (d >= 1024 && u < 5) {
-		d /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%" PRIu64 " B", v);
-	else
-		snprintf(buf, len, "%.1f %s", d, units[u]);
-	return buf;
 }

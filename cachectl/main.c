@@ -294,32 +294,19 @@ int main(int argc, char **argv)
 	uint64_t v;
 	int opt, ret, code;
 
-	while (argc > 1 && argv[1][0] == '-') {
-		if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-			cachectl_usage(stdout);
-			return CACHECTL_EXIT_OK;
-		}
-		if (!strcmp(argv[1], "--config") && argc > 2) {
-			o.config = argv[2];
-			argv += 2;
-			argc -= 2;
-		} else if (!strncmp(argv[1], "--config=", 9)) {
-			o.config = argv[1] + 9;
-			argv++;
-			argc--;
-		} else {
-			break;
-		}
+	if (cli_global_opts(&argc, &argv, &o.config)) {
+		cachectl_usage(stdout);
+		return CLI_EXIT_OK;
 	}
 	if (argc < 2) {
 		cachectl_usage(stderr);
-		return CACHECTL_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	cmd = cachectl_find(argv[1]);
 	if (!cmd) {
 		fprintf(stderr, "cachectl: unknown command '%s'\n", argv[1]);
 		cachectl_usage(stderr);
-		return CACHECTL_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	argv++;
 	argc--;
@@ -338,7 +325,7 @@ int main(int argc, char **argv)
 			optarg++; /* a negative number, refused by name */
 		if (opt == 'h') {
 			cachectl_cmd_help(cmd);
-			return CACHECTL_EXIT_OK;
+			return CLI_EXIT_OK;
 		}
 		if (opt == '?')
 			goto usage;
@@ -409,7 +396,7 @@ int main(int argc, char **argv)
 	ret = config_load(o.config, &cfg, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "cachectl: %s\n", err);
-		return CACHECTL_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	log_set_level((enum log_level)cfg->log_level);
 	code = cmd->run(cfg, cmd, &o);
@@ -417,5 +404,5 @@ int main(int argc, char **argv)
 	return code;
 usage:
 	fprintf(stderr, "'cachectl %s --help' for help\n", cmd->name);
-	return CACHECTL_EXIT_USAGE;
+	return CLI_EXIT_USAGE;
 }

@@ -40,80 +40,14 @@ struct client {
 /* Row handler: called for every row before the end line. */
 typedef int (*client_row_cb)(struct client *cl, void *arg);
 
-int stager_exit_code(int err)
-{
-	switch (err) {
-	case 0:
-		return STAGER_EXIT_OK;
-	case -EPERM:
-	case -EACCES:
-		return STAGER_EXIT_DENIED;
-	case -ENOENT:
-		return STAGER_EXIT_NOENT;
-	case -EINVAL:
-		return STAGER_EXIT_USAGE;
-	default:
-		return STAGER_EXIT_FAIL;
-	}
-}
-
 /* Keys whose values are never numbers in --json. */
-static bool client_string_key(const char *k)
-{
-	static const char *const keys[] = {
-		"name",	      "source",	      "state",
-		"group",      "kind",	      "dataset",
-		"error",      "args",	      "key",
-		"expected",   "actual",	      "msg",
-		"label",      "last_verify",  "last_verify_msg",
-		"last_stage", "type",	      "etag",
-		"url",	      "manifest_key",
-	};
-
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		if (!strcmp(k, keys[i]))
-			return true;
-	return false;
-}
-
-static bool client_is_num(const char *s)
-{
-	if (*s == '-')
-		s++;
-	if (!*s || (*s == '0' && s[1]))
-		return false;
-	for (; *s; s++)
-		if (*s < '0' || *s > '9')
-			return false;
-	return true;
-}
-
-/* The fields of m (except type) as one JSON object, or NULL (no memory). */
-static json_t *client_json_obj(const struct proto_msg *m)
-{
-	json_t *o = json_object();
-
-	for (unsigned i = 0; o && i < m->n; i++) {
-		const struct proto_field *f = &m->f[i];
-		long long v;
-		char *end;
-		int ret;
-
-		if (!strcmp(f->key, "type"))
-			continue;
-		errno = 0;
-		if (!client_string_key(f->key) && client_is_num(f->val) &&
-		    (v = strtoll(f->val, &end, 10), !errno))
-			ret = json_object_set_new(o, f->key, json_integer(v));
-		else
-			ret = jsonout_set_str(o, f->key, f->val);
-		if (ret) {
-			json_decref(o);
-			o = NULL;
-		}
-	}
-	return o;
-}
+static const char *const client_strs[] = {
+	"name",	      "source", "state", "group",	"kind",
+	"dataset",    "error",	"args",	 "key",		"expected",
+	"actual",     "msg",	"label", "last_verify", "last_verify_msg",
+	"last_stage", "type",	"etag",	 "url",		"manifest_key",
+	NULL,
+};
 
 static int client_connect(struct client *cl)
 {
@@ -151,7 +85,7 @@ static int client_result(struct client *cl)
 		cl->pc.endmsg[0] ? cl->pc.endmsg : strerror(-cl->pc.rc);
 
 	if (!cl->pc.rc)
-		return STAGER_EXIT_OK;
+		return CLI_EXIT_OK;
 	fprintf(stderr, "stager: %s\n", msg);
 	if (cl->o->json) {
 		json_t *doc = json_object(), *e = json_object();
@@ -166,7 +100,7 @@ static int client_result(struct client *cl)
 		json_decref(e);
 		json_decref(doc);
 	}
-	return stager_exit_code(cl->pc.rc);
+	return cli_exit_code(cl->pc.rc);
 }
 
 /* ---- collecting rows ---- */
@@ -175,7 +109,7 @@ static int client_result(struct client *cl)
 static int client_json_row(struct client *cl, void *arg)
 {
 	json_t **doc = arg;
-	json_t *o = client_json_obj(&cl->pc.msg);
+	json_t *o = jsonout_row(&cl->pc.msg, client_strs);
 
 	if (!o)
 		return -ENOMEM;
@@ -207,23 +141,10 @@ static int client_list_row(struct client *cl, void *arg)
 	printf("%-20s %-6s %7s %8" PRIu64 " %11s %4s %4s  %s\n",
 	       client_get(cl, "name"), client_get(cl, "state"),
 	       client_get(cl, "version"), client_u64(cl, "files"),
-	       stager_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
+	       cli_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
 	       client_u64(cl, "pinned") ? "yes" : "no",
 	       client_get(cl, "priority"), client_get(cl, "source"));
 	return 0;
-}
-
-static void client_time(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!t) {
-		snprintf(buf, len, "never");
-		return;
-	}
-	localtime_r(&tt, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
 static double client_pct(uint64_t a, uint64_t b)
@@ -249,12 +170,12 @@ static int client_show_row(struct client *cl, void *arg)
 	       proto_get(&cl->pc.msg, "label") ?: "");
 	printf("files:      %" PRIu64 " (%s skipped as bad keys)\n", files,
 	       client_get(cl, "bad_keys"));
-	printf("bytes:      %s\n", stager_bytes(bytes, b, sizeof(b)));
+	printf("bytes:      %s\n", cli_bytes(bytes, b, sizeof(b)));
 	printf("manifest:   %s (the expected SHA-256 list)\n",
 	       client_get(cl, "manifest_key"));
 	if (client_u64(cl, "cache_available"))
 		printf("cached:     %.1f%% (%s)\n", client_pct(cached, bytes),
-		       stager_bytes(cached, c, sizeof(c)));
+		       cli_bytes(cached, c, sizeof(c)));
 	else
 		printf("cached:     unknown (the daemon has no cache)\n");
 	printf("verified:   %.1f%% (%" PRIu64 " of %" PRIu64
@@ -265,7 +186,7 @@ static int client_show_row(struct client *cl, void *arg)
 	       client_get(cl, "manifest_key"));
 	if (proto_get(&cl->pc.msg, "last_verify")) {
 		proto_get_i64(&cl->pc.msg, "last_verify_at", &t);
-		client_time(t, tb, sizeof(tb));
+		cli_time(t, tb, sizeof(tb));
 		printf("last verify: %s at %s: %s\n",
 		       client_get(cl, "last_verify"), tb,
 		       client_get(cl, "last_verify_msg"));
@@ -288,7 +209,7 @@ static int client_job_row(struct client *cl, void *arg)
 	printf("%6s  %-6s %-20s %-9s %5.1f%% %10s  %s\n", client_get(cl, "job"),
 	       client_get(cl, "kind"), client_get(cl, "dataset"),
 	       client_get(cl, "state"), client_pct(done, total),
-	       stager_bytes(total, b, sizeof(b)), client_get(cl, "error"));
+	       cli_bytes(total, b, sizeof(b)), client_get(cl, "error"));
 	return 0;
 }
 
@@ -300,7 +221,7 @@ static int client_added_row(struct client *cl, void *arg)
 	printf("%sed %s: %" PRIu64 " files, %s, manifest version %s\n",
 	       (const char *)arg, client_get(cl, "name"),
 	       client_u64(cl, "files"),
-	       stager_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
+	       cli_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
 	       client_get(cl, "version"));
 	return 0;
 }
@@ -388,11 +309,11 @@ static int client_watch_row(struct client *cl, void *arg)
 		w->last_t = now;
 		w->last_done = done;
 	}
-	stager_bytes((uint64_t)w->rate, r, sizeof(r));
+	cli_bytes((uint64_t)w->rate, r, sizeof(r));
 	client_eta(w->rate > 0 ? (double)(total - done) / w->rate : -1, eta,
 		   sizeof(eta));
-	stager_bytes(done, a, sizeof(a));
-	stager_bytes(total, b, sizeof(b));
+	cli_bytes(done, a, sizeof(a));
+	cli_bytes(total, b, sizeof(b));
 	if (w->tty) {
 		unsigned bar = 30, fill;
 		char line[512];
@@ -536,7 +457,7 @@ static int client_watch(struct client *cl, int64_t id)
 	static struct proto_msg fin;
 	struct client_watch w = { .tty = isatty(STDOUT_FILENO) == 1 };
 	const char *state;
-	int ret, code = STAGER_EXIT_FAIL;
+	int ret, code = CLI_EXIT_FAIL;
 
 	w.t0 = stager_now();
 	proto_add(&cl->pc.out, "cmd", "watch");
@@ -545,7 +466,7 @@ static int client_watch(struct client *cl, int64_t id)
 	if (w.drew)
 		putchar('\n');
 	if (ret) {
-		code = STAGER_EXIT_NODAEMON;
+		code = CLI_EXIT_DAEMON;
 		goto out;
 	}
 	if (cl->pc.rc) {
@@ -558,17 +479,18 @@ static int client_watch(struct client *cl, int64_t id)
 		goto out;
 	}
 	state = proto_get(&fin, "state") ?: "?";
-	code = !strcmp(state, "done") ? STAGER_EXIT_OK : STAGER_EXIT_FAIL;
+	code = !strcmp(state, "done") ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 	if (cl->o->json) {
 		json_t *doc = json_object();
-		bool bad = !doc || json_object_set_new(doc, "job",
-						       client_json_obj(&fin));
+		bool bad = !doc ||
+			   json_object_set_new(doc, "job",
+					       jsonout_row(&fin, client_strs));
 
 		if (!bad)
 			bad = client_mm_json(doc, &w,
 					     proto_get(&fin, "dataset") ?: "");
 		if (bad || jsonout_print(doc))
-			code = STAGER_EXIT_FAIL;
+			code = CLI_EXIT_FAIL;
 		json_decref(doc);
 		goto out;
 	}
@@ -632,11 +554,11 @@ static int client_request(struct client *cl, const struct stager_cmd *cmd,
 				"stager: '%s' is not a job id (1 to %" PRId64
 				")\n",
 				o->argv[0], (int64_t)JOBS_ID_MAX);
-			return STAGER_EXIT_USAGE;
+			return CLI_EXIT_USAGE;
 		}
 	}
 	if (client_connect(cl))
-		return STAGER_EXIT_NODAEMON;
+		return CLI_EXIT_DAEMON;
 	proto_add(&cl->pc.out, "cmd", cmd->name);
 	if (*id)
 		proto_add_i64(&cl->pc.out, "job", *id);
@@ -671,7 +593,7 @@ static int client_request(struct client *cl, const struct stager_cmd *cmd,
 	if (o->files) {
 		files = client_files(o->files);
 		if (!files)
-			return STAGER_EXIT_USAGE;
+			return CLI_EXIT_USAGE;
 		proto_add(&cl->pc.out, "files", files);
 		free(files);
 	}
@@ -700,12 +622,12 @@ static int client_exchange(struct client *cl, const struct stager_cmd *cmd,
 	}
 	ret = client_call(cl, row_cb, arg);
 	if (ret) {
-		code = STAGER_EXIT_NODAEMON;
+		code = CLI_EXIT_DAEMON;
 		goto out;
 	}
 	code = client_result(cl);
 	if (!code && doc && !json_is_null(doc) && jsonout_print(doc))
-		code = STAGER_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 out:
 	json_decref(doc);
 	return code;
@@ -818,7 +740,7 @@ int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		goto out;
 	ret = client_call(&cl, client_submit_row, &job);
 	if (ret) {
-		code = STAGER_EXIT_NODAEMON;
+		code = CLI_EXIT_DAEMON;
 		goto out;
 	}
 	code = client_result(&cl);
@@ -827,7 +749,7 @@ int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	/* the row carried the job id */
 	if (!job) {
 		fprintf(stderr, "stager: the daemon sent no job id\n");
-		code = STAGER_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 		goto out;
 	}
 	if (o->wait) {
@@ -838,7 +760,7 @@ int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		doc = json_pack("{sIssss}", "job", (json_int_t)job, "kind",
 				cmd->name, "state", "queued");
 		if (jsonout_print(doc))
-			code = STAGER_EXIT_FAIL;
+			code = CLI_EXIT_FAIL;
 		json_decref(doc);
 	} else {
 		printf("job %" PRId64 " queued: %s %s (follow it with 'stager "

@@ -125,7 +125,7 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 	d.n_uids = d.lim.max_conns + 1; /* + root, not counted */
 	d.uids = calloc(d.n_uids, sizeof(*d.uids));
 	if (!d.uids)
-		return STAGER_EXIT_FAIL;
+		return CLI_EXIT_FAIL;
 	daemon_admin_group(&d);
 	daemon_conn_fd_limit(&d);
 	sigemptyset(&set);
@@ -231,5 +231,5 @@ out:
 		free(d.uids);
 	jobs_close(jq);
 	catalog_close(cat);
-	return ret ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;
+	return ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

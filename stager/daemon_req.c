@@ -675,8 +675,8 @@ static int daemon_req_submit(struct daemon_conn *c)
 				"%s is %s, larger than the cache (%s, %s): "
 				"stage part of it with --files, or add --fit "
 				"to stage what fits",
-				name, stager_bytes(total, a, sizeof(a)),
-				stager_bytes(cap, b, sizeof(b)),
+				name, cli_bytes(total, a, sizeof(a)),
+				cli_bytes(cap, b, sizeof(b)),
 				set_by_cachectl ? "cachectl policy"
 						: "cache.size");
 		}

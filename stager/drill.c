@@ -85,23 +85,23 @@ int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (!o->to) {
 		fprintf(stderr, "stager drill: --to DIR is required: an empty "
 				"or new scratch directory\n");
-		return STAGER_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	ret = ckpt_drill(cfg, &d, &r);
 	if (ret) {
 		fprintf(stderr, "stager drill %s: %s\n", d.job, strerror(-ret));
-		return ret == -ENOENT			  ? STAGER_EXIT_NOENT
-		       : ret == -EINVAL || ret == -EEXIST ? STAGER_EXIT_USAGE
-							  : STAGER_EXIT_FAIL;
+		return ret == -ENOENT			  ? CLI_EXIT_NOENT
+		       : ret == -EINVAL || ret == -EEXIST ? CLI_EXIT_USAGE
+							  : CLI_EXIT_FAIL;
 	}
 	if (o->json)
-		code = drill_print_json(&r) ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;
+		code = drill_print_json(&r) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 	else {
 		drill_print_text(&r);
-		code = STAGER_EXIT_OK;
+		code = CLI_EXIT_OK;
 	}
 	if (r.nbad)
-		code = STAGER_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 	ckpt_drill_release(&r);
 	return code;
 }

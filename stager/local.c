@@ -75,13 +75,13 @@ int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (o->json) {
 		l.doc = json_array();
 		if (!l.doc)
-			return STAGER_EXIT_FAIL;
+			return CLI_EXIT_FAIL;
 	}
 	ret = objstore_open(o->argv[0], cfg, &os);
 	if (ret) {
 		fprintf(stderr, "stager ls: %s: %s\n", o->argv[0],
 			strerror(-ret));
-		return stager_exit_code(ret);
+		return cli_exit_code(ret);
 	}
 	ret = objstore_list(os, "", local_ls_cb, &l);
 	if (!ret && l.doc && jsonout_print(l.doc))
@@ -91,12 +91,12 @@ int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (ret) {
 		fprintf(stderr, "stager ls: %s: %s\n", o->argv[0],
 			strerror(-ret));
-		return ret == -ENOENT ? STAGER_EXIT_NOENT : STAGER_EXIT_FAIL;
+		return ret == -ENOENT ? CLI_EXIT_NOENT : CLI_EXIT_FAIL;
 	}
 	if (!o->json)
 		fprintf(stderr, "%" PRIu64 " objects, %s\n", l.n,
-			stager_bytes(l.bytes, b, sizeof(b)));
-	return STAGER_EXIT_OK;
+			cli_bytes(l.bytes, b, sizeof(b)));
+	return CLI_EXIT_OK;
 }
 
 /* ---- bench ---- */
@@ -334,7 +334,7 @@ static void local_rate(const char *what, double r, json_t *doc)
 		printf("%-28s n/a\n", what);
 	else
 		printf("%-28s %s/s\n", what,
-		       stager_bytes((uint64_t)r, b, sizeof(b)));
+		       cli_bytes((uint64_t)r, b, sizeof(b)));
 }
 
 int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
@@ -349,7 +349,7 @@ int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	unsigned threads = cfg->s3_max_inflight;
 	double src, cold = -1, warm = -1, sha, dw, dr, lim;
 	json_t *doc = NULL;
-	int ret, code = STAGER_EXIT_FAIL;
+	int ret, code = CLI_EXIT_FAIL;
 
 	(void)cmd;
 	if (!b.limit)
@@ -365,7 +365,7 @@ int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		if (ret) {
 			fprintf(stderr, "stager bench: dataset %s: %s\n", url,
 				strerror(-ret));
-			code = stager_exit_code(ret);
+			code = cli_exit_code(ret);
 			goto out;
 		}
 		url = ds.source;
@@ -402,7 +402,7 @@ int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		char x[32];
 
 		printf("bench of %s: %zu objects, %s\n", url, b.n,
-		       stager_bytes(b.bytes, x, sizeof(x)));
+		       cli_bytes(b.bytes, x, sizeof(x)));
 	}
 	local_rate("source_read", src, doc);
 	local_rate("cache_cold_read", cold, doc);
@@ -434,7 +434,7 @@ int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		       "%.2f\n",
 		       warm > 0 && dr > 0 ? warm / (dr < sha ? dr : sha) : 0);
 	}
-	code = src < 0 ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;
+	code = src < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 out:
 	json_decref(doc);
 	for (size_t i = 0; i < b.n; i++)

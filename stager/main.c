@@ -227,35 +227,21 @@ int main(int argc, char **argv)
 	const struct stager_cmd *cmd = NULL;
 	struct dstage_config *cfg = NULL;
 	char err[512];
-	int opt, ret, code = STAGER_EXIT_USAGE;
+	int opt, ret, code = CLI_EXIT_USAGE;
 
-	/* global options before the command */
-	while (argc > 1 && argv[1][0] == '-') {
-		if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-			stager_usage(stdout);
-			return STAGER_EXIT_OK;
-		}
-		if (!strcmp(argv[1], "--config") && argc > 2) {
-			o.config = argv[2];
-			argv += 2;
-			argc -= 2;
-		} else if (!strncmp(argv[1], "--config=", 9)) {
-			o.config = argv[1] + 9;
-			argv++;
-			argc--;
-		} else {
-			break;
-		}
+	if (cli_global_opts(&argc, &argv, &o.config)) {
+		stager_usage(stdout);
+		return CLI_EXIT_OK;
 	}
 	if (argc < 2) {
 		stager_usage(stderr);
-		return STAGER_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	cmd = stager_find(argv[1]);
 	if (!cmd) {
 		fprintf(stderr, "stager: unknown command '%s'\n", argv[1]);
 		stager_usage(stderr);
-		return STAGER_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	argv++;
 	argc--;
@@ -263,7 +249,7 @@ int main(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "h", stager_long, NULL)) != -1) {
 		if (opt == 'h') {
 			stager_cmd_help(cmd);
-			return STAGER_EXIT_OK;
+			return CLI_EXIT_OK;
 		}
 		if (opt == '?')
 			goto usage;
@@ -399,7 +385,7 @@ int main(int argc, char **argv)
 	ret = config_load(o.config, &cfg, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "stager: %s\n", err);
-		return STAGER_EXIT_USAGE;
+		return CLI_EXIT_USAGE;
 	}
 	log_set_level((enum log_level)cfg->log_level);
 	code = cmd->run(cfg, cmd, &o);
@@ -407,5 +393,5 @@ int main(int argc, char **argv)
 	return code;
 usage:
 	fprintf(stderr, "'stager %s --help' for help\n", cmd->name);
-	return STAGER_EXIT_USAGE;
+	return CLI_EXIT_USAGE;
 }

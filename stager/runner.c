@@ -64,24 +64,6 @@
 #define RUNNER_MAX_WORKERS 64
 #define RUNNER_STOP_GRACE_S 5 /* wait for blocked workers after a stop */
 
-const char *stager_bytes(uint64_t v, char *buf, size_t len)
-{
-	static const char *const units[] = { "B",   "KiB", "MiB",
-					     "GiB", "TiB", "PiB" };
-	double d = (double)v;
-	int u = 0;
-
-	while (d >= 1024 && u < 5) {
-		d /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%" PRIu64 " B", v);
-	else
-		snprintf(buf, len, "%.1f %s", d, units[u]);
-	return buf;
-}
-
 void runner_put(struct runner_job *rj)
 {
 	if (!rj || atomic_fetch_sub(&rj->refs, 1) != 1)
@@ -581,14 +563,13 @@ static int runner_prepare(struct runner_ctx *c)
 	if (c->stage) {
 		room = cfg->cache_size / 100 * cfg->cache_high_watermark;
 		if (total > cfg->cache_size && !c->fit) {
-			runner_error(
-				c,
-				"%s is %s, larger than the cache (%s, "
-				"cache.size); stage part of it with "
-				"--files, or --fit to stage what fits",
-				c->rj->dataset,
-				stager_bytes(total, a, sizeof(a)),
-				stager_bytes(cfg->cache_size, b, sizeof(b)));
+			runner_error(c,
+				     "%s is %s, larger than the cache (%s, "
+				     "cache.size); stage part of it with "
+				     "--files, or --fit to stage what fits",
+				     c->rj->dataset,
+				     cli_bytes(total, a, sizeof(a)),
+				     cli_bytes(cfg->cache_size, b, sizeof(b)));
 			return -EFBIG;
 		}
 		if (total > room && c->fit) {
@@ -600,7 +581,7 @@ static int runner_prepare(struct runner_ctx *c)
 			log_info("job %" PRId64 ": --fit: staging %zu of %zu "
 				 "files (%s)",
 				 c->rj->id, k, c->n,
-				 stager_bytes(sum, a, sizeof(a)));
+				 cli_bytes(sum, a, sizeof(a)));
 			for (size_t i = k; i < c->n; i++)
 				free(c->files[i].key);
 			c->n = k;

@@ -20,22 +20,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "dstage/config.h"
 #include "dstage/jobs.h"
 #include "dstage/proto.h"
 
-/* Exit codes of every command (docs/stager.md). */
-enum stager_exit {
-	STAGER_EXIT_OK = 0,
-	STAGER_EXIT_FAIL = 1, /* the operation or job failed, or mismatch */
-	STAGER_EXIT_USAGE = 2, /* bad command line or configuration */
-	STAGER_EXIT_NODAEMON = 3, /* the daemon is not reachable */
-	STAGER_EXIT_DENIED = 4, /* refused: not root nor the admin group */
-	STAGER_EXIT_NOENT = 5, /* no such dataset or job */
-};
-
-/* Map a request's -errno result to an exit code. */
-int stager_exit_code(int err);
+/* Exit codes: CLI_EXIT_* (cli/cli.h), the same for every tool. */
 
 #define STAGER_PARALLEL_MAX 256 /* --parallel */
 
@@ -216,8 +206,5 @@ void runner_put(struct runner_job *rj);
 
 /* Monotonic seconds. */
 double stager_now(void);
-
-/* Format bytes as "12.3 MiB" into buf. Returns buf. */
-const char *stager_bytes(uint64_t v, char *buf, size_t len);
 
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * jsonout: the stager's --json output, written with jansson.
+ * jsonout: the tools' --json output, written with jansson.
  *
  * Policy for strings that are not valid UTF-8 (object keys are bytes, and
  * a bucket or a file:// tree may hold any; docs/stager.md): JSON text must
@@ -15,6 +15,7 @@
  * Stateless.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,4 +132,57 @@ int jsonout_print(json_t *doc)
 	if (ret)
 		fprintf(stderr, "stager: writing the JSON output failed\n");
 	return ret;
+}
+
+static bool jsonout_in(const char *k, const char *const *strs)
+{
+	for (; strs && *strs; strs++)
+		if (!strcmp(k, *strs))
+			return true;
+	return false;
+}
+
+/* s as an int64 when it is written as one plainly; false otherwise. */
+static bool jsonout_int(const char *s, json_int_t *v)
+{
+	const char *p = s;
+	long long n;
+	char *end;
+
+	if (*p == '-')
+		p++;
+	if (!*p || (*p == '0' && p[1]))
+		return false;
+	for (; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	if (errno || *end)
+		return false;
+	*v = (json_int_t)n;
+	return true;
+}
+
+json_t *jsonout_row(const struct proto_msg *m, const char *const *strs)
+{
+	json_t *o = json_object();
+
+	for (unsigned i = 0; o && i < m->n; i++) {
+		const struct proto_field *f = &m->f[i];
+		json_int_t v;
+		int ret;
+
+		if (!strcmp(f->key, "type"))
+			continue;
+		if (!jsonout_in(f->key, strs) && jsonout_int(f->val, &v))
+			ret = json_object_set_new(o, f->key, json_integer(v));
+		else
+			ret = jsonout_set_str(o, f->key, f->val);
+		if (ret) {
+			json_decref(o);
+			o = NULL;
+		}
+	}
+	return o;
 }

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cli: exit codes, global options, sizes and times for the command-line
+ * tools (cli.h). Stateless.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_exit_code(int err)
+{
+	switch (err) {
+	case 0:
+		return CLI_EXIT_OK;
+	case -EPERM:
+	case -EACCES:
+		return CLI_EXIT_DENIED;
+	case -ENOENT:
+		return CLI_EXIT_NOENT;
+	case -EINVAL:
+		return CLI_EXIT_USAGE;
+	default:
+		return CLI_EXIT_FAIL;
+	}
+}
+
+int cli_global_opts(int *argc, char ***argv, const char **config)
+{
+	char **av = *argv;
+	int ac = *argc;
+
+	while (ac > 1 && av[1][0] == '-') {
+		if (!strcmp(av[1], "--help") || !strcmp(av[1], "-h"))
+			return 1;
+		if (!strcmp(av[1], "--config") && ac > 2) {
+			*config = av[2];
+			av += 2;
+			ac -= 2;
+		} else if (!strncmp(av[1], "--config=", 9)) {
+			*config = av[1] + 9;
+			av++;
+			ac--;
+		} else {
+			break;
+		}
+	}
+	*argv = av;
+	*argc = ac;
+	return 0;
+}
+
+const char *cli_bytes(uint64_t v, char *buf, size_t len)
+{
+	static const char *const units[] = { "B",   "KiB", "MiB",
+					     "GiB", "TiB", "PiB" };
+	double d = (double)v;
+	int u = 0;
+
+	while (d >= 1024 && u < 5) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", v);
+	else
+		snprintf(buf, len, "%.1f %s", d, units[u]);
+	return buf;
+}
+
+void cli_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!t) {
+		snprintf(buf, len, "never");
+		return;
+	}
+	localtime_r(&tt, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
