@@ -13,13 +13,25 @@
  *     database, so a database created here at 0600 keeps all three there;
  *   - when a lock wait ends in SQLITE_BUSY, the POSIX locks others hold on
  *     the database and on the WAL index (-shm) are logged with the holder's
- *     pid and command (F_GETLK), so that an admin can find who stalls it.
+ *     pid and command (from /proc/locks), so that an admin can find who
+ *     stalls it.
+ *
+ * Invariant: nothing here opens a catalog file for I/O. close() of any fd
+ * on a file drops every POSIX lock the process holds on it, SQLite's too:
+ * a second catalog_open (or a busy report) in a process whose connection
+ * holds the WAL index's locks would make that connection look gone to the
+ * other processes, and the last of them to close would delete the -wal and
+ * -shm under it ("disk I/O error" next). Files are inspected through O_PATH
+ * descriptors, whose close drops no lock, and /proc/locks.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "catalog_i.h"
@@ -83,22 +95,27 @@ static int catalog_file_guard_one(const char *file)
 	mode_t mode;
 	int fd, ret = 0;
 
-	fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	char proc[64];
+
+	/* O_PATH: see the invariant at the top (its close drops no lock). */
+	fd = open(file, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0;
 		ret = -errno;
-		if (ret == -ELOOP)
-			log_error("catalog: %s is a symbolic link: refused; "
-				  "remove it",
-				  file);
-		else if (ret != -EACCES)
+		if (ret != -EACCES)
 			log_error("catalog: %s: %s", file, strerror(-ret));
 		/* EACCES: SQLite's open reports it. */
 		return ret == -EACCES ? 0 : ret;
 	}
 	if (fstat(fd, &st)) {
 		ret = -errno;
+		goto out;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		log_error("catalog: %s is a symbolic link: refused; remove it",
+			  file);
+		ret = -ELOOP;
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -117,7 +134,10 @@ static int catalog_file_guard_one(const char *file)
 	mode = st.st_mode & 07777;
 	if (!(mode & ~(mode_t)CATALOG_FILE_MODE_GROUP))
 		goto out; /* 0600, 0640 or tighter */
-	if (fchmod(fd, CATALOG_FILE_MODE)) {
+	/* fchmod does not take an O_PATH descriptor; its /proc link is the
+	 * same inode, so no name can be swapped in between. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	if (chmod(proc, CATALOG_FILE_MODE)) {
 		ret = -errno;
 		log_error("catalog: %s has mode %04o, readable or writable by "
 			  "others, and cannot be tightened: %s; run 'chmod "
@@ -185,26 +205,61 @@ static void catalog_file_comm(pid_t pid, char *buf, size_t len)
 	buf[strcspn(buf, "\n")] = '\0';
 }
 
-/* Log who holds a POSIX lock on [start, start + len) of fd, if anyone. */
-static void catalog_file_holder(int fd, const char *file, off_t start,
-				off_t len, const char *what)
-{
-	struct flock fl = {
-		.l_type = F_WRLCK,
-		.l_whence = SEEK_SET,
-		.l_start = start,
-		.l_len = len,
-	};
-	char comm[64];
+/* One range of lock bytes to report on, and what SQLite uses it for. */
+struct catalog_lock_range {
+	unsigned long long start, len;
+	const char *what;
+};
 
-	if (fcntl(fd, F_GETLK, &fl) || fl.l_type == F_UNLCK)
+/*
+ * Log the POSIX locks other processes hold on file that overlap one of the
+ * n ranges r, read from /proc/locks (a query through F_GETLK would need an
+ * open descriptor, whose close would drop this process's own locks).
+ */
+static void catalog_file_holders(const char *file,
+				 const struct catalog_lock_range *r, size_t n)
+{
+	char line[256], type[16], adv[16], rw[16], end[32], comm[64];
+	unsigned long long start, last;
+	unsigned long ino;
+	unsigned maj, min;
+	struct stat st;
+	FILE *f;
+	int pid;
+
+	if (stat(file, &st))
 		return;
-	catalog_file_comm(fl.l_pid, comm, sizeof(comm));
-	log_error("catalog: %s: %s is held (%s lock, bytes %lld+%lld) by pid "
-		  "%d (%s)",
-		  file, what, fl.l_type == F_WRLCK ? "write" : "read",
-		  (long long)fl.l_start, (long long)fl.l_len, (int)fl.l_pid,
-		  comm);
+	f = fopen("/proc/locks", "re");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = strchr(line, ':');
+
+		/* "N: POSIX ADVISORY WRITE pid maj:min:ino start end"; a
+		 * waiter's line has "->" after the colon: not a holder. */
+		if (!p || strstr(p, "->") ||
+		    sscanf(p + 1, "%15s %15s %15s %d %x:%x:%lu %llu %31s", type,
+			   adv, rw, &pid, &maj, &min, &ino, &start, end) != 9)
+			continue;
+		if (strcmp(type, "POSIX") || pid == getpid() ||
+		    ino != st.st_ino || makedev(maj, min) != st.st_dev)
+			continue;
+		last = strcmp(end, "EOF") ? strtoull(end, NULL, 10)
+					  : ULLONG_MAX;
+		for (size_t i = 0; i < n; i++) {
+			if (start > r[i].start + r[i].len - 1 ||
+			    last < r[i].start)
+				continue;
+			catalog_file_comm(pid, comm, sizeof(comm));
+			log_error("catalog: %s: %s is held (%s lock, bytes "
+				  "%llu+%llu) by pid %d (%s)",
+				  file, r[i].what,
+				  strcmp(rw, "WRITE") ? "read" : "write", start,
+				  last == ULLONG_MAX ? 0 : last - start + 1,
+				  pid, comm);
+		}
+	}
+	fclose(f);
 }
 
 /* SQLite's lock bytes: the database's (os_unix.c) and the WAL index's. */
@@ -213,26 +268,19 @@ static void catalog_file_holder(int fd, const char *file, off_t start,
 
 void catalog_file_log_holders(const char *path)
 {
-	static const char *const shm_locks[] = { "the WAL write lock",
-						 "the checkpoint lock",
-						 "the recovery lock" };
+	static const struct catalog_lock_range db[] = {
+		{ CATALOG_PENDING_BYTE, 512 + 2, "the database lock" },
+	};
+	static const struct catalog_lock_range shm[] = {
+		{ CATALOG_SHM_LOCK0, 1, "the WAL write lock" },
+		{ CATALOG_SHM_LOCK0 + 1, 1, "the checkpoint lock" },
+		{ CATALOG_SHM_LOCK0 + 2, 1, "the recovery lock" },
+	};
 	char file[4096 + 8];
-	int fd;
 
 	if (!path || !*path)
 		return;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd >= 0) {
-		catalog_file_holder(fd, path, CATALOG_PENDING_BYTE, 512 + 2,
-				    "the database lock");
-		close(fd);
-	}
+	catalog_file_holders(path, db, 1);
 	snprintf(file, sizeof(file), "%s-shm", path);
-	fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	for (int i = 0; i < 3; i++)
-		catalog_file_holder(fd, file, CATALOG_SHM_LOCK0 + i, 1,
-				    shm_locks[i]);
-	close(fd);
+	catalog_file_holders(file, shm, 3);
 }
