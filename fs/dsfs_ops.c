@@ -61,6 +61,35 @@ static void dsfs_ops_reply_err(fuse_req_t req, int ret)
 	fuse_reply_err(req, ret < 0 ? -ret : 0);
 }
 
+/* What an operation on a node starts from: the mount, the caller, the
+ * node, and room for the subtree's view of the kernel's fi. */
+struct dsfs_ops_ctx {
+	struct dsfs *fs;
+	struct dsfs_caller who;
+	struct dsfs_node *n;
+	struct fuse_file_info sfi;
+};
+
+/* Fill c for node ino of req. false when there is no such node (ESTALE
+ * has been replied). */
+static bool dsfs_ops_enter(fuse_req_t req, fuse_ino_t ino,
+			   struct dsfs_ops_ctx *c)
+{
+	c->fs = dsfs_ops_fs(req);
+	c->n = dsfs_ops_node(req, ino, &c->who);
+	return c->n != NULL;
+}
+
+/*
+ * The value of hook op of c's node's subtree, called as
+ * op(fs, who, node, ...), or dflt when the subtree leaves it NULL (the
+ * defaults are those dsfs_subtree.h writes next to each hook).
+ */
+#define DSFS_OPS_CALL(c, op, dflt, ...)                                     \
+	((c)->n->sub->op                                                    \
+		 ? (c)->n->sub->op((c)->fs, &(c)->who, (c)->n, __VA_ARGS__) \
+		 : (dflt))
+
 /* Let the node's subtree release n->priv and free an unlinked node. */
 static void dsfs_ops_free_node(struct dsfs *fs, struct dsfs_node *n)
 {
@@ -127,6 +156,13 @@ static struct fuse_file_info *dsfs_ops_fi(const struct fuse_file_info *fi,
 	*sub = *fi;
 	sub->fh = ((struct dsfs_handle *)(uintptr_t)fi->fh)->fh;
 	return sub;
+}
+
+/* The subtree's view of fi, kept in c. */
+static struct fuse_file_info *dsfs_ops_cfi(struct dsfs_ops_ctx *c,
+					   const struct fuse_file_info *fi)
+{
+	return dsfs_ops_fi(fi, &c->sfi);
 }
 
 /* RELEASE / RELEASEDIR: take h off fs->handles, release what it wraps. */
@@ -283,17 +319,13 @@ static void dsfs_ops_reply_entry(fuse_req_t req, struct dsfs *fs, int ret,
 
 static void dsfs_ops_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_entry e = { 0 };
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
-	int ret;
+	struct dsfs_ops_ctx c;
 
-	if (!dir)
-		return;
-	ret = dir->sub->lookup ? dir->sub->lookup(fs, &who, dir, name, &e)
-			       : -ENOTDIR;
-	dsfs_ops_reply_entry(req, fs, ret, &e);
+	if (dsfs_ops_enter(req, parent, &c))
+		dsfs_ops_reply_entry(
+			req, c.fs,
+			DSFS_OPS_CALL(&c, lookup, -ENOTDIR, name, &e), &e);
 }
 
 static void dsfs_ops_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -319,50 +351,41 @@ static void dsfs_ops_forget_multi(fuse_req_t req, size_t count,
 static void dsfs_ops_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 			   mode_t mode, dev_t rdev)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_entry e = { 0 };
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	struct dsfs_ops_ctx c;
 
-	if (dir)
+	if (dsfs_ops_enter(req, parent, &c))
 		dsfs_ops_reply_entry(
-			req, fs,
-			dir->sub->mknod ? dir->sub->mknod(fs, &who, dir, name,
-							  mode, rdev, &e)
-					: -EROFS,
+			req, c.fs,
+			DSFS_OPS_CALL(&c, mknod, -EROFS, name, mode, rdev, &e),
 			&e);
 }
 
 static void dsfs_ops_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 			   mode_t mode)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_entry e = { 0 };
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	struct dsfs_ops_ctx c;
 
-	if (dir)
+	if (dsfs_ops_enter(req, parent, &c))
 		dsfs_ops_reply_entry(
-			req, fs,
-			dir->sub->mkdir
-				? dir->sub->mkdir(fs, &who, dir, name, mode, &e)
-				: -EROFS,
-			&e);
+			req, c.fs,
+			DSFS_OPS_CALL(&c, mkdir, -EROFS, name, mode, &e), &e);
 }
 
 static void dsfs_ops_symlink(fuse_req_t req, const char *link,
 			     fuse_ino_t parent, const char *name)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_entry e = { 0 };
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	struct dsfs_ops_ctx c;
 
-	if (dir)
-		dsfs_ops_reply_entry(req, fs,
-				     dir->sub->symlink
-					     ? dir->sub->symlink(fs, &who, link,
-								 dir, name, &e)
+	/* The one hook whose node (the directory) is not its third argument. */
+	if (dsfs_ops_enter(req, parent, &c))
+		dsfs_ops_reply_entry(req, c.fs,
+				     c.n->sub->symlink
+					     ? c.n->sub->symlink(c.fs, &c.who,
+								 link, c.n,
+								 name, &e)
 					     : -EROFS,
 				     &e);
 }
@@ -370,176 +393,142 @@ static void dsfs_ops_symlink(fuse_req_t req, const char *link,
 static void dsfs_ops_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 			  const char *newname)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_entry e = { 0 };
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who), *dir;
+	struct dsfs_ops_ctx c;
+	struct dsfs_node *dir;
 	int ret;
 
-	if (!n)
+	if (!dsfs_ops_enter(req, ino, &c))
 		return;
-	dir = dsfs_nodes_find(&fs->nodes, newparent);
+	dir = dsfs_nodes_find(&c.fs->nodes, newparent);
 	if (!dir)
 		ret = -ESTALE;
-	else if (!n->sub->link)
-		ret = -EROFS;
-	else if (dir->sub != n->sub)
+	else if (c.n->sub->link && dir->sub != c.n->sub)
 		ret = -EXDEV;
 	else
-		ret = n->sub->link(fs, &who, n, dir, newname, &e);
-	dsfs_ops_reply_entry(req, fs, ret, &e);
+		ret = DSFS_OPS_CALL(&c, link, -EROFS, dir, newname, &e);
+	dsfs_ops_reply_entry(req, c.fs, ret, &e);
 }
 
 static void dsfs_ops_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	struct dsfs_ops_ctx c;
 
-	if (dir)
-		dsfs_ops_reply_err(
-			req, dir->sub->unlink
-				     ? dir->sub->unlink(fs, &who, dir, name)
-				     : -EROFS);
+	if (dsfs_ops_enter(req, parent, &c))
+		dsfs_ops_reply_err(req,
+				   DSFS_OPS_CALL(&c, unlink, -EROFS, name));
 }
 
 static void dsfs_ops_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	struct dsfs_ops_ctx c;
 
-	if (dir)
-		dsfs_ops_reply_err(
-			req, dir->sub->rmdir
-				     ? dir->sub->rmdir(fs, &who, dir, name)
-				     : -EROFS);
+	if (dsfs_ops_enter(req, parent, &c))
+		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, rmdir, -EROFS, name));
 }
 
 static void dsfs_ops_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			    fuse_ino_t newparent, const char *newname,
 			    unsigned int flags)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who), *ndir;
+	struct dsfs_ops_ctx c;
+	struct dsfs_node *ndir;
 	int ret;
 
-	if (!dir)
+	if (!dsfs_ops_enter(req, parent, &c))
 		return;
-	ndir = dsfs_nodes_find(&fs->nodes, newparent);
+	ndir = dsfs_nodes_find(&c.fs->nodes, newparent);
 	/* Only within one subtree; across subtrees is another device. */
 	if (!ndir)
 		ret = -ESTALE;
-	else if (!dir->sub->rename)
-		ret = -EROFS;
-	else if (dir->sub != ndir->sub)
+	else if (c.n->sub->rename && c.n->sub != ndir->sub)
 		ret = -EXDEV;
 	else
-		ret = dir->sub->rename(fs, &who, dir, name, ndir, newname,
-				       flags);
+		ret = DSFS_OPS_CALL(&c, rename, -EROFS, name, ndir, newname,
+				    flags);
 	dsfs_ops_reply_err(req, ret);
 }
 
 static void dsfs_ops_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 			    mode_t mode, struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_entry e = { 0 };
-	struct dsfs_caller who;
-	struct dsfs_node *dir = dsfs_ops_node(req, parent, &who);
+	struct dsfs_ops_ctx c;
 	int ret;
 
-	if (!dir)
+	if (!dsfs_ops_enter(req, parent, &c))
 		return;
-	ret = dir->sub->create
-		      ? dir->sub->create(fs, &who, dir, name, mode, fi, &e)
-		      : -EROFS;
+	ret = DSFS_OPS_CALL(&c, create, -EROFS, name, mode, fi, &e);
 	if (ret || !e.node) {
 		dsfs_ops_reply_err(req, ret ? ret : -EIO);
 		return;
 	}
-	dsfs_ops_reply_open(req, fs, &who, dir, 0, fi, false, &e);
+	dsfs_ops_reply_open(req, c.fs, &c.who, c.n, 0, fi, false, &e);
 }
 
 /* ---- attributes ---- */
 
-static void dsfs_ops_getattr(fuse_req_t req, fuse_ino_t ino,
-			     struct fuse_file_info *fi)
+/* Answer GETATTR or SETATTR whose hook returned ret and filled st. */
+static void dsfs_ops_reply_attr(fuse_req_t req, const struct dsfs_ops_ctx *c,
+				int ret, struct stat *st, double timeout)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
-	double timeout = 0;
-	struct stat st;
-	int ret;
-
-	if (!n)
-		return;
-	ret = n->sub->getattr
-		      ? n->sub->getattr(fs, &who, n, dsfs_ops_fi(fi, &sfi), &st,
-					&timeout)
-		      : -ENOSYS;
 	if (ret) {
 		dsfs_ops_reply_err(req, ret);
 		return;
 	}
-	st.st_ino = n->ino;
-	fuse_reply_attr(req, &st, timeout);
+	st->st_ino = c->n->ino;
+	fuse_reply_attr(req, st, timeout);
+}
+
+static void dsfs_ops_getattr(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
+{
+	struct dsfs_ops_ctx c;
+	double timeout = 0;
+	struct stat st;
+
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_attr(req, &c,
+				    DSFS_OPS_CALL(&c, getattr, -ENOSYS,
+						  dsfs_ops_cfi(&c, fi), &st,
+						  &timeout),
+				    &st, timeout);
 }
 
 static void dsfs_ops_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			     int to_set, struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 	double timeout = 0;
 	struct stat st;
-	int ret;
 
-	if (!n)
-		return;
-	ret = n->sub->setattr
-		      ? n->sub->setattr(fs, &who, n, attr, to_set,
-					dsfs_ops_fi(fi, &sfi), &st, &timeout)
-		      : -EROFS;
-	if (ret) {
-		dsfs_ops_reply_err(req, ret);
-		return;
-	}
-	st.st_ino = n->ino;
-	fuse_reply_attr(req, &st, timeout);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_attr(req, &c,
+				    DSFS_OPS_CALL(&c, setattr, -EROFS, attr,
+						  to_set, dsfs_ops_cfi(&c, fi),
+						  &st, &timeout),
+				    &st, timeout);
 }
 
 static void dsfs_ops_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct dsfs_ops_ctx c;
 
-	if (!n)
-		return;
-	if (n->sub->access)
-		dsfs_ops_reply_err(req, n->sub->access(fs, &who, n, mask));
-	else
-		dsfs_ops_reply_err(req, (mask & W_OK) ? -EROFS : 0);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_err(
+			req, DSFS_OPS_CALL(&c, access,
+					   (mask & W_OK) ? -EROFS : 0, mask));
 }
 
 static void dsfs_ops_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct dsfs_ops_ctx c;
 	char buf[PATH_MAX];
 	int ret;
 
-	if (!n)
+	if (!dsfs_ops_enter(req, ino, &c))
 		return;
-	ret = n->sub->readlink ? n->sub->readlink(fs, &who, n, buf, sizeof(buf))
-			       : -EINVAL;
+	ret = DSFS_OPS_CALL(&c, readlink, -EINVAL, buf, sizeof(buf));
 	if (ret) {
 		dsfs_ops_reply_err(req, ret);
 		return;
@@ -575,32 +564,25 @@ static void dsfs_ops_statfs(fuse_req_t req, fuse_ino_t ino)
 static void dsfs_ops_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct dsfs_ops_ctx c;
 
-	if (n)
-		dsfs_ops_reply_open(req, fs, &who, n,
-				    n->sub->open ? n->sub->open(fs, &who, n, fi)
-						 : -EISDIR,
-				    fi, false, NULL);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_open(req, c.fs, &c.who, c.n,
+				    DSFS_OPS_CALL(&c, open, -EISDIR, fi), fi,
+				    false, NULL);
 }
 
 static void dsfs_ops_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_reply_read r = { .req = req };
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 	int ret;
 
-	if (!n)
+	if (!dsfs_ops_enter(req, ino, &c))
 		return;
-	ret = n->sub->read ? n->sub->read(fs, &who, n, dsfs_ops_fi(fi, &sfi),
-					  size, off, &r)
-			   : -EISDIR;
+	ret = DSFS_OPS_CALL(&c, read, -EISDIR, dsfs_ops_cfi(&c, fi), size, off,
+			    &r);
 	if (r.sent)
 		return;
 	if (ret)
@@ -612,17 +594,13 @@ static void dsfs_ops_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void dsfs_ops_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 			   size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 	ssize_t w;
 
-	if (!n)
+	if (!dsfs_ops_enter(req, ino, &c))
 		return;
-	w = n->sub->write ? n->sub->write(fs, &who, n, dsfs_ops_fi(fi, &sfi),
-					  buf, size, off)
-			  : -EROFS;
+	w = DSFS_OPS_CALL(&c, write, -EROFS, dsfs_ops_cfi(&c, fi), buf, size,
+			  off);
 	if (w < 0)
 		dsfs_ops_reply_err(req, (int)w);
 	else
@@ -632,50 +610,32 @@ static void dsfs_ops_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 static void dsfs_ops_flush(fuse_req_t req, fuse_ino_t ino,
 			   struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 
-	if (n)
+	if (dsfs_ops_enter(req, ino, &c))
 		dsfs_ops_reply_err(
-			req, n->sub->flush
-				     ? n->sub->flush(fs, &who, n,
-						     dsfs_ops_fi(fi, &sfi))
-				     : 0);
+			req, DSFS_OPS_CALL(&c, flush, 0, dsfs_ops_cfi(&c, fi)));
 }
 
 static void dsfs_ops_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 			   struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 
-	if (n)
-		dsfs_ops_reply_err(
-			req, n->sub->fsync
-				     ? n->sub->fsync(fs, &who, n, datasync,
-						     dsfs_ops_fi(fi, &sfi))
-				     : 0);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fsync, 0, datasync,
+						      dsfs_ops_cfi(&c, fi)));
 }
 
 static void dsfs_ops_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 			       off_t off, off_t len, struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 
-	if (n)
-		dsfs_ops_reply_err(
-			req,
-			n->sub->fallocate
-				? n->sub->fallocate(fs, &who, n, mode, off, len,
-						    dsfs_ops_fi(fi, &sfi))
-				: -EROFS);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fallocate, -EROFS,
+						      mode, off, len,
+						      dsfs_ops_cfi(&c, fi)));
 }
 
 static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
@@ -695,34 +655,29 @@ static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
 static void dsfs_ops_opendir(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct dsfs_ops_ctx c;
 	int ret;
 
-	if (!n)
+	if (!dsfs_ops_enter(req, ino, &c))
 		return;
-	if (!n->sub->readdir)
+	if (!c.n->sub->readdir)
 		ret = -ENOTDIR;
 	else
-		ret = n->sub->opendir ? n->sub->opendir(fs, &who, n, fi) : 0;
-	dsfs_ops_reply_open(req, fs, &who, n, ret, fi, true, NULL);
+		ret = DSFS_OPS_CALL(&c, opendir, 0, fi);
+	dsfs_ops_reply_open(req, c.fs, &c.who, c.n, ret, fi, true, NULL);
 }
 
 static void dsfs_ops_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
 				 off_t off, struct fuse_file_info *fi,
 				 bool plus)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
 	struct dsfs_reply_dir d = { .req = req, .plus = plus, .size = size };
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 	int ret;
 
-	if (!n)
+	if (!dsfs_ops_enter(req, ino, &c))
 		return;
-	if (!n->sub->readdir) {
+	if (!c.n->sub->readdir) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -731,7 +686,8 @@ static void dsfs_ops_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = n->sub->readdir(fs, &who, n, dsfs_ops_fi(fi, &sfi), off, &d);
+	ret = DSFS_OPS_CALL(&c, readdir, -ENOTDIR, dsfs_ops_cfi(&c, fi), off,
+			    &d);
 	/* Entries already added were counted as looked up (plus): they
 	 * must go out even if a later one failed. */
 	if (ret && !d.used)
@@ -768,17 +724,11 @@ static void dsfs_ops_releasedir(fuse_req_t req, fuse_ino_t ino,
 static void dsfs_ops_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 			      struct fuse_file_info *fi)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	struct fuse_file_info sfi;
+	struct dsfs_ops_ctx c;
 
-	if (n)
-		dsfs_ops_reply_err(
-			req, n->sub->fsyncdir
-				     ? n->sub->fsyncdir(fs, &who, n, datasync,
-							dsfs_ops_fi(fi, &sfi))
-				     : 0);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fsyncdir, 0, datasync,
+						      dsfs_ops_cfi(&c, fi)));
 }
 
 /* ---- extended attributes ---- */
@@ -786,30 +736,22 @@ static void dsfs_ops_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 static void dsfs_ops_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			      const char *value, size_t size, int flags)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct dsfs_ops_ctx c;
 
-	if (n)
-		dsfs_ops_reply_err(req, n->sub->setxattr
-						? n->sub->setxattr(fs, &who, n,
-								   name, value,
-								   size, flags)
-						: -EROFS);
+	if (dsfs_ops_enter(req, ino, &c))
+		dsfs_ops_reply_err(req,
+				   DSFS_OPS_CALL(&c, setxattr, -EROFS, name,
+						 value, size, flags));
 }
 
 static void dsfs_ops_removexattr(fuse_req_t req, fuse_ino_t ino,
 				 const char *name)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
+	struct dsfs_ops_ctx c;
 
-	if (n)
+	if (dsfs_ops_enter(req, ino, &c))
 		dsfs_ops_reply_err(
-			req, n->sub->removexattr
-				     ? n->sub->removexattr(fs, &who, n, name)
-				     : -EROFS);
+			req, DSFS_OPS_CALL(&c, removexattr, -EROFS, name));
 }
 
 /*
@@ -825,63 +767,46 @@ static int dsfs_ops_no_xattr(struct dsfs *fs)
 	return ENOSYS;
 }
 
-/* GETXATTR and LISTXATTR: size 0 asks for the length only. */
-static void dsfs_ops_reply_xattr(fuse_req_t req, ssize_t len, const char *buf,
-				 size_t size)
+/* GETXATTR (name) and LISTXATTR (name NULL): size 0 asks for the length
+ * only. */
+static void dsfs_ops_xattr_get(fuse_req_t req, fuse_ino_t ino, const char *name,
+			       size_t size)
 {
+	struct dsfs_ops_ctx c;
+	char *buf = NULL;
+	ssize_t len;
+
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	if (!(name ? c.n->sub->getxattr != NULL
+		   : c.n->sub->listxattr != NULL)) {
+		fuse_reply_err(req, dsfs_ops_no_xattr(c.fs));
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	len = name ? c.n->sub->getxattr(c.fs, &c.who, c.n, name, buf, size)
+		   : c.n->sub->listxattr(c.fs, &c.who, c.n, buf, size);
 	if (len < 0)
 		dsfs_ops_reply_err(req, (int)len);
 	else if (!size)
 		fuse_reply_xattr(req, (size_t)len);
 	else
 		fuse_reply_buf(req, buf, (size_t)len);
+	free(buf);
 }
 
 static void dsfs_ops_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			      size_t size)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	char *buf = NULL;
-	ssize_t len;
-
-	if (!n)
-		return;
-	if (!n->sub->getxattr) {
-		fuse_reply_err(req, dsfs_ops_no_xattr(fs));
-		return;
-	}
-	if (size && !(buf = malloc(size))) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	len = n->sub->getxattr(fs, &who, n, name, buf, size);
-	dsfs_ops_reply_xattr(req, len, buf, size);
-	free(buf);
+	dsfs_ops_xattr_get(req, ino, name, size);
 }
 
 static void dsfs_ops_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct dsfs *fs = dsfs_ops_fs(req);
-	struct dsfs_caller who;
-	struct dsfs_node *n = dsfs_ops_node(req, ino, &who);
-	char *buf = NULL;
-	ssize_t len;
-
-	if (!n)
-		return;
-	if (!n->sub->listxattr) {
-		fuse_reply_err(req, dsfs_ops_no_xattr(fs));
-		return;
-	}
-	if (size && !(buf = malloc(size))) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	len = n->sub->listxattr(fs, &who, n, buf, size);
-	dsfs_ops_reply_xattr(req, len, buf, size);
-	free(buf);
+	dsfs_ops_xattr_get(req, ino, NULL, size);
 }
 
 const struct fuse_lowlevel_ops dsfs_ops_ll = {
