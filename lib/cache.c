@@ -264,3 +264,40 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	st->lands_refused = atomic_load(&c->lands_refused);
 	st->lands_displaced = atomic_load(&c->lands_displaced);
 }
+
+int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
+{
+	struct cache_ds_copy {
+		char *name;
+		uint64_t hits, misses;
+	} *v = NULL;
+	size_t n = 0, i = 0;
+	int ret = 0;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (struct cache_ds *d = c->ds; d; d = d->next)
+		n++;
+	v = n ? calloc(n, sizeof(*v)) : NULL;
+	/* c->ds is newest first: fill from the end for first-seen order. */
+	for (struct cache_ds *d = c->ds; v && d; d = d->next) {
+		struct cache_ds_copy *e = &v[n - ++i];
+
+		e->name = strdup(d->name);
+		e->hits = atomic_load_explicit(&d->hits, memory_order_relaxed);
+		e->misses =
+			atomic_load_explicit(&d->misses, memory_order_relaxed);
+		if (!e->name)
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (n && !v)
+		return -ENOMEM;
+	for (i = 0; i < n && !ret; i++)
+		ret = fn(arg, v[i].name, v[i].hits, v[i].misses);
+	for (i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+	return ret;
+}

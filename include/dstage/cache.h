@@ -267,6 +267,18 @@ int cache_evict(struct cache *c, uint64_t *freed);
 void cache_get_stats(struct cache *c, struct cache_stats *st);
 
 /*
+ * Each dataset's hits and misses (blocks, as in struct cache_stats) since
+ * the cache opened, for every dataset this process read or filled, in the
+ * order they were first seen (stable: a dataset keeps its place). fn is
+ * called after the cache's locks were released; name is valid only during
+ * the call. A non-zero return stops and is returned. Returns 0, -ENOMEM or
+ * fn's value.
+ */
+typedef int (*cache_ds_stats_fn)(void *arg, const char *name, uint64_t hits,
+				 uint64_t misses);
+int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg);
+
+/*
  * Whether the last time blocks (or a new object file) could not be kept,
  * the cause was cache.dir's file system being full (ENOSPC or EDQUOT from
  * the disk) rather than cache.size being taken by pinned or busy data (or a
