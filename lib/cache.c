@@ -516,8 +516,10 @@ int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
 		ret = -ENOENT;
 		goto out;
 	}
-	/* Scans count the files whose header has the magic: un-count it. */
-	counted = cache_file_info(fd, ds, sizeof(ds), &atime) == 0;
+	/* Scans count the files of an object's name whose header has the
+	 * magic (cache_scan): un-count such a file. */
+	counted = slash && strlen(name) == 33 &&
+		  cache_file_info(fd, ds, sizeof(ds), &atime) == 0;
 	if (unlinkat(c->objects_fd, name, 0)) {
 		ret = -errno;
 		goto out;
