@@ -26,7 +26,7 @@ struct cachectl_opts {
 	bool json, dry_run, to_low;
 	const char *capacity, *high, *low; /* policy set, already checked */
 	int64_t since; /* audit --since, seconds; 0: all */
-	int64_t older_than; /* evict --older-than, seconds; 0: not given */
+	int64_t older_than; /* evict and gc --older-than, seconds; 0: not given */
 	const char *user; /* audit --user */
 	int argc;
 	char **argv;
@@ -83,5 +83,7 @@ int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	       const struct cachectl_opts *o);
 int cmds_audit(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	       const struct cachectl_opts *o);
+int cmds_gc(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
+	    const struct cachectl_opts *o);
 
 #endif

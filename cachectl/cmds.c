@@ -339,6 +339,59 @@ int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	return code;
 }
 
+/* ---- gc ---- */
+
+static void cmds_gc_fill(struct conn *cn, const struct cachectl_opts *o)
+{
+	if (o->older_than)
+		proto_add_i64(&cn->pc.out, "min_age", o->older_than);
+	if (o->dry_run)
+		proto_add(&cn->pc.out, "dry_run", "1");
+}
+
+int cmds_gc(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
+	    const struct cachectl_opts *o)
+{
+	struct cmds_doc d = { 0 };
+	json_t *r;
+	char a[32], b[32], l[32];
+	int code;
+
+	(void)cmd;
+	code = cmds_exchange(cfg, "cache.gc", o, cmds_gc_fill, &d);
+	r = json_array_get(d.rows, 0);
+	if (code == CACHECTL_EXIT_OK && !r) {
+		fprintf(stderr, "cachectl: the daemon sent no result row\n");
+		code = CACHECTL_EXIT_FAIL;
+	}
+	if (code == CACHECTL_EXIT_OK && o->json) {
+		if (jsonout_print(r))
+			code = CACHECTL_EXIT_FAIL;
+	} else if (code == CACHECTL_EXIT_OK) {
+		const char *verb = o->dry_run ? "would remove" : "removed";
+
+		printf("%s %" PRIu64 " cache files no catalog entry owns (%s)\n"
+		       "%s %" PRIu64 " catalog block rows of %" PRIu64
+		       " objects whose cache files are gone\n"
+		       "%s %" PRIu64 " staging leftovers older than %" PRIu64
+		       "s (%s)\n",
+		       verb, cmds_ju(r, "orphan_files"),
+		       conn_bytes(cmds_ju(r, "orphan_bytes"), a, sizeof(a)),
+		       verb, cmds_ju(r, "stale_rows"),
+		       cmds_ju(r, "stale_objects"), verb,
+		       cmds_ju(r, "leftover_files"), cmds_ju(r, "min_age"),
+		       conn_bytes(cmds_ju(r, "leftover_bytes"), l, sizeof(l)));
+		if (cmds_ju(r, "busy_files"))
+			printf("left %" PRIu64 " files (%s) that readers "
+			       "have open; run gc again once they close\n",
+			       cmds_ju(r, "busy_files"),
+			       conn_bytes(cmds_ju(r, "busy_bytes"), b,
+					  sizeof(b)));
+	}
+	cmds_doc_free(&d);
+	return code;
+}
+
 /* ---- audit ---- */
 
 static void cmds_audit_fill(struct conn *cn, const struct cachectl_opts *o)

@@ -67,6 +67,17 @@ static const struct cachectl_cmd cachectl_cmds[] = {
 	  "                      pinned ones too)\n"
 	  "  --dry-run           say what would be freed; change nothing\n"
 	  "  --json              the result as one object" },
+	{ "gc", cmds_gc, 0, 0, "jDo", "[--dry-run] [--older-than AGE]",
+	  "Remove what the cache holds for nobody (admins): cache files no\n"
+	  "catalog entry owns (removed datasets, old versions), catalog\n"
+	  "block rows whose cache files are gone, and leftovers of killed\n"
+	  "fills and checkpoint writers (torn or stray files in cache.dir,\n"
+	  "journal temporaries and abandoned/ in checkpoints.staging_dir).\n"
+	  "A file a reader has open or is filling is left and reported.\n"
+	  "  --older-than AGE  leftovers last changed AGE ago or earlier\n"
+	  "                    (default 1h; 90s, 30m, 12h, 7d, 2w)\n"
+	  "  --dry-run         count what would go; change nothing\n"
+	  "  --json            the counts as one object" },
 	{ "audit", cmds_audit, 0, 0, "jsu", "",
 	  "Every change made through cachectl and the stager (admins): time,\n"
 	  "uid and user, action, target, old and new value. The record is\n"

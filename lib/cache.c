@@ -11,8 +11,11 @@
  * cache_close stops the workers, then closes every open object (all idle by
  * then: no caller may use the cache during or after cache_close).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,4 +266,273 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	st->land_peak = atomic_load(&c->land_peak);
 	st->lands_refused = atomic_load(&c->lands_refused);
 	st->lands_displaced = atomic_load(&c->lands_displaced);
+}
+
+int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
+{
+	struct cache_ds_copy {
+		char *name;
+		uint64_t hits, misses;
+	} *v = NULL;
+	size_t n = 0, i = 0;
+	int ret = 0;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (struct cache_ds *d = c->ds; d; d = d->next)
+		n++;
+	v = n ? calloc(n, sizeof(*v)) : NULL;
+	/* c->ds is newest first: fill from the end for first-seen order. */
+	for (struct cache_ds *d = c->ds; v && d; d = d->next) {
+		struct cache_ds_copy *e = &v[n - ++i];
+
+		e->name = strdup(d->name);
+		e->hits = atomic_load_explicit(&d->hits, memory_order_relaxed);
+		e->misses =
+			atomic_load_explicit(&d->misses, memory_order_relaxed);
+		if (!e->name)
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (n && !v)
+		return -ENOMEM;
+	for (i = 0; i < n && !ret; i++)
+		ret = fn(arg, v[i].name, v[i].hits, v[i].misses);
+	for (i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+	return ret;
+}
+
+/* ---- garbage collection (cachectl gc) ---- */
+
+#define CACHE_GC_STRS_MAX 16384 /* a header's strings, at most */
+
+/* Read fd's header as an object (strings in *strs, freed by the caller)
+ * and check it whole against name. 0, -EUCLEAN (not an object file of this
+ * cache, or not the one its name says), or -ENOMEM. */
+static int cache_gc_hdr(struct cache *c, int fd, const char *name,
+			struct cache_object *obj, char **strs)
+{
+	struct cache_hdr h;
+	uint64_t data_off, rec_off;
+	char want[33], *p;
+	size_t dl, kl, el;
+	int ret;
+
+	*strs = NULL;
+	if (cache_pread_all(fd, &h, sizeof(h), 0) ||
+	    memcmp(h.magic, CACHE_OBJ_MAGIC, 8) ||
+	    h.version != CACHE_OBJ_VERSION || h.block_size != c->bs ||
+	    (uint64_t)h.ds_len + h.key_len + h.etag_len > CACHE_GC_STRS_MAX ||
+	    !h.key_len)
+		return -EUCLEAN;
+	dl = h.ds_len;
+	kl = h.key_len;
+	el = h.etag_len;
+	p = malloc(dl + kl + el + 3);
+	if (!p)
+		return -ENOMEM;
+	if (cache_pread_all(fd, p, dl, CACHE_HDR_FIXED) ||
+	    cache_pread_all(fd, p + dl + 1, kl, CACHE_HDR_FIXED + dl) ||
+	    cache_pread_all(fd, p + dl + kl + 2, el,
+			    CACHE_HDR_FIXED + dl + kl)) {
+		free(p);
+		return -EUCLEAN;
+	}
+	p[dl] = p[dl + 1 + kl] = p[dl + kl + 2 + el] = '\0';
+	*obj = (struct cache_object){
+		.dataset = p,
+		.key = p + dl + 1,
+		.etag = p + dl + kl + 2,
+		.size = h.size,
+	};
+	*strs = p;
+	/* The whole header, checksum included, as cache_obj_get checks it;
+	 * and the name must be this object's (not a renamed file). */
+	ret = cache_hdr_check(c, fd, obj, &data_off, &rec_off);
+	if (ret == -ENOMEM)
+		return ret;
+	cache_obj_name(obj, want);
+	if (ret || strlen(name) != 33 || memcmp(name, want, 2) ||
+	    strcmp(name + 3, want + 2))
+		return -EUCLEAN;
+	return 0;
+}
+
+/* Describe the file name (at dfd/entry) and hand it to fn. */
+static int cache_gc_one(struct cache *c, int dfd, const char *entry,
+			const char *name, cache_gc_fn fn, void *arg)
+{
+	struct cache_gc_file f = { .name = name };
+	struct cache_object obj;
+	struct stat st;
+	char *strs = NULL;
+	int fd, ret;
+
+	fd = openat(dfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* gone meanwhile, or a link: not ours to judge */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return 0;
+	}
+	f.bytes = (uint64_t)st.st_blocks * 512;
+	f.mtime = (int64_t)st.st_mtime;
+	ret = cache_gc_hdr(c, fd, name, &obj, &strs);
+	close(fd);
+	if (ret == -ENOMEM)
+		return ret;
+	if (!ret) {
+		f.object = true;
+		f.dataset = obj.dataset;
+		f.key = obj.key;
+		f.etag = obj.etag;
+		f.size = obj.size;
+	}
+	ret = fn(arg, &f);
+	free(strs);
+	return ret;
+}
+
+int cache_gc_list(struct cache *c, cache_gc_fn fn, void *arg)
+{
+	struct dirent *de;
+	DIR *top;
+	int tfd, ret = 0;
+
+	if (!c || !fn)
+		return -EINVAL;
+	tfd = openat(c->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (tfd < 0)
+		return -errno;
+	top = fdopendir(tfd);
+	if (!top) {
+		close(tfd);
+		return -errno;
+	}
+	while (!ret && (de = readdir(top))) {
+		struct dirent *fe;
+		DIR *sub;
+		int sfd;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		sfd = openat(tfd, de->d_name,
+			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sfd < 0) {
+			/* A stray file directly in objects/. */
+			if (errno == ENOTDIR)
+				ret = cache_gc_one(c, tfd, de->d_name,
+						   de->d_name, fn, arg);
+			continue;
+		}
+		if (strlen(de->d_name) != 2) {
+			close(sfd); /* not one of ours: left alone */
+			continue;
+		}
+		sub = fdopendir(sfd);
+		if (!sub) {
+			close(sfd);
+			continue;
+		}
+		while (!ret && (fe = readdir(sub))) {
+			char name[2 + 1 + NAME_MAX + 1];
+
+			if (!strcmp(fe->d_name, ".") ||
+			    !strcmp(fe->d_name, ".."))
+				continue;
+			snprintf(name, sizeof(name), "%.2s/%s", de->d_name,
+				 fe->d_name);
+			ret = cache_gc_one(c, sfd, fe->d_name, name, fn, arg);
+		}
+		closedir(sub);
+	}
+	closedir(top);
+	return ret;
+}
+
+/* Whether some process holds a fill lock on a block of fd. */
+static bool cache_gc_filling(int fd)
+{
+	struct flock fl = {
+		.l_type = F_WRLCK,
+		.l_whence = SEEK_SET,
+		.l_start = CACHE_LOCK_BLOCK,
+		.l_len = 0, /* every block */
+	};
+
+	if (fcntl(fd, F_OFD_GETLK, &fl))
+		return true; /* cannot tell: keep it */
+	return fl.l_type != F_UNLCK;
+}
+
+int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
+{
+	const char *slash = name ? strchr(name, '/') : NULL;
+	char ds[4096], objname[33];
+	struct stat st;
+	uint64_t atime;
+	bool counted;
+	int fd = -1, ret = 0;
+
+	*freed = 0;
+	if (!c || !name || !*name || strstr(name, "..") ||
+	    (slash && (slash - name != 2 || strchr(slash + 1, '/'))))
+		return -EINVAL;
+	/* This process's own entry: in use (-EBUSY), or idle (closed). */
+	if (slash && strlen(name) == 33) {
+		memcpy(objname, name, 2);
+		memcpy(objname + 2, name + 3, 31);
+		ret = cache_obj_forget(c, objname);
+		if (ret)
+			return ret;
+	}
+	pthread_mutex_lock(&c->evict_lock);
+	fd = openat(c->objects_fd, name,
+		    O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		ret = errno == ELOOP ? -EINVAL : -errno;
+		goto out;
+	}
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	/* The evictor's protocol: the in-use byte exclusively, at once or
+	 * not at all; then no fill may be in flight either. */
+	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
+			   name) ||
+	    cache_gc_filling(fd)) {
+		ret = -EBUSY;
+		goto out;
+	}
+	if (fstat(fd, &st) || st.st_nlink == 0) {
+		ret = -ENOENT;
+		goto out;
+	}
+	/* Scans count the files of an object's name whose header has the
+	 * magic (cache_scan): un-count such a file. */
+	counted = slash && strlen(name) == 33 &&
+		  cache_file_info(fd, ds, sizeof(ds), &atime) == 0;
+	if (unlinkat(c->objects_fd, name, 0)) {
+		ret = -errno;
+		goto out;
+	}
+	*freed = (uint64_t)st.st_blocks * 512;
+	if (counted) {
+		cache_count_sub(&c->used, *freed);
+		cache_ds_add_used(c, ds, -(int64_t)*freed);
+	}
+	log_info("cache: gc removed %s (%" PRIu64 " bytes)", name, *freed);
+out:
+	if (fd >= 0)
+		close(fd); /* and with it the locks */
+	pthread_mutex_unlock(&c->evict_lock);
+	return ret;
 }

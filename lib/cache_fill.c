@@ -180,7 +180,7 @@ int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 	pthread_mutex_unlock(&o->lock);
 	if (drop_end > drop_off)
 		cache_drop_pages(o, drop_off, drop_end - drop_off);
-	cache_count(&c->hits, (uint64_t)n);
+	cache_count_hits(o, (uint64_t)n);
 	cache_count(&c->bytes_from_cache, len);
 	return ret;
 }
@@ -446,7 +446,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		cost += cache_block_cost(o, b0 + i);
 	}
 	if (nfetch) {
-		uint64_t t0 = metrics_now_ns();
+		uint64_t t0 = metrics_start();
 
 		ret = objstore_get_many(o->os, reqs, nfetch);
 		metrics_observe_since(METRICS_HIST_FETCH, t0);
@@ -467,7 +467,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 			goto out;
 		}
 		cache_count(&c->fetches, nfetch);
-		cache_count(&c->misses, nfetch);
+		cache_count_misses(o, nfetch);
 		for (uint64_t i = 0; i < n; i++) {
 			if (!fetch[i])
 				continue;
@@ -525,7 +525,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 				     : &c->bytes_from_cache,
 			    len);
 		if (!fetch[i])
-			cache_count(&c->hits, 1);
+			cache_count_hits(o, 1);
 	}
 	if (!*no_space) {
 		/* Readers waiting for these blocks take them from memory
@@ -642,7 +642,7 @@ static int cache_serve(struct cache_obj *o, uint64_t b, uint64_t e,
 			if (!direct[i])
 				cache_copy_out(o, k, ios[i].buf, out);
 		}
-		cache_count(&c->hits, 1);
+		cache_count_hits(o, 1);
 		cache_count(&c->bytes_from_cache,
 			    ios[i].len < len && direct[i] ? ios[i].len : len);
 	}

@@ -162,6 +162,9 @@ struct cache_ds {
 	time_t loaded; /* when the policy was read; 0: never */
 	uint64_t used; /* bytes, estimate */
 	uint64_t pf_gen; /* generation of the current prefetch */
+	/* Blocks, as c->hits and c->misses but for this dataset: lock-free
+	 * adds through o->ds (the entry lives until cache_close). */
+	_Atomic uint64_t hits, misses;
 };
 
 /* A copy of a dataset's policy and usage (cache_usage_of). */
@@ -178,6 +181,7 @@ struct cache_obj {
 	uint64_t used_at; /* c->lock: for closing idle entries */
 	char name[33]; /* hex hash */
 	char *dataset, *key, *etag;
+	struct cache_ds *ds; /* set before the object is listed; its counters */
 	struct objstore *os;
 	uint64_t size, nblocks, rec_off, data_off;
 	int fd;
@@ -296,6 +300,22 @@ static inline void cache_count(_Atomic uint64_t *ctr, uint64_t v)
 	atomic_fetch_add_explicit(ctr, v, memory_order_relaxed);
 }
 
+/* Count n blocks served from the cache (or fetched for a reader), in all
+ * and for the object's dataset. */
+static inline void cache_count_hits(struct cache_obj *o, uint64_t n)
+{
+	cache_count(&o->c->hits, n);
+	if (o->ds)
+		cache_count(&o->ds->hits, n);
+}
+
+static inline void cache_count_misses(struct cache_obj *o, uint64_t n)
+{
+	cache_count(&o->c->misses, n);
+	if (o->ds)
+		cache_count(&o->ds->misses, n);
+}
+
 /* Raise a high-water mark to v. */
 static inline void cache_count_max(_Atomic uint64_t *ctr, uint64_t v)
 {
@@ -385,6 +405,7 @@ void cache_drop_pages(struct cache_obj *o, uint64_t off, uint64_t len);
 void cache_note_disk_full(struct cache *c, int err, const char *what);
 
 /* ---- layer 2: cache_space.c ---- */
+struct cache_ds *cache_ds_entry(struct cache *c, const char *name);
 struct cache_ds *cache_ds_get(struct cache *c, const char *name);
 void cache_usage_of(struct cache *c, const char *name, struct cache_usage *u);
 void cache_ds_add_used(struct cache *c, const char *name, int64_t delta);

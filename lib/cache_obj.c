@@ -400,6 +400,7 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		return cache_obj_get(c, obj, create, op);
 	}
 	o->used_at = ++c->tick;
+	o->ds = cache_ds_entry(c, o->dataset); /* NULL: counted in all only */
 	o->next = c->objs;
 	c->objs = o;
 	c->nobjs++;

@@ -155,7 +155,7 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 		iov[i].iov_base = buf + i * c->bs + (s - bstart);
 		iov[i].iov_len = e - s;
 	}
-	cache_count(&c->hits, n);
+	cache_count_hits(o, n);
 	cache_count(&c->bytes_from_cache, len);
 	ret = fn(arg, iov, (int)n);
 out:
@@ -216,12 +216,13 @@ out:
 	return ret;
 }
 
-/* Every read through the cache counts in dstage_cache_read_seconds. */
+/* Every read through the cache counts in dstage_cache_read_seconds while
+ * metrics are served (metrics_start reads no clock otherwise). */
 int cache_read_iov(struct cache *c, const struct cache_object *obj,
 		   uint64_t off, size_t len, void *buf, unsigned flags,
 		   cache_iov_fn fn, void *arg)
 {
-	uint64_t t0 = metrics_now_ns();
+	uint64_t t0 = metrics_start();
 	int ret;
 
 	ret = cache_read_iov_timed(c, obj, off, len, buf, flags, fn, arg);
@@ -304,8 +305,8 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 		} else {
 			*fd_off = o->data_off + off;
 			/* hits counts blocks, as every other path does */
-			cache_count(&c->hits,
-				    (off + len - 1) / c->bs - off / c->bs + 1);
+			cache_count_hits(o, (off + len - 1) / c->bs -
+						    off / c->bs + 1);
 			cache_count(&c->bytes_from_cache, len);
 			cache_obj_touch(o);
 		}

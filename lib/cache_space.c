@@ -39,8 +39,9 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 
-/* c->lock held. Returns the entry (created if needed) or NULL (ENOMEM). */
-struct cache_ds *cache_ds_get(struct cache *c, const char *name)
+/* c->lock held. Returns the entry (created if needed, its policy not
+ * loaded) or NULL (ENOMEM). */
+struct cache_ds *cache_ds_entry(struct cache *c, const char *name)
 {
 	struct cache_ds *d;
 
@@ -59,7 +60,16 @@ struct cache_ds *cache_ds_get(struct cache *c, const char *name)
 		d->next = c->ds;
 		c->ds = d;
 	}
-	if (c->pol.lookup && time(NULL) - d->loaded >= CACHE_POLICY_TTL) {
+	return d;
+}
+
+/* c->lock held. Returns the entry (created if needed) with its policy
+ * loaded when older than CACHE_POLICY_TTL, or NULL (ENOMEM). */
+struct cache_ds *cache_ds_get(struct cache *c, const char *name)
+{
+	struct cache_ds *d = cache_ds_entry(c, name);
+
+	if (d && c->pol.lookup && time(NULL) - d->loaded >= CACHE_POLICY_TTL) {
 		struct cache_policy p = { 0 };
 		int ret = c->pol.lookup(c->pol.arg, name, &p);
 

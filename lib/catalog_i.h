@@ -3,11 +3,13 @@
  * catalog_i: what the catalog's files share, and the internals the tests
  * and the job queue (lib/jobs.c) use. Not a public header.
  *
- * The catalog is four files, calls going one way (down this list):
+ * The catalog is four files, calls going one way (down this list),
  *   catalog_register.c  registration: listing a source into a new manifest
  *   catalog_dataset.c   datasets, manifests' removal, lookup and readdir
  *   catalog.c           open/close, migrations, statements, policy, audit
  *   catalog_file.c      the file's modes, its directory, its lock holders
+ * and beside them catalog_blocks.c (the blocks table, for cachectl gc),
+ * which calls catalog.c.
  * The state machines and invariants are at the top of catalog.c.
  */
 #ifndef DSTAGE_CATALOG_I_H

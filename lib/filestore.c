@@ -48,6 +48,7 @@
 #include "dstage/config.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
+#include "dstage/metrics.h"
 #include "filestore_i.h"
 
 static struct filestore *fs_of(struct objstore *os)
@@ -434,8 +435,11 @@ static void *fs_batch_worker(void *arg)
 	struct fs_batch *b = arg;
 	size_t i;
 
-	while ((i = atomic_fetch_add(&b->next, 1)) < b->n)
+	while ((i = atomic_fetch_add(&b->next, 1)) < b->n) {
 		b->reqs[i].result = filestore_get_one(b->fs, &b->reqs[i]);
+		/* metrics: a file read ends here (0 "ok" or its errno) */
+		metrics_source_request("GET", b->reqs[i].result);
+	}
 	return NULL;
 }
 

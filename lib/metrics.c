@@ -11,7 +11,13 @@
  * The histograms are static arrays of relaxed atomics: observing is one
  * bucket search and two atomic adds; a render reads them without a lock, so
  * a scrape may see a count a moment ahead of its sum (Prometheus tolerates
- * that; every value stays monotonic).
+ * that; every value stays monotonic). They are fed only while
+ * metrics_enabled is set (metrics_http_start): without a server, the read
+ * path reads no clock (metrics_start returns 0).
+ *
+ * Source requests (metrics_source_request) are a fixed matrix of relaxed
+ * atomics, method x status: every series it can render is known at compile
+ * time, so their number is bounded whatever the sources answer.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -70,6 +76,21 @@ static struct metrics_histogram metrics_hists[METRICS_NHIST] = {
 
 static time_t metrics_start_time;
 
+/* Set by metrics_http_start once it serves; read with relaxed loads. */
+static _Atomic bool metrics_enabled;
+
+/* dstage_source_requests_total{method,status}: the methods, then
+ * "other". Status index: 0 "ok", 100..599 HTTP, METRICS_ST_ERRNO + e for
+ * -e (e below METRICS_NERRNO), METRICS_ST_OTHER for anything else. */
+static const char *const metrics_methods[] = { "GET",  "HEAD",	 "PUT",
+					       "POST", "DELETE", "other" };
+#define METRICS_NMETHODS (sizeof(metrics_methods) / sizeof(metrics_methods[0]))
+#define METRICS_NERRNO 160
+#define METRICS_ST_ERRNO 600
+#define METRICS_ST_OTHER (METRICS_ST_ERRNO + METRICS_NERRNO)
+#define METRICS_NSTATUS (METRICS_ST_OTHER + 1)
+static _Atomic uint64_t metrics_requests[METRICS_NMETHODS][METRICS_NSTATUS];
+
 uint64_t metrics_now_ns(void)
 {
 	struct timespec ts;
@@ -78,20 +99,53 @@ uint64_t metrics_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void metrics_enable(bool on)
+{
+	atomic_store_explicit(&metrics_enabled, on, memory_order_relaxed);
+}
+
+uint64_t metrics_start(void)
+{
+	if (!atomic_load_explicit(&metrics_enabled, memory_order_relaxed))
+		return 0;
+	return metrics_now_ns();
+}
+
 void metrics_observe_since(enum metrics_hist h, uint64_t start_ns)
 {
 	struct metrics_histogram *mh;
-	uint64_t ns = metrics_now_ns() - start_ns;
-	double s = (double)ns / 1e9;
+	uint64_t ns;
+	double s;
 	size_t i = 0;
 
-	if ((unsigned)h >= METRICS_NHIST)
+	if ((unsigned)h >= METRICS_NHIST || !start_ns)
 		return;
+	ns = metrics_now_ns() - start_ns;
+	s = (double)ns / 1e9;
 	mh = &metrics_hists[h];
 	while (i < METRICS_NB && s > metrics_bounds[i])
 		i++;
 	atomic_fetch_add_explicit(&mh->bucket[i], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&mh->sum_ns, ns, memory_order_relaxed);
+}
+
+void metrics_source_request(const char *method, int status)
+{
+	size_t m = 0, st;
+
+	while (m < METRICS_NMETHODS - 1 &&
+	       (!method || strcmp(method, metrics_methods[m])))
+		m++;
+	if (status >= 100 && status <= 599)
+		st = (size_t)status;
+	else if (status == 0)
+		st = 0;
+	else if (status < 0 && status > -METRICS_NERRNO)
+		st = METRICS_ST_ERRNO + (size_t)-status;
+	else
+		st = METRICS_ST_OTHER;
+	atomic_fetch_add_explicit(&metrics_requests[m][st], 1,
+				  memory_order_relaxed);
 }
 
 static void metrics_printf(struct metrics_buf *b, const char *fmt, ...)
@@ -189,6 +243,41 @@ static void metrics_write_hist(struct metrics_buf *b,
 		       mh->name, (unsigned long long)cum);
 }
 
+/* The source requests counted so far, one sample per (method, status)
+ * seen; the family is written even when empty. */
+static void metrics_write_requests(struct metrics_buf *b)
+{
+	metrics_family(b, "dstage_source_requests_total", "counter",
+		       "Requests to sources that ended, by method and status "
+		       "(HTTP status; ok or the errno's name for file "
+		       "operations and requests without an answer)");
+	for (size_t m = 0; m < METRICS_NMETHODS; m++)
+		for (size_t st = 0; st < METRICS_NSTATUS; st++) {
+			uint64_t v = atomic_load_explicit(
+				&metrics_requests[m][st], memory_order_relaxed);
+			const char *name = NULL;
+			char code[16];
+
+			if (!v)
+				continue;
+			if (st == 0) {
+				name = "ok";
+			} else if (st < METRICS_ST_ERRNO) {
+				snprintf(code, sizeof(code), "%zu", st);
+				name = code;
+			} else if (st < METRICS_ST_OTHER) {
+				name = strerrorname_np(
+					(int)(st - METRICS_ST_ERRNO));
+			}
+			metrics_printf(
+				b,
+				"dstage_source_requests_total{method=\"%s\","
+				"status=\"%s\"} %llu\n",
+				metrics_methods[m], name ? name : "other",
+				(unsigned long long)v);
+		}
+}
+
 /* RSS from /proc/self/statm (pages), open descriptors from /proc/self/fd. */
 static void metrics_collect_process(void *arg, struct metrics_buf *b)
 {
@@ -224,6 +313,7 @@ static void metrics_collect_process(void *arg, struct metrics_buf *b)
 		      (double)metrics_start_time);
 	for (unsigned h = 0; h < METRICS_NHIST; h++)
 		metrics_write_hist(b, &metrics_hists[h]);
+	metrics_write_requests(b);
 }
 
 int metrics_new(struct metrics **out)

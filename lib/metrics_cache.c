@@ -2,8 +2,19 @@
 /*
  * metrics_cache: a cache's counters and the process's source totals as
  * Prometheus families (see metrics_cache.h). Stateless: each scrape reads
- * cache_get_stats and objstore_get_total_stats, which take their own locks.
+ * cache_get_stats, cache_get_ds_stats and objstore_get_total_stats, which
+ * take their own locks.
+ *
+ * Per-dataset hits and misses: the first METRICS_MAX_DATASETS datasets the
+ * cache saw (in that order, which does not change while it is open) get a
+ * series each; every later one is added into dataset="/other" (a '/' is
+ * never in a dataset's name, so it cannot clash with one: a dataset named
+ * "other" keeps its own series). A series never moves, so every counter
+ * stays monotonic.
  */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "dstage/cache.h"
 #include "dstage/metrics_cache.h"
 #include "dstage/objstore.h"
@@ -46,6 +57,68 @@ static void metrics_cache_write(struct metrics_buf *b,
 			st->disk_full);
 }
 
+struct metrics_cache_ds {
+	struct metrics_buf *b;
+	bool misses; /* which family is being written */
+	unsigned n; /* datasets seen */
+	uint64_t other; /* the sum of those past METRICS_MAX_DATASETS */
+};
+
+/* Write v as a label value: backslash, double quote and newline escaped. */
+static void metrics_cache_label(char *out, size_t len, const char *v)
+{
+	size_t o = 0;
+
+	for (; *v && o + 3 < len; v++) {
+		if (*v == '\\' || *v == '"' || *v == '\n') {
+			out[o++] = '\\';
+			out[o++] = *v == '\n' ? 'n' : *v;
+		} else {
+			out[o++] = *v;
+		}
+	}
+	out[o] = '\0';
+}
+
+static int metrics_cache_ds_row(void *arg, const char *name, uint64_t hits,
+				uint64_t misses)
+{
+	struct metrics_cache_ds *a = arg;
+	uint64_t v = a->misses ? misses : hits;
+	char label[600], esc[540];
+
+	if (a->n++ >= METRICS_MAX_DATASETS) {
+		a->other += v;
+		return 0;
+	}
+	metrics_cache_label(esc, sizeof(esc), name);
+	snprintf(label, sizeof(label), "dataset=\"%s\"", esc);
+	metrics_sample(a->b,
+		       a->misses ? "dstage_dataset_cache_misses_total"
+				 : "dstage_dataset_cache_hits_total",
+		       label, (double)v);
+	return 0;
+}
+
+/* dstage_dataset_cache_{hits,misses}_total{dataset}. */
+static void metrics_cache_write_ds(struct metrics_buf *b, struct cache *c)
+{
+	for (int m = 0; m < 2; m++) {
+		struct metrics_cache_ds a = { .b = b, .misses = m == 1 };
+		const char *name = m ? "dstage_dataset_cache_misses_total"
+				     : "dstage_dataset_cache_hits_total";
+
+		metrics_family(b, name, "counter",
+			       m ? "Blocks a reader had to fetch from the "
+				   "source, by dataset"
+				 : "Blocks served from the cache, by dataset");
+		cache_get_ds_stats(c, metrics_cache_ds_row, &a);
+		if (a.n > METRICS_MAX_DATASETS)
+			metrics_sample(b, name, "dataset=\"/other\"",
+				       (double)a.other);
+	}
+}
+
 void metrics_cache_collect(void *arg, struct metrics_buf *b)
 {
 	struct cache_stats cs;
@@ -54,11 +127,11 @@ void metrics_cache_collect(void *arg, struct metrics_buf *b)
 	if (arg) {
 		cache_get_stats(arg, &cs);
 		metrics_cache_write(b, &cs);
+		metrics_cache_write_ds(b, arg);
 	}
+	/* dstage_source_requests_total{method,status} is the process
+	 * collector's (metrics.c): the store backends count there. */
 	objstore_get_total_stats(&os);
-	metrics_counter(b, "dstage_source_requests_total",
-			"Requests (HTTP, or file operations) sent to sources",
-			os.requests);
 	metrics_counter(b, "dstage_source_retries_total",
 			"Of the source requests, retries", os.retries);
 	metrics_counter(b, "dstage_source_errors_total",

@@ -247,6 +247,7 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 		goto err;
 	}
 	log_info("metrics served on http://%s/metrics", cfg->metrics_listen);
+	metrics_enable(true); /* the read path's histograms from now on */
 	*out = h;
 	return 0;
 err:

@@ -41,6 +41,7 @@
 
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "dstage/metrics.h"
 #include "s3store_i.h"
 #include "s3xml.h"
 #include "sigv4.h"
@@ -788,6 +789,13 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 			c->easy[c->nfree++] = msg->easy_handle;
 			rq->easy = NULL;
 			active--;
+			/* metrics: an attempt's answer (or its lack) */
+			metrics_source_request(
+				rq->method,
+				rq->status ? (int)rq->status
+				: msg->data.result == CURLE_OPERATION_TIMEDOUT
+					? -ETIMEDOUT
+					: -EIO);
 			s3_finish(st, rq, msg->data.result);
 			if (rq->state == REQ_DONE)
 				done++;

@@ -3,7 +3,8 @@
  * daemon_admin: the daemon's requests for cachectl (docs/cachectl.md), rows
  * of daemon_req.c's table: cache status, a dataset's pin, quota and
  * priority, the cache policy (capacity and watermarks kept in the catalog's
- * policy table), eviction and the audit trail. daemon_admin_audit is the
+ * policy table), eviction, garbage collection (lib/cachegc.c) and the
+ * audit trail. daemon_admin_audit is the
  * one writer of audit records, for these requests and stager's.
  *
  * Stateless: a handler works on its connection (c->cat, c->jq, c->out) and
@@ -22,11 +23,13 @@
 
 #include "daemon_i.h"
 #include "dstage/cache.h"
+#include "dstage/cachegc.h"
 #include "dstage/catalog.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 
 #define ADMIN_PRIORITY_MAX 1000 /* as stager add --priority */
+#define ADMIN_GC_MIN_AGE 3600 /* gc: leftovers younger are kept, seconds */
 
 void daemon_admin_audit(struct daemon_conn *c, const char *action,
 			const char *target, const char *old_value,
@@ -625,6 +628,62 @@ int daemon_admin_evict(struct daemon_conn *c)
 			daemon_admin_audit(c, "evict", c->name, NULL, what);
 	}
 	proto_add_u64(&c->out, "dry_run", dry);
+	ret = proto_send(c->fd, &c->out);
+	return ret ? ret : daemon_peer_end(c, 0, NULL);
+}
+
+/* ---- garbage collection ---- */
+
+int daemon_admin_gc(struct daemon_conn *c)
+{
+	bool dry = proto_get(&c->msg, "dry_run") != NULL;
+	const char *age = proto_get(&c->msg, "min_age");
+	struct cache *cache = c->d->env.cache;
+	struct cachegc_opts o = {
+		.dry_run = dry,
+		.min_age = ADMIN_GC_MIN_AGE,
+		.staging_dir = c->d->cfg->ckpt_staging_dir,
+	};
+	struct cachegc_result r;
+	uint64_t v;
+	char what[160];
+	int ret;
+
+	if (!cache)
+		return daemon_peer_end(c, -ENODEV,
+				       "gc: the daemon has no cache (see its "
+				       "log for why cache.dir did not open)");
+	if (age) {
+		if (daemon_admin_u64(age, &v) || v > (uint64_t)INT32_MAX)
+			return daemon_peer_end(c, -EINVAL,
+					       "gc: min_age=%.40s: expected "
+					       "seconds, 0 or more",
+					       age);
+		o.min_age = (int64_t)v;
+	}
+	ret = cachegc_run(cache, c->cat, &o, &r);
+	if (ret)
+		return daemon_peer_end(c, ret, "gc: %s", strerror(-ret));
+	daemon_peer_row(c, "row");
+	proto_add_u64(&c->out, "orphan_files", r.orphan_files);
+	proto_add_u64(&c->out, "orphan_bytes", r.orphan_bytes);
+	proto_add_u64(&c->out, "stale_objects", r.stale_objects);
+	proto_add_u64(&c->out, "stale_rows", r.stale_rows);
+	proto_add_u64(&c->out, "leftover_files", r.leftover_files);
+	proto_add_u64(&c->out, "leftover_bytes", r.leftover_bytes);
+	proto_add_u64(&c->out, "busy_files", r.busy_files);
+	proto_add_u64(&c->out, "busy_bytes", r.busy_bytes);
+	proto_add_u64(&c->out, "min_age", (uint64_t)o.min_age);
+	proto_add_u64(&c->out, "dry_run", dry);
+	if (!dry) {
+		snprintf(what, sizeof(what),
+			 "orphans %" PRIu64 " (%" PRIu64 " bytes), stale rows "
+			 "%" PRIu64 ", leftovers %" PRIu64 " (%" PRIu64
+			 " bytes)",
+			 r.orphan_files, r.orphan_bytes, r.stale_rows,
+			 r.leftover_files, r.leftover_bytes);
+		daemon_admin_audit(c, "gc", "cache", NULL, what);
+	}
 	ret = proto_send(c->fd, &c->out);
 	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }

@@ -148,6 +148,7 @@ int daemon_admin_priority(struct daemon_conn *c);
 int daemon_admin_policy_show(struct daemon_conn *c);
 int daemon_admin_policy_set(struct daemon_conn *c);
 int daemon_admin_evict(struct daemon_conn *c);
+int daemon_admin_gc(struct daemon_conn *c); /* cachectl gc */
 int daemon_admin_audit_list(struct daemon_conn *c);
 /* The cache's capacity in force: the catalog's (cachectl policy set;
  * *from_catalog true) or cache.size. */

@@ -782,6 +782,7 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "cache.priority", daemon_admin_priority,
 	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "cache.evict", daemon_admin_evict, DAEMON_REQ_ADMIN },
+	{ "cache.gc", daemon_admin_gc, DAEMON_REQ_ADMIN },
 	{ "audit", daemon_admin_audit_list, DAEMON_REQ_ADMIN },
 };
 

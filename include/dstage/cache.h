@@ -260,11 +260,64 @@ int cache_dir_recover(struct cache *c);
  */
 int cache_object_drop(struct cache *c, const struct cache_object *obj);
 
+/*
+ * Garbage collection (cachectl gc, lib/cachegc.c decides what goes): one
+ * regular file under cache.dir's objects/. object is true when it is an
+ * object file of this cache, whole: its header checks out (magic, version,
+ * block size, checksum) and names the object its file name is the hash of;
+ * then dataset, key, etag and size say which object version it holds.
+ * Otherwise it is a leftover (a torn or foreign file, a stray name) and only
+ * name, bytes and mtime are set.
+ */
+struct cache_gc_file {
+	const char *name; /* under objects/: "h2/h30", or a stray name */
+	bool object;
+	const char *dataset, *key, *etag;
+	uint64_t size; /* the object's size */
+	uint64_t bytes; /* disk bytes (allocated blocks) */
+	int64_t mtime; /* seconds since the epoch */
+};
+
+/*
+ * Call fn for every regular file under objects/ (one level of two-letter
+ * directories, and stray files directly in objects/); strings are valid
+ * only during the call. fn may call cache_gc_remove on the file it is
+ * given. Takes no lock on the files. Returns 0, fn's non-zero value, or
+ * -errno of objects/ itself (-EINVAL: c is NULL).
+ */
+typedef int (*cache_gc_fn)(void *arg, const struct cache_gc_file *f);
+int cache_gc_list(struct cache *c, cache_gc_fn fn, void *arg);
+
+/*
+ * Remove the file name (a cache_gc_file's name) unless some process uses
+ * it, by the cache's lock protocol: this process has it open (-EBUSY), or
+ * another holds its in-use byte or a block's fill lock (-EBUSY: the
+ * exclusive in-use lock, as an evictor takes it, is refused, or a fill
+ * lock is held). A reader that opens it meanwhile waits for the in-use
+ * lock, then finds it unlinked and starts afresh. *freed gets the disk
+ * bytes freed; the usage counts drop by them. Returns 0, -EBUSY, -ENOENT
+ * (gone already), -EINVAL (a name with "..", or not a regular file), or
+ * -errno.
+ */
+int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed);
+
 /* Evict down to the low watermark now (unpinned, lowest priority, least
  * recently used first). *freed gets the bytes freed. */
 int cache_evict(struct cache *c, uint64_t *freed);
 
 void cache_get_stats(struct cache *c, struct cache_stats *st);
+
+/*
+ * Each dataset's hits and misses (blocks, as in struct cache_stats) since
+ * the cache opened, for every dataset this process read or filled, in the
+ * order they were first seen (stable: a dataset keeps its place). fn is
+ * called after the cache's locks were released; name is valid only during
+ * the call. A non-zero return stops and is returned. Returns 0, -ENOMEM or
+ * fn's value.
+ */
+typedef int (*cache_ds_stats_fn)(void *arg, const char *name, uint64_t hits,
+				 uint64_t misses);
+int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg);
 
 /*
  * Whether the last time blocks (or a new object file) could not be kept,

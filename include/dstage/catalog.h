@@ -224,6 +224,28 @@ int catalog_readdir(struct catalog *cat, const char *dataset, const char *dir,
 int catalog_object_set_actual(struct catalog *cat, int64_t object_id,
 			      const unsigned char sha256[32], int64_t when);
 
+/*
+ * The blocks table (per-block cache state, schema 2): each object that has
+ * rows there, with its dataset, path, ETag ("" when none) and size and the
+ * number of its rows (cachectl gc drops the rows of objects whose cache
+ * file is gone). Strings are valid only during the call; a non-zero return
+ * of cb stops and is returned. Do not change the table from cb. Returns 0,
+ * cb's value, or an error above.
+ */
+struct catalog_blocks_obj {
+	int64_t object_id;
+	const char *dataset, *path, *etag;
+	uint64_t size;
+	uint64_t rows;
+};
+typedef int (*catalog_blocks_cb)(void *arg, const struct catalog_blocks_obj *b);
+int catalog_blocks_list(struct catalog *cat, catalog_blocks_cb cb, void *arg);
+
+/* Delete the blocks rows of object_id; *rows (may be NULL) gets how many.
+ * Returns 0 or an error above. */
+int catalog_blocks_forget(struct catalog *cat, int64_t object_id,
+			  uint64_t *rows);
+
 /* The policy keys of the cache's capacity and watermarks (cachectl policy
  * set): decimal bytes and percentages overriding the configuration's
  * cache.size, cache.high_watermark and cache.low_watermark. */

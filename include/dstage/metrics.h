@@ -9,9 +9,11 @@
  * are read at scrape time (cache_get_stats, objstore_get_total_stats, /proc),
  * so the read path pays only the histograms' relaxed atomic adds.
  *
- * Labels are constant strings chosen by the collectors (states, kinds):
- * nothing a user names (files, datasets) becomes a label, which keeps the
- * number of series bounded.
+ * Labels are constant strings chosen by the collectors (states, kinds,
+ * methods, status codes), with one exception: a dataset's name, which the
+ * catalog bounds, and of which a collector exports at most
+ * METRICS_MAX_DATASETS series, folding the rest into dataset="/other"
+ * (metrics_cache.c). No file ever becomes a label.
  */
 #ifndef DSTAGE_METRICS_H
 #define DSTAGE_METRICS_H
@@ -70,7 +72,33 @@ enum metrics_hist {
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t metrics_now_ns(void);
 
-/* Count one event that began at start_ns (metrics_now_ns). Lock-free. */
+/*
+ * Whether anything serves the histograms: metrics_http_start turns it on
+ * once its server listens. Off (the default, metrics.listen unset), the
+ * read path pays no clock read: metrics_start returns 0, and
+ * metrics_observe_since ignores a start of 0.
+ */
+void metrics_enable(bool on);
+
+/* The start of an event to time: metrics_now_ns() when enabled, else 0
+ * (no clock read). */
+uint64_t metrics_start(void);
+
+/* Count one event that began at start_ns (metrics_start or metrics_now_ns);
+ * a start_ns of 0 is not counted. Lock-free. */
 void metrics_observe_since(enum metrics_hist h, uint64_t start_ns);
+
+/* The most per-dataset series a collector exports (see above). */
+#define METRICS_MAX_DATASETS 64
+
+/*
+ * Count one request to a source that ended (dstage_source_requests_total
+ * {method,status}). method: "GET", "HEAD", "PUT", "POST", "DELETE" (any
+ * other string counts as "other"). status: an HTTP status (100 to 599), 0
+ * for a file operation that succeeded ("ok"), or -errno for one that failed,
+ * or for a request that got no HTTP answer (the errno's name, e.g. "EIO").
+ * Lock-free; every combination is one series, so the count stays bounded.
+ */
+void metrics_source_request(const char *method, int status);
 
 #endif

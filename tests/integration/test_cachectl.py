@@ -2,10 +2,15 @@
 pin/unpin, quota, priority, policy, evict, audit; refusals for non-admins
 (a second uid through the `users` fixture), invalid input refused before
 anything changes, the append-only audit table, and evict while verify jobs
-read the same dataset through the cache."""
+read the same dataset through the cache; gc (dry run, each kind of
+garbage, the admin check, a concurrent reader and filler)."""
+import fcntl
+import hashlib
 import json
+import os
 import socket
 import sqlite3
+import struct
 import threading
 import time
 
@@ -402,7 +407,7 @@ def test_audit_table_append_only(env):
 def test_help_and_exit_codes(env, tool):
     s, ctl = env
     for cmd in ("status", "pin", "unpin", "quota", "priority", "policy",
-                "evict", "audit"):
+                "evict", "gc", "audit"):
         p = ctl.run(cmd, "--help")
         assert p.returncode == 0 and b"usage: cachectl " + cmd.encode() \
             in p.stdout
@@ -414,3 +419,253 @@ def test_help_and_exit_codes(env, tool):
     p = ctl.run("status")
     assert p.returncode == 3 and b"not running" in p.stderr
     s.start()
+
+
+# ---- gc: orphans, stale catalog rows, staging leftovers ----
+
+HOUR = 3600
+
+
+def cache_files(s):
+    """{path: key} of the daemon's object files (the key from the header:
+    the dataset's name, then the key, at offset 64)."""
+    out = {}
+    for p in sorted((s.root / "cache" / "objects").glob("*/*")):
+        h = p.read_bytes()[:4096]
+        if h[:8] != b"DSTGOBJ1":
+            continue
+        dl, kl = struct.unpack_from("<II", h, 32)
+        out[p] = h[64 + dl:64 + dl + kl].decode()
+    return out
+
+
+def make_orphan(s, ctl):
+    """Change c.txt (and so SHA256SUMS) and refresh ds: the old versions'
+    cache files are no longer owned by any catalog entry. Returns their
+    paths."""
+    old = sorted(p for p, k in cache_files(s).items()
+                 if k in ("c.txt", "SHA256SUMS"))
+    assert len(old) == 2
+    src = s.root / "src"
+    (src / "c.txt").write_bytes(b"hello, again\n")
+    (src / "SHA256SUMS").write_text("".join(
+        "%s  %s\n" % (hashlib.sha256((src / k).read_bytes()).hexdigest(), k)
+        for k in sorted(FILES)))
+    s.run("refresh", "ds", check=True)
+    return old
+
+
+def blocks_rows(s, sql=None):
+    """The blocks table's rows per path (after running sql). The daemon is
+    stopped meanwhile: a sqlite3 connection of another process must not
+    overlap the daemon's (see the note on catalog_file_guard in the
+    commit that added this)."""
+    s.stop()
+    db = sqlite3.connect(str(s.root / "catalog.db"), timeout=10)
+    try:
+        if sql:
+            db.execute(sql)
+            db.commit()
+        return db.execute("SELECT o.path, count(*) FROM blocks b JOIN "
+                          "objects o ON o.id = b.object_id GROUP BY "
+                          "o.path ORDER BY o.path").fetchall()
+    finally:
+        db.close()
+        s.start()
+
+
+def make_stale_rows(s):
+    """Per-block rows for a.bin (cached) and dir/b.bin, whose cache file is
+    then removed: b.bin's rows are stale."""
+    blocks_rows(s, "INSERT INTO blocks(object_id, block, state, checksum) "
+                "SELECT o.id, k.b, 1, 0 FROM objects o JOIN manifests m ON "
+                "m.id = o.manifest_id AND m.state = 1, (SELECT 0 AS b UNION "
+                "SELECT 1) k WHERE o.path IN ('a.bin', 'dir/b.bin')")
+    b = [p for p, k in cache_files(s).items() if k == "dir/b.bin"]
+    assert len(b) == 1
+    b[0].unlink()
+    assert blocks_rows(s) == [("a.bin", 2), ("dir/b.bin", 2)]
+
+
+def age(path, seconds):
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def make_leftovers(s):
+    """Torn and stray files in the cache, temporary journal records and
+    abandoned partial files in the checkpoint staging directory: old ones
+    (2 h), and young ones (a minute, 45 minutes) gc keeps by default.
+    Returns (old, young, middle) path lists."""
+    objs = s.root / "cache" / "objects"
+    st = s.root / "staging"
+    for d in (objs / "ab", st / "journal", st / "abandoned"):
+        d.mkdir(parents=True, exist_ok=True)
+    old = [objs / "ab" / ("0" * 30), objs / "ab" / "fill.tmp",
+           objs / "stray", st / "journal" / ".41.tmp",
+           st / "abandoned" / "41-partial.bin"]
+    young = [objs / "ab" / "young.tmp", st / "abandoned" / "42-young.bin"]
+    middle = [st / "journal" / ".43.tmp"]
+    keep = [st / "journal" / "44"]  # a record, not a temporary: never
+    for p in old + young + middle + keep:
+        p.write_bytes(b"DSTGOBJ1 torn" if p.name.startswith("0") else
+                      os.urandom(5000))
+    for p in old + keep:
+        age(p, 2 * HOUR)
+    for p in middle:
+        age(p, 45 * 60)
+    return old, young, middle, keep
+
+
+@pytest.fixture
+def gcenv(env):
+    """env, with checkpoints.staging_dir set (the daemon restarted)."""
+    s, ctl = env
+    s.stop()
+    with open(s.cfg, "a") as f:
+        f.write("[checkpoints]\nstaging_dir = %s/staging\n" % s.root)
+    s.start()
+    return s, ctl
+
+
+def test_gc_dry_run_changes_nothing(gcenv):
+    s, ctl = gcenv
+    orphans = make_orphan(s, ctl)
+    make_stale_rows(s)
+    old, young, middle, keep = make_leftovers(s)
+    files = sorted(p for p in s.root.rglob("*") if p.is_file()
+                   and "catalog.db" not in p.name and p.name != "daemon.log")
+    n_audit = len(ctl.audit())
+    r = ctl.json("gc", "--dry-run")
+    assert r["dry_run"] == 1 and r["min_age"] == HOUR
+    assert (r["orphan_files"], r["stale_objects"], r["stale_rows"],
+            r["leftover_files"]) == (2, 1, 2, len(old))
+    assert r["orphan_bytes"] == sum(p.stat().st_blocks * 512
+                                    for p in orphans)
+    assert sorted(p for p in s.root.rglob("*") if p.is_file()
+                  and "catalog.db" not in p.name
+                  and p.name != "daemon.log") == files
+    assert blocks_rows(s) == [("a.bin", 2), ("dir/b.bin", 2)]
+    assert len(ctl.audit()) == n_audit
+    text = ctl.ok("gc", "--dry-run").stdout.decode()
+    assert "would remove 2 cache files" in text
+
+
+def test_gc_removes_orphans(gcenv):
+    s, ctl = gcenv
+    orphans = make_orphan(s, ctl)
+    owned = [p for p in cache_files(s) if p not in orphans]
+    assert len(owned) == 2
+    r = ctl.json("gc")
+    assert (r["orphan_files"], r["busy_files"], r["dry_run"]) == (2, 0, 0)
+    assert not any(p.exists() for p in orphans)
+    assert all(p.exists() for p in owned)
+    # what the catalog owns is intact: verify reads it from the cache
+    s.run("verify", "ds", "--cache", "--fetch-missing", check=True)
+    a = [a for a in ctl.audit() if a["action"] == "gc"]
+    assert [(x["target"], x["new"].split(",")[0]) for x in a] == \
+        [("cache", "orphans 2 (%d bytes)" % r["orphan_bytes"])]
+    assert ctl.json("gc")["orphan_files"] == 0
+
+
+def test_gc_removes_stale_catalog_rows(gcenv):
+    s, ctl = gcenv
+    make_stale_rows(s)
+    r = ctl.json("gc")
+    assert (r["stale_objects"], r["stale_rows"]) == (1, 2)
+    assert blocks_rows(s) == [("a.bin", 2)]  # its file is there: kept
+    assert ctl.json("gc")["stale_rows"] == 0
+
+
+def test_gc_removes_staging_leftovers(gcenv):
+    s, ctl = gcenv
+    old, young, middle, keep = make_leftovers(s)
+    used = ctl.json("status")["used"]
+    r = ctl.json("gc")
+    assert r["leftover_files"] == len(old) and r["orphan_files"] == 0
+    assert not any(p.exists() for p in old)
+    assert all(p.exists() for p in young + middle + keep)
+    # the torn file had the magic, so the cache counted it: no more
+    assert ctl.json("status")["used"] <= used
+    r = ctl.json("gc", "--older-than", "30m")
+    assert r["leftover_files"] == len(middle)
+    assert all(p.exists() for p in young + keep)
+    assert not any(p.exists() for p in middle)
+    s.run("verify", "ds", "--cache", check=True)  # the cache is whole
+
+
+def ofd_lock(fd, byte, kind):
+    """Take an OFD lock on one byte of fd, as the cache does (a reader:
+    the shared in-use byte; a filler: a block's byte, exclusively)."""
+    fl = struct.pack("hh4xqqi4x", kind, os.SEEK_SET, byte, 1, 0)
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, fl)
+
+
+INUSE = 1 << 62  # CACHE_LOCK_INUSE (lib/cache_i.h); block b: INUSE + 1 + b
+
+
+def test_gc_safe_with_concurrent_reader(gcenv):
+    """A file another process reads (its in-use lock) or fills (a block's
+    lock) is never removed: reported busy, removed once released. And
+    verify jobs reading the dataset while gc runs again and again all
+    pass."""
+    s, ctl = gcenv
+    orphan, other = make_orphan(s, ctl)
+    assert ctl.json("gc", "--dry-run")["orphan_files"] == 2
+    free = 1  # the first gc removes the other orphan, nobody holds it
+    for byte, kind in ((INUSE, fcntl.F_RDLCK), (INUSE + 1, fcntl.F_WRLCK)):
+        fd = os.open(orphan, os.O_RDWR)
+        try:
+            ofd_lock(fd, byte, kind)
+            r = ctl.json("gc")
+            assert (r["orphan_files"], r["busy_files"]) == (free, 1), r
+            assert orphan.exists() and not other.exists()
+            free = 0
+        finally:
+            os.close(fd)  # the kernel drops the OFD locks
+    results, stop = [], threading.Event()
+
+    def reader():
+        for _ in range(20):
+            if stop.is_set():
+                break
+            p = s.run("verify", "ds", "--cache", "--fetch-missing",
+                      timeout=120)
+            results.append((p.returncode, p.stdout + p.stderr))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    removed = 0
+    deadline = time.time() + 60
+    try:
+        for _ in range(100):
+            if time.time() > deadline or len(results) >= 5:
+                break
+            removed += ctl.json("gc")["orphan_files"]
+    finally:
+        stop.set()
+        t.join(180)
+    assert results and all(rc == 0 for rc, _ in results), results
+    assert removed == 1 and not orphan.exists()
+
+
+def test_gc_refused_for_non_admin(tool, stager_dir, users):
+    make_dataset(stager_dir / "src", FILES)
+    s = Stager(tool("stager"), stager_dir).start()
+    users.reach(stager_dir)
+    ctl = Ctl(tool("cachectl"), s)
+    try:
+        s.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+        s.run("stage", "ds", "--wait", check=True)
+        orphans = make_orphan(s, ctl)
+        out = users.prefix(users.user("gcout"))
+        n_audit = len(ctl.audit())
+        for args in (("gc",), ("gc", "--dry-run")):
+            p = ctl.run(*args, prefix=out)
+            assert p.returncode == 4, (args, p.returncode, p.stderr)
+            assert b"permission denied" in p.stderr
+        assert all(p.exists() for p in orphans)
+        assert len(ctl.audit()) == n_audit
+        assert ctl.json("gc")["orphan_files"] == 2  # root may
+    finally:
+        s.stop()

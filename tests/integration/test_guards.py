@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 # and the daemon's behaviour with it.
 MUTATING = {"add", "refresh", "remove", "stage", "verify", "cancel",
             "cache.policy.set", "cache.pin", "cache.unpin", "cache.quota",
-            "cache.priority", "cache.evict"}
+            "cache.priority", "cache.evict", "cache.gc"}
 READ_ONLY = {"ping", "list", "show", "jobs", "status", "watch",
              "cache.status", "cache.policy"}
 # Changes nothing but is for admins only (who changed what, and when).

@@ -10,7 +10,10 @@ docs/operations.md).
 - metrics.listen: a non-loopback address is refused without
   metrics.allow_remote (by the config loader: every tool, dstagefs too), the
   socket is bound to loopback only, other paths/methods/bodies are refused,
-  per-client connections are bounded.
+  per-client connections are bounded;
+- per-dataset hits and misses equal what the test's reads caused, and
+  source requests by method and status equal what a fault proxy in front of
+  radosgw saw, its 503 included.
 Everything runs on 127.0.0.1; each test is bounded in time.
 """
 import json
@@ -187,6 +190,7 @@ PROMQL_FUNCS = {
     "sum", "by", "rate", "increase", "clamp_min", "histogram_quantile",
     "and", "or", "unless", "changes", "label_values", "instance", "le",
     "job", "state", "without", "on", "ignoring", "max", "min", "avg",
+    "dataset", "method", "status",
 }
 
 
@@ -245,7 +249,8 @@ def test_dashboard_and_alerts_name_only_exported_metrics(node):
     assert used - names == set(), \
         "monitoring/ names metrics the endpoints do not export"
     # Conventions: every family has HELP and TYPE, counters end in _total,
-    # units in names, no per-file or per-dataset labels.
+    # units in names, no per-file labels, and a dataset label only on the
+    # two per-dataset families (whose series are capped).
     st, text = http("http://127.0.0.1:%d/metrics" % node.fs_port)
     types = dict(re.findall(r"(?m)^# TYPE (\S+) (\S+)$", text))
     helps = set(re.findall(r"(?m)^# HELP (\S+) ", text))
@@ -256,7 +261,12 @@ def test_dashboard_and_alerts_name_only_exported_metrics(node):
             assert n.endswith("_total"), n
         if t == "histogram":
             assert n.endswith("_seconds"), n
-    assert "a.bin" not in text and 'ds"' not in text
+    assert "a.bin" not in text
+    for line in text.splitlines():
+        if 'dataset="' in line:
+            assert line.startswith(("dstage_dataset_cache_hits_total{",
+                                    "dstage_dataset_cache_misses_total{")), \
+                line
 
 
 # -------------------------------------------------------------- prometheus
@@ -461,3 +471,87 @@ def test_endpoint_serves_only_get_metrics_and_is_bounded(node):
     sock = node.tmp / "st" / "stager.sock"
     assert sock.stat().st_mode & 0o777 in (0o600, 0o622, 0o660, 0o666)
     assert not list((node.tmp / "st").glob("*metrics*"))
+
+
+# ------------------------------------------- per dataset, method and status
+
+
+def series(samples, name):
+    """{label string: value} of one family's samples."""
+    out = {}
+    for k, v in samples.items():
+        if k == name or k.startswith(name + "{"):
+            out[k[len(name):]] = v
+    return out
+
+
+def test_hits_and_misses_per_dataset(node, tmp_path):
+    """The per-dataset series count exactly this test's reads: a cold read
+    of a file of N blocks (4 MiB) is N misses of its dataset and of no
+    other; the datasets' hits and misses add up to the totals."""
+    node.start_fs({"a.bin": os.urandom(9 * MiB + 5)})  # 3 blocks, dataset ds
+    src2 = tmp_path / "src2"
+    src2.mkdir()
+    (src2 / "b.bin").write_bytes(os.urandom(5 * MiB))  # 2 blocks
+    subprocess.run([node.tool("catalog_tool"),
+                    str(node.tmp / "fs" / "catalog.db"), "add", "ds2",
+                    "file://%s/" % src2], env=node.env, check=True,
+                   capture_output=True, timeout=60)
+    wait_for(lambda: (node.mnt / "datasets" / "ds2").is_dir(), "ds2",
+             timeout=30, step=0.5)
+    before = node.scrape(node.fs_port)[0]
+    assert not series(before, "dstage_dataset_cache_misses_total")
+
+    a = node.mnt / "datasets" / "ds" / "a.bin"
+    first = read_uncached(a)
+    assert read_uncached(a) == first
+    s = node.scrape(node.fs_port)[0]
+    hits = series(s, "dstage_dataset_cache_hits_total")
+    misses = series(s, "dstage_dataset_cache_misses_total")
+    assert misses == {'{dataset="ds"}': 3}, misses
+    assert hits['{dataset="ds"}'] >= 3, hits  # the second read, at least
+    assert '{dataset="ds2"}' not in hits
+
+    assert len(read_uncached(node.mnt / "datasets" / "ds2" / "b.bin")) \
+        == 5 * MiB
+    s = node.scrape(node.fs_port)[0]
+    hits = series(s, "dstage_dataset_cache_hits_total")
+    misses = series(s, "dstage_dataset_cache_misses_total")
+    assert misses == {'{dataset="ds"}': 3, '{dataset="ds2"}': 2}, misses
+    assert sum(hits.values()) == s["dstage_cache_hits_total"]
+    assert sum(misses.values()) == s["dstage_cache_misses_total"]
+    # file:// reads count as GET ok, one per block fetched
+    assert s['dstage_source_requests_total{method="GET",status="ok"}'] == 5
+
+
+def test_source_requests_by_method_and_status(node, faultproxy):
+    """dstage_source_requests_total{method,status} counts every answer the
+    daemon got from S3, a 503 from the fault proxy included: per method and
+    status, the same numbers as the proxy saw."""
+    rgw = faultproxy.rgw
+    bucket = rgw.make_bucket("metrics-req-%d" % os.getpid())
+    for k in ("a.bin", "b.bin"):
+        assert rgw.put_object(bucket, "p/" + k, os.urandom(5 * MiB)) == 200
+    node.env.update(faultproxy.env())
+    node.start_daemon()
+    node.stager("add", "dsr", "s3://%s/p/" % bucket)
+
+    def counts():
+        s = node.scrape(node.st_port)[0]
+        return {k: v for k, v in
+                series(s, "dstage_source_requests_total").items()}
+
+    before = counts()
+    faultproxy.reset_stats()
+    faultproxy.add_fault("503", count=1, match="GET", path="a.bin")
+    node.stager("stage", "dsr", "--wait")
+    after = counts()
+    delta = {k: after[k] - before.get(k, 0) for k in after
+             if after[k] != before.get(k, 0)}
+    seen = {}
+    for r in faultproxy.requests():
+        k = '{method="%s",status="%d"}' % (r["method"], r["status"])
+        seen[k] = seen.get(k, 0) + 1
+    assert delta == seen, (delta, seen)
+    assert delta['{method="GET",status="503"}'] == 1
+    assert sum(v for k, v in delta.items() if "GET" in k) >= 5  # 4 blocks

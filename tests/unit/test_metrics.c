@@ -90,6 +90,71 @@ static void test_histogram(void)
 	metrics_free(m);
 }
 
+/* Without a server the read path reads no clock and counts nothing:
+ * metrics_start gives 0, which metrics_observe_since ignores. */
+static void test_disabled(void)
+{
+	struct metrics *m = NULL;
+	char *text = NULL;
+	size_t len;
+	unsigned long long before;
+
+	CHECK_INT(metrics_new(&m), 0);
+	CHECK_INT(metrics_render(m, &text, &len), 0);
+	before = sample(text, "dstage_cache_read_seconds_count ");
+	free(text);
+	metrics_enable(false);
+	CHECK(metrics_start() == 0);
+	metrics_observe_since(METRICS_HIST_READ, metrics_start());
+	CHECK_INT(metrics_render(m, &text, &len), 0);
+	CHECK_INT(sample(text, "dstage_cache_read_seconds_count "), before);
+	free(text);
+	metrics_enable(true);
+	CHECK(metrics_start() != 0);
+	metrics_observe_since(METRICS_HIST_READ, metrics_start());
+	CHECK_INT(metrics_render(m, &text, &len), 0);
+	CHECK_INT(sample(text, "dstage_cache_read_seconds_count "), before + 1);
+	free(text);
+	metrics_enable(false);
+	metrics_free(m);
+}
+
+/* Source requests: one series per (method, status) seen; unknown methods
+ * and statuses fold into "other". */
+static void test_requests(void)
+{
+	struct metrics *m = NULL;
+	char *text = NULL;
+	size_t len;
+
+	CHECK_INT(metrics_new(&m), 0);
+	metrics_source_request("GET", 200);
+	metrics_source_request("GET", 200);
+	metrics_source_request("GET", 503);
+	metrics_source_request("HEAD", -ENOENT);
+	metrics_source_request("GET", 0);
+	metrics_source_request("PATCH", 999);
+	CHECK_INT(metrics_render(m, &text, &len), 0);
+	CHECK(strstr(text, "# TYPE dstage_source_requests_total counter\n"));
+	CHECK_INT(sample(text, "dstage_source_requests_total{method=\"GET\","
+			       "status=\"200\"} "),
+		  2);
+	CHECK_INT(sample(text, "dstage_source_requests_total{method=\"GET\","
+			       "status=\"503\"} "),
+		  1);
+	CHECK_INT(sample(text, "dstage_source_requests_total{method=\"HEAD\","
+			       "status=\"ENOENT\"} "),
+		  1);
+	CHECK_INT(sample(text, "dstage_source_requests_total{method=\"GET\","
+			       "status=\"ok\"} "),
+		  1);
+	CHECK_INT(sample(text, "dstage_source_requests_total{method=\"other\","
+			       "status=\"other\"} "),
+		  1);
+	free(text);
+	metrics_free(m);
+}
+
 static void test_bounds(void)
 {
 	struct metrics *m = NULL;
@@ -171,6 +236,8 @@ int main(void)
 {
 	test_render();
 	test_histogram();
+	test_disabled();
+	test_requests();
 	test_bounds();
 	test_parse_listen();
 	return check_result();
