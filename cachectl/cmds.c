@@ -360,14 +360,14 @@ int cmds_gc(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	(void)cmd;
 	code = cmds_exchange(cfg, "cache.gc", o, cmds_gc_fill, &d);
 	r = json_array_get(d.rows, 0);
-	if (code == CACHECTL_EXIT_OK && !r) {
+	if (code == CLI_EXIT_OK && !r) {
 		fprintf(stderr, "cachectl: the daemon sent no result row\n");
-		code = CACHECTL_EXIT_FAIL;
+		code = CLI_EXIT_FAIL;
 	}
-	if (code == CACHECTL_EXIT_OK && o->json) {
+	if (code == CLI_EXIT_OK && o->json) {
 		if (jsonout_print(r))
-			code = CACHECTL_EXIT_FAIL;
-	} else if (code == CACHECTL_EXIT_OK) {
+			code = CLI_EXIT_FAIL;
+	} else if (code == CLI_EXIT_OK) {
 		const char *verb = o->dry_run ? "would remove" : "removed";
 
 		printf("%s %" PRIu64 " cache files no catalog entry owns (%s)\n"
@@ -376,17 +376,17 @@ int cmds_gc(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 		       "%s %" PRIu64 " staging leftovers older than %" PRIu64
 		       "s (%s)\n",
 		       verb, cmds_ju(r, "orphan_files"),
-		       conn_bytes(cmds_ju(r, "orphan_bytes"), a, sizeof(a)),
+		       cli_bytes(cmds_ju(r, "orphan_bytes"), a, sizeof(a)),
 		       verb, cmds_ju(r, "stale_rows"),
 		       cmds_ju(r, "stale_objects"), verb,
 		       cmds_ju(r, "leftover_files"), cmds_ju(r, "min_age"),
-		       conn_bytes(cmds_ju(r, "leftover_bytes"), l, sizeof(l)));
+		       cli_bytes(cmds_ju(r, "leftover_bytes"), l, sizeof(l)));
 		if (cmds_ju(r, "busy_files"))
 			printf("left %" PRIu64 " files (%s) that readers "
 			       "have open; run gc again once they close\n",
 			       cmds_ju(r, "busy_files"),
-			       conn_bytes(cmds_ju(r, "busy_bytes"), b,
-					  sizeof(b)));
+			       cli_bytes(cmds_ju(r, "busy_bytes"), b,
+					 sizeof(b)));
 	}
 	cmds_doc_free(&d);
 	return code;
