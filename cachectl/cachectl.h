@@ -87,6 +87,11 @@ json_t *conn_json_row(struct conn *cn, const char *const *strs);
 const char *conn_bytes(uint64_t v, char *buf, size_t len);
 
 /* cmds.c: the commands. */
+/* lifecycle.c: `cachectl lifecycle`, o->argv from the command's name on
+ * (cfg is NULL: it loads the configuration itself). */
+int lifecycle_cachectl_run(const struct dstage_config *cfg,
+			   const struct cachectl_cmd *cmd,
+			   const struct cachectl_opts *o);
 int cmds_status(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 		const struct cachectl_opts *o);
 int cmds_dataset(const struct dstage_config *cfg,

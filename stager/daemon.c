@@ -193,6 +193,9 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 		goto out;
 	}
 	disp_started = true;
+	if (daemon_lifecycle_start(&d))
+		log_warn("checkpoints: the retry and lifecycle thread did not "
+			 "start");
 	log_info("stager daemon listening on %s (catalog %s, cache %s)",
 		 cfg->daemon_socket, cfg->catalog_path, cfg->cache_dir);
 	do {
@@ -211,6 +214,7 @@ out:
 		pthread_join(acc, NULL);
 	if (disp_started)
 		pthread_join(disp, NULL);
+	daemon_lifecycle_stop(&d);
 	if (d.lfd >= 0) {
 		close(d.lfd);
 		unlink(cfg->daemon_socket);
