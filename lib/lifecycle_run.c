@@ -145,6 +145,28 @@ static bool lc_split(const char *key, size_t *jl, const char **name, size_t *nl)
 	return true;
 }
 
+/* "<job>/.dstage-archived/<name>" into buf from prefix "<job>/<name>". */
+static void lc_mkey(char *buf, size_t len, const char *prefix)
+{
+	const char *slash = strchr(prefix, '/');
+
+	snprintf(buf, len, "%.*s/%s%s", (int)(slash - prefix), prefix,
+		 LIFECYCLE_MARKER, slash + 1);
+}
+
+/* Whether key is a marker "<job>/.dstage-archived/<name>". */
+static bool lc_is_marker(const char *key, size_t *jl, const char **name)
+{
+	const char *slash = strchr(key, '/');
+	size_t ml = strlen(LIFECYCLE_MARKER);
+
+	if (!slash || slash == key || strncmp(slash + 1, LIFECYCLE_MARKER, ml))
+		return false;
+	*jl = (size_t)(slash - key);
+	*name = slash + 1 + ml;
+	return **name && !strchr(*name, '/') && strncmp(*name, ".dstage", 7);
+}
+
 static int lc_store_cb(void *arg, const struct objstore_info *oi)
 {
 	struct lc_scan *s = arg;
@@ -152,6 +174,13 @@ static int lc_store_cb(void *arg, const struct objstore_info *oi)
 	const char *name;
 	size_t jl, nl;
 
+	if (lc_is_marker(oi->key, &jl, &name)) {
+		c = lc_find(s, oi->key, jl, name, strlen(name));
+		if (!c)
+			return s->err;
+		c->archived = true; /* its URL and mtime: lc_scan_markers */
+		return 0;
+	}
 	if (!lc_split(oi->key, &jl, &name, &nl))
 		return 0;
 	c = lc_find(s, oi->key, jl, name, nl);
@@ -192,36 +221,32 @@ static int lc_marker_read(struct objstore *store, const char *mkey, char **url,
 	return *url ? 0 : -EINVAL;
 }
 
-static int lc_marker_cb(void *arg, const struct objstore_info *oi)
+/* Read the markers found by the listing: archive URL and mtime. */
+static void lc_scan_markers(struct lc_scan *s)
 {
-	struct lc_scan *s = arg;
-	const char *key = oi->key + strlen(LIFECYCLE_MARKER);
-	const char *slash = strchr(key, '/');
-	struct lc_ckpt *c;
-	int64_t mtime = oi->mtime;
-	char *url = NULL;
+	char prefix[2048], mkey[2200];
 
-	if (!slash || slash == key || !slash[1] || strchr(slash + 1, '/'))
-		return 0;
-	if (lc_marker_read(s->store, oi->key, &url, NULL, 0, &mtime)) {
-		log_warn("lifecycle: unreadable archive marker %s in %s: "
-			 "ignored",
-			 oi->key, objstore_url(s->store));
-		free(url);
-		return 0;
-	}
-	c = lc_find(s, key, (size_t)(slash - key), slash + 1,
-		    strlen(slash + 1));
-	if (!c) {
-		free(url);
-		return s->err;
-	}
-	c->archived = true;
-	free(c->archive);
-	c->archive = url;
-	if (!c->in_store || mtime > c->mtime)
-		c->mtime = mtime;
-	return 0;
+	for (size_t i = 0; i < s->n; i++)
+		for (size_t k = 0; k < s->jobs[i].n; k++) {
+			struct lc_ckpt *c = &s->jobs[i].v[k];
+			int64_t mtime = 0;
+
+			if (!c->archived)
+				continue;
+			snprintf(prefix, sizeof(prefix), "%s/%s",
+				 s->jobs[i].name, c->name);
+			lc_mkey(mkey, sizeof(mkey), prefix);
+			if (lc_marker_read(s->store, mkey, &c->archive, NULL, 0,
+					   &mtime)) {
+				log_warn("lifecycle: unreadable archive marker "
+					 "%s in %s: ignored",
+					 mkey, objstore_url(s->store));
+				c->archived = false;
+				continue;
+			}
+			if (!c->in_store || mtime > c->mtime)
+				c->mtime = mtime;
+		}
 }
 
 static int lc_local_cb(void *arg, const struct lifecycle_local *l)
@@ -436,7 +461,7 @@ static int lc_archive(const struct dstage_config *cfg, struct objstore *store,
 	}
 	if (ret)
 		goto out;
-	snprintf(mkey, sizeof(mkey), "%s%s", LIFECYCLE_MARKER, prefix);
+	lc_mkey(mkey, sizeof(mkey), prefix);
 	snprintf(body, sizeof(body),
 		 "dstage-archived 1\nurl %s\nclass %s\nmtime %" PRId64
 		 "\nfiles %zu\n",
@@ -473,7 +498,7 @@ static int lc_delete(const struct dstage_config *cfg, struct objstore *store,
 			lc_keys_release(&k);
 		objstore_free(arch);
 	}
-	snprintf(mkey, sizeof(mkey), "%s%s", LIFECYCLE_MARKER, prefix);
+	lc_mkey(mkey, sizeof(mkey), prefix);
 	if (!ret)
 		ret = objstore_delete(store, mkey);
 	return ret;
@@ -482,7 +507,8 @@ static int lc_delete(const struct dstage_config *cfg, struct objstore *store,
 int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 		     const char *key)
 {
-	struct objstore *arch = NULL;
+	struct objstore *arch = NULL, *own = NULL;
+	struct objstore_info oi;
 	struct lc_keys k = { 0 };
 	char prefix[2048], mkey[2200], cls[LIFECYCLE_CLASS_MAX] = "";
 	const char *name,
@@ -495,8 +521,16 @@ int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 		return -ENOENT;
 	snprintf(prefix, sizeof(prefix), "%.*s/%.*s", (int)jl, key, (int)nl,
 		 name);
-	snprintf(mkey, sizeof(mkey), "%s%s", LIFECYCLE_MARKER, prefix);
-	ret = lc_marker_read(store, mkey, &url, cls, sizeof(cls), NULL);
+	lc_mkey(mkey, sizeof(mkey), prefix);
+	if (!store) {
+		if (!cfg->ckpt_store ||
+		    objstore_open(cfg->ckpt_store, cfg, &own))
+			return -ENOENT;
+		store = own;
+	}
+	ret = objstore_head(store, mkey, &oi); /* quiet when missing */
+	if (!ret)
+		ret = lc_marker_read(store, mkey, &url, cls, sizeof(cls), NULL);
 	if (ret == -ERANGE || ret == -EINVAL)
 		ret = -ENOENT;
 	if (ret)
@@ -524,6 +558,7 @@ int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 out:
 	lc_keys_release(&k);
 	objstore_free(arch);
+	objstore_free(own);
 	free(url);
 	return ret;
 }
@@ -759,8 +794,7 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 	s.store = p.store;
 	ret = objstore_list(p.store, "", lc_store_cb, &s);
 	if (!ret)
-		ret = objstore_list(p.store, LIFECYCLE_MARKER, lc_marker_cb,
-				    &s);
+		lc_scan_markers(&s);
 	if (!ret && p.stg)
 		ret = lifecycle_staging_scan(p.stg, lc_local_cb, &s);
 	if (!ret)

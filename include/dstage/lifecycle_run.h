@@ -6,7 +6,7 @@
  *
  * The archive tier of a rule is another store URL. Moving a checkpoint
  * there copies each of its objects and their SHA-256 sidecars (with the
- * rule's S3 storage class), writes the marker ".dstage-archived/<job>/
+ * rule's S3 storage class), writes the marker "<job>/.dstage-archived/
  * <checkpoint>" into the store, and only then deletes the objects from the
  * store: at every moment a reader finds the files or the marker. A recall
  * copies them back and removes the marker. Deleting removes the objects,
@@ -31,6 +31,8 @@ struct catalog;
 struct dstage_config;
 
 #define LIFECYCLE_ABANDONED_RM (1u << 3) /* an abandoned file removed */
+/* "<job>/.dstage-archived/<checkpoint>": hidden from listings, it keeps
+ * the job's directory while all its checkpoints are archived. */
 #define LIFECYCLE_MARKER ".dstage-archived/"
 
 struct lifecycle_run_opts {
@@ -72,8 +74,8 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 
 /*
  * Recall the archived checkpoint that key ("<job>/<checkpoint>[/...]")
- * belongs to into store (the checkpoint store, opened by the caller),
- * with cfg for the archive's settings. Returns 0 (recalled), -ENOENT (no
+ * belongs to into store (the checkpoint store; NULL: open cfg's
+ * checkpoints.store for the call), with cfg for the archive's settings. Returns 0 (recalled), -ENOENT (no
  * marker: not archived), or a store error.
  */
 struct objstore;
