@@ -10,7 +10,7 @@
  *   - nothing that is not complete is deleted, archived or dropped;
  *   - a checkpoint is archived only from the shared tier, and never when
  *     it is deleted in the same plan;
- *   - local copies of the newest N stay.
+ *   - local copies of the newest N stay, unless they are archived.
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -246,7 +246,9 @@ void lifecycle_plan(const struct lifecycle_rule *r, struct lifecycle_ckpt *c,
 		if (r->shared_days && k->tier == LIFECYCLE_SHARED &&
 		    age >= (int64_t)r->shared_days * LIFECYCLE_DAY)
 			k->actions |= LIFECYCLE_ARCHIVE_IT;
-		if (k->local && k->rank >= r->keep_local)
+		/* an archived checkpoint leaves the node too */
+		if (k->local && (k->rank >= r->keep_local ||
+				 (k->actions & LIFECYCLE_ARCHIVE_IT)))
 			k->actions |= LIFECYCLE_DROP_LOCAL;
 	}
 }

@@ -284,6 +284,22 @@ out:
 	return ret;
 }
 
+/* Remove the local directories of key that are empty now, below its job
+ * ("a/b/c/f": a/b/c, then a/b; never a). */
+static void stage_rmdirs(struct lifecycle_staging *s, const char *key)
+{
+	char buf[sizeof(((struct ckpt_rec *)0)->key)];
+	char *slash;
+
+	snprintf(buf, sizeof(buf), "%s", key);
+	while ((slash = strrchr(buf, '/'))) {
+		*slash = '\0';
+		if (!strchr(buf, '/') ||
+		    unlinkat(s->ck.tree_fd, buf, AT_REMOVEDIR))
+			break;
+	}
+}
+
 int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 			   ino_t ino)
 {
@@ -299,6 +315,7 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 	if (unlinkat(s->ck.tree_fd, key, 0))
 		return -errno;
 	ckpt_journal_remove(&s->ck, ino);
+	stage_rmdirs(s, key);
 	return 0;
 }
 

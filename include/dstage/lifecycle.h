@@ -7,7 +7,8 @@
  * A rule names a job-name pattern (fnmatch(3) glob: * ? [...]) and:
  *   keep_local  N >= 1  the newest N checkpoints of a job keep their local
  *                       copies (checkpoints.staging_dir); older published
- *                       copies are dropped (the store keeps them)
+ *                       copies are dropped (the store keeps them), and so
+ *                       are those of archived checkpoints
  *   shared_days D       after D days on the shared tier (the store), a
  *                       checkpoint moves to the archive URL (0: never)
  *   delete_days R       after R days a checkpoint is deleted from every

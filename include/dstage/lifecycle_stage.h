@@ -66,7 +66,8 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 			      const char *key, ino_t ino);
 
 /* Drop the published local copy key (inode ino, record C): the store has
- * it. Returns 0, -ESTALE (not C any more), or -errno. */
+ * it; then its directories below the job's that are empty now. Returns 0,
+ * -ESTALE (not C any more), or -errno. */
 int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 			   ino_t ino);
 

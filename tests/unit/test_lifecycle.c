@@ -138,6 +138,7 @@ static void test_plan(void)
 	CHECK_INT(c[9].step, 100);
 	/* newest two keep their local copies */
 	CHECK_INT(find(c, 10, "step-1000")->actions, 0);
+	CHECK(!(find(c, 10, "step-900")->actions & LIFECYCLE_DROP_LOCAL));
 	CHECK_INT(find(c, 10, "step-900")->actions, 0);
 	CHECK_INT(find(c, 10, "step-800")->actions, LIFECYCLE_DROP_LOCAL);
 	/* 3 days old: archived */
@@ -166,6 +167,7 @@ static void test_plan(void)
 	for (int i = 0; i < 10; i++) {
 		c[i].mtime = NOW - 100 * DAY - i;
 		c[i].tier = LIFECYCLE_SHARED;
+		c[i].local = true;
 	}
 	k = find(c, 10, "step-1000");
 	k->complete = false;
@@ -174,6 +176,8 @@ static void test_plan(void)
 	CHECK_INT(find(c, 10, "step-900")->kept, LIFECYCLE_KEPT_NEWEST);
 	CHECK(!(find(c, 10, "step-900")->actions & LIFECYCLE_DELETE));
 	CHECK(find(c, 10, "step-900")->actions & LIFECYCLE_ARCHIVE_IT);
+	/* rank 1 < N = 2, but archived: its local copies go too */
+	CHECK(find(c, 10, "step-900")->actions & LIFECYCLE_DROP_LOCAL);
 	CHECK_INT(find(c, 10, "step-800")->kept, LIFECYCLE_KEPT_EVERY);
 	CHECK(find(c, 10, "step-700")->actions & LIFECYCLE_DELETE);
 	/* the clock: one second before day 6, step-300 stays */
