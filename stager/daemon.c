@@ -231,8 +231,10 @@ out:
 	/* the accept thread is joined: end the connections, whose threads
 	 * use d; should one not end in time, d's connection state and the
 	 * cache stay for it and the process exits under it */
-	if (!daemon_conn_stop(&d))
+	if (!daemon_conn_stop(&d)) {
 		free(d.uids);
+		daemon_lifecycle_free(&d);
+	}
 	jobs_close(jq);
 	catalog_close(cat);
 	return ret ? STAGER_EXIT_FAIL : STAGER_EXIT_OK;

@@ -117,6 +117,8 @@ void daemon_jobs_cancel_dataset(struct daemon *d, struct jobs *jq,
  * daemon_req.c's table. */
 int daemon_lifecycle_start(struct daemon *d);
 void daemon_lifecycle_stop(struct daemon *d);
+/* Free what start made, once no connection thread is left. */
+void daemon_lifecycle_free(struct daemon *d);
 int daemon_lifecycle_jobs(struct daemon_conn *c);
 int daemon_lifecycle_list(struct daemon_conn *c);
 int daemon_lifecycle_add(struct daemon_conn *c);

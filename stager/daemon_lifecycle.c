@@ -332,7 +332,21 @@ void daemon_lifecycle_stop(struct daemon *d)
 	pthread_mutex_unlock(&dl->lock);
 	pthread_join(dl->thread, NULL);
 	/* connection threads may still be in a request: d->lifecycle and
-	 * its locks stay until the process exits */
+	 * its locks stay until daemon_lifecycle_free */
+}
+
+void daemon_lifecycle_free(struct daemon *d)
+{
+	struct daemon_lifecycle *dl = d->lifecycle;
+
+	if (!dl)
+		return;
+	d->lifecycle = NULL;
+	pthread_mutex_destroy(&dl->run_lock);
+	pthread_mutex_destroy(&dl->lock);
+	pthread_cond_destroy(&dl->cond);
+	free(dl->ents);
+	free(dl);
 }
 
 /* ---- `stager jobs` rows ---- */
