@@ -395,3 +395,44 @@ def test_abandoned_listed_then_removed(daemon, dirmount):
     assert [a["target"] for a in d.audit()
             if a["action"] == "lifecycle.abandoned"] == [name]
     assert not [j for j in d.json("jobs") if j.get("kind") == "abandoned"]
+
+
+def test_s3_storage_class_sent_and_failed_move_keeps_the_store(tool,
+                                                              tmp_path, rgw):
+    """radosgw refuses a storage class it does not know: so the class is
+    sent with the archive's PUTs; and a move that fails leaves the
+    checkpoint whole in the store (the objects are deleted only after
+    the archive has them and the marker is written)."""
+    store, arch = S3Store(rgw), S3Store(rgw)
+    m = Ckpt(tool, tmp_path / "m", store)
+    m.start()
+    d = None
+    try:
+        d = Daemon(tool, tmp_path / "d", m).start()
+        (m.ck / "sc").mkdir()
+        b = os.urandom(100000)
+        (m.ck / "sc" / "step-1").write_bytes(b)
+        later = str(int(time.time()) + 2 * DAY)
+        d.lc("add", "sc", "--shared-days", "1", "--archive", arch.url,
+             "--storage-class", "NO_SUCH_CLASS")
+        p = d.lc("run", "--as-of", later, "--json", check=False)
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        r = json.loads(p.stdout)
+        assert r["errors"] == 1 and r["archived"] == 0, r
+        assert store.get("sc/step-1") == b
+        assert store.get("sc/.dstage-archived/step-1") is None
+        assert not [a for a in d.audit() if a["action"] ==
+                    "lifecycle.archive"]
+        d.lc("remove", "sc")
+        d.lc("add", "sc", "--shared-days", "1", "--archive", arch.url,
+             "--storage-class", "STANDARD")
+        r = d.lc_json("run", "--as-of", later)
+        assert r["archived"] == 1 and r["errors"] == 0, r
+        assert arch.get("sc/step-1") == b
+        assert store.get("sc/step-1") is None
+    finally:
+        if d:
+            d.stop()
+        m.stop()
+        store.cleanup()
+        arch.cleanup()
