@@ -384,7 +384,7 @@ static int lc_copy(struct objstore *from, struct objstore *to, const char *key,
 		if (!ret && !got)
 			ret = -EIO;
 		if (!ret && pwrite(fd, buf, got, (off_t)off) != (ssize_t)got)
-			ret = -errno ? -errno : -EIO;
+			ret = errno ? -errno : -EIO;
 		if (ret)
 			goto out;
 		off += got;

@@ -205,8 +205,16 @@ static int stage_copy(struct lifecycle_staging *s, int fd, uint64_t size,
 			size - off < STAGE_CHUNK ? size - off : STAGE_CHUNK;
 		ssize_t r = pread(fd, buf, want, (off_t)off);
 
-		if (r <= 0 || pwrite(tfd, buf, (size_t)r, (off_t)off) != r) {
-			ret = r < 0 || errno ? -errno : -EIO;
+		if (r < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (!r) {
+			ret = -EIO; /* shorter than it was a moment ago */
+			goto out;
+		}
+		if (pwrite(tfd, buf, (size_t)r, (off_t)off) != r) {
+			ret = errno ? -errno : -EIO;
 			goto out;
 		}
 		EVP_DigestUpdate(ctx, buf, (size_t)r);
