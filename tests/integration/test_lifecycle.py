@@ -29,7 +29,7 @@ DAY = 86400
 class Daemon(Stager):
     """A stager daemon whose [checkpoints] are those of mount m."""
 
-    def __init__(self, tool, root, m, env=None):
+    def __init__(self, tool, root, m, env=None, interval="0"):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o755)
@@ -38,8 +38,8 @@ class Daemon(Stager):
         self.cfg.write_text(
             self.cfg.read_text() +
             "[checkpoints]\nstore = %s\nstaging_dir = %s\n"
-            "retry_interval = 1s\nlifecycle_interval = 0\n%s" %
-            (m.store.url, m.staging, m.store.conf))
+            "retry_interval = 1s\nlifecycle_interval = %s\n%s" %
+            (m.store.url, m.staging, interval, m.store.conf))
 
     def lc(self, *args, check=True):
         return self.run("lifecycle", *args, check=check)
@@ -325,6 +325,26 @@ def test_newest_complete_never_deleted(daemon, dirmount):
     assert sorted(a["target"] for a in r["actions"]
                   if a["action"] == "delete") == ["old/ep1", "old/ep2"]
     assert m.store.get("old/ep3") == b"xxx"
+
+
+def test_schedule_applies_the_rules(tool, tmp_path, dirmount):
+    m = dirmount
+    (m.ck / "sj").mkdir()
+    for s in (1, 2):
+        (m.ck / "sj" / ("step-%d" % s)).write_bytes(b"s" * 1000 * s)
+    tree = m.staging / "tree" / "sj"
+    assert sorted(os.listdir(tree)) == ["step-1", "step-2"]
+    d = Daemon(tool, tmp_path / "d", m, interval="1s").start()
+    try:
+        d.lc("add", "sj", "--keep-local", "1")
+        wait_for(lambda: os.listdir(tree) == ["step-2"], 30,
+                 "the scheduled run")
+        a = [x for x in d.audit() if x["action"] == "lifecycle.drop-local"]
+        assert [(x["target"], x["user"], x["uid"]) for x in a] == \
+            [("sj/step-1", "lifecycle schedule", 0)], a
+        assert m.store.get("sj/step-1") == b"s" * 1000
+    finally:
+        d.stop()
 
 
 # ---- the retry job and abandoned files ----
