@@ -117,7 +117,7 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	 * recall it into the store (slow: a copy), then it is there */
 	if (ret == -ENOENT && strchr(key, '/') &&
 	    !strchr(strchr(key, '/') + 1, '/') &&
-	    !lifecycle_recall(fs->cfg, NULL, key))
+	    !lifecycle_recall(fs->cfg, ckpt_objstore(st->ck), key))
 		ret = ckpt_stat(st->ck, key, &a);
 	free(key);
 	if (!ret)
