@@ -452,6 +452,8 @@ static int lc_archive(const struct dstage_config *cfg, struct objstore *store,
 		cfg->ckpt_staging_dir ? cfg->ckpt_staging_dir : "/tmp";
 	int ret = lc_keys_list(store, prefix, &k);
 
+	if (!ret && !k.n)
+		ret = -ENOENT; /* gone meanwhile: no marker for nothing */
 	if (!ret)
 		ret = lc_open_archive(cfg, r->archive, r->storage_class, &arch);
 	for (size_t i = 0; !ret && i < k.n; i++) {
