@@ -199,7 +199,8 @@ static int lc_row(struct proto_client *pc, void *arg)
 		       "file(s) removed, %s error(s)\n",
 		       strcmp(lc_get(m, "dry_run"), "1") ? ""
 							 : "dry run, nothing "
-							   "changed: ",
+							   "changed; a run "
+							   "would do: ",
 		       lc_get(m, "jobs"), lc_get(m, "checkpoints"),
 		       lc_get(m, "archived"), lc_get(m, "deleted"),
 		       lc_get(m, "dropped"), lc_get(m, "abandoned"),
