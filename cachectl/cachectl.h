@@ -73,6 +73,11 @@ uint64_t conn_u64(struct conn *cn, const char *k);
 int64_t conn_i64(struct conn *cn, const char *k);
 
 /* cmds.c: the commands. */
+/* lifecycle.c: `cachectl lifecycle`, o->argv from the command's name on
+ * (cfg is NULL: it loads the configuration itself). */
+int lifecycle_cachectl_run(const struct dstage_config *cfg,
+			   const struct cachectl_cmd *cmd,
+			   const struct cachectl_opts *o);
 int cmds_status(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 		const struct cachectl_opts *o);
 int cmds_dataset(const struct dstage_config *cfg,

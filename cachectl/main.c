@@ -87,6 +87,9 @@ static const struct cachectl_cmd cachectl_cmds[] = {
 	  "             as 30m, 12h, 7d\n"
 	  "  --user U   only records by user name or uid U\n"
 	  "  --json     an array of objects" },
+	/* opts "*": parses its own options (stager/lifecycle.c) */
+	{ "lifecycle", lifecycle_cachectl_run, 1, 2, "*", "list|add|remove|run",
+	  "Checkpoint lifecycle rules (see 'cachectl lifecycle --help')." },
 };
 
 static const struct option cachectl_long[] = {
@@ -321,6 +324,11 @@ int main(int argc, char **argv)
 	}
 	argv++;
 	argc--;
+	if (!strcmp(cmd->opts, "*")) {
+		o.argc = argc;
+		o.argv = argv;
+		return cmd->run(NULL, cmd, &o);
+	}
 	/* A negative number is an argument (priority ds -5, quota ds -1 to
 	 * be refused by name), not an option: hide it from getopt. */
 	for (int i = 1, n = 0; i < argc && n < 4; i++)

@@ -39,6 +39,7 @@
 #include "dsfs_opts.h"
 #include "dstage/ckpt.h"
 #include "dstage/config.h"
+#include "dstage/lifecycle_run.h"
 #include "dstage/log.h"
 
 /* A directory listing, taken at opendir. */
@@ -112,6 +113,12 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	if (!key)
 		return -ENOMEM;
 	ret = ckpt_stat(st->ck, key, &a);
+	/* a checkpoint ("<job>/<name>") the lifecycle moved to its archive:
+	 * recall it into the store (slow: a copy), then it is there */
+	if (ret == -ENOENT && strchr(key, '/') &&
+	    !strchr(strchr(key, '/') + 1, '/') &&
+	    !lifecycle_recall(fs->cfg, ckpt_objstore(st->ck), key))
+		ret = ckpt_stat(st->ck, key, &a);
 	free(key);
 	if (!ret)
 		ret = dsfs_ckpt_pn_node(fs, dir, name, a.dir, &e->node);

@@ -182,6 +182,19 @@ static const char *const catalog_migrations[] = {
 	" BEGIN SELECT RAISE(ABORT, 'the audit table is append-only'); END;"
 	"CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit"
 	" BEGIN SELECT RAISE(ABORT, 'the audit table is append-only'); END;",
+
+	/* 5 -> 6: checkpoint lifecycle rules (stager lifecycle), one per
+	 * job-name pattern; include/dstage/lifecycle.h has their meaning. */
+	"CREATE TABLE lifecycle_rules("
+	" id INTEGER PRIMARY KEY,"
+	" pattern TEXT NOT NULL UNIQUE,"
+	" keep_local INTEGER NOT NULL,"
+	" shared_days INTEGER NOT NULL DEFAULT 0,"
+	" delete_days INTEGER NOT NULL DEFAULT 0,"
+	" keep_every INTEGER NOT NULL DEFAULT 0,"
+	" archive TEXT NOT NULL DEFAULT '',"
+	" storage_class TEXT NOT NULL DEFAULT '',"
+	" created INTEGER NOT NULL);",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==

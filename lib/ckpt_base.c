@@ -119,3 +119,8 @@ const char *ckpt_url(const struct ckpt *ck)
 {
 	return objstore_url(ck->os);
 }
+
+struct objstore *ckpt_objstore(const struct ckpt *ck)
+{
+	return ck->os;
+}

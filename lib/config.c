@@ -122,6 +122,14 @@ static const struct config_key config_keys[] = {
 	  1 << 20, 0, "most bytes of local copies in staging_dir" },
 	{ "checkpoints.retry_interval", CT_DURATION, OFF(ckpt_retry_ms), "30s",
 	  100, 0, "retry publishing files the store refused this often" },
+	{ "checkpoints.lifecycle_interval", CT_DURATION, OFF(ckpt_lifecycle_ms),
+	  "1h", 0, 0,
+	  "the stager daemon applies the lifecycle rules this often; 0: only "
+	  "on demand (stager lifecycle run)" },
+	{ "checkpoints.abandoned_keep", CT_DURATION,
+	  OFF(ckpt_abandoned_keep_ms), "168h", 0, 0,
+	  "lifecycle removes files of killed writers (staging_dir/abandoned/) "
+	  "older than this" },
 	{ "metrics.listen", CT_STRING, OFF(metrics_listen), NULL, 0, 0,
 	  "ADDR:PORT of the Prometheus endpoint (GET /metrics), such as "
 	  "127.0.0.1:9101; unset: no endpoint" },

@@ -118,6 +118,7 @@ void objstore_free(struct objstore *os)
 	objstore_add_stats(&objstore_gone, os);
 	pthread_mutex_unlock(&objstore_live_lock);
 	url = os->url;
+	free(os->storage_class);
 	os->ops->free(os);
 	free(url);
 }
@@ -125,6 +126,24 @@ void objstore_free(struct objstore *os)
 const char *objstore_url(const struct objstore *os)
 {
 	return os->url;
+}
+
+int objstore_set_storage_class(struct objstore *os, const char *cls)
+{
+	char *c = NULL;
+
+	if (cls && *cls) {
+		for (const char *p = cls; *p; p++)
+			if (!((*p >= 'A' && *p <= 'Z') ||
+			      (*p >= '0' && *p <= '9') || *p == '_'))
+				return -EINVAL;
+		c = strdup(cls);
+		if (!c)
+			return -ENOMEM;
+	}
+	free(os->storage_class);
+	os->storage_class = c;
+	return 0;
 }
 
 static int objstore_result(struct objstore *os, int ret)

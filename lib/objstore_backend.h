@@ -32,6 +32,9 @@ struct objstore {
 	const struct objstore_ops *ops;
 	const struct dstage_config *cfg;
 	char *url;
+	/* x-amz-storage-class of new objects (objstore_set_storage_class),
+	 * NULL: the store's default; set before the handle is shared */
+	char *storage_class;
 	_Atomic uint64_t n_requests, n_retries, n_bytes_in, n_bytes_out,
 		n_errors;
 	/* Every open handle, for objstore_get_total_stats; objstore.c's

@@ -388,6 +388,12 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 		HDR("x-amz-copy-source:%s", rq->copy_source);
 	if (st->creds.session_token && !st->anonymous)
 		HDR("x-amz-security-token:%s", st->creds.session_token);
+	/* a new object's class: on PUT and copy, and on the start of a
+	 * multipart upload (not on its parts) */
+	if (st->base.storage_class &&
+	    ((!strcmp(rq->method, "PUT") && !strstr(rq->query, "uploadId")) ||
+	     (!strcmp(rq->method, "POST") && !strcmp(rq->query, "uploads="))))
+		HDR("x-amz-storage-class:%s", st->base.storage_class);
 #undef HDR
 	for (size_t i = 0; i < nh; i++) {
 		ret = s3_add_header(&rq->hdrs, "%s", hv[i]);

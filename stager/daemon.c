@@ -193,6 +193,9 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 		goto out;
 	}
 	disp_started = true;
+	if (daemon_lifecycle_start(&d))
+		log_warn("checkpoints: the retry and lifecycle thread did not "
+			 "start");
 	log_info("stager daemon listening on %s (catalog %s, cache %s)",
 		 cfg->daemon_socket, cfg->catalog_path, cfg->cache_dir);
 	do {
@@ -211,6 +214,7 @@ out:
 		pthread_join(acc, NULL);
 	if (disp_started)
 		pthread_join(disp, NULL);
+	daemon_lifecycle_stop(&d);
 	if (d.lfd >= 0) {
 		close(d.lfd);
 		unlink(cfg->daemon_socket);
@@ -227,8 +231,10 @@ out:
 	/* the accept thread is joined: end the connections, whose threads
 	 * use d; should one not end in time, d's connection state and the
 	 * cache stay for it and the process exits under it */
-	if (!daemon_conn_stop(&d))
+	if (!daemon_conn_stop(&d)) {
 		free(d.uids);
+		daemon_lifecycle_free(&d);
+	}
 	jobs_close(jq);
 	catalog_close(cat);
 	return ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;

@@ -70,6 +70,9 @@ struct daemon {
 	double accept_burst; /* when accept began failing, 0: it works */
 	double refuse_logged; /* when a refusal was last logged */
 	unsigned refused; /* refusals since */
+	/* checkpoint work (daemon_lifecycle.c); NULL without
+	 * checkpoints.store; set at start, read-only after */
+	struct daemon_lifecycle *lifecycle;
 };
 
 /* One client connection, owned by its thread. */
@@ -106,6 +109,21 @@ struct runner_job *daemon_jobs_find(struct daemon *d, int64_t id);
 /* Cancel dataset's running jobs (in jq and in their runners). */
 void daemon_jobs_cancel_dataset(struct daemon *d, struct jobs *jq,
 				const char *dataset);
+
+/* daemon_lifecycle.c: checkpoint lifecycle rules and the publish-retry
+ * job (docs/checkpoints.md). start: the thread (nothing without
+ * checkpoints.store); stop: join it. jobs: add its rows (retries,
+ * abandoned files) to a `jobs` answer, admins only. The rest are rows of
+ * daemon_req.c's table. */
+int daemon_lifecycle_start(struct daemon *d);
+void daemon_lifecycle_stop(struct daemon *d);
+/* Free what start made, once no connection thread is left. */
+void daemon_lifecycle_free(struct daemon *d);
+int daemon_lifecycle_jobs(struct daemon_conn *c);
+int daemon_lifecycle_list(struct daemon_conn *c);
+int daemon_lifecycle_add(struct daemon_conn *c);
+int daemon_lifecycle_remove(struct daemon_conn *c);
+int daemon_lifecycle_run(struct daemon_conn *c);
 
 /* daemon_conn.c */
 /* Bind daemon.socket under its lock file. Returns 0 or -errno (logged). */

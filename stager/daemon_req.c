@@ -270,6 +270,8 @@ static int daemon_req_jobs(struct daemon_conn *c)
 	int ret =
 		jobs_list(c->jq, all ? UINT32_MAX : 20, daemon_req_jobs_cb, &a);
 
+	if (!ret)
+		ret = daemon_lifecycle_jobs(c); /* checkpoint retries */
 	return daemon_peer_end(c, ret, NULL);
 }
 
@@ -784,6 +786,13 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "cache.evict", daemon_admin_evict, DAEMON_REQ_ADMIN },
 	{ "cache.gc", daemon_admin_gc, DAEMON_REQ_ADMIN },
 	{ "audit", daemon_admin_audit_list, DAEMON_REQ_ADMIN },
+	/* checkpoint lifecycle (daemon_lifecycle.c; stager and cachectl) */
+	{ "lifecycle.list", daemon_lifecycle_list, 0 },
+	{ "lifecycle.add", daemon_lifecycle_add,
+	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "lifecycle.remove", daemon_lifecycle_remove,
+	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "lifecycle.run", daemon_lifecycle_run, DAEMON_REQ_ADMIN },
 };
 
 int daemon_req_run(struct daemon_conn *c)

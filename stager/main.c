@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dstage/log.h"
+#include "lifecycle.h"
 #include "stager.h"
 
 static int stager_daemon(const struct dstage_config *cfg,
@@ -26,6 +27,15 @@ static int stager_daemon(const struct dstage_config *cfg,
 	if (cfg->log_syslog)
 		log_use_syslog("dstage-stager");
 	return daemon_main(cfg, o);
+}
+
+static int stager_lifecycle(const struct dstage_config *cfg,
+			    const struct stager_cmd *cmd,
+			    const struct stager_opts *o)
+{
+	(void)cfg;
+	(void)cmd;
+	return lifecycle_cli("stager", o->config, o->argc, o->argv);
 }
 
 static const struct stager_cmd stager_cmds[] = {
@@ -121,6 +131,9 @@ static const struct stager_cmd stager_cmds[] = {
 	  "each file that differs or is missing.\n"
 	  "  --step S  a step number or a checkpoint name\n"
 	  "  --to DIR  an empty or new scratch directory" },
+	{ "lifecycle", stager_lifecycle, STAGER_NEEDS_DAEMON | STAGER_OWN_OPTS,
+	  STAGER_JSON_OBJECT, 1, 2, "", "list|add|remove|run",
+	  lifecycle_cli_help },
 };
 
 static const struct option stager_long[] = {
@@ -245,6 +258,11 @@ int main(int argc, char **argv)
 	}
 	argv++;
 	argc--;
+	if (cmd->flags & STAGER_OWN_OPTS) {
+		o.argc = argc;
+		o.argv = argv;
+		return cmd->run(NULL, cmd, &o);
+	}
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", stager_long, NULL)) != -1) {
 		if (opt == 'h') {

@@ -81,6 +81,8 @@ enum {
 	STAGER_ARG_JOB = 1u << 1, /* the argument is a job id */
 	STAGER_SUBMIT = 1u << 2, /* queues a job: prints its id or follows it */
 	STAGER_ALWAYS_WAIT = 1u << 3, /* --wait is implied */
+	STAGER_OWN_OPTS = 1u << 4, /* run(NULL, cmd, o) parses o->argv (the
+				    * command and all after it) itself */
 };
 
 struct stager_cmd;

@@ -40,11 +40,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dstage/lifecycle.h"
 #include "dstage/objstore.h"
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 5
+#define CATALOG_SCHEMA_VERSION 6
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*
@@ -268,5 +269,27 @@ int catalog_audit_add(struct catalog *cat, const struct catalog_audit *a);
 typedef int (*catalog_audit_cb)(void *arg, const struct catalog_audit *a);
 int catalog_audit_list(struct catalog *cat, int64_t after_id,
 		       catalog_audit_cb cb, void *arg);
+
+/*
+ * Checkpoint lifecycle rules (schema 6). Each change is audited in the same
+ * transaction (action "lifecycle.add" / "lifecycle.remove", target the
+ * pattern, the rule as old or new value) as uid and user of who (may be
+ * NULL: uid 0, no user).
+ * add: checks r with lifecycle_rule_check (-EINVAL, the message logged and
+ * copied to msg when not NULL) and sets r->id. Returns 0, -EINVAL,
+ * -EEXIST (a rule for that pattern exists), or an error above.
+ * remove: by id, or by pattern when id is 0. Returns 0, -ENOENT, or an
+ * error above; *removed (may be NULL) gets the rule removed.
+ * list: every rule in id order into *out (free() it), *n rules.
+ */
+int catalog_lifecycle_add(struct catalog *cat, struct lifecycle_rule *r,
+			  const struct catalog_audit *who, char *msg,
+			  size_t len);
+int catalog_lifecycle_remove(struct catalog *cat, int64_t id,
+			     const char *pattern,
+			     const struct catalog_audit *who,
+			     struct lifecycle_rule *removed);
+int catalog_lifecycle_list(struct catalog *cat, struct lifecycle_rule **out,
+			   size_t *n);
 
 #endif

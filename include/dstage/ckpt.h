@@ -75,6 +75,10 @@ void ckpt_free(struct ckpt *ck);
 /* The store's URL. */
 const char *ckpt_url(const struct ckpt *ck);
 
+/* The store's handle (thread-safe, owned by ck), for the lifecycle's
+ * recall of an archived checkpoint. */
+struct objstore *ckpt_objstore(const struct ckpt *ck);
+
 /* Whether name may be created in the directory dirkey ("" for the top).
  * Returns 0 or -EINVAL. */
 int ckpt_name_ok(const char *dirkey, const char *name);

@@ -69,6 +69,8 @@ struct dstage_config {
 	char *ckpt_staging_dir; /* checkpoints.staging_dir */
 	uint64_t ckpt_staging_size; /* checkpoints.staging_size, bytes */
 	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
+	unsigned ckpt_lifecycle_ms; /* checkpoints.lifecycle_interval, 0: off */
+	unsigned ckpt_abandoned_keep_ms; /* checkpoints.abandoned_keep */
 	/* [metrics] */
 	char *metrics_listen; /* metrics.listen, ADDR:PORT; NULL: off */
 	bool metrics_allow_remote; /* metrics.allow_remote */

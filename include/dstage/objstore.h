@@ -140,6 +140,15 @@ int objstore_delete(struct objstore *os, const char *key);
 int objstore_copy(struct objstore *os, const char *src_key,
 		  const char *dst_key);
 
+/*
+ * The S3 storage class (x-amz-storage-class, e.g. GLACIER, STANDARD_IA) of
+ * objects this handle creates from now on; NULL or "": the store's
+ * default. Ignored by file:// stores. Call it before the handle is shared
+ * between threads. Returns 0, -EINVAL (not upper-case letters, digits and
+ * '_'), -ENOMEM.
+ */
+int objstore_set_storage_class(struct objstore *os, const char *cls);
+
 void objstore_get_stats(const struct objstore *os, struct objstore_stats *st);
 
 /* The sums over every handle of this process, open or freed since it

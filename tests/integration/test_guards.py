@@ -36,9 +36,10 @@ REPO = Path(__file__).resolve().parents[2]
 # and the daemon's behaviour with it.
 MUTATING = {"add", "refresh", "remove", "stage", "verify", "cancel",
             "cache.policy.set", "cache.pin", "cache.unpin", "cache.quota",
-            "cache.priority", "cache.evict", "cache.gc"}
+            "cache.priority", "cache.evict", "cache.gc",
+            "lifecycle.add", "lifecycle.remove", "lifecycle.run"}
 READ_ONLY = {"ping", "list", "show", "jobs", "status", "watch",
-             "cache.status", "cache.policy"}
+             "cache.status", "cache.policy", "lifecycle.list"}
 # Changes nothing but is for admins only (who changed what, and when).
 ADMIN_READ = {"audit"}
 
@@ -74,9 +75,10 @@ def test_request_table_parsed():
             (cmd in MUTATING | ADMIN_READ), \
             "%s: table flags %r disagree with the test's list" % (cmd, flags)
     # every stager request but ping and watch is a CLI command of its own
-    # (cache.* and audit are cachectl's, tested in test_cachectl.py)
+    # (cache.* and audit are cachectl's, tested in test_cachectl.py;
+    # lifecycle.* are `stager lifecycle SUB`, tested in test_lifecycle.py)
     stager_reqs = {c for c in MUTATING | READ_ONLY
-                   if not c.startswith("cache.")}
+                   if not c.startswith(("cache.", "lifecycle."))}
     assert stager_reqs - {"ping", "watch"} <= client_commands()
 
 
@@ -184,6 +186,7 @@ CLI_ARGS = {
     "show": ["show", "ds"],
     "jobs": ["jobs"],
     "status": ["status", "{job}"],
+    "lifecycle": ["lifecycle", "list"],
 }
 
 
