@@ -500,6 +500,9 @@ static int s3_status_errno(long status, const char *code)
 	case 400:
 		if (!strcmp(code, "EntityTooLarge"))
 			return -EFBIG;
+		if (!strcmp(code, "BadDigest") ||
+		    !strcmp(code, "XAmzContentSHA256Mismatch"))
+			return -EIO;
 		return -EINVAL;
 	case 408:
 		return -ETIMEDOUT;
@@ -511,10 +514,18 @@ static int s3_status_errno(long status, const char *code)
 static bool s3_code_retriable(const char *code)
 {
 	static const char *const codes[] = {
-		"InternalError",	"SlowDown",
-		"ServiceUnavailable",	"RequestTimeout",
-		"RequestTimeTooSkewed", "Throttling",
-		"ThrottlingException",	"OperationAborted",
+		"InternalError",
+		"SlowDown",
+		"ServiceUnavailable",
+		"RequestTimeout",
+		"RequestTimeTooSkewed",
+		"Throttling",
+		"ThrottlingException",
+		"OperationAborted",
+		/* The body arrived damaged (Content-MD5, signed payload
+		 * hash): send it again. */
+		"BadDigest",
+		"XAmzContentSHA256Mismatch",
 	};
 
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
