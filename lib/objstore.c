@@ -229,17 +229,6 @@ int objstore_put_fd(struct objstore *os, const char *key, int fd, uint64_t size)
 
 /* ---- uploads in parts ---- */
 
-uint64_t objstore_part_size(const struct objstore *os, uint64_t size)
-{
-	uint64_t part = os->cfg->s3_part_size;
-
-	if (part < (5u << 20))
-		part = 5u << 20;
-	while (size / part >= OBJSTORE_MAX_PARTS)
-		part *= 2;
-	return part;
-}
-
 int objstore_upload_begin(struct objstore *os, const char *key,
 			  uint64_t size_hint, const char *sha256,
 			  struct objstore_upload **out)
@@ -387,17 +376,6 @@ void objstore_upload_abort(struct objstore_upload *up)
 {
 	if (up)
 		up->os->ops->up_abort(up);
-}
-
-/* Called by the backends as they free an upload. */
-void objstore_upload_release(struct objstore_upload *up)
-{
-	if (!up)
-		return;
-	pthread_mutex_destroy(&up->lock);
-	free(up->parts);
-	free(up->key);
-	free(up->id);
 }
 
 int objstore_upload_abort_id(struct objstore *os, const char *key,

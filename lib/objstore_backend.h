@@ -9,6 +9,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
+
+#include "dstage/config.h"
 
 #include "dstage/objstore.h"
 
@@ -86,11 +89,33 @@ static inline void objstore_count(_Atomic uint64_t *ctr, uint64_t v)
 /* Backends' constructors. url is the full URL; rest is what follows the
  * scheme ("bucket/prefix/" or "/dir/"). Each sets *out to a handle whose
  * base is initialised by the caller afterwards (ops set by the backend). */
-/* The part size for an upload of about size bytes (0: unknown). */
-uint64_t objstore_part_size(const struct objstore *os, uint64_t size);
 #define OBJSTORE_MAX_PARTS 10000
-/* Free what the front end put in up (not up itself). NULL ok. */
-void objstore_upload_release(struct objstore_upload *up);
+
+/* The part size for an upload of about size bytes (0: unknown):
+ * s3.part_size (at least 5 MiB), doubled until size fits in 10,000 parts.
+ * (Inline: the backends sit below objstore.c.) */
+static inline uint64_t objstore_part_size(const struct objstore *os,
+					  uint64_t size)
+{
+	uint64_t part = os->cfg->s3_part_size;
+
+	if (part < (5u << 20))
+		part = 5u << 20;
+	while (size / part >= OBJSTORE_MAX_PARTS)
+		part *= 2;
+	return part;
+}
+
+/* Free what up holds (not up itself), as a backend frees it. NULL ok. */
+static inline void objstore_upload_release(struct objstore_upload *up)
+{
+	if (!up)
+		return;
+	pthread_mutex_destroy(&up->lock);
+	free(up->parts);
+	free(up->key);
+	free(up->id);
+}
 
 int s3store_open(const char *url, const char *rest,
 		 const struct dstage_config *cfg, struct objstore **out);
