@@ -22,6 +22,9 @@
  *                     content final, to be published (a restart or a retry
  *                     publishes it), C: published, the store's ETag noted
  *                     (the local copy is a clean cache of it).
+ *                     Optional third and fourth lines "u <upload id>\n
+ *                     <key>\n": an upload in parts (ckpt_upload.c) that may
+ *                     be open in the store; a restart aborts it.
  *
  * Locks, in order: ck->open_lock (opens: one at a time), an entry's lock
  * (its writes and publishes), ck->ns_lock (read: a publish; write: a

@@ -665,6 +665,16 @@ def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
         w = writer(m.ck / "u" / "big.bin", 24, close=True)  # 3 parts
         assert w.stdout.readline().strip() == b"ready"
         wait_for(lambda: faultproxy.count("PUT") > 0, 30, "the upload")
+        # Parts go up while the file is written (they stall here): kill
+        # once the writer's close has begun, i.e. its record is P (a file
+        # killed before its close is never published, by contract).
+        def closing():
+            for j in (m.staging / "journal").iterdir():
+                if not j.name.startswith(".") and \
+                        j.read_text(errors="replace").startswith("P "):
+                    return True
+            return False
+        wait_for(closing, 30, "the close to begin")
         m.kill9()
         w.kill()
         w.wait(30)

@@ -182,6 +182,7 @@ def test_corrupted_upload_body_refused_and_retried(proxied, tmp_path, size):
     data = random.Random(size).randbytes(size)
     src = tmp_path / "src"
     src.write_bytes(data)
+    direct.run("rm", "up")      # the bucket is named after the test
     proxy.add_fault("corrupt_request", count=1, match="PUT", path="/up")
     p = store.run("put", "up", str(src), check=False,
                   env={"DSTAGE_S3_PART_SIZE": "5M",
@@ -205,6 +206,7 @@ def test_corrupted_upload_body_every_time_fails_cleanly(proxied, tmp_path):
     data = random.Random(3).randbytes(11 * 1024 * 1024)
     src = tmp_path / "src"
     src.write_bytes(data)
+    direct.run("rm", "bad")     # the bucket is named after the test
     proxy.add_fault("corrupt_request", count=100, match="PUT",
                     path="partNumber=1&")
     p = store.run("put", "bad", str(src), check=False,
