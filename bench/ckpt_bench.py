@@ -284,6 +284,9 @@ def main():
                    AWS_SECRET_ACCESS_KEY=info["AWS_SECRET_ACCESS_KEY"],
                    AWS_ENDPOINT_URL=info["AWS_ENDPOINT_URL"],
                    AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")
+    if "s3" in a.stores.split(",") and "AWS_ENDPOINT_URL" not in env:
+        sys.exit("ckpt_bench: no radosgw: give --rgw-env (scripts/rgw's "
+                 "env.json) or AWS_ENDPOINT_URL and keys, or --stores dir")
     sys.path.insert(0, HERE)
     from bench_s3 import S3  # noqa: E402
 
