@@ -112,6 +112,8 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 	pthread_cond_init(&ck->cond, NULL);
 	pthread_rwlock_init(&ck->ns_lock, NULL);
 	pthread_mutex_init(&ck->lock, NULL);
+	pthread_mutex_init(&ck->upq_lock, NULL);
+	pthread_cond_init(&ck->upq_cond, NULL);
 	ck->staging = strdup(cfg->ckpt_staging_dir);
 	if (!ck->staging) {
 		ret = -ENOMEM;
@@ -153,6 +155,8 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 	dfd = -1;
 	ret = ckpt_journal_scan(ck, true, false);
 	if (!ret)
+		ret = ckpt_upload_start(ck);
+	if (!ret)
 		ret = ckpt_retry_start(ck);
 	if (ret)
 		goto err;
@@ -173,6 +177,7 @@ void ckpt_free(struct ckpt *ck)
 	if (!ck)
 		return;
 	ckpt_retry_stop(ck);
+	ckpt_upload_stop(ck);
 	while (ck->ents) {
 		struct ckpt_ent *e = ck->ents;
 
@@ -195,6 +200,8 @@ void ckpt_free(struct ckpt *ck)
 	pthread_rwlock_destroy(&ck->ns_lock);
 	pthread_mutex_destroy(&ck->lock);
 	pthread_cond_destroy(&ck->cond);
+	pthread_mutex_destroy(&ck->upq_lock);
+	pthread_cond_destroy(&ck->upq_cond);
 	free(ck->staging);
 	free(ck);
 }

@@ -38,6 +38,9 @@ static void ckpt_ent_free(struct ckpt_ent *e)
 		close(e->fd);
 	EVP_MD_CTX_free(e->hctx);
 	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->u.cond);
+	free(e->u.parts);
+	free(e->u.key);
 	free(e->key);
 	free(e);
 }
@@ -101,6 +104,12 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)
 	pthread_mutex_unlock(&ck->lock);
 	if (!last)
 		return;
+	if (e->fd >= 0) {
+		/* An upload still open was never published: abort it. */
+		pthread_mutex_lock(&e->lock);
+		ckpt_upload_drain(ck, e);
+		pthread_mutex_unlock(&e->lock);
+	}
 	if (e->space_at_close && !fstat(e->fd, &st))
 		ckpt_space(ck, -(int64_t)st.st_size);
 	if (e->dirty && !e->unlinked && e->fd >= 0)
@@ -150,8 +159,9 @@ out:
 	return ret;
 }
 
-int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
-	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed)
+int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
+	     const char *key, const char *want_sha, const EVP_MD_CTX *hctx,
+	     uint64_t hashed)
 {
 	struct ckpt_rec rec = { .state = 'P' };
 	struct objstore_info oi;
@@ -160,6 +170,8 @@ int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
 	struct stat st;
 	int ret;
 
+	if (e)
+		ckpt_upload_note(e, &rec);
 	if (fstat(fd, &st)) {
 		ret = -errno;
 		goto err;
@@ -177,8 +189,25 @@ int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
 		goto err;
 	}
 	ckpt_journal_write(ck, ino, &rec, false);
+	if (e) {
+		/* Parts sent while it was written: let them land (the P
+		 * record first: the file is closed, whatever happens now). A
+		 * begin that finished meanwhile goes in the record. */
+		char id[sizeof(rec.upload_id)];
+
+		snprintf(id, sizeof(id), "%s", rec.upload_id);
+		ckpt_upload_quiesce(e);
+		ckpt_upload_note(e, &rec);
+		if (strcmp(id, rec.upload_id))
+			ckpt_journal_write(ck, ino, &rec, false);
+	}
 	what = "storing it";
-	ret = objstore_put_fd(ck->os, key, fd, rec.size);
+	/* The rest of an upload sent while it was written, else the whole
+	 * file. The upload is over either way (a failed one aborted). */
+	ret = e ? ckpt_upload_finish(ck, e, key, rec.size) : 1;
+	rec.upload_id[0] = rec.upload_key[0] = '\0';
+	if (ret == 1)
+		ret = objstore_put_fd_sha(ck->os, key, fd, rec.size, rec.sha);
 	if (ret)
 		goto err;
 	what = "storing its SHA-256";
@@ -232,6 +261,7 @@ struct ckpt_ent *ckpt_ent_new(const char *key, int fd)
 	if (fd >= 0 && !fstat(fd, &st))
 		e->ino = st.st_ino;
 	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->u.cond, NULL);
 	return e;
 }
 
@@ -540,6 +570,8 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	if (end > old) /* give back what was reserved and not written */
 		ckpt_space(ck, (int64_t)now - (int64_t)end);
 	ret = w < 0 ? -errno : 0;
+	if (w > 0)
+		ckpt_upload_wrote(ck, e, (uint64_t)off, (uint64_t)w);
 	if (w > 0 && e->hctx && (uint64_t)off < e->hashed) {
 		ckpt_hash_stop(e); /* a rewrite: hash it all at publish */
 	} else if (w > 0 && e->hctx && (uint64_t)off == e->hashed) {
@@ -574,7 +606,10 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 	if (ftruncate(e->fd, (off_t)size)) {
 		ret = -errno;
 		ckpt_space(f->ck, (int64_t)st.st_size - (int64_t)size);
-	} else if (size == 0) {
+		goto out;
+	}
+	ckpt_upload_truncated(e, (uint64_t)st.st_size, size);
+	if (size == 0) {
 		ckpt_hash_start(e);
 	} else if (size < e->hashed) {
 		ckpt_hash_stop(e);
@@ -639,7 +674,7 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
 	}
 	pthread_mutex_unlock(&ck->lock);
 	if (key) {
-		ret = ckpt_put(ck, e->fd, e->ino, key, want_sha, e->hctx,
+		ret = ckpt_put(ck, e, e->fd, e->ino, key, want_sha, e->hctx,
 			       e->hashed);
 		pthread_mutex_lock(&ck->lock);
 		e->publishing = false;

@@ -6,6 +6,7 @@
  *   ckpt.c          open/free, listings, directories, truncate, statfs
  *   ckpt_recover.c  restart and retry: the journal's P and W records
  *   ckpt_file.c     open files, writes, the publish
+ *   ckpt_upload.c   sending complete ranges while the file is written
  *   ckpt_stat.c     what a key is (local copy, store object, directory)
  *   ckpt_journal.c  the on-disk records, staging space, eviction
  *   ckpt_base.c     keys, errors, the clock
@@ -21,6 +22,9 @@
  *                     content final, to be published (a restart or a retry
  *                     publishes it), C: published, the store's ETag noted
  *                     (the local copy is a clean cache of it).
+ *                     Optional third and fourth lines "u <upload id>\n
+ *                     <key>\n": an upload in parts (ckpt_upload.c) that may
+ *                     be open in the store; a restart aborts it.
  *
  * Locks, in order: ck->open_lock (opens: one at a time), an entry's lock
  * (its writes and publishes), ck->ns_lock (read: a publish; write: a
@@ -47,6 +51,41 @@
 #define CKPT_ABANDONED "abandoned"
 #define CKPT_DIR_MODE 0700
 
+/* One part of an overlapped upload (ckpt_upload.c); under the entry's lock. */
+struct ckpt_part {
+	uint32_t gen; /* bumped by every write or truncate touching it */
+	uint32_t sent_gen; /* gen when its last successful send started */
+	bool sent; /* the store has a send of it */
+	bool busy; /* queued or being sent */
+};
+
+enum ckpt_up_state {
+	CKPT_UP_IDLE,
+	CKPT_UP_STARTING,
+	CKPT_UP_OPEN,
+	CKPT_UP_FAILED
+};
+
+/*
+ * The overlapped upload of an entry (ckpt_upload.c), all under the entry's
+ * lock: IDLE -> STARTING (begin queued) -> OPEN (parts queued as the writer
+ * passes them) or FAILED (the close uploads the whole file) -> IDLE again
+ * at the publish (committed) or the last close (aborted).
+ */
+struct ckpt_upstate {
+	enum ckpt_up_state state;
+	struct objstore_upload *up; /* OPEN */
+	char *key; /* the key the upload was begun for */
+	uint64_t ps; /* part size */
+	uint64_t hi; /* highest end written since IDLE */
+	unsigned next; /* parts [0, next) were queued at least once */
+	struct ckpt_part *parts;
+	unsigned cap;
+	unsigned busy; /* jobs queued or running for this entry */
+	bool cancel; /* drop queued jobs */
+	pthread_cond_t cond; /* with the entry's lock: busy fell */
+};
+
 /*
  * One file open through at least one handle, shared by all its handles.
  * State: clean (dirty false: the store has what the local copy holds, or
@@ -72,6 +111,7 @@ struct ckpt_ent {
 	 * below hashed (then the publish hashes the whole file). */
 	EVP_MD_CTX *hctx;
 	uint64_t hashed;
+	struct ckpt_upstate u; /* lock */
 	/* Read from the store (fd -1): what was opened. */
 	char etag[OBJSTORE_ETAG_MAX];
 	uint64_t rsize;
@@ -101,6 +141,15 @@ struct ckpt {
 	pthread_t retry_thread;
 	bool retry_running;
 	bool stop; /* lock */
+	/* Uploader threads (ckpt_upload.c): upq_lock is a leaf lock; it
+	 * protects the queue and up_stop. */
+	pthread_mutex_t upq_lock;
+	pthread_cond_t upq_cond;
+	struct ckpt_upjob *upq_head, *upq_tail;
+	bool up_stop;
+	unsigned n_uploaders;
+	pthread_t uploaders[8];
+	atomic_ullong n_parts_early; /* parts sent before the close */
 	atomic_ullong n_published, n_published_bytes, n_errors, n_recovered;
 };
 
@@ -111,6 +160,10 @@ struct ckpt_rec {
 	uint64_t size;
 	char etag[OBJSTORE_ETAG_MAX]; /* "" when unknown */
 	char key[4096];
+	/* An upload in parts that may be open in the store ("" for none):
+	 * its id and the key it was begun for (a third and fourth line). */
+	char upload_id[256];
+	char upload_key[4096];
 };
 
 /* ckpt_base.c */
@@ -151,8 +204,32 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e);
  * content. Returns 0 or -errno (logged once, the record
  * stays P, fd and record are fsynced).
  */
-int ckpt_put(struct ckpt *ck, int fd, ino_t ino, const char *key,
-	     const char *want_sha, const EVP_MD_CTX *hctx, uint64_t hashed);
+int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
+	     const char *key, const char *want_sha, const EVP_MD_CTX *hctx,
+	     uint64_t hashed);
+
+/* ckpt_upload.c (the entry's lock held where it says e) */
+/* Start the uploader threads (upq_lock and upq_cond initialised by
+ * ckpt_open); stop joins them and drops the jobs left. */
+int ckpt_upload_start(struct ckpt *ck);
+void ckpt_upload_stop(struct ckpt *ck);
+/* e: after a write of [off, off + len): marks rewritten parts, queues the
+ * parts the writer has passed (past s3.multipart_threshold). */
+void ckpt_upload_wrote(struct ckpt *ck, struct ckpt_ent *e, uint64_t off,
+		       uint64_t len);
+/* e: after a truncate from old to size bytes. */
+void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size);
+/* e: wait until no job of e is queued or running. */
+void ckpt_upload_quiesce(struct ckpt_ent *e);
+/* e, quiesced: the open upload's id and key into rec (or ""). */
+void ckpt_upload_note(struct ckpt_ent *e, struct ckpt_rec *rec);
+/* e, quiesced: send what is missing or changed of the size bytes of
+ * e->fd, then commit as key. 1: no usable upload (the caller uploads the
+ * whole file), 0, or -errno. The upload is over either way. */
+int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
+		       uint64_t size);
+/* e: drop queued jobs, wait for running ones, abort an open upload. */
+void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
 
 /* ckpt_journal.c */
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */

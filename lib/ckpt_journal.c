@@ -32,7 +32,8 @@
 int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 		       bool durable)
 {
-	char name[32], tmp[40], buf[sizeof(r->key) + 256];
+	char name[32], tmp[40];
+	char buf[sizeof(r->key) + sizeof(r->upload_key) + 512];
 	int fd, len, ret = 0;
 
 	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
@@ -40,6 +41,9 @@ int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 	len = snprintf(buf, sizeof(buf), "%c %s %" PRIu64 " %s\n%s\n", r->state,
 		       r->sha[0] ? r->sha : "-", r->size,
 		       r->etag[0] ? r->etag : "-", r->key);
+	if (r->upload_id[0])
+		len += snprintf(buf + len, sizeof(buf) - (size_t)len,
+				"u %s\n%s\n", r->upload_id, r->upload_key);
 	fd = openat(ck->journal_fd, tmp,
 		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
 		    0600);
@@ -66,8 +70,9 @@ out:
 
 int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 {
-	char name[32], buf[sizeof(r->key) + 256], sha[80], etag[160];
-	char *nl, *key;
+	char name[32], sha[80], etag[160];
+	char buf[sizeof(r->key) + sizeof(r->upload_key) + 512];
+	char *nl, *key, *up;
 	ssize_t n;
 	int fd;
 
@@ -100,6 +105,19 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 	if (strcmp(etag, "-"))
 		strcpy(r->etag, etag);
 	strcpy(r->key, key);
+	/* Optional: "u <upload id>\n<its key>\n", an upload maybe open. */
+	up = nl + 1;
+	if (!strncmp(up, "u ", 2) && (nl = strchr(up, '\n'))) {
+		char *ukey = nl + 1, *end = strchr(ukey, '\n');
+
+		*nl = '\0';
+		if (end && (size_t)(nl - up - 2) < sizeof(r->upload_id) &&
+		    (size_t)(end - ukey) < sizeof(r->upload_key)) {
+			*end = '\0';
+			strcpy(r->upload_id, up + 2);
+			strcpy(r->upload_key, ukey);
+		}
+	}
 	return 0;
 bad:
 	log_warn("checkpoints: unreadable record %s/%s/%s: ignored",

@@ -71,6 +71,34 @@ static void ckpt_republish(struct ckpt *ck, ino_t ino,
 	ckpt_ent_put(ck, e); /* a failure leaves it P: counted pending */
 }
 
+/*
+ * A record naming an upload in parts (a crash while the file was sent):
+ * abort it in the store, so that no multipart upload stays open forever,
+ * and drop the note from the record. Its file is then handled as any other
+ * (a W record abandoned, a P record published whole).
+ */
+static void ckpt_abort_left_upload(struct ckpt *ck, ino_t ino,
+				   struct ckpt_rec *rec)
+{
+	int ret = objstore_upload_abort_id(ck->os, rec->upload_key,
+					   rec->upload_id);
+
+	if (ret) {
+		log_error("checkpoints: cannot abort the unfinished upload %s "
+			  "of %s in %s: %s; a later start tries again (a "
+			  "lifecycle rule AbortIncompleteMultipartUpload on "
+			  "the bucket also removes it)",
+			  rec->upload_id, rec->upload_key, ckpt_url(ck),
+			  strerror(-ret));
+		return;
+	}
+	log_info("checkpoints: aborted the unfinished upload of %s to %s "
+		 "(dstagefs stopped while sending it)",
+		 rec->upload_key, ckpt_url(ck));
+	rec->upload_id[0] = rec->upload_key[0] = '\0';
+	ckpt_journal_write(ck, ino, rec, true);
+}
+
 int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 {
 	struct ckpt_rec rec;
@@ -100,6 +128,9 @@ int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 
 		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
 			continue;
+		if (recovery && !ckpt_journal_read(ck, ino, &rec) &&
+		    rec.upload_id[0])
+			ckpt_abort_left_upload(ck, ino, &rec);
 		if (ckpt_journal_read(ck, ino, &rec) || ckpt_key_ok(rec.key) ||
 		    !rec.key[0] ||
 		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||

@@ -524,6 +524,56 @@ out:
 	return ret;
 }
 
+/* Create a temporary file in key's directory (made when missing): *dfd the
+ * directory, *fd the file, tmp its name. Returns 0 or -errno. */
+static int filestore_tmp_open(struct filestore *fs, const char *key, int *dfd,
+			      int *fd, char tmp[NAME_MAX + 1])
+{
+	const char *slash = strrchr(key, '/');
+	uint64_t rnd = 0;
+	int ret;
+
+	*fd = -1;
+	tmp[0] = '\0';
+	ret = filestore_path_open_dir(
+		fs, key, slash ? (size_t)(slash - key) : 0, true, dfd);
+	if (ret)
+		return ret;
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&rnd;
+	snprintf(tmp, NAME_MAX + 1, "%s%016llx", FILESTORE_TMP_PREFIX,
+		 (unsigned long long)rnd);
+	*fd = openat(*dfd, tmp,
+		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		     0644);
+	if (*fd < 0) {
+		ret = -errno;
+		tmp[0] = '\0';
+		close(*dfd);
+		*dfd = -1;
+	}
+	return ret;
+}
+
+/* fsync the temporary file fd, rename it over key, fsync the directory. fd
+ * is closed; on failure tmp stays for the caller to unlink. */
+static int filestore_tmp_publish(const char *key, int dfd, int fd,
+				 const char *tmp)
+{
+	const char *slash = strrchr(key, '/');
+	int ret = 0;
+
+	if (fsync(fd))
+		ret = -errno;
+	if (close(fd) && !ret)
+		ret = -errno;
+	if (!ret && renameat(dfd, tmp, dfd, slash ? slash + 1 : key))
+		ret = -errno;
+	if (!ret && fsync(dfd))
+		ret = -errno;
+	return ret;
+}
+
 /*
  * Write an object through a temporary file. Exactly one of src_fd (read from
  * offset 0 with pread) and buf is used. size bytes are written.
@@ -531,51 +581,23 @@ out:
 static int filestore_put(struct filestore *fs, const char *key, int src_fd,
 			 const void *buf, uint64_t size)
 {
-	const char *slash = strrchr(key, '/');
-	const char *base = slash ? slash + 1 : key;
 	char tmp[NAME_MAX + 1] = "";
-	uint64_t rnd = 0;
 	int dfd = -1, fd = -1, ret;
 
 	ret = filestore_path_key_ok(fs, key);
 	if (ret)
 		return ret;
 	objstore_count(&fs->base.n_requests, 1);
-	ret = filestore_path_open_dir(
-		fs, key, slash ? (size_t)(slash - key) : 0, true, &dfd);
+	ret = filestore_tmp_open(fs, key, &dfd, &fd, tmp);
 	if (ret)
 		goto out;
-	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
-		rnd = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&rnd;
-	snprintf(tmp, sizeof(tmp), "%s%016llx", FILESTORE_TMP_PREFIX,
-		 (unsigned long long)rnd);
-	fd = openat(dfd, tmp,
-		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ret = -errno;
-		tmp[0] = '\0';
-		goto out;
-	}
 	ret = filestore_write_all(fd, src_fd, buf, size);
 	if (ret)
 		goto out;
-	if (fsync(fd)) {
-		ret = -errno;
-		goto out;
-	}
-	if (close(fd)) {
-		fd = -1;
-		ret = -errno;
-		goto out;
-	}
+	ret = filestore_tmp_publish(key, dfd, fd, tmp);
 	fd = -1;
-	if (renameat(dfd, tmp, dfd, base)) {
-		ret = -errno;
-		goto out;
-	}
-	tmp[0] = '\0';
-	if (fsync(dfd))
-		ret = -errno;
+	if (!ret)
+		tmp[0] = '\0';
 	objstore_count(&fs->base.n_bytes_out, size);
 out:
 	if (fd >= 0)
@@ -590,9 +612,181 @@ out:
 	return ret;
 }
 
-static int filestore_put_fd(struct objstore *os, const char *key, int fd,
-			    uint64_t size)
+/* ---- uploads in parts: a temporary file written at the parts' offsets */
+
+struct filestore_upload {
+	struct objstore_upload base;
+	int dfd, fd; /* the key's directory, the temporary file (base.id) */
+};
+
+static void filestore_up_free(struct filestore_upload *fu)
 {
+	if (fu->fd >= 0)
+		close(fu->fd);
+	if (fu->base.id && fu->dfd >= 0)
+		unlinkat(fu->dfd, fu->base.id, 0);
+	if (fu->dfd >= 0)
+		close(fu->dfd);
+	objstore_upload_release(&fu->base);
+	free(fu);
+}
+
+static int filestore_up_begin(struct objstore *os, const char *key,
+			      const char *sha256, struct objstore_upload **out)
+{
+	struct filestore *fs = fs_of(os);
+	struct filestore_upload *fu;
+	char tmp[NAME_MAX + 1];
+	int ret = filestore_path_key_ok(fs, key);
+
+	(void)sha256; /* the checkpoint code keeps its sidecar line */
+	if (ret)
+		return ret;
+	fu = calloc(1, sizeof(*fu));
+	if (!fu)
+		return -ENOMEM;
+	fu->dfd = fu->fd = -1;
+	objstore_count(&os->n_requests, 1);
+	fu->base.key = strdup(key);
+	ret = fu->base.key ? filestore_tmp_open(fs, key, &fu->dfd, &fu->fd, tmp)
+			   : -ENOMEM;
+	if (!ret && !(fu->base.id = strdup(tmp)))
+		ret = -ENOMEM;
+	if (ret) {
+		if (fu->fd >= 0)
+			unlinkat(fu->dfd, tmp, 0);
+		filestore_up_free(fu);
+		log_error("%s: cannot start storing '%s': %s", os->url, key,
+			  strerror(-ret));
+		return ret;
+	}
+	*out = &fu->base;
+	return 0;
+}
+
+static int filestore_up_part(struct objstore_upload *up, unsigned partno,
+			     const void *buf, int fd, uint64_t off,
+			     uint64_t len, char etag[OBJSTORE_ETAG_MAX])
+{
+	struct filestore_upload *fu = (struct filestore_upload *)up;
+	uint64_t at = (uint64_t)(partno - 1) * up->part_size, done = 0;
+	char *chunk = buf ? NULL : malloc(1 << 20);
+	int ret = 0;
+
+	if (!buf && !chunk)
+		return -ENOMEM;
+	objstore_count(&up->os->n_requests, 1);
+	/* From a file: in the kernel where it can (no copy through here). */
+	while (!buf && done < len) {
+		loff_t so = (loff_t)(off + done), dof = (loff_t)(at + done);
+		ssize_t c = copy_file_range(fd, &so, fu->fd, &dof,
+					    (size_t)(len - done), 0);
+
+		if (c < 0 && errno == EINTR)
+			continue;
+		if (c <= 0)
+			break; /* EXDEV, EINVAL, ENOSYS...: copy by hand */
+		done += (uint64_t)c;
+	}
+	while (!ret && done < len) {
+		size_t want = len - done > (1 << 20) ? (1 << 20) : len - done;
+		const char *p = (const char *)buf + done;
+		ssize_t r = (ssize_t)want, w;
+
+		if (!buf) {
+			r = pread(fd, chunk, want, (off_t)(off + done));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				ret = r < 0 ? -errno : -EIO;
+				break;
+			}
+			p = chunk;
+		}
+		for (ssize_t o = 0; o < r; o += w) {
+			w = pwrite(fu->fd, p + o, (size_t)(r - o),
+				   (off_t)(at + done + (uint64_t)o));
+			if (w < 0 && errno == EINTR) {
+				w = 0;
+				continue;
+			}
+			if (w <= 0) {
+				ret = w < 0 ? -errno : -EIO;
+				break;
+			}
+		}
+		done += (uint64_t)r;
+	}
+	free(chunk);
+	if (ret) {
+		log_error("%s: cannot store part %u of '%s': %s", up->os->url,
+			  partno, up->key, strerror(-ret));
+		return ret;
+	}
+	objstore_count(&up->os->n_bytes_out, len);
+	snprintf(etag, OBJSTORE_ETAG_MAX, "%u", partno);
+	return 0;
+}
+
+static void filestore_up_abort(struct objstore_upload *up)
+{
+	filestore_up_free((struct filestore_upload *)up);
+}
+
+static int filestore_up_commit(struct objstore_upload *up, unsigned nparts,
+			       uint64_t size)
+{
+	struct filestore_upload *fu = (struct filestore_upload *)up;
+	int ret = 0;
+
+	(void)nparts;
+	objstore_count(&up->os->n_requests, 1);
+	if (ftruncate(fu->fd, (off_t)size))
+		ret = -errno;
+	if (!ret) {
+		ret = filestore_tmp_publish(up->key, fu->dfd, fu->fd, up->id);
+		fu->fd = -1;
+	}
+	if (!ret) {
+		free(up->id); /* renamed: nothing to unlink */
+		up->id = NULL;
+	} else {
+		log_error("%s: cannot store '%s': %s", up->os->url, up->key,
+			  strerror(-ret));
+	}
+	filestore_up_free(fu);
+	return ret;
+}
+
+static int filestore_up_abort_id(struct objstore *os, const char *key,
+				 const char *id)
+{
+	struct filestore *fs = fs_of(os);
+	const char *slash = strrchr(key, '/');
+	int dfd, ret = filestore_path_key_ok(fs, key);
+
+	if (ret)
+		return ret;
+	if (strncmp(id, FILESTORE_TMP_PREFIX, strlen(FILESTORE_TMP_PREFIX)) ||
+	    strchr(id, '/') || strlen(id) > NAME_MAX) {
+		log_error("%s: '%s' is not a temporary file of an upload",
+			  os->url, id);
+		return -EINVAL;
+	}
+	objstore_count(&os->n_requests, 1);
+	ret = filestore_path_open_dir(
+		fs, key, slash ? (size_t)(slash - key) : 0, false, &dfd);
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	ret = unlinkat(dfd, id, 0) && errno != ENOENT ? -errno : 0;
+	close(dfd);
+	return ret;
+}
+
+static int filestore_put_fd(struct objstore *os, const char *key, int fd,
+			    uint64_t size, const char *sha256)
+{
+	(void)sha256; /* the checkpoint code keeps its sidecar line */
 	return filestore_put(fs_of(os), key, fd, NULL, size);
 }
 
@@ -677,6 +871,11 @@ static const struct objstore_ops filestore_ops = {
 	.del = filestore_delete,
 	.copy = filestore_copy,
 	.free = filestore_free,
+	.up_begin = filestore_up_begin,
+	.up_part = filestore_up_part,
+	.up_commit = filestore_up_commit,
+	.up_abort = filestore_up_abort,
+	.up_abort_id = filestore_up_abort_id,
 };
 
 int filestore_open(const char *url, const char *rest,

@@ -215,7 +215,20 @@ int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n)
 	return ret;
 }
 
-int objstore_put_fd(struct objstore *os, const char *key, int fd, uint64_t size)
+static bool objstore_sha_ok(const char *sha)
+{
+	size_t n = 0;
+
+	if (!sha)
+		return true;
+	for (; sha[n]; n++)
+		if (!strchr("0123456789abcdef", sha[n]))
+			return false;
+	return n == 64;
+}
+
+int objstore_put_fd_sha(struct objstore *os, const char *key, int fd,
+			uint64_t size, const char *sha256)
 {
 	int ret = objstore_check_key(os, key);
 
@@ -223,7 +236,177 @@ int objstore_put_fd(struct objstore *os, const char *key, int fd, uint64_t size)
 		return ret;
 	if (fd < 0)
 		return -EBADF;
-	return objstore_result(os, os->ops->put_fd(os, key, fd, size));
+	if (!objstore_sha_ok(sha256))
+		return -EINVAL;
+	return objstore_result(os, os->ops->put_fd(os, key, fd, size, sha256));
+}
+
+int objstore_put_fd(struct objstore *os, const char *key, int fd, uint64_t size)
+{
+	return objstore_put_fd_sha(os, key, fd, size, NULL);
+}
+
+/* ---- uploads in parts ---- */
+
+int objstore_upload_begin(struct objstore *os, const char *key,
+			  uint64_t size_hint, const char *sha256,
+			  struct objstore_upload **out)
+{
+	struct objstore_upload *up = NULL;
+	int ret = objstore_check_key(os, key);
+
+	*out = NULL;
+	if (ret)
+		return ret;
+	if (!objstore_sha_ok(sha256))
+		return -EINVAL;
+	ret = os->ops->up_begin(os, key, sha256, &up);
+	if (ret)
+		return objstore_result(os, ret);
+	up->os = os;
+	up->part_size = objstore_part_size(os, size_hint);
+	pthread_mutex_init(&up->lock, NULL);
+	*out = up;
+	return 0;
+}
+
+uint64_t objstore_upload_part_size(const struct objstore_upload *up)
+{
+	return up->part_size;
+}
+
+const char *objstore_upload_id(const struct objstore_upload *up)
+{
+	return up->id;
+}
+
+/* Make room for part partno in up->parts and mark it unsent. */
+static int objstore_upload_slot(struct objstore_upload *up, unsigned partno)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&up->lock);
+	if (partno > up->nparts_cap) {
+		unsigned cap = up->nparts_cap ? up->nparts_cap : 64;
+		struct objstore_part *p;
+
+		while (cap < partno)
+			cap *= 2;
+		if (cap > OBJSTORE_MAX_PARTS)
+			cap = OBJSTORE_MAX_PARTS;
+		p = realloc(up->parts, cap * sizeof(*p));
+		if (!p) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		memset(p + up->nparts_cap, 0,
+		       (cap - up->nparts_cap) * sizeof(*p));
+		up->parts = p;
+		up->nparts_cap = cap;
+	}
+	up->parts[partno - 1].len = 0;
+out:
+	pthread_mutex_unlock(&up->lock);
+	return ret;
+}
+
+static int objstore_upload_send(struct objstore_upload *up, unsigned partno,
+				const void *buf, int fd, uint64_t off,
+				uint64_t len)
+{
+	struct objstore *os = up->os;
+	char etag[OBJSTORE_ETAG_MAX] = "";
+	int ret;
+
+	if (partno == 0 || partno > OBJSTORE_MAX_PARTS || len == 0 ||
+	    len > up->part_size) {
+		log_error("%s: upload of '%s': part %u of %llu bytes is "
+			  "invalid (parts 1 to %d, 1 to %llu bytes)",
+			  os->url, up->key, partno, (unsigned long long)len,
+			  OBJSTORE_MAX_PARTS,
+			  (unsigned long long)up->part_size);
+		return -EINVAL;
+	}
+	ret = objstore_upload_slot(up, partno);
+	if (ret)
+		return ret;
+	ret = os->ops->up_part(up, partno, buf, fd, off, len, etag);
+	if (ret)
+		return objstore_result(os, ret);
+	pthread_mutex_lock(&up->lock);
+	up->parts[partno - 1].len = len;
+	memcpy(up->parts[partno - 1].etag, etag, sizeof(etag));
+	pthread_mutex_unlock(&up->lock);
+	return 0;
+}
+
+int objstore_upload_part(struct objstore_upload *up, unsigned partno,
+			 const void *buf, size_t len)
+{
+	if (!up || !buf)
+		return -EINVAL;
+	return objstore_upload_send(up, partno, buf, -1, 0, len);
+}
+
+int objstore_upload_part_fd(struct objstore_upload *up, unsigned partno, int fd,
+			    uint64_t off, uint64_t len)
+{
+	if (!up)
+		return -EINVAL;
+	if (fd < 0)
+		return -EBADF;
+	return objstore_upload_send(up, partno, NULL, fd, off, len);
+}
+
+int objstore_upload_commit(struct objstore_upload *up, uint64_t size)
+{
+	struct objstore *os;
+	uint64_t n;
+	int ret;
+
+	if (!up)
+		return -EINVAL;
+	os = up->os;
+	n = (size + up->part_size - 1) / up->part_size;
+	if (n > OBJSTORE_MAX_PARTS || n > up->nparts_cap) {
+		ret = -EINVAL;
+		goto bad;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t want =
+			i + 1 < n ? up->part_size : size - i * up->part_size;
+
+		if (up->parts[i].len != want) {
+			ret = -EINVAL;
+			goto bad;
+		}
+	}
+	return objstore_result(os, os->ops->up_commit(up, (unsigned)n, size));
+bad:
+	log_error("%s: upload of '%s': the parts sent do not make an object "
+		  "of %llu bytes (parts of %llu bytes); aborted",
+		  os->url, up->key, (unsigned long long)size,
+		  (unsigned long long)up->part_size);
+	objstore_upload_abort(up);
+	return objstore_result(os, ret);
+}
+
+void objstore_upload_abort(struct objstore_upload *up)
+{
+	if (up)
+		up->os->ops->up_abort(up);
+}
+
+int objstore_upload_abort_id(struct objstore *os, const char *key,
+			     const char *id)
+{
+	int ret = objstore_check_key(os, key);
+
+	if (ret)
+		return ret;
+	if (!id || !*id)
+		return -EINVAL;
+	return objstore_result(os, os->ops->up_abort_id(os, key, id));
 }
 
 int objstore_put_buf(struct objstore *os, const char *key, const void *buf,

@@ -342,8 +342,8 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 {
 	const struct dstage_config *cfg = st->base.cfg;
 	char amz_date[17], auth[1024], *uri = NULL, *url = NULL;
-	const char *hv[8];
-	char hbuf[8][1200];
+	const char *hv[10];
+	char hbuf[10][1200];
 	size_t nh = 0;
 	uint64_t now = now_ms(), left;
 	int ret = -ENOMEM;
@@ -394,6 +394,10 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	    ((!strcmp(rq->method, "PUT") && !strstr(rq->query, "uploadId")) ||
 	     (!strcmp(rq->method, "POST") && !strcmp(rq->query, "uploads="))))
 		HDR("x-amz-storage-class:%s", st->base.storage_class);
+	if (rq->content_md5[0])
+		HDR("content-md5:%s", rq->content_md5);
+	if (rq->meta_sha256)
+		HDR("x-amz-meta-sha256:%s", rq->meta_sha256);
 #undef HDR
 	for (size_t i = 0; i < nh; i++) {
 		ret = s3_add_header(&rq->hdrs, "%s", hv[i]);
@@ -503,6 +507,9 @@ static int s3_status_errno(long status, const char *code)
 	case 400:
 		if (!strcmp(code, "EntityTooLarge"))
 			return -EFBIG;
+		if (!strcmp(code, "BadDigest") ||
+		    !strcmp(code, "XAmzContentSHA256Mismatch"))
+			return -EIO;
 		return -EINVAL;
 	case 408:
 		return -ETIMEDOUT;
@@ -514,10 +521,18 @@ static int s3_status_errno(long status, const char *code)
 static bool s3_code_retriable(const char *code)
 {
 	static const char *const codes[] = {
-		"InternalError",	"SlowDown",
-		"ServiceUnavailable",	"RequestTimeout",
-		"RequestTimeTooSkewed", "Throttling",
-		"ThrottlingException",	"OperationAborted",
+		"InternalError",
+		"SlowDown",
+		"ServiceUnavailable",
+		"RequestTimeout",
+		"RequestTimeTooSkewed",
+		"Throttling",
+		"ThrottlingException",
+		"OperationAborted",
+		/* The body arrived damaged (Content-MD5, signed payload
+		 * hash): send it again. */
+		"BadDigest",
+		"XAmzContentSHA256Mismatch",
 	};
 
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
@@ -865,20 +880,78 @@ err:
 
 /* ---- hashing upload bodies ---- */
 
-int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char out[65])
-{
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned char md[32];
-	char *buf = malloc(1 << 20);
-	int ret = -EIO;
+struct s3req_digest {
+	EVP_MD_CTX *sha, *md5;
+};
 
-	if (!ctx || !buf) {
-		ret = -ENOMEM;
-		goto out;
+static int s3req_digest_init(struct s3req_digest *d, bool sha, bool md5)
+{
+	d->sha = sha ? EVP_MD_CTX_new() : NULL;
+	d->md5 = md5 ? EVP_MD_CTX_new() : NULL;
+	if ((sha &&
+	     (!d->sha || EVP_DigestInit_ex(d->sha, EVP_sha256(), NULL) != 1)) ||
+	    (md5 &&
+	     (!d->md5 || EVP_DigestInit_ex(d->md5, EVP_md5(), NULL) != 1)))
+		return -ENOMEM;
+	return 0;
+}
+
+static int s3req_digest_update(struct s3req_digest *d, const void *p, size_t n)
+{
+	if (d->sha && EVP_DigestUpdate(d->sha, p, n) != 1)
+		return -ENOMEM;
+	if (d->md5 && EVP_DigestUpdate(d->md5, p, n) != 1)
+		return -ENOMEM;
+	return 0;
+}
+
+static int s3req_digest_final(struct s3req_digest *d, char sha[65],
+			      char md5[32])
+{
+	unsigned char md[32];
+
+	if (d->sha) {
+		if (EVP_DigestFinal_ex(d->sha, md, NULL) != 1)
+			return -ENOMEM;
+		strutil_hex(md, 32, sha);
 	}
-	if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
-		goto out;
-	while (len) {
+	if (d->md5) {
+		if (EVP_DigestFinal_ex(d->md5, md, NULL) != 1)
+			return -ENOMEM;
+		EVP_EncodeBlock((unsigned char *)md5, md, 16); /* 24 + NUL */
+	}
+	return 0;
+}
+
+static void s3req_digest_release(struct s3req_digest *d)
+{
+	EVP_MD_CTX_free(d->sha);
+	EVP_MD_CTX_free(d->md5);
+}
+
+int s3req_hash_buf(const void *buf, size_t len, char sha[65], char md5[32])
+{
+	struct s3req_digest d;
+	int ret = s3req_digest_init(&d, sha, md5);
+
+	if (!ret)
+		ret = s3req_digest_update(&d, buf, len);
+	if (!ret)
+		ret = s3req_digest_final(&d, sha, md5);
+	s3req_digest_release(&d);
+	return ret;
+}
+
+int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char sha[65],
+		  char md5[32])
+{
+	struct s3req_digest d;
+	char *buf = malloc(1 << 20);
+	int ret = s3req_digest_init(&d, sha, md5);
+
+	if (!ret && !buf)
+		ret = -ENOMEM;
+	while (!ret && len) {
 		size_t want = len > (1 << 20) ? (1 << 20) : (size_t)len;
 		ssize_t r = pread(fd, buf, want, (off_t)off);
 
@@ -888,19 +961,15 @@ int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char out[65])
 			ret = r < 0 ? -errno : -EIO;
 			log_error("s3: reading the upload source failed: %s",
 				  r < 0 ? strerror(errno) : "file shrank");
-			goto out;
+			break;
 		}
-		if (EVP_DigestUpdate(ctx, buf, (size_t)r) != 1)
-			goto out;
+		ret = s3req_digest_update(&d, buf, (size_t)r);
 		off += (uint64_t)r;
 		len -= (uint64_t)r;
 	}
-	if (EVP_DigestFinal_ex(ctx, md, NULL) != 1)
-		goto out;
-	strutil_hex(md, sizeof(md), out);
-	ret = 0;
-out:
-	EVP_MD_CTX_free(ctx);
+	if (!ret)
+		ret = s3req_digest_final(&d, sha, md5);
+	s3req_digest_release(&d);
 	free(buf);
 	return ret;
 }

@@ -282,14 +282,20 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
 	rq.body_fd = fd;
 	rq.body_len = size;
 	if (buf)
-		sigv4_sha256_hex(buf, size, rq.payload_hash);
+		ret = s3req_hash_buf(buf, size, rq.payload_hash,
+				     rq.content_md5);
 	else
-		ret = s3req_hash_fd(fd, 0, size, rq.payload_hash);
+		ret = s3req_hash_fd(fd, 0, size, rq.payload_hash,
+				    rq.content_md5);
+	/* The signed payload hash is the object's SHA-256: record it. */
+	rq.meta_sha256 = rq.payload_hash;
 	if (!ret)
 		ret = s3req_run(st, &rq, 1);
 	s3req_release(&rq);
 	return ret;
 }
+
+/* ---- multipart uploads (objstore_upload_*) ---- */
 
 static int s3_abort_multipart(struct s3store *st, const char *key,
 			      const char *upload_id)
@@ -300,6 +306,7 @@ static int s3_abort_multipart(struct s3store *st, const char *key,
 
 	if (ret)
 		return ret;
+	rq.flags = REQ_QUIET_404;
 	ret = s3req_run(st, &rq, 1);
 	s3req_release(&rq);
 	if (ret && ret != -ENOENT)
@@ -307,66 +314,234 @@ static int s3_abort_multipart(struct s3store *st, const char *key,
 			  "(upload %s): parts may linger until a lifecycle "
 			  "rule removes them",
 			  st->prefix, key, upload_id);
+	return ret == -ENOENT ? 0 : ret;
+}
+
+/* CreateMultipartUpload of key, x-amz-meta-sha256 from sha (may be NULL). */
+static int s3_create_multipart(struct s3store *st, const char *key,
+			       const char *sha, char **upload_id)
+{
+	const char *kv[2] = { "uploads", "" };
+	struct s3req rq;
+	int ret = s3req_init(st, &rq, "POST", key, kv, 1);
+
+	if (ret)
+		return ret;
+	rq.flags = REQ_COLLECT;
+	rq.meta_sha256 = sha;
+	ret = s3req_run(st, &rq, 1);
+	if (!ret && s3xml_parse_upload_id(rq.resp ? rq.resp : "", rq.resp_len,
+					  upload_id)) {
+		log_error("s3: no UploadId in the answer to initiating a "
+			  "multipart upload of '%s%s'",
+			  st->prefix, key);
+		ret = -EIO;
+	}
+	s3req_release(&rq);
 	return ret;
 }
 
-static int s3_put_multipart(struct s3store *st, const char *key, int fd,
-			    uint64_t size)
+/*
+ * Set rq up as UploadPart partno of upload id: len bytes from buf, or from
+ * fd at off. The body is signed as UNSIGNED-PAYLOAD and guarded by its
+ * Content-MD5 (one MD5 pass instead of a SHA-256 one; the store refuses a
+ * body that does not match with BadDigest, which is retried).
+ */
+static int s3_part_init(struct s3store *st, const char *key, const char *id,
+			unsigned partno, const void *buf, int fd, uint64_t off,
+			uint64_t len, struct s3req *rq)
 {
-	const struct dstage_config *cfg = st->base.cfg;
-	uint64_t part = cfg->s3_part_size;
-	struct s3req *parts = NULL, rq;
-	const char **etags = NULL;
-	char *upload_id = NULL, *body = NULL, num[24];
-	size_t nparts;
+	char num[16];
+	const char *kv[4] = { "partNumber", num, "uploadId", id };
 	int ret;
 
-	while ((size + part - 1) / part > S3_MAX_PARTS)
-		part *= 2;
-	nparts = (size_t)((size + part - 1) / part);
+	snprintf(num, sizeof(num), "%u", partno);
+	ret = s3req_init(st, rq, "PUT", key, kv, 2);
+	if (ret)
+		return ret;
+	rq->body = buf;
+	rq->body_fd = buf ? -1 : fd;
+	rq->body_off = buf ? 0 : off;
+	rq->body_len = len;
+	snprintf(rq->payload_hash, sizeof(rq->payload_hash), "%s",
+		 SIGV4_UNSIGNED_PAYLOAD);
+	ret = buf ? s3req_hash_buf(buf, (size_t)len, NULL, rq->content_md5)
+		  : s3req_hash_fd(fd, off, len, NULL, rq->content_md5);
+	if (ret)
+		s3req_release(rq);
+	return ret;
+}
 
-	/* 1. Initiate. */
-	{
-		const char *kv[2] = { "uploads", "" };
+/* CompleteMultipartUpload of parts[0..n) as size bytes. */
+static int s3_complete_multipart(struct s3store *st, const char *key,
+				 const char *id,
+				 const struct objstore_part *parts, size_t n,
+				 uint64_t size)
+{
+	const char *kv[2] = { "uploadId", id };
+	const char **etags = calloc(n, sizeof(*etags));
+	char *body = NULL;
+	struct s3req rq;
+	int ret;
 
-		ret = s3req_init(st, &rq, "POST", key, kv, 1);
-		if (ret)
-			return ret;
-		rq.flags = REQ_COLLECT;
-		ret = s3req_run(st, &rq, 1);
-		if (!ret && s3xml_parse_upload_id(rq.resp ? rq.resp : "",
-						  rq.resp_len, &upload_id)) {
-			log_error("s3: no UploadId in the answer to initiating "
-				  "a multipart upload of '%s%s'",
-				  st->prefix, key);
-			ret = -EIO;
+	if (!etags)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		etags[i] = parts[i].etag;
+	body = s3xml_build_complete(etags, n);
+	free(etags);
+	if (!body)
+		return -ENOMEM;
+	ret = s3req_init(st, &rq, "POST", key, kv, 1);
+	if (ret)
+		goto out;
+	/* A 200 may still carry <Error>. */
+	rq.flags = REQ_COLLECT | REQ_RESULT_XML;
+	rq.body = body;
+	rq.body_len = strlen(body);
+	s3req_hash_buf(body, rq.body_len, rq.payload_hash, rq.content_md5);
+	ret = s3req_run(st, &rq, 1);
+	if (ret == -ENOENT && rq.attempt > 1) {
+		/* NoSuchUpload on a retry: the first attempt may have
+		 * completed it and lost the answer. Trust the size. */
+		struct objstore_info oi = { 0 };
+
+		if (!s3store_head(&st->base, key, &oi) && oi.size == size) {
+			log_warn("s3: '%s%s': upload completed by an earlier "
+				 "attempt",
+				 st->prefix, key);
+			ret = 0;
 		}
-		s3req_release(&rq);
+	}
+	s3req_release(&rq);
+out:
+	free(body);
+	return ret;
+}
+
+static void s3_up_free(struct objstore_upload *up)
+{
+	objstore_upload_release(up);
+	free(up);
+}
+
+static int s3store_up_begin(struct objstore *os, const char *key,
+			    const char *sha256, struct objstore_upload **out)
+{
+	struct objstore_upload *up = calloc(1, sizeof(*up));
+	int ret;
+
+	if (!up)
+		return -ENOMEM;
+	up->key = strdup(key);
+	if (!up->key) {
+		free(up);
+		return -ENOMEM;
+	}
+	ret = s3_create_multipart(s3_of(os), key, sha256, &up->id);
+	if (ret) {
+		free(up->key);
+		free(up);
+		return ret;
+	}
+	*out = up;
+	return 0;
+}
+
+static int s3store_up_part(struct objstore_upload *up, unsigned partno,
+			   const void *buf, int fd, uint64_t off, uint64_t len,
+			   char etag[OBJSTORE_ETAG_MAX])
+{
+	struct s3store *st = s3_of(up->os);
+	struct s3req rq;
+	int ret = s3_part_init(st, up->key, up->id, partno, buf, fd, off, len,
+			       &rq);
+
+	if (ret)
+		return ret;
+	ret = s3req_run(st, &rq, 1);
+	if (!ret && !rq.etag[0]) {
+		log_error("s3: part %u of '%s%s' answered without an ETag",
+			  partno, st->prefix, up->key);
+		ret = -EIO;
+	}
+	if (!ret)
+		memcpy(etag, rq.etag, OBJSTORE_ETAG_MAX);
+	s3req_release(&rq);
+	return ret;
+}
+
+static void s3store_up_abort(struct objstore_upload *up)
+{
+	s3_abort_multipart(s3_of(up->os), up->key, up->id);
+	s3_up_free(up);
+}
+
+static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
+			     uint64_t size)
+{
+	struct s3store *st = s3_of(up->os);
+	int ret;
+
+	if (nparts == 0) {
+		/* S3 completes no upload of zero parts: an empty PUT. */
+		static const char empty[1];
+
+		ret = s3_put_single(st, up->key, -1, empty, 0);
+		s3store_up_abort(up);
+		return ret;
+	}
+	ret = s3_complete_multipart(st, up->key, up->id, up->parts, nparts,
+				    size);
+	if (ret) {
+		s3store_up_abort(up);
+		return ret;
+	}
+	s3_up_free(up);
+	return 0;
+}
+
+static int s3store_up_abort_id(struct objstore *os, const char *key,
+			       const char *id)
+{
+	return s3_abort_multipart(s3_of(os), key, id);
+}
+
+/* objstore_put_fd's multipart form: the parts of fd in one batch, up to
+ * s3.max_inflight in flight on one connection context. */
+static int s3_put_multipart(struct s3store *st, const char *key, int fd,
+			    uint64_t size, const char *sha)
+{
+	uint64_t part = objstore_part_size(&st->base, size);
+	size_t nparts = (size_t)((size + part - 1) / part);
+	struct objstore_part *done = NULL;
+	struct s3req *parts = NULL;
+	char *upload_id = NULL, own_sha[65];
+	int ret;
+
+	if (!sha) {
+		ret = s3req_hash_fd(fd, 0, size, own_sha, NULL);
 		if (ret)
 			return ret;
+		sha = own_sha;
 	}
-
-	/* 2. Parts, s3.max_inflight at a time. */
+	ret = s3_create_multipart(st, key, sha, &upload_id);
+	if (ret)
+		return ret;
 	parts = calloc(nparts, sizeof(*parts));
-	etags = calloc(nparts, sizeof(*etags));
-	if (!parts || !etags) {
+	done = calloc(nparts, sizeof(*done));
+	if (!parts || !done) {
 		ret = -ENOMEM;
 		goto abort;
 	}
+	for (size_t i = 0; i < nparts; i++)
+		parts[i].body_fd = -1;
 	for (size_t i = 0; i < nparts; i++) {
-		const char *kv[4] = { "partNumber", num, "uploadId",
-				      upload_id };
+		uint64_t off = (uint64_t)i * part;
 
-		snprintf(num, sizeof(num), "%zu", i + 1);
-		ret = s3req_init(st, &parts[i], "PUT", key, kv, 2);
-		if (ret)
-			goto abort;
-		parts[i].body_fd = fd;
-		parts[i].body_off = (uint64_t)i * part;
-		parts[i].body_len =
-			i + 1 < nparts ? part : size - (uint64_t)i * part;
-		ret = s3req_hash_fd(fd, parts[i].body_off, parts[i].body_len,
-				    parts[i].payload_hash);
+		ret = s3_part_init(st, key, upload_id, (unsigned)i + 1, NULL,
+				   fd, off, i + 1 < nparts ? part : size - off,
+				   &parts[i]);
 		if (ret)
 			goto abort;
 	}
@@ -381,41 +556,10 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 			ret = -EIO;
 			goto abort;
 		}
-		etags[i] = parts[i].etag;
+		done[i].len = parts[i].body_len;
+		memcpy(done[i].etag, parts[i].etag, sizeof(done[i].etag));
 	}
-
-	/* 3. Complete. A 200 may still carry <Error>. */
-	body = s3xml_build_complete(etags, nparts);
-	if (!body) {
-		ret = -ENOMEM;
-		goto abort;
-	}
-	{
-		const char *kv[2] = { "uploadId", upload_id };
-
-		ret = s3req_init(st, &rq, "POST", key, kv, 1);
-		if (ret)
-			goto abort;
-		rq.flags = REQ_COLLECT | REQ_RESULT_XML;
-		rq.body = body;
-		rq.body_len = strlen(body);
-		sigv4_sha256_hex(body, rq.body_len, rq.payload_hash);
-		ret = s3req_run(st, &rq, 1);
-		if (ret == -ENOENT && rq.attempt > 1) {
-			/* NoSuchUpload on a retry: the first attempt may have
-			 * completed it and lost the answer. Trust the size. */
-			struct objstore_info oi = { 0 };
-
-			if (!s3store_head(&st->base, key, &oi) &&
-			    oi.size == size) {
-				log_warn("s3: '%s%s': upload completed by an "
-					 "earlier attempt",
-					 st->prefix, key);
-				ret = 0;
-			}
-		}
-		s3req_release(&rq);
-	}
+	ret = s3_complete_multipart(st, key, upload_id, done, nparts, size);
 	if (!ret)
 		goto out;
 abort:
@@ -425,19 +569,18 @@ out:
 		for (size_t i = 0; i < nparts; i++)
 			s3req_release(&parts[i]);
 	free(parts);
-	free(etags);
-	free(body);
+	free(done);
 	free(upload_id);
 	return ret;
 }
 
 static int s3store_put_fd(struct objstore *os, const char *key, int fd,
-			  uint64_t size)
+			  uint64_t size, const char *sha)
 {
 	struct s3store *st = s3_of(os);
 
 	if (size >= os->cfg->s3_multipart_threshold)
-		return s3_put_multipart(st, key, fd, size);
+		return s3_put_multipart(st, key, fd, size, sha);
 	return s3_put_single(st, key, fd, NULL, size);
 }
 
@@ -532,6 +675,11 @@ static const struct objstore_ops s3store_ops = {
 	.del = s3store_delete,
 	.copy = s3store_copy,
 	.free = s3store_free,
+	.up_begin = s3store_up_begin,
+	.up_part = s3store_up_part,
+	.up_commit = s3store_up_commit,
+	.up_abort = s3store_up_abort,
+	.up_abort_id = s3store_up_abort_id,
 };
 
 static pthread_once_t s3_global_once = PTHREAD_ONCE_INIT;

@@ -72,7 +72,12 @@ struct s3req {
 	const void *body; /* upload from memory, or */
 	int body_fd; /* from this fd (pread), -1 for none */
 	uint64_t body_off, body_len;
-	char payload_hash[65];
+	char payload_hash[65]; /* or SIGV4_UNSIGNED_PAYLOAD */
+	/* Content-MD5 of the body (base64), "" for none: the store refuses a
+	 * body that does not match (BadDigest). Set on every upload body. */
+	char content_md5[32];
+	/* x-amz-meta-sha256 (64 hex digits), NULL for none. */
+	const char *meta_sha256;
 	void *dst; /* 2xx body goes here (dst_cap bytes), or */
 	size_t dst_cap;
 	/* called on each piece stored in dst (objstore_get's on_data) */
@@ -130,8 +135,15 @@ int s3req_run(struct s3store *st, struct s3req *reqs, size_t n);
 int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 		   unsigned limit);
 
-/* SHA-256 (lowercase hex) of len bytes of fd at off, for a signed upload.
- * Returns 0, -EIO (read failed or file shrank; logged), -ENOMEM. */
-int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char out[65]);
+/*
+ * Digests of an upload body for its headers, in one pass: sha (may be NULL)
+ * gets the SHA-256 in lowercase hex (x-amz-content-sha256), md5 (may be
+ * NULL) the MD5 in base64 (Content-MD5). The body is len bytes of fd at off
+ * (s3req_hash_fd) or of buf (s3req_hash_buf). Returns 0, -EIO (read failed
+ * or file shrank; logged), -ENOMEM.
+ */
+int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char sha[65],
+		  char md5[32]);
+int s3req_hash_buf(const void *buf, size_t len, char sha[65], char md5[32]);
 
 #endif

@@ -28,6 +28,11 @@ response head when the body is empty or of unknown length):
                    real body, close
   corrupt          flip one bit of the body byte at offset `nbytes`
                    (default: the middle); Content-Length bodies only
+  corrupt_request  flip one bit of the *request* body byte at offset
+                   `nbytes` (default: the middle) on its way to the server,
+                   headers untouched (Content-Length bodies only): a body
+                   damaged in transit, which only a checksum the server
+                   verifies (Content-MD5, a signed payload hash) can catch
   bare502/503/504  answer that status with no body at all (Content-Length:
                    0): a load balancer or gateway, no S3 error code to go by
   html502/503/504  answer that status with a text/html page (a load
@@ -83,7 +88,8 @@ DRAIN_LIMIT = 1 << 30         # most request-body bytes we discard
 
 KINDS = ("503", "500", "reset", "reset_request", "truncate", "stall",
          "length_long", "length_short", "corrupt", "bare502", "bare503",
-         "bare504", "html502", "html503", "html504", "429")
+         "bare504", "html502", "html503", "html504", "429",
+         "corrupt_request")
 REASONS = {429: "Too Many Requests", 500: "Internal Server Error",
            502: "Bad Gateway", 503: "Service Unavailable",
            504: "Gateway Timeout"}
@@ -570,7 +576,19 @@ class FaultProxy:
                     # the client may or may not send the body now.
                     client_close = True
         if rhead is None:
+            flip = None
+            if fault is not None and fault.kind == "corrupt_request" and \
+                    framing[0] == "length" and framing[1] > 0:
+                flip = (fault.nbytes if fault.nbytes is not None
+                        else framing[1] // 2)
+                flip = min(max(flip, 0), framing[1] - 1)
+            at = 0
             for piece in body_pieces(reader, framing):
+                if flip is not None and at <= flip < at + len(piece):
+                    b = bytearray(piece)
+                    b[flip - at] ^= 0x01
+                    piece = bytes(b)
+                at += len(piece)
                 us.sendall(piece)
             for _ in range(10):        # skip stray 1xx answers
                 rhead = ureader.read_head()

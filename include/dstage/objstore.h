@@ -36,6 +36,7 @@
 
 struct dstage_config;
 struct objstore;
+struct objstore_upload;
 
 #define OBJSTORE_ETAG_MAX 128
 
@@ -123,11 +124,86 @@ int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n);
 /*
  * Store size bytes read from fd (from its offset 0, with pread) as key.
  * Objects at or above s3.multipart_threshold go up as a multipart upload
- * with parallel parts; a failed multipart upload is aborted. The object
- * appears atomically: whole or not at all.
+ * (objstore_upload_* below) with up to s3.max_inflight parts in flight on
+ * the store's connection pool, each part retried on its own; a failed
+ * multipart upload is aborted. The object appears atomically: whole or not
+ * at all. S3: every body carries Content-MD5 (the store refuses a body
+ * changed on the way: BadDigest, retried) and the object gets
+ * x-amz-meta-sha256 with its SHA-256 (computed here in one extra read of
+ * fd when the upload is multipart; objstore_put_fd_sha takes it from the
+ * caller). Errors: those at the top, and -EBADF (fd < 0), -EFBIG (the
+ * store's object size limit).
  */
 int objstore_put_fd(struct objstore *os, const char *key, int fd,
 		    uint64_t size);
+
+/* objstore_put_fd with the caller's SHA-256 of the content (64 lowercase
+ * hex digits, or NULL: as objstore_put_fd) for x-amz-meta-sha256. A wrong
+ * one is stored as given: the caller vouches for it. */
+int objstore_put_fd_sha(struct objstore *os, const char *key, int fd,
+			uint64_t size, const char *sha256);
+
+/*
+ * Uploads in parts: an object sent piece by piece, possibly while its
+ * source is still being written, that appears under key only at commit,
+ * whole, or never (an upload never committed leaves nothing under key).
+ *
+ *   S3        CreateMultipartUpload at begin (with x-amz-meta-sha256 when
+ *             sha256 is given), UploadPart per part (Content-MD5 on each),
+ *             CompleteMultipartUpload at commit, AbortMultipartUpload.
+ *   file://   a temporary file ".dstage-tmp.*" in the key's directory;
+ *             a part is a pwrite at its offset; commit truncates to size,
+ *             fsyncs, renames over key and fsyncs the directory; abort
+ *             unlinks the temporary file.
+ *
+ * Part n (from 1) covers bytes [(n-1) * part_size, n * part_size) of the
+ * object; every part but the last is exactly part_size bytes (S3's
+ * minimum is 5 MiB), the last 1 to part_size. A part may be sent again
+ * (the later send replaces it). Parts of one upload may be sent from many
+ * threads at once; begin, commit and abort must not race with them.
+ *
+ * objstore_upload_begin: size_hint (0: unknown) picks the part size
+ * (s3.part_size, doubled until size_hint fits in 10,000 parts).
+ * Returns 0, the errors at the top, -ENOMEM.
+ */
+int objstore_upload_begin(struct objstore *os, const char *key,
+			  uint64_t size_hint, const char *sha256,
+			  struct objstore_upload **out);
+
+/* The part size of up, fixed at begin. */
+uint64_t objstore_upload_part_size(const struct objstore_upload *up);
+
+/* The store's name for the upload (S3 UploadId, file:// temporary file
+ * name), to abort it after a crash with objstore_upload_abort_id. */
+const char *objstore_upload_id(const struct objstore_upload *up);
+
+/*
+ * Send part partno: len bytes from buf (objstore_upload_part) or read from
+ * fd at off with pread (objstore_upload_part_fd). Returns 0, the errors at
+ * the top, -EINVAL (partno 0 or past 10,000, len 0 or over the part size),
+ * -EIO (the store refused the body: BadDigest after the retries).
+ */
+int objstore_upload_part(struct objstore_upload *up, unsigned partno,
+			 const void *buf, size_t len);
+int objstore_upload_part_fd(struct objstore_upload *up, unsigned partno, int fd,
+			    uint64_t off, uint64_t len);
+
+/*
+ * Publish the parts as the object of size bytes, atomically, and free up
+ * (always: after a failure the upload was aborted). Returns 0, the errors
+ * at the top, -EINVAL (a part missing, or of the wrong length, for size;
+ * logged), -ENOSPC/-EDQUOT (file://: the store is full).
+ */
+int objstore_upload_commit(struct objstore_upload *up, uint64_t size);
+
+/* Abort the upload (the store drops its parts) and free up. NULL ok. */
+void objstore_upload_abort(struct objstore_upload *up);
+
+/* Abort the upload of key named id (objstore_upload_id) left by a process
+ * that died. An upload already gone is 0. Returns 0 or the errors at the
+ * top. */
+int objstore_upload_abort_id(struct objstore *os, const char *key,
+			     const char *id);
 
 /* Store len bytes from buf as key (single request). */
 int objstore_put_buf(struct objstore *os, const char *key, const void *buf,

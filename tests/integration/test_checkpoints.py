@@ -665,6 +665,16 @@ def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
         w = writer(m.ck / "u" / "big.bin", 24, close=True)  # 3 parts
         assert w.stdout.readline().strip() == b"ready"
         wait_for(lambda: faultproxy.count("PUT") > 0, 30, "the upload")
+        # Parts go up while the file is written (they stall here): kill
+        # once the writer's close has begun, i.e. its record is P (a file
+        # killed before its close is never published, by contract).
+        def closing():
+            for j in (m.staging / "journal").iterdir():
+                if not j.name.startswith(".") and \
+                        j.read_text(errors="replace").startswith("P "):
+                    return True
+            return False
+        wait_for(closing, 30, "the close to begin")
         m.kill9()
         w.kill()
         w.wait(30)
@@ -831,3 +841,100 @@ def test_drill_restores_newest_and_finds_tampering(tool, mount, store,
     rc, out, err = drill(tool, mount, tmp_path, "drilljob", "--to",
                          tmp_path / "r1")
     assert rc == 2, err                 # usage: not an empty directory
+
+
+# ---- the overlapped upload (lib/ckpt_upload.c) ----
+
+OVERLAP_CONF = "[s3]\nmultipart_threshold = 8M\npart_size = 8M\n"
+
+
+def open_uploads(store):
+    """Uploads in parts open in the store: S3 ListMultipartUploads, or the
+    temporary files of a directory store (name, size)."""
+    if store.kind == "s3":
+        p = store.rgw.aws("s3api", "list-multipart-uploads", "--bucket",
+                          store.bucket, "--output", "json")
+        out = p.stdout.decode()
+        import json
+        return [(u["Key"], u["UploadId"]) for u in
+                (json.loads(out) if out.strip() else {}).get("Uploads", [])]
+    out = []
+    for dp, _, fn in os.walk(store.root):
+        out += [(f, os.path.getsize(os.path.join(dp, f))) for f in fn
+                if f.startswith(".dstage-tmp")]
+    return out
+
+
+def test_upload_overlaps_writing_and_rewrites_are_resent(tool, tmp_path,
+                                                         store):
+    """Parts the writer has moved past go to the store before close; a
+    writer that seeks back and rewrites sent ranges still leaves exactly
+    the bytes it wrote under the final name."""
+    m = Ckpt(tool, tmp_path / "m", store, conf=OVERLAP_CONF
+             if store.kind == "dir" else "")
+    m.start()
+    try:
+        (m.ck / "ov").mkdir()
+        data = bytearray(os.urandom(36 << 20))        # 5 parts of 8 MiB
+        fd = os.open(m.ck / "ov" / "ckpt.bin", os.O_CREAT | os.O_WRONLY)
+        try:
+            for off in range(0, 32 << 20, 1 << 20):
+                os.pwrite(fd, data[off:off + (1 << 20)], off)
+            # Parts 1..3 are complete and passed: sent before any close.
+            if store.kind == "s3":
+                wait_for(lambda: open_uploads(store), 30, "an open upload")
+            else:
+                wait_for(lambda: any(s >= 24 << 20
+                                     for _, s in open_uploads(store)),
+                         30, "parts in the temporary file")
+            assert store.get("ov/ckpt.bin") is None
+            time.sleep(0.5)
+            # Seek back: rewrite inside part 1 (sent) and across the
+            # boundary of parts 2 and 3, then finish the file.
+            for off, n in ((1000, 5000), ((16 << 20) - 77, 4096)):
+                data[off:off + n] = os.urandom(n)
+                os.pwrite(fd, bytes(data[off:off + n]), off)
+            os.pwrite(fd, bytes(data[32 << 20:]), 32 << 20)
+        finally:
+            os.close(fd)
+        m.check_published("ov/ckpt.bin", sha(bytes(data)))
+        assert sha_file(m.ck / "ov" / "ckpt.bin") == sha(bytes(data))
+        assert open_uploads(store) == []
+        no_partials(store)
+        # Truncated below sent parts, then grown again: still exact.
+        with open(m.ck / "ov" / "ckpt.bin", "r+b") as f:
+            f.truncate(12 << 20)
+            f.seek(20 << 20)
+            f.write(b"tail")
+        want = bytes(data[:12 << 20]) + bytes(8 << 20) + b"tail"
+        m.check_published("ov/ckpt.bin", sha(want))
+        assert open_uploads(store) == []
+    finally:
+        m.stop()
+
+
+def test_kill9_mid_overlapped_upload_aborts_it(tool, tmp_path, store):
+    """dstagefs killed while parts of an unfinished file are in the store:
+    nothing under the final name, and the restart aborts the upload (S3:
+    ListMultipartUploads is empty; directory: no temporary file)."""
+    m = Ckpt(tool, tmp_path / "m", store, conf=OVERLAP_CONF
+             if store.kind == "dir" else "")
+    m.start()
+    try:
+        (m.ck / "kk").mkdir()
+        w = writer(m.ck / "kk" / "partial.bin", 20, close=False)
+        assert w.stdout.readline().strip() == b"ready"
+        wait_for(lambda: open_uploads(store), 30, "an open upload")
+        m.kill9()
+        w.kill()
+        w.wait(30)
+        assert store.get("kk/partial.bin") is None
+        assert open_uploads(store)
+        m.start()
+        wait_for(lambda: "aborted the unfinished upload of kk/partial.bin"
+                 in m.log_text(), 30, "the abort")
+        assert open_uploads(store) == []
+        assert store.get("kk/partial.bin") is None
+        no_partials(store)
+    finally:
+        m.stop()

@@ -167,3 +167,56 @@ def test_no_retry_on_client_errors(proxied):
     assert p.returncode == 1 and b"ENOENT" in p.stderr
     assert proxy.count("GET", "/missing-key") == 1
     assert stats(p)["retries"] == 0
+
+
+# ---- a body damaged on its way to the store (Content-MD5)
+
+@pytest.mark.parametrize("size", [1_000_000, 11 * 1024 * 1024])
+def test_corrupted_upload_body_refused_and_retried(proxied, tmp_path, size):
+    """The proxy flips one bit of the first upload body (a single PUT, or
+    an UploadPart, whose payload is UNSIGNED: only Content-MD5 guards it).
+    radosgw must refuse it (BadDigest), the client retries, and the stored
+    object is exactly the file. Without Content-MD5 the part would be
+    stored damaged and the comparison below fails."""
+    store, direct, proxy = proxied
+    data = random.Random(size).randbytes(size)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    direct.run("rm", "up")      # the bucket is named after the test
+    proxy.add_fault("corrupt_request", count=1, match="PUT", path="/up")
+    p = store.run("put", "up", str(src), check=False,
+                  env={"DSTAGE_S3_PART_SIZE": "5M",
+                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    assert p.returncode == 0, p.stderr.decode()
+    assert not proxy.pending_faults()
+    err = p.stderr.decode()
+    assert "BadDigest" in err or "XAmzContentSHA256Mismatch" in err, err
+    if size > 5 * 1024 * 1024:
+        assert "BadDigest" in err, err   # parts: Content-MD5 alone
+    assert stats(p)["retries"] >= 1
+    out = tmp_path / "back"
+    direct.run("cat", "up", "4M", str(out))
+    assert out.read_bytes() == data
+
+
+def test_corrupted_upload_body_every_time_fails_cleanly(proxied, tmp_path):
+    """Every attempt damaged: an error (EIO), no object under the key and
+    no multipart upload left open."""
+    store, direct, proxy = proxied
+    data = random.Random(3).randbytes(11 * 1024 * 1024)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    direct.run("rm", "bad")     # the bucket is named after the test
+    proxy.add_fault("corrupt_request", count=100, match="PUT",
+                    path="partNumber=1&")
+    p = store.run("put", "bad", str(src), check=False,
+                  env={"DSTAGE_S3_PART_SIZE": "5M",
+                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    assert p.returncode == 1
+    assert "BadDigest" in p.stderr.decode()
+    assert "EIO" in p.stderr.decode().splitlines()[-1]
+    assert direct.head("bad", check=False).returncode == 1
+    bucket = store.url[5:].split("/")[0]
+    out = proxy.rgw.aws("s3api", "list-multipart-uploads", "--bucket",
+                        bucket, "--output", "json").stdout.decode()
+    assert "Uploads" not in out, out

@@ -13,6 +13,11 @@
  *   objstore_tool [--config F] URL cp SRC DST
  *   objstore_tool [--config F] URL fill PREFIX N   (N small objects
  *                                  PREFIX00000..., each holding its key)
+ *   objstore_tool [--config F] URL upload KEY FILE [leave]  (the parts API:
+ *                                  parts sent last to first, then commit;
+ *                                  "leave": first part only, print the
+ *                                  upload id and exit as if killed)
+ *   objstore_tool [--config F] URL abort-id KEY ID
  *
  * Exit 0 on success, 1 on an objstore error (the message is on stderr, and
  * "error: <errno name>" is the last line), 2 on bad usage. With
@@ -21,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +40,48 @@
 static int usage(void)
 {
 	fprintf(stderr, "usage: objstore_tool [--config F] URL "
-			"ls|head|get|cat|put|rm|cp|fill ARGS...\n");
+			"ls|head|get|cat|put|rm|cp|fill|upload|abort-id "
+			"ARGS...\n");
 	return 2;
+}
+
+/* The parts API end to end: parts last to first (any order must do). */
+static int upload_file(struct objstore *os, const char *key, const char *path,
+		       bool leave)
+{
+	struct objstore_upload *up = NULL;
+	struct stat sb;
+	uint64_t ps, n;
+	int fd = open(path, O_RDONLY), ret;
+
+	if (fd < 0 || fstat(fd, &sb)) {
+		perror(path);
+		return -errno;
+	}
+	ret = objstore_upload_begin(os, key, (uint64_t)sb.st_size, NULL, &up);
+	if (ret)
+		goto out;
+	printf("%s\n", objstore_upload_id(up));
+	fflush(stdout);
+	ps = objstore_upload_part_size(up);
+	n = ((uint64_t)sb.st_size + ps - 1) / ps;
+	for (uint64_t i = leave ? 0 : n; !ret && (leave ? i < 1 : i > 0);
+	     leave ? i++ : i--) {
+		uint64_t p = leave ? i : i - 1;
+		uint64_t len = p + 1 < n ? ps : (uint64_t)sb.st_size - p * ps;
+
+		ret = objstore_upload_part_fd(up, (unsigned)p + 1, fd, p * ps,
+					      len);
+	}
+	if (leave)
+		_exit(ret ? 1 : 0);
+	if (ret)
+		objstore_upload_abort(up);
+	else
+		ret = objstore_upload_commit(up, (uint64_t)sb.st_size);
+out:
+	close(fd);
+	return ret;
 }
 
 static int print_entry(void *arg, const struct objstore_info *oi)
@@ -259,6 +305,10 @@ int main(int argc, char **argv)
 		}
 		ret = objstore_put_fd(os, argv[0], fd, (uint64_t)sb.st_size);
 		close(fd);
+	} else if (!strcmp(cmd, "upload") && (argc == 2 || argc == 3)) {
+		ret = upload_file(os, argv[0], argv[1], argc == 3);
+	} else if (!strcmp(cmd, "abort-id") && argc == 2) {
+		ret = objstore_upload_abort_id(os, argv[0], argv[1]);
 	} else if (!strcmp(cmd, "rm") && argc == 1) {
 		ret = objstore_delete(os, argv[0]);
 	} else if (!strcmp(cmd, "fill") && argc == 2) {

@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""bench/ckpt_bench.py: writing checkpoints through <mount>/checkpoints/
+against plain copies of the same bytes to the same store.
+
+    bench/ckpt_bench.py [--size-mb N] [--shards N] [--shard-mb N]
+                        [--stores dir,s3] [--rgw-env F] [--json OUT]
+
+Rows (one process each unless said):
+  ckpt_dir      one process writes N MiB (open to close returned) through a
+                dstagefs mount whose checkpoints.store is a directory, vs
+                `cp` of the same bytes into that directory (and, the fair
+                variant, `cp` then `sync FILE`: the mount's close returns
+                only once the file is fsynced in the store)
+  ckpt_s3       the same to radosgw, vs the project's own multipart client
+                (tests/tools/objstore_tool put: objstore_put_fd)
+  ckpt_*_shards N processes writing one shard each at once, vs N copies
+                (cp / objstore_tool put) at once
+Also: close latency (last write returned to close returned) against the
+time to send one part (objstore_tool put of one s3.part_size object).
+
+Radosgw: the one named by --rgw-env (scripts/rgw's env.json, as
+$DSTAGE_RGW_ENV) or by AWS_ENDPOINT_URL and the AWS_* keys in the
+environment; objects are deleted after each phase (a memstore keeps them
+in RAM). Needs root (FUSE) and the build ($DSTAGE_BUILD_DIR, default
+build/). bench/run calls run() with its own radosgw.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+MiB = 1 << 20
+CHUNK = 4 * MiB
+PART = 16 * MiB   # s3.part_size's default: the part the close may wait for
+
+WRITER = r"""
+import json, os, sys, time
+path, size = sys.argv[1], int(sys.argv[2])
+buf = os.urandom(%d)
+t0 = time.monotonic()
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+left = size
+while left:
+    n = min(left, len(buf))
+    os.write(fd, buf[:n])
+    left -= n
+t1 = time.monotonic()
+os.close(fd)
+t2 = time.monotonic()
+print(json.dumps({"open_to_close": t2 - t0, "write": t1 - t0,
+                  "close": t2 - t1}))
+""" % CHUNK
+
+
+def log(msg):
+    print(f"[ckpt_bench] {msg}", file=sys.stderr, flush=True)
+
+
+class CkptBench:
+    def __init__(self, build, work, env, size, shards, shard_size):
+        self.build, self.work, self.env = build, work, dict(env)
+        self.size, self.shards, self.shard_size = size, shards, shard_size
+        self.mounts = []
+        self.procs = []
+
+    def tool(self, *parts):
+        p = os.path.join(self.build, *parts)
+        if not os.access(p, os.X_OK):
+            sys.exit(f"ckpt_bench: {p} not built")
+        return p
+
+    def timed(self, cmd, env=None):
+        t = time.monotonic()
+        subprocess.run(cmd, check=True, env=env or self.env,
+                       stdout=subprocess.DEVNULL, timeout=1800)
+        return time.monotonic() - t
+
+    def make_src(self, name, size):
+        p = os.path.join(self.work, name)
+        with open(p, "wb") as f:
+            chunk = os.urandom(CHUNK)
+            left = size
+            while left:
+                n = min(left, CHUNK)
+                f.write(chunk[:n])
+                left -= n
+        return p
+
+    def mount(self, name, store_url):
+        d = os.path.join(self.work, name)
+        os.makedirs(d)
+        conf = os.path.join(d, "dstage.conf")
+        with open(conf, "w") as f:
+            f.write(f"[cache]\ndir = {d}/cache\nsize = 1G\n"
+                    f"[catalog]\npath = {d}/catalog.db\n"
+                    f"[checkpoints]\nstore = {store_url}\n"
+                    f"staging_dir = {d}/staging\n"
+                    f"staging_size = {4 * (self.size + self.shards * self.shard_size)}\n"
+                    "[log]\nlevel = warn\n")
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(mnt)
+        logf = open(os.path.join(d, "dstagefs.log"), "ab")
+        pr = subprocess.Popen([self.tool("fs", "dstagefs"), "--config", conf,
+                               "-f", mnt], env=self.env, stdout=logf,
+                              stderr=logf, stdin=subprocess.DEVNULL)
+        self.procs.append(pr)
+        for _ in range(300):
+            if pr.poll() is not None:
+                raise RuntimeError(f"dstagefs exited; see {d}/dstagefs.log")
+            if os.path.isdir(os.path.join(mnt, "checkpoints")) and \
+                    os.path.ismount(mnt):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("dstagefs did not mount")
+        self.mounts.append(mnt)
+        ck = os.path.join(mnt, "checkpoints", "bench")
+        os.makedirs(ck, exist_ok=True)
+        return ck
+
+    def unmount_all(self):
+        for pr in self.procs:
+            if pr.poll() is None:
+                pr.terminate()
+                try:
+                    pr.wait(60)
+                except subprocess.TimeoutExpired:
+                    pr.kill()
+        for m in self.mounts:
+            subprocess.run(["fusermount3", "-uz", m], capture_output=True)
+        self.procs, self.mounts = [], []
+
+    def write_through(self, path, size):
+        out = subprocess.run([sys.executable, "-c", WRITER, path, str(size)],
+                             check=True, capture_output=True, timeout=1800)
+        return json.loads(out.stdout)
+
+    def parallel(self, cmds):
+        t = time.monotonic()
+        ps = [subprocess.Popen(c, env=self.env, stdout=subprocess.PIPE)
+              for c in cmds]
+        outs = [p.communicate(timeout=1800)[0] for p in ps]
+        if any(p.returncode for p in ps):
+            raise RuntimeError(f"a parallel writer failed: {cmds[0]}")
+        return time.monotonic() - t, outs
+
+    def shards_through(self, ck):
+        cmds = [[sys.executable, "-c", WRITER,
+                 os.path.join(ck, f"shard{i}.bin"), str(self.shard_size)]
+                for i in range(self.shards)]
+        return self.parallel(cmds)[0]
+
+    # ---- the directory store ----
+    def dir_rows(self):
+        store = os.path.join(self.work, "dirstore")
+        os.makedirs(store)
+        src = self.make_src("src.bin", self.size)
+        shard_src = self.make_src("shard.bin", self.shard_size)
+        r = {}
+        os.makedirs(os.path.join(store, "cp"))
+        r["cp_s"] = self.timed(["cp", src, os.path.join(store, "cp", "a.bin")])
+        os.unlink(os.path.join(store, "cp", "a.bin"))
+        dst = os.path.join(store, "cp", "b.bin")
+        r["cp_sync_s"] = self.timed(["sh", "-c", 'cp "$1" "$2" && sync "$2"',
+                                     "sh", src, dst])
+        os.unlink(dst)
+        ck = self.mount("dir-mount", f"file://{store}/")
+        w = self.write_through(os.path.join(ck, "ckpt.bin"), self.size)
+        r.update(mount_s=w["open_to_close"], close_s=w["close"])
+        r["shards_cp_s"] = self.parallel(
+            [["cp", shard_src, os.path.join(store, "cp", f"s{i}.bin")]
+             for i in range(self.shards)])[0]
+        r["shards_mount_s"] = self.shards_through(ck)
+        self.unmount_all()
+        shutil.rmtree(store, ignore_errors=True)
+        return r
+
+    # ---- radosgw ----
+    def s3_rows(self, bucket):
+        ot = self.tool("tests", "objstore_tool")
+        url = f"s3://{bucket}/"
+        src = os.path.join(self.work, "src.bin")
+        if not os.path.exists(src):
+            src = self.make_src("src.bin", self.size)
+        shard_src = os.path.join(self.work, "shard.bin")
+        if not os.path.exists(shard_src):
+            shard_src = self.make_src("shard.bin", self.shard_size)
+        part_src = self.make_src("part.bin", PART)
+        r = {}
+        r["put_s"] = self.timed([ot, url, "put", "client/ckpt.bin", src])
+        self.timed([ot, url, "rm", "client/ckpt.bin"])
+        r["part_s"] = min(self.timed([ot, url, "put", "client/part.bin",
+                                      part_src]) for _ in range(3))
+        ck = self.mount("s3-mount", f"s3://{bucket}/ck/")
+        w = self.write_through(os.path.join(ck, "ckpt.bin"), self.size)
+        r.update(mount_s=w["open_to_close"], close_s=w["close"])
+        os.unlink(os.path.join(ck, "ckpt.bin"))
+        r["shards_put_s"] = self.parallel(
+            [[ot, url, "put", f"client/s{i}.bin", shard_src]
+             for i in range(self.shards)])[0]
+        for i in range(self.shards):
+            self.timed([ot, url, "rm", f"client/s{i}.bin"])
+        r["shards_mount_s"] = self.shards_through(ck)
+        for i in range(self.shards):
+            os.unlink(os.path.join(ck, f"shard{i}.bin"))
+        self.timed([ot, url, "rm", "client/part.bin"])
+        self.unmount_all()
+        return r
+
+
+def rows_from(res, size, shards, shard_size):
+    """bench/run rows (MB/s; limit: the plain copy; target 1/1.2)."""
+    out = []
+    mb = size / 1e6
+    smb = shards * shard_size / 1e6
+    for kind, base, base_what in (("dir", "cp_s", "cp to the directory"),
+                                  ("s3", "put_s", "objstore_put_fd (objstore_tool put)")):
+        r = res.get(kind)
+        if not r:
+            continue
+        extra = {"close_s": round(r["close_s"], 3),
+                 "ratio_time": round(r["mount_s"] / r[base], 3)}
+        if kind == "dir":
+            extra["ratio_time_vs_cp_sync"] = round(r["mount_s"] / r["cp_sync_s"], 3)
+        else:
+            extra["part_s"] = round(r["part_s"], 3)
+        out.append(dict(id=f"ckpt_{kind}", what=f"checkpoint {size // MiB} MiB, "
+                        f"1 writer, open to close, {kind} store", unit="MB/s",
+                        limit=mb / r[base], limit_what=base_what, target=0.83,
+                        value=mb / r["mount_s"], extra=extra))
+        sb = "shards_cp_s" if kind == "dir" else "shards_put_s"
+        out.append(dict(id=f"ckpt_{kind}_shards",
+                        what=f"checkpoint {shards} x {shard_size // MiB} MiB shards "
+                        f"at once, {kind} store", unit="MB/s", limit=smb / r[sb],
+                        limit_what=f"{shards} x " + base_what, target=0.83,
+                        value=smb / r["shards_mount_s"],
+                        extra={"ratio_time": round(r["shards_mount_s"] / r[sb], 3)}))
+    return out
+
+
+def run(build, work, env, size, shards, shard_size, stores, make_bucket):
+    b = CkptBench(build, work, env, size, shards, shard_size)
+    res = {}
+    try:
+        if "dir" in stores:
+            log(f"directory store: {size // MiB} MiB and {shards} x "
+                f"{shard_size // MiB} MiB")
+            res["dir"] = b.dir_rows()
+        if "s3" in stores:
+            log(f"radosgw: {size // MiB} MiB and {shards} x "
+                f"{shard_size // MiB} MiB")
+            res["s3"] = b.s3_rows(make_bucket())
+    finally:
+        b.unmount_all()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size-mb", type=int, default=2048)
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--shard-mb", type=int, default=256)
+    ap.add_argument("--stores", default="dir,s3")
+    ap.add_argument("--rgw-env", default=os.environ.get("DSTAGE_RGW_ENV"))
+    ap.add_argument("--json")
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args()
+    build = os.path.abspath(os.environ.get("DSTAGE_BUILD_DIR",
+                                           os.path.join(REPO, "build")))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AWS_PROFILE", "AWS_SESSION_TOKEN",
+                        "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")}
+    if a.rgw_env:
+        with open(a.rgw_env) as f:
+            info = json.load(f)
+        env.update(AWS_ACCESS_KEY_ID=info["AWS_ACCESS_KEY_ID"],
+                   AWS_SECRET_ACCESS_KEY=info["AWS_SECRET_ACCESS_KEY"],
+                   AWS_ENDPOINT_URL=info["AWS_ENDPOINT_URL"],
+                   AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")
+    if "s3" in a.stores.split(",") and "AWS_ENDPOINT_URL" not in env:
+        sys.exit("ckpt_bench: no radosgw: give --rgw-env (scripts/rgw's "
+                 "env.json) or AWS_ENDPOINT_URL and keys, or --stores dir")
+    sys.path.insert(0, HERE)
+    from bench_s3 import S3  # noqa: E402
+
+    def make_bucket():
+        name = "ckbench-" + uuid.uuid4().hex[:10]
+        S3(env["AWS_ENDPOINT_URL"], env["AWS_ACCESS_KEY_ID"],
+           env["AWS_SECRET_ACCESS_KEY"]).make_bucket(name)
+        return name
+
+    work = tempfile.mkdtemp(prefix="dstage-ckbench.", dir=a.workdir)
+    try:
+        res = run(build, work, env, a.size_mb * MiB, a.shards,
+                  a.shard_mb * MiB, a.stores.split(","), make_bucket)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = rows_from(res, a.size_mb * MiB, a.shards, a.shard_mb * MiB)
+    out = {"command": " ".join(["bench/ckpt_bench.py"] + sys.argv[1:]),
+           "raw": res, "rows": rows}
+    text = json.dumps(out, indent=2)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
