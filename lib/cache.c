@@ -272,6 +272,7 @@ int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
 {
 	struct cache_ds_copy {
 		char *name;
+		bool restricted;
 		uint64_t hits, misses;
 	} *v = NULL;
 	size_t n = 0, i = 0;
@@ -288,6 +289,7 @@ int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
 		struct cache_ds_copy *e = &v[n - ++i];
 
 		e->name = strdup(d->name);
+		e->restricted = d->pol.restricted;
 		e->hits = atomic_load_explicit(&d->hits, memory_order_relaxed);
 		e->misses =
 			atomic_load_explicit(&d->misses, memory_order_relaxed);
@@ -298,7 +300,8 @@ int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
 	if (n && !v)
 		return -ENOMEM;
 	for (i = 0; i < n && !ret; i++)
-		ret = fn(arg, v[i].name, v[i].hits, v[i].misses);
+		ret = fn(arg, v[i].name, v[i].restricted, v[i].hits,
+			 v[i].misses);
 	for (i = 0; i < n; i++)
 		free(v[i].name);
 	free(v);

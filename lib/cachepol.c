@@ -42,6 +42,7 @@ static int cachepol_lookup(void *arg, const char *dataset,
 	out->pinned = cd.pinned;
 	out->quota = cd.quota;
 	out->priority = cd.priority;
+	out->restricted = cd.group && *cd.group;
 	catalog_dataset_release(&cd);
 	return 0;
 }

@@ -11,6 +11,12 @@
  * never in a dataset's name, so it cannot clash with one: a dataset named
  * "other" keeps its own series). A series never moves, so every counter
  * stays monotonic.
+ *
+ * A restricted dataset (one group may read it) is never named: the page is
+ * open to every local user, and a non-member may not learn the name (the
+ * stager hides it from them too). Its counts go into dataset="/restricted";
+ * a dataset restricted after it was first counted moves there, so its old
+ * series stops and "/restricted" grows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +68,8 @@ struct metrics_cache_ds {
 	bool misses; /* which family is being written */
 	unsigned n; /* datasets seen */
 	uint64_t other; /* the sum of those past METRICS_MAX_DATASETS */
+	uint64_t restricted; /* the sum of the restricted ones */
+	bool any_restricted;
 };
 
 /* Write v as a label value: backslash, double quote and newline escaped. */
@@ -80,13 +88,18 @@ static void metrics_cache_label(char *out, size_t len, const char *v)
 	out[o] = '\0';
 }
 
-static int metrics_cache_ds_row(void *arg, const char *name, uint64_t hits,
-				uint64_t misses)
+static int metrics_cache_ds_row(void *arg, const char *name, bool restricted,
+				uint64_t hits, uint64_t misses)
 {
 	struct metrics_cache_ds *a = arg;
 	uint64_t v = a->misses ? misses : hits;
 	char label[600], esc[540];
 
+	if (restricted) {
+		a->restricted += v;
+		a->any_restricted = true;
+		return 0;
+	}
 	if (a->n++ >= METRICS_MAX_DATASETS) {
 		a->other += v;
 		return 0;
@@ -116,6 +129,9 @@ static void metrics_cache_write_ds(struct metrics_buf *b, struct cache *c)
 		if (a.n > METRICS_MAX_DATASETS)
 			metrics_sample(b, name, "dataset=\"/other\"",
 				       (double)a.other);
+		if (a.any_restricted)
+			metrics_sample(b, name, "dataset=\"/restricted\"",
+				       (double)a.restricted);
 	}
 }
 

@@ -71,6 +71,8 @@ struct cache_policy {
 	bool pinned; /* never evicted */
 	uint64_t quota; /* bytes it may hold; 0: no quota */
 	int priority; /* lower priorities are evicted first */
+	bool restricted; /* readable by one group only: its name is kept off
+			    pages every local user can read (metrics) */
 };
 
 /* Capacity and watermarks overriding cache.size, cache.high_watermark and
@@ -312,11 +314,11 @@ void cache_get_stats(struct cache *c, struct cache_stats *st);
  * the cache opened, for every dataset this process read or filled, in the
  * order they were first seen (stable: a dataset keeps its place). fn is
  * called after the cache's locks were released; name is valid only during
- * the call. A non-zero return stops and is returned. Returns 0, -ENOMEM or
- * fn's value.
+ * the call; restricted is the dataset's policy flag as last looked up. A
+ * non-zero return stops and is returned. Returns 0, -ENOMEM or fn's value.
  */
-typedef int (*cache_ds_stats_fn)(void *arg, const char *name, uint64_t hits,
-				 uint64_t misses);
+typedef int (*cache_ds_stats_fn)(void *arg, const char *name, bool restricted,
+				 uint64_t hits, uint64_t misses);
 int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg);
 
 /*

@@ -523,6 +523,26 @@ def test_hits_and_misses_per_dataset(node, tmp_path):
     # file:// reads count as GET ok, one per block fetched
     assert s['dstage_source_requests_total{method="GET",status="ok"}'] == 5
 
+    # A dataset only one group may read is never named on the page (every
+    # local user can scrape it): its counts go to dataset="/restricted".
+    src3 = tmp_path / "src3"
+    src3.mkdir()
+    (src3 / "c.bin").write_bytes(os.urandom(MiB))  # 1 block
+    subprocess.run([node.tool("catalog_tool"),
+                    str(node.tmp / "fs" / "catalog.db"), "add",
+                    "secret-ds3", "file://%s/" % src3, "--group", "root"],
+                   env=node.env, check=True, capture_output=True, timeout=60)
+    wait_for(lambda: (node.mnt / "datasets" / "secret-ds3").is_dir(), "ds3",
+             timeout=30, step=0.5)
+    assert len(read_uncached(node.mnt / "datasets" / "secret-ds3" /
+                             "c.bin")) == MiB
+    page = node.scrape(node.fs_port)
+    s = page[0]
+    misses = series(s, "dstage_dataset_cache_misses_total")
+    assert misses == {'{dataset="ds"}': 3, '{dataset="ds2"}': 2,
+                      '{dataset="/restricted"}': 1}, misses
+    assert "secret-ds3" not in str(page), "a restricted name on the page"
+
 
 def test_source_requests_by_method_and_status(node, faultproxy):
     """dstage_source_requests_total{method,status} counts every answer the
