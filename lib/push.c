@@ -599,7 +599,9 @@ int push_execute(struct push *p)
 	ret = push_sums_build(p, &sums, &len);
 	if (ret)
 		goto out;
-	if (!push_sums_same(p, sums, len)) {
+	/* prepare compared it already when there was nothing to do */
+	if (!(p->plan.sums_current && !p->plan.upload && !p->plan.remove) &&
+	    !push_sums_same(p, sums, len)) {
 		ret = objstore_put_buf(p->os, PUSH_SUMS_KEY, sums, len);
 		if (ret) {
 			push_emit(p, PUSH_EV_FAILED, PUSH_SUMS_KEY, len,

@@ -423,6 +423,15 @@ static void push_one(struct push_worker *w, struct push_file *f)
 			push_failed(p, f, ret, "upload");
 			goto out;
 		}
+		/* written while it went up: what is stored is a snapshot the
+		 * file no longer holds */
+		if (fstat(fd, &st2) || push_moved(&st1, &st2)) {
+			push_changed(p, f, true,
+				     "changed while it was uploaded (size, "
+				     "mtime or ctime moved): removed from the "
+				     "store");
+			goto out;
+		}
 	} else {
 		struct push_putter pt = { p->os, f->key, fd, f->size, 0 };
 		pthread_t t;
@@ -685,7 +694,7 @@ int push_exec_run(struct push *p)
 		free(w[i].chunk);
 	}
 	ret = atomic_load(&p->err);
-	if (!ret && p->s3)
+	if (!ret && p->s3 && p->n_order)
 		ret = push_check_s3(p);
 out:
 	free(w);

@@ -49,7 +49,7 @@ struct push_cli {
 	uint64_t deleted, uploaded, skipped, would_delete;
 	bool sums_written;
 	_Atomic bool quit;
-	double t0;
+	double t0, t1; /* start; end of the upload (0: running) */
 };
 
 enum { PR_CHANGED, PR_FAILED, PR_BAD, PR_IGNORED, PR_DELETED, PR_PLAN };
@@ -87,6 +87,26 @@ static bool push_s3_key_ok(void *arg, const char *key, size_t len,
 	return false;
 }
 
+/* key for a message: as keypath_printable, and a name that is not UTF-8
+ * with every byte above 0x7f as \xNN too (terminals mangle them). */
+static const char *push_printable(const char *key, char *buf, size_t size)
+{
+	size_t n = 0, len = strlen(key);
+
+	if (jsonout_utf8_valid(key, len))
+		return keypath_printable(key, len, buf, size);
+	for (size_t i = 0; i < len && n + 8 < size; i++) {
+		unsigned char ch = (unsigned char)key[i];
+
+		if (ch < 0x20 || ch >= 0x7f || ch == '\\')
+			n += (size_t)snprintf(buf + n, size - n, "\\x%02x", ch);
+		else
+			buf[n++] = (char)ch;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
 static void push_row(struct push_cli *c, int kind, const char *key,
 		     uint64_t size, const char *msg)
 {
@@ -111,7 +131,7 @@ static void push_event(void *arg, enum push_event ev, const char *key,
 	FILE *out = c->json ? stderr : stdout;
 	char pr[512], b[32];
 
-	keypath_printable(key, strlen(key), pr, sizeof(pr));
+	push_printable(key, pr, sizeof(pr));
 	if (c->drew && ev != PUSH_EV_UPLOADED && ev != PUSH_EV_SKIPPED) {
 		fputs("\r\033[K", stdout);
 		c->drew = false;
@@ -369,7 +389,7 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 			 int stage_code, int verify_code, int code)
 {
 	struct push_progress pr;
-	double el = stager_now() - c->t0;
+	double el = (c->t1 ? c->t1 : stager_now()) - c->t0;
 	char a[32], b[32];
 	json_t *doc;
 
@@ -564,6 +584,7 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	signal(SIGTERM, push_on_signal);
 	ticking = !pthread_create(&ticker, NULL, push_ticker, &c);
 	ret = push_execute(c.push);
+	c.t1 = stager_now();
 	atomic_store(&c.quit, true);
 	if (ticking)
 		pthread_join(ticker, NULL);
