@@ -425,3 +425,42 @@ def test_safetensors_pushed_staged_loaded_through_mount(file_env, tool,  # noqa:
             assert got == {k: v[2] for k, v in t.items()}, name
     finally:
         m.cleanup()
+
+
+@pytest.mark.xfail(strict=True, reason="objstore has no call to list and "
+                   "abort the multipart uploads a killed process left "
+                   "open (ListMultipartUploads/AbortMultipartUpload); "
+                   "push cannot clean them up until it has one")
+def test_kill9_mid_multipart_leaves_no_open_upload(tool, stager_dir,  # noqa: F811,E501
+                                                   faultproxy):
+    dest = RgwDest(faultproxy.rgw, faultproxy)
+    src = stager_dir / "src"
+    src.mkdir()
+    big = os.urandom(80 * MiB)  # over s3.multipart_threshold (64M)
+    (src / "big.bin").write_bytes(big)
+    s = Stager(tool("stager"), stager_dir, env=dest.env).start()
+    try:
+        # hold a part's answer, and kill the push meanwhile
+        faultproxy.add_fault("stall", count=1, match="PUT", path="big.bin",
+                             skip=1, seconds=20)
+        proc = subprocess.Popen(
+            [s.exe, "--config", str(s.cfg), "push", str(src), dest.url,
+             "--name", "mp"], env=s.env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        end = time.time() + 30
+        while time.time() < end and not any(
+                f["hits"] for f in [faultproxy.faults[0].as_dict()]):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        faultproxy.clear_faults()
+        p = push(s, str(src), dest.url, "--name", "mp", "--verify")
+        assert p.returncode == 0, text(p)
+        assert dest.get("big.bin") == big
+        p = faultproxy.rgw.aws("s3api", "list-multipart-uploads",
+                               "--bucket", dest.bucket, "--prefix",
+                               dest.prefix + "/")
+        out = json.loads(p.stdout or b"{}")
+        assert not out.get("Uploads"), out
+    finally:
+        s.stop()
