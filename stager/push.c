@@ -509,9 +509,11 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (!name) {
 		real = realpath(po.dir, NULL);
 		if (!real) {
+			int err = errno;
+
 			fprintf(stderr, "stager push: %s: %s\n", po.dir,
-				strerror(errno));
-			code = stager_exit_code(-errno);
+				strerror(err));
+			code = stager_exit_code(-err);
 			goto out;
 		}
 		dup = strdup(real);
