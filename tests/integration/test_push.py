@@ -123,6 +123,9 @@ class FileDest:
 
 
 class RgwDest:
+    """A fresh prefix of a fresh bucket; emptied again by the fixture that
+    made it (the shared radosgw keeps every byte in memory)."""
+
     def __init__(self, rgw, proxy=None):
         self.rgw = rgw
         self.bucket = rgw.make_bucket("push-" + uuid.uuid4().hex[:8])
@@ -142,6 +145,44 @@ class RgwDest:
         assert self.rgw.put_object(self.bucket, "%s/%s" % (self.prefix,
                                                            key.decode()),
                                    data) == 200
+
+    def empty(self, stager_exe):
+        """Delete every object under the prefix and abort its open
+        multipart uploads (best effort: this is cleanup)."""
+        from urllib.parse import quote
+        env = dict(os.environ, **self.rgw.env())
+        env.pop("DSTAGE_CONFIG", None)
+        p = subprocess.run([stager_exe, "ls", "--json", self.url], env=env,
+                           capture_output=True, timeout=120)
+        keys = []
+        if p.returncode == 0:
+            for o in json.loads(p.stdout):
+                keys.append(bytes.fromhex(o["key_hex"]) if "key_hex" in o
+                            else o["key"].encode())
+        for k in keys:
+            self.rgw.curl("/%s/%s/%s" % (self.bucket, self.prefix, quote(k)),
+                          "-X", "DELETE", "-o", "/dev/null")
+        p = self.rgw.aws("s3api", "list-multipart-uploads", "--bucket",
+                         self.bucket, check=False)
+        if p.returncode == 0 and p.stdout.strip():
+            for u in json.loads(p.stdout).get("Uploads") or []:
+                self.rgw.aws("s3api", "abort-multipart-upload", "--bucket",
+                             self.bucket, "--key", u["Key"], "--upload-id",
+                             u["UploadId"], check=False)
+        self.rgw.curl("/%s" % self.bucket, "-X", "DELETE", "-o", "/dev/null")
+
+
+@pytest.fixture
+def rgw_dests(tool, faultproxy):
+    """make(): an RgwDest behind the fault proxy, emptied afterwards."""
+    made = []
+
+    def make():
+        made.append(RgwDest(faultproxy.rgw, faultproxy))
+        return made[-1]
+    yield make
+    for d in made:
+        d.empty(tool("stager"))
 
 
 @pytest.fixture
@@ -190,8 +231,8 @@ def test_file_tree_pushed_verified_and_mounted(file_env, tool, stager_dir):  # n
 
 
 def test_rgw_tree_with_faults_verified_and_mounted(tool, stager_dir,  # noqa: F811,E501
-                                                   faultproxy):
-    dest = RgwDest(faultproxy.rgw, faultproxy)
+                                                   faultproxy, rgw_dests):
+    dest = rgw_dests()
     src = stager_dir / "src"
     files = special_tree(src, LARGE_MB, N_SMALL)
     s = Stager(tool("stager"), stager_dir, env=dest.env,
@@ -239,8 +280,9 @@ def test_rgw_tree_with_faults_verified_and_mounted(tool, stager_dir,  # noqa: F8
         s.stop()
 
 
-def test_kill9_then_rerun_puts_each_file_once(tool, stager_dir, faultproxy):  # noqa: F811,E501
-    dest = RgwDest(faultproxy.rgw, faultproxy)
+def test_kill9_then_rerun_puts_each_file_once(tool, stager_dir, faultproxy,  # noqa: F811,E501
+                                              rgw_dests):
+    dest = rgw_dests()
     src = stager_dir / "src"
     files = {}
     for i in range(400):
@@ -278,8 +320,9 @@ def test_kill9_then_rerun_puts_each_file_once(tool, stager_dir, faultproxy):  # 
     assert dest.get(b"SHA256SUMS") == sums_of(files)
 
 
-def test_file_changed_during_upload_reported(tool, stager_dir, faultproxy):  # noqa: F811,E501
-    dest = RgwDest(faultproxy.rgw, faultproxy)
+def test_file_changed_during_upload_reported(tool, stager_dir, faultproxy,  # noqa: F811,E501
+                                             rgw_dests):
+    dest = rgw_dests()
     src = stager_dir / "src"
     src.mkdir()
     (src / "steady.bin").write_bytes(data(1, 300000))
@@ -432,8 +475,8 @@ def test_safetensors_pushed_staged_loaded_through_mount(file_env, tool,  # noqa:
                    "open (ListMultipartUploads/AbortMultipartUpload); "
                    "push cannot clean them up until it has one")
 def test_kill9_mid_multipart_leaves_no_open_upload(tool, stager_dir,  # noqa: F811,E501
-                                                   faultproxy):
-    dest = RgwDest(faultproxy.rgw, faultproxy)
+                                                   faultproxy, rgw_dests):
+    dest = rgw_dests()
     src = stager_dir / "src"
     src.mkdir()
     big = os.urandom(80 * MiB)  # over s3.multipart_threshold (64M)
