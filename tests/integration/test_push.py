@@ -507,3 +507,77 @@ def test_kill9_mid_multipart_leaves_no_open_upload(tool, stager_dir,  # noqa: F8
         assert not out.get("Uploads"), out
     finally:
         s.stop()
+
+
+def read_pty(master, timeout=60):
+    import select
+    out = b""
+    end = time.time() + timeout
+    while time.time() < end:
+        r, _, _ = select.select([master], [], [], 5)
+        if not r:
+            continue
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def test_progress_bar_on_pty_and_bandwidth_cap(file_env, stager_dir):  # noqa: F811,E501
+    import pty
+    s, dest = file_env
+    src = stager_dir / "src"
+    src.mkdir()
+    for i in range(8):
+        (src / ("f%d.bin" % i)).write_bytes(data(300 + i, 2 * MiB))
+    total, rate = 16 * MiB, 4 * MiB
+    master, slave = pty.openpty()
+    t0 = time.monotonic()
+    p = subprocess.Popen([s.exe, "--config", str(s.cfg), "push", str(src),
+                          dest.url, "--bandwidth", "4M", "--parallel", "4"],
+                         stdout=slave, stderr=slave, env=s.env)
+    os.close(slave)
+    out = read_pty(master)
+    rc = p.wait(timeout=30)
+    elapsed = time.monotonic() - t0
+    os.close(master)
+    text_ = out.decode(errors="replace")
+    assert rc == 0, text_
+    assert "\r" in text_ and "push [" in text_ and "#" in text_, text_
+    assert "ETA" in text_ and "8/8 files" in text_, text_
+    # the cap: the first file is free, the other 14 MiB take 3.5 s
+    assert (total - 2 * MiB) / elapsed <= rate * 1.1, (total, elapsed)
+    assert elapsed < 20
+
+
+def test_sigint_stops_then_rerun_resumes(file_env, stager_dir):  # noqa: F811
+    s, dest = file_env
+    src = stager_dir / "src"
+    src.mkdir()
+    files = {("f%d.bin" % i).encode(): data(400 + i, MiB) for i in range(10)}
+    for k, v in files.items():
+        (src / k.decode()).write_bytes(v)
+    p = subprocess.Popen([s.exe, "--config", str(s.cfg), "push", str(src),
+                          dest.url, "--name", "si", "--bandwidth", "1M",
+                          "--parallel", "1"], env=s.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    msg = (out + err).decode(errors="replace")
+    assert p.returncode == 1, msg
+    assert "stopped; run it again to resume" in msg, msg
+    assert dest.get(b"SHA256SUMS") is None
+    assert s.run("show", "si").returncode == 5
+    stored = [k for k in files if dest.get(k) is not None]
+    assert 1 <= len(stored) < len(files), stored
+    p = push(s, str(src), dest.url, "--name", "si", "--json")
+    assert p.returncode == 0, text(p)
+    res = json.loads(p.stdout)
+    assert res["skipped"] == len(stored), (res, stored)
+    assert res["uploaded"] == len(files) - len(stored)
+    assert dest.get(b"SHA256SUMS") == sums_of(files)
