@@ -429,6 +429,37 @@ static bool push_sums_same(struct push *p, const char *buf, size_t len)
 	return same;
 }
 
+/* file://: make the destination directory (and its parents) as the file
+ * store makes a key's directories, 0755 under the umask. */
+static int push_mkdirs(const char *url)
+{
+	char path[4096];
+	size_t n;
+
+	if (strncmp(url, "file://", 7) ||
+	    (n = strlen(url + 7)) >= sizeof(path) || url[7] != '/')
+		return 0;
+	memcpy(path, url + 7, n + 1);
+	for (char *q = path + 1;; q++) {
+		char c = *q;
+
+		if (c != '/' && c)
+			continue;
+		*q = '\0';
+		if (mkdir(path, 0755) && errno != EEXIST) {
+			int ret = -errno;
+
+			log_error("push: cannot make %s: %s", path,
+				  strerror(-ret));
+			return ret;
+		}
+		*q = c;
+		if (!c)
+			break;
+	}
+	return 0;
+}
+
 /* ---- public ---- */
 
 int push_prepare(const struct dstage_config *cfg, const struct push_opts *o,
@@ -465,7 +496,12 @@ int push_prepare(const struct dstage_config *cfg, const struct push_opts *o,
 		ret = -errno;
 		goto err;
 	}
-	ret = objstore_open(o->url, cfg, &p->os);
+	/* a new file:// directory is made by push_execute (a dry run or a
+	 * refused push leaves no trace); empty until then */
+	ret = 0;
+	if (strncmp(o->url, "file:///", 8) ||
+	    !(access(o->url + 7, F_OK) && errno == ENOENT))
+		ret = objstore_open(o->url, cfg, &p->os);
 	if (ret)
 		goto err;
 	p->s3 = !strncmp(o->url, "s3://", 5);
@@ -486,7 +522,7 @@ int push_prepare(const struct dstage_config *cfg, const struct push_opts *o,
 				  o->dir, PUSH_FILES_MAX);
 		goto err;
 	}
-	ret = objstore_list(p->os, "", push_list_cb, p);
+	ret = p->os ? objstore_list(p->os, "", push_list_cb, p) : 0;
 	if (ret) {
 		log_error("push: cannot list %s: %s", o->url, strerror(-ret));
 		goto err;
@@ -494,7 +530,7 @@ int push_prepare(const struct dstage_config *cfg, const struct push_opts *o,
 	ret = push_make_plan(p);
 	if (ret)
 		goto err;
-	if (!p->plan.upload && !p->plan.remove && !p->plan.bad) {
+	if (p->os && !p->plan.upload && !p->plan.remove && !p->plan.bad) {
 		char *sums;
 		size_t len;
 
@@ -567,6 +603,13 @@ int push_execute(struct push *p)
 	size_t len = 0;
 	int ret;
 
+	if (!p->os) {
+		ret = push_mkdirs(p->o->url);
+		if (!ret)
+			ret = objstore_open(p->o->url, p->cfg, &p->os);
+		if (ret)
+			return ret;
+	}
 	/* skipped files count as done from the start */
 	atomic_store(&p->files_done, p->plan.skip);
 	atomic_store(&p->bytes_done, p->plan.skip_bytes);

@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -50,6 +51,8 @@ struct push_cli {
 	bool sums_written;
 	_Atomic bool quit;
 	double t0, t1; /* start; end of the upload (0: running) */
+	bool summarized; /* the --json document was printed */
+	char err[1024]; /* the last message of a failure, for --json */
 };
 
 enum { PR_CHANGED, PR_FAILED, PR_BAD, PR_IGNORED, PR_DELETED, PR_PLAN };
@@ -67,6 +70,18 @@ static void push_on_signal(int sig)
 	if (p)
 		push_stop(p);
 	signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process */
+}
+
+/* A failure's message: on stderr, and kept for --json's error document. */
+__attribute__((format(printf, 2, 3))) static void push_err(struct push_cli *c,
+							   const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "stager push: %s\n", c->err);
 }
 
 static const char *push_cause(void)
@@ -261,6 +276,8 @@ struct push_reg {
 	const char *name, *url;
 	char source[4096]; /* NAME's source, "" when NAME is not registered */
 	char other[256]; /* another dataset from the same URL, or "" */
+	char nested[256]; /* a dataset whose source holds URL or lies
+			     under it, or "" */
 };
 
 static bool push_same_url(const char *a, const char *b)
@@ -272,6 +289,20 @@ static bool push_same_url(const char *a, const char *b)
 	while (lb && b[lb - 1] == '/')
 		lb--;
 	return la == lb && !memcmp(a, b, la);
+}
+
+/* Does one of the URLs lie under the other (a prefix up to a '/')? */
+static bool push_nested_url(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+
+	while (la && a[la - 1] == '/')
+		la--;
+	while (lb && b[lb - 1] == '/')
+		lb--;
+	if (la > lb)
+		return push_nested_url(b, a);
+	return !memcmp(a, b, la) && b[la] == '/';
 }
 
 static int push_list_row(struct proto_client *pc, void *arg)
@@ -286,6 +317,8 @@ static int push_list_row(struct proto_client *pc, void *arg)
 		snprintf(r->source, sizeof(r->source), "%s", src);
 	else if (push_same_url(src, r->url) && !r->other[0])
 		snprintf(r->other, sizeof(r->other), "%s", name);
+	else if (push_nested_url(src, r->url) && !r->nested[0])
+		snprintf(r->nested, sizeof(r->nested), "%s", name);
 	return 0;
 }
 
@@ -438,6 +471,7 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 	    json_object_set_new(doc, "sums_written",
 				json_boolean(c->sums_written)) ||
 	    jsonout_set_str(doc, "journal", push_journal_path(c->push)) ||
+	    (c->err[0] && jsonout_set_str(doc, "error", c->err)) ||
 	    json_object_set_new(doc, "result", json_integer(ret)) ||
 	    json_object_set_new(doc, "exit", json_integer(code)) ||
 	    (registered && jsonout_set_str(doc, "registered", registered)) ||
@@ -464,7 +498,8 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 			json_decref(doc);
 			doc = NULL;
 		}
-	jsonout_print(doc);
+	if (!jsonout_print(doc))
+		c->summarized = true;
 	json_decref(doc);
 }
 
@@ -499,10 +534,8 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (!strncmp(po.url, "s3://", 5))
 		po.key_ok = push_s3_key_ok;
 	else if (strncmp(po.url, "file://", 7)) {
-		fprintf(stderr,
-			"stager push: %s: expected s3://BUCKET/PREFIX/ or "
-			"file:///DIR/\n",
-			po.url);
+		push_err(&c, "%s: expected s3://BUCKET/PREFIX/ or file:///DIR/",
+			 po.url);
 		code = STAGER_EXIT_USAGE;
 		goto out;
 	}
@@ -511,8 +544,7 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		if (!real) {
 			int err = errno;
 
-			fprintf(stderr, "stager push: %s: %s\n", po.dir,
-				strerror(err));
+			push_err(&c, "%s: %s", po.dir, strerror(err));
 			code = stager_exit_code(-err);
 			goto out;
 		}
@@ -522,31 +554,33 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 			goto out;
 	}
 	if (keypath_check_name(name, strlen(name), &why)) {
-		fprintf(stderr,
-			"stager push: dataset name '%s' %s: give one with "
-			"--name\n",
-			keypath_printable(name, strlen(name), pr, sizeof(pr)),
-			why);
+		push_err(&c, "dataset name '%s' %s: give one with --name",
+			 keypath_printable(name, strlen(name), pr, sizeof(pr)),
+			 why);
 		code = STAGER_EXIT_USAGE;
 		goto out;
 	}
 	reg.name = name;
 	code = push_registered(cfg, &reg);
-	if (code && !(o->push_dry_run && code == STAGER_EXIT_NODAEMON))
+	if (code && !(o->push_dry_run && code == STAGER_EXIT_NODAEMON)) {
+		snprintf(c.err, sizeof(c.err),
+			 "cannot ask the daemon which datasets are registered "
+			 "(%s)",
+			 cfg->daemon_socket);
 		goto out;
+	}
 	if (reg.source[0] && !push_same_url(reg.source, po.url)) {
-		fprintf(stderr,
-			"stager push: dataset %s is registered from %s, not "
-			"%s: choose another --name\n",
-			name, reg.source, po.url);
+		push_err(&c,
+			 "dataset %s is registered from %s, not %s: choose "
+			 "another --name",
+			 name, reg.source, po.url);
 		code = STAGER_EXIT_FAIL;
 		goto out;
 	}
 	ret = push_prepare(cfg, &po, &c.push);
 	if (ret) {
-		fprintf(stderr, "stager push: %s -> %s: %s%s%s\n", po.dir,
-			po.url, strerror(-ret), push_cause()[0] ? ": " : "",
-			push_cause());
+		push_err(&c, "%s -> %s: %s%s%s", po.dir, po.url, strerror(-ret),
+			 push_cause()[0] ? ": " : "", push_cause());
 		code = stager_exit_code(ret);
 		goto out;
 	}
@@ -557,27 +591,33 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		push_summary(&c, name, 0, &plan, NULL, 0, 0, code);
 		goto out;
 	}
-	if ((reg.source[0] || reg.other[0]) && !o->push_new_version &&
+	if ((reg.source[0] || reg.other[0] || reg.nested[0]) &&
+	    !o->push_new_version &&
 	    (plan.upload || plan.remove || !plan.sums_current)) {
-		fprintf(stderr,
-			"stager push: %s is the source of the registered "
-			"dataset %s: this push would change its objects "
-			"(%" PRIu64 " to upload, %" PRIu64 " of them "
-			"replacing stored ones, %" PRIu64 " to delete%s). "
-			"Add --new-version to push and register a new "
-			"manifest version (running jobs keep theirs), or "
-			"--dry-run to see the changes\n",
-			po.url, reg.source[0] ? name : reg.other, plan.upload,
-			plan.overwrite, plan.remove,
-			plan.sums_current ? "" : ", SHA256SUMS rewritten");
+		push_err(&c,
+			 "%s %s the registered dataset %s: this push would "
+			 "change its objects (%" PRIu64 " to upload, %" PRIu64
+			 " of them replacing stored ones, %" PRIu64
+			 " to delete%s). Add --new-version to push and "
+			 "register a new manifest version (running jobs keep "
+			 "theirs), or --dry-run to see the changes",
+			 po.url,
+			 reg.source[0] || reg.other[0]
+				 ? "is the source of"
+				 : "overlaps the source of",
+			 reg.source[0]	? name
+			 : reg.other[0] ? reg.other
+					: reg.nested,
+			 plan.upload, plan.overwrite, plan.remove,
+			 plan.sums_current ? "" : ", SHA256SUMS rewritten");
 		code = STAGER_EXIT_FAIL;
 		goto out;
 	}
 	if (reg.other[0] && !reg.source[0]) {
-		fprintf(stderr,
-			"stager push: %s is already registered as dataset %s: "
-			"push with --name %s\n",
-			po.url, reg.other, reg.other);
+		push_err(&c,
+			 "%s is already registered as dataset %s: push with "
+			 "--name %s",
+			 po.url, reg.other, reg.other);
 		code = STAGER_EXIT_FAIL;
 		goto out;
 	}
@@ -604,11 +644,11 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 					   "is stored is kept)"
 					 : "run it again to resume";
 
-		fprintf(stderr,
-			"stager push: %s -> %s: %s: %s; SHA256SUMS not "
-			"written, %s not registered%s%s\n",
-			po.dir, po.url, strerror(-ret), hint, name,
-			push_cause()[0] ? ": " : "", push_cause());
+		push_err(&c,
+			 "%s -> %s: %s: %s; SHA256SUMS not written, %s not "
+			 "registered%s%s",
+			 po.dir, po.url, strerror(-ret), hint, name,
+			 push_cause()[0] ? ": " : "", push_cause());
 		code = STAGER_EXIT_FAIL;
 		push_summary(&c, name, ret, &plan, NULL, 0, 0, code);
 		goto out;
@@ -622,9 +662,25 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 			     : reg.source[0]		      ? "refresh"
 							      : "add",
 			     &stage_code, &verify_code);
+	if (reg.nested[0] && !code)
+		fprintf(stderr,
+			"stager push: the registered dataset %s overlaps %s: "
+			"'stager refresh %s' makes it see this push\n",
+			reg.nested, po.url, reg.nested);
 	push_summary(&c, name, 0, &plan, registered, stage_code, verify_code,
 		     code);
 out:
+	if (c.json && !c.summarized && code) {
+		json_t *doc = json_object(), *e = json_object();
+
+		if (doc && e && !json_object_set(doc, "error", e) &&
+		    !json_object_set_new(e, "exit", json_integer(code)) &&
+		    !jsonout_set_str(e, "message",
+				     c.err[0] ? c.err : "push failed"))
+			jsonout_print(doc);
+		json_decref(e);
+		json_decref(doc);
+	}
 	for (int k = 0; k < 6; k++)
 		json_decref(c.rows[k]);
 	push_free(c.push);

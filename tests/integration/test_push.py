@@ -406,6 +406,14 @@ def test_dry_run_delete_and_new_version(file_env, stager_dir):  # noqa: F811
     p = push(s, str(src), dest.url, "--name", "other")
     assert p.returncode == 1 and "already registered as dataset dv" in \
         text(p), text(p)
+    # so is a push into the registered dataset's prefix, under any name
+    p = push(s, str(src), dest.url + "sub/", "--name", "sub", "--json")
+    assert p.returncode == 1, text(p)
+    err = json.loads(p.stdout)["error"]
+    assert err["exit"] == 1, err
+    assert "overlaps the source of the registered dataset dv" in \
+        err["message"], err
+    assert not (dest.root / "sub").exists()  # a refused push leaves no trace
 
 
 def write_safetensors(path, tensors):
@@ -457,8 +465,10 @@ def test_safetensors_pushed_staged_loaded_through_mount(file_env, tool,  # noqa:
                           t)
         shards["model-%05d-of-00003.safetensors" % (i + 1)] = t
     (src / "config.json").write_text('{"layers": 12}')
-    p = push(s, str(src), dest.url, "--stage")
+    # into a directory that does not exist yet: push makes it
+    p = push(s, str(src), dest.url + "models/m1/", "--stage")
     assert p.returncode == 0, text(p)
+    assert (dest.root / "models/m1/SHA256SUMS").is_file()
     show = s.json("show", "model")  # the directory's name
     assert show["cached"] == show["bytes"]
     m = mount(s, tool)
