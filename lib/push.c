@@ -297,8 +297,10 @@ static int push_make_plan(struct push *p)
 {
 	size_t i = 0, k = 0;
 
-	qsort(p->files, p->n_files, sizeof(*p->files), push_file_cmp);
-	qsort(p->objs, p->n_objs, sizeof(*p->objs), push_obj_cmp);
+	if (p->n_files)
+		qsort(p->files, p->n_files, sizeof(*p->files), push_file_cmp);
+	if (p->n_objs)
+		qsort(p->objs, p->n_objs, sizeof(*p->objs), push_obj_cmp);
 	p->order = malloc((p->n_files ? p->n_files : 1) * sizeof(*p->order));
 	if (!p->order)
 		return -ENOMEM;
@@ -339,7 +341,9 @@ static int push_make_plan(struct push *p)
 		if (o)
 			p->plan.overwrite++;
 	}
-	qsort_r(p->order, p->n_order, sizeof(*p->order), push_order_cmp, p);
+	if (p->n_order)
+		qsort_r(p->order, p->n_order, sizeof(*p->order), push_order_cmp,
+			p);
 	for (k = 0; k < p->n_objs; k++) {
 		struct push_obj *o = &p->objs[k];
 
