@@ -591,3 +591,33 @@ def test_sigint_stops_then_rerun_resumes(file_env, stager_dir):  # noqa: F811
     assert res["skipped"] == len(stored), (res, stored)
     assert res["uploaded"] == len(files) - len(stored)
     assert dest.get(b"SHA256SUMS") == sums_of(files)
+
+
+def test_bad_names_links_and_fifos(file_env, stager_dir):  # noqa: F811
+    s, dest = file_env
+    src = stager_dir / "src"
+    (src / "ok").mkdir(parents=True)
+    (src / "ok/a.txt").write_bytes(b"a")
+    deep = src
+    for i in range(5):  # 5 x 250 bytes: past the 1,024-byte key limit
+        deep = deep / (("%d" % i) * 250)
+    deep.mkdir(parents=True)
+    (deep / "f").write_bytes(b"too long a key")
+    with open(os.path.join(bytes(src), b"new\nline.txt"), "wb") as f:
+        f.write(b"control byte in the name")
+    outside = stager_dir / "outside.txt"
+    outside.write_bytes(b"secret")
+    os.symlink(outside, src / "link.txt")
+    os.mkfifo(src / "fifo")
+    p = push(s, str(src), dest.url, "--name", "bad", "--json")
+    assert p.returncode == 1, text(p)
+    res = json.loads(p.stdout)
+    bad = {r["key"]: r["reason"] for r in res["bad_names"]}
+    assert any("1,024" in r or "longer" in r for r in bad.values()), bad
+    assert "new\\x0aline.txt" in bad, bad
+    ignored = {r["key"] for r in res["ignored"]}
+    assert ignored == {"link.txt", "fifo"}, res["ignored"]
+    assert dest.get(b"ok/a.txt") == b"a"
+    assert dest.get(b"link.txt") is None  # never followed
+    assert dest.get(b"SHA256SUMS") is None and not res["sums_written"]
+    assert s.run("show", "bad").returncode == 5
