@@ -4,8 +4,8 @@
  *
  * One file per (destination URL, local directory): <base>/push/<32 hex of
  * SHA-256(url NUL realpath(dir))>.journal, where <base> is the directory
- * the caller names, else cache.dir, else $HOME/.cache/dstage when cache.dir
- * cannot be written by this user. The push/ directory is 0700 and the
+ * the caller names, else cache.dir when it exists and belongs to this uid,
+ * else $HOME/.cache/dstage. The push/ directory is 0700 and the
  * journal 0600 (it names every key of the dataset); an existing journal
  * that is not a regular file of this uid is refused.
  *
@@ -60,24 +60,31 @@ static int push_journal_mkdir(const char *path)
 	return 0;
 }
 
-/* <base>/push, created 0700; base itself is created 0700 if missing. */
-static int push_journal_dir(const char *base, char *out, size_t len)
+/*
+ * <base>/push, created 0700. With own_base, base must be an existing
+ * directory of this uid (cache.dir: a push never makes it, which would
+ * leave it to the wrong owner for the daemon, nor writes into another
+ * user's); else it is made 0700 when missing (~/.cache/dstage).
+ */
+static int push_journal_dir(const char *base, bool own_base, char *out,
+			    size_t len)
 {
 	struct stat st;
-	int ret;
 
 	if ((size_t)snprintf(out, len, "%s/push", base) >= len)
 		return -ENAMETOOLONG;
 	if (stat(base, &st)) {
-		if (errno != ENOENT)
+		if (errno != ENOENT || own_base)
 			return -errno;
 		if (mkdir(base, 0700))
 			return -errno;
+	} else if (own_base &&
+		   (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())) {
+		return -EACCES;
 	}
 	if (access(base, W_OK | X_OK))
 		return -errno;
-	ret = push_journal_mkdir(out);
-	return ret;
+	return push_journal_mkdir(out);
 }
 
 static int push_jent_cmp(const void *a, const void *b)
@@ -253,16 +260,16 @@ int push_journal_open(struct push_journal *j, const struct dstage_config *cfg,
 	EVP_MD_CTX_free(ctx);
 	strutil_hex(md, 16, hex);
 	if (dir)
-		ret = push_journal_dir(dir, d, sizeof(d));
+		ret = push_journal_dir(dir, false, d, sizeof(d));
 	else
-		ret = push_journal_dir(cfg->cache_dir, d, sizeof(d));
+		ret = push_journal_dir(cfg->cache_dir, true, d, sizeof(d));
 	if (ret && !dir && home && home[0] == '/') {
 		char base[4096];
 
 		snprintf(base, sizeof(base), "%s/.cache", home);
 		mkdir(base, 0700);
 		snprintf(base, sizeof(base), "%s/.cache/dstage", home);
-		ret = push_journal_dir(base, d, sizeof(d));
+		ret = push_journal_dir(base, false, d, sizeof(d));
 	}
 	if (ret) {
 		log_error("push journal: cannot make its directory under %s "

@@ -34,8 +34,8 @@
  * reading, and is written only when every file was pushed.
  *
  * Resume: a journal (one line per file stored and checked: hash, size,
- * mtime, inode, ETag, key) lives under <cache.dir>/push/ (or
- * ~/.cache/dstage/push/ when cache.dir is not writable), one file per
+ * mtime, inode, ETag, key) lives under <cache.dir>/push/ (when cache.dir
+ * exists and belongs to this uid; else ~/.cache/dstage/push/), one file per
  * (URL, directory), mode 0600 in a 0700 directory. A file is skipped when
  * the store's listing shows its key with the size and ETag the journal
  * recorded and the local file has the journal's size, mtime and inode:
