@@ -124,6 +124,29 @@ static const struct stager_cmd stager_cmds[] = {
 	  "Read throughput of the source, the cache and the local disk, and\n"
 	  "SHA-256 on all cores, on this node (no daemon).\n"
 	  "  --size BYTES  read at most this much (default 1G)" },
+	{ "push", local_push, 0, STAGER_JSON_OBJECT, 2, 2, "jNTYbnxDdR",
+	  "LOCAL_DIR URL",
+	  "Upload every regular file under LOCAL_DIR to URL (s3://BUCKET/\n"
+	  "PREFIX/ or file:///DIR/; keys are the relative paths), hashing\n"
+	  "each (SHA-256) as it is read; check the stored size and ETag (or,\n"
+	  "file://, a re-read hash); write SHA256SUMS last; then register\n"
+	  "the dataset as `add` does. A file that changes while pushed is\n"
+	  "reported and not published. Run it again to resume: files the\n"
+	  "store holds as recorded are skipped without reading them.\n"
+	  "  --name NAME      the dataset (default: LOCAL_DIR's name)\n"
+	  "  --stage          then prewarm it (stage --wait)\n"
+	  "  --verify         then verify --source\n"
+	  "  --parallel N     files in flight (default s3.max_inflight);\n"
+	  "                   large files go up in parallel parts too\n"
+	  "  --bandwidth RATE cap over all files, bytes per second (500M)\n"
+	  "  --exclude GLOB   leave out matching names (no '/': any name,\n"
+	  "                   a directory's subtree too; with '/': the\n"
+	  "                   relative path); repeatable, at most 256\n"
+	  "  --delete         delete keys under URL absent locally\n"
+	  "  --dry-run        list what would be uploaded and deleted\n"
+	  "  --new-version    allow changing a registered dataset's objects\n"
+	  "                   and register a new manifest version (running\n"
+	  "                   jobs keep theirs)" },
 	{ "drill", local_drill, 0, STAGER_JSON_OBJECT, 1, 1, "jtS", "JOB",
 	  "Restore the newest checkpoint of JOB (or --step S) from\n"
 	  "checkpoints.store into --to DIR and check every file's SHA-256\n"
@@ -160,6 +183,13 @@ static const struct option stager_long[] = {
 	{ "max-conns", required_argument, NULL, 'm' },
 	{ "max-conns-per-uid", required_argument, NULL, 'u' },
 	{ "idle-timeout", required_argument, NULL, 'i' },
+	{ "name", required_argument, NULL, 'N' },
+	{ "stage", no_argument, NULL, 'T' },
+	{ "verify", no_argument, NULL, 'Y' },
+	{ "exclude", required_argument, NULL, 'x' },
+	{ "delete", no_argument, NULL, 'D' },
+	{ "dry-run", no_argument, NULL, 'd' },
+	{ "new-version", no_argument, NULL, 'R' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -358,6 +388,34 @@ int main(int argc, char **argv)
 			break;
 		case 'S':
 			o.step = optarg;
+			break;
+		case 'N':
+			o.push_name = optarg;
+			break;
+		case 'T':
+			o.push_stage = true;
+			break;
+		case 'Y':
+			o.push_verify = true;
+			break;
+		case 'x':
+			if (o.push_n_excludes == STAGER_EXCLUDES_MAX) {
+				fprintf(stderr,
+					"stager: at most %d --exclude "
+					"patterns\n",
+					STAGER_EXCLUDES_MAX);
+				goto usage;
+			}
+			o.push_excludes[o.push_n_excludes++] = optarg;
+			break;
+		case 'D':
+			o.push_delete = true;
+			break;
+		case 'd':
+			o.push_dry_run = true;
+			break;
+		case 'R':
+			o.push_new_version = true;
 			break;
 		case 'm':
 			if (stager_count("--max-conns", optarg, 1,

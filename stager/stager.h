@@ -9,6 +9,8 @@
  *   runner.c   running stage and verify jobs (workers, hashing)
  *   sched.c    request slots shared by priority; per-job bandwidth caps
  *   local.c    commands that need no daemon: ls, bench
+ *   push.c     push: upload a directory (lib/push.c), then add, stage and
+ *              verify through client.c
  *
  * docs/stager.md describes the commands, the protocol and the exit codes.
  */
@@ -28,6 +30,7 @@
 /* Exit codes: CLI_EXIT_* (cli/cli.h), the same for every tool. */
 
 #define STAGER_PARALLEL_MAX 256 /* --parallel */
+#define STAGER_EXCLUDES_MAX 256 /* push --exclude, as PUSH_EXCLUDES_MAX */
 
 /* The daemon's connection limits (stager daemon --help, docs/stager.md). */
 struct stager_daemon_limits {
@@ -64,6 +67,13 @@ struct stager_opts {
 	const char *to; /* --to DIR (drill) */
 	const char *step; /* --step S (drill) */
 	struct stager_daemon_limits lim; /* daemon */
+	/* push */
+	const char *push_name; /* --name */
+	bool push_stage, push_verify; /* --stage, --verify */
+	bool push_delete, push_dry_run; /* --delete, --dry-run */
+	bool push_new_version; /* --new-version */
+	const char *push_excludes[STAGER_EXCLUDES_MAX]; /* --exclude */
+	size_t push_n_excludes;
 	int argc; /* positional arguments after the command */
 	char **argv;
 };
@@ -127,6 +137,10 @@ int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	     const struct stager_opts *o);
 int local_bench(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o);
+
+/* push.c: upload a directory, register it (no daemon for the upload). */
+int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+	       const struct stager_opts *o);
 
 /* drill.c: the checkpoint recovery drill (no daemon). */
 int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
