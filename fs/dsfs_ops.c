@@ -486,13 +486,14 @@ static void dsfs_ops_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct dsfs_ops_ctx c;
 	double timeout = 0;
 	struct stat st;
+	int ret;
 
-	if (dsfs_ops_enter(req, ino, &c))
-		dsfs_ops_reply_attr(req, &c,
-				    DSFS_OPS_CALL(&c, getattr, -ENOSYS,
-						  dsfs_ops_cfi(&c, fi), &st,
-						  &timeout),
-				    &st, timeout);
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	/* Not one expression: the hook sets timeout, read after it. */
+	ret = DSFS_OPS_CALL(&c, getattr, -ENOSYS, dsfs_ops_cfi(&c, fi), &st,
+			    &timeout);
+	dsfs_ops_reply_attr(req, &c, ret, &st, timeout);
 }
 
 static void dsfs_ops_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -501,13 +502,13 @@ static void dsfs_ops_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct dsfs_ops_ctx c;
 	double timeout = 0;
 	struct stat st;
+	int ret;
 
-	if (dsfs_ops_enter(req, ino, &c))
-		dsfs_ops_reply_attr(req, &c,
-				    DSFS_OPS_CALL(&c, setattr, -EROFS, attr,
-						  to_set, dsfs_ops_cfi(&c, fi),
-						  &st, &timeout),
-				    &st, timeout);
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	ret = DSFS_OPS_CALL(&c, setattr, -EROFS, attr, to_set,
+			    dsfs_ops_cfi(&c, fi), &st, &timeout);
+	dsfs_ops_reply_attr(req, &c, ret, &st, timeout);
 }
 
 static void dsfs_ops_access(fuse_req_t req, fuse_ino_t ino, int mask)
