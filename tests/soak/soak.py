@@ -191,7 +191,13 @@ class Soak:
             self.datasets[name] = {"src": src, "sums": sums,
                                    "url": "file://%s/" % src}
         if self.a.rgw_env:
-            self.setup_s3()
+            try:
+                self.setup_s3()
+            except (OSError, ValueError, KeyError,
+                    subprocess.SubprocessError) as e:
+                print("soak: radosgw of %s: %s (is it running and "
+                      "answering?)" % (self.a.rgw_env, e), file=sys.stderr)
+                sys.exit(2)
         self.start_daemon()
         for name, d in self.datasets.items():
             p = self.stager("add", name, d["url"], timeout=300)
@@ -243,7 +249,7 @@ class Soak:
                "-o", "/dev/null"]
         cmd += ["-T", str(path)] if path else ["-X", "PUT"]
         cmd.append("%s/%s/%s" % (info["AWS_ENDPOINT_URL"], bucket, key))
-        subprocess.run(cmd, check=True, timeout=120, capture_output=True)
+        subprocess.run(cmd, check=True, timeout=60, capture_output=True)
 
     def start_daemon(self):
         logf = open(self.root / "daemon.log", "ab")
