@@ -140,7 +140,9 @@ class Soak:
     def fail(self, what):
         """An unexplained event: counted by kind (digits and the temporary
         directory left out), the first 40 kinds kept with one example."""
-        kind = re.sub(r"\d+", "N", what.replace(str(self.root), "ROOT"))[:120]
+        kind = re.sub(r"\b[0-9a-f]{16,}\b", "HEX",
+                      what.replace(str(self.root), "ROOT"))
+        kind = re.sub(r"\d+", "N", kind)[:120]
         with self.lock:
             f = self.failures.get(kind)
             if f:
@@ -597,7 +599,9 @@ class Soak:
                     self.fail("%s: %s" % (name, line.strip()))
                 m = re.search(r" (error|warn): (.*)", line)
                 if m:
-                    k = re.sub(r"[0-9a-f]{8,}|\d+", "N", m.group(2))[:90]
+                    k = re.sub(r"\b[0-9a-f]{2}/[0-9a-f]+\b", "XX/HEX",
+                               m.group(2))
+                    k = re.sub(r"[0-9a-f]{8,}|\d+", "N", k)[:90]
                     k = name.split(".")[0] + " " + m.group(1) + ": " + k
                     kinds[k] = kinds.get(k, 0) + 1
         return kinds
