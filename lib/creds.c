@@ -37,6 +37,7 @@ struct creds_parse {
 	char *session_token;
 	bool in_profile; /* a key was seen in the profile's section */
 	int err; /* -ENOMEM from the handler */
+	const char *bad; /* the key whose value holds a control character */
 };
 
 static void creds_wipe_free(char *s)
@@ -86,6 +87,16 @@ static int creds_ini_handler(void *user, const char *section, const char *name,
 		slot = &p->session_token;
 	if (!slot)
 		return 1; /* region, output, ...: not ours */
+	/* The access key and token go into HTTP headers: a stray CR or other
+	 * control byte in them is refused, not sent. */
+	for (const unsigned char *c = (const unsigned char *)value; *c; c++)
+		if (*c < 0x20 || *c == 0x7f) {
+			p->bad = slot == &p->access_key ? "aws_access_key_id"
+				 : slot == &p->secret_key
+					 ? "aws_secret_access_key"
+					 : "aws_session_token";
+			return 0;
+		}
 	if (creds_set(slot, value)) {
 		p->err = -ENOMEM;
 		return 0;
@@ -169,6 +180,15 @@ static int creds_from_file(const char *path, bool strict, const char *profile,
 		strutil_msg(err, errlen, "credentials file %s: cannot read it",
 			    path);
 		r = -EIO;
+		goto out;
+	}
+	if (rc > 0 && p.bad) {
+		strutil_msg(err, errlen,
+			    "credentials file %s: line %d: the value of %s "
+			    "holds a control character; rewrite it as plain "
+			    "text",
+			    path, rc, p.bad);
+		r = -EINVAL;
 		goto out;
 	}
 	if (rc > 0) {

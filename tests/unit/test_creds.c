@@ -242,6 +242,35 @@ out:
 	free(text);
 }
 
+/* A control character in a value (a CR that would reach an HTTP header)
+ * is refused, naming the file, the line and the key; a CRLF line end is
+ * not such a character (libinih strips it). */
+static void test_control_characters(void)
+{
+	char path[512], err[512];
+	struct creds c;
+
+	clear_env();
+	snprintf(path, sizeof(path), "%s/ctl-creds", dir);
+	put_file(path, 0600,
+		 "[default]\r\naws_access_key_id = AKIA\rX\r\n"
+		 "aws_secret_access_key = " SECRET "\r\n");
+	CHECK_INT(creds_load(path, NULL, &c, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, path) != NULL);
+	CHECK(strstr(err, "line 2") != NULL);
+	CHECK(strstr(err, "aws_access_key_id") != NULL);
+	no_secret(err);
+
+	put_file(path, 0600,
+		 "[default]\r\naws_access_key_id = AKIAX\r\n"
+		 "aws_secret_access_key = " SECRET "\r\n");
+	CHECK_INT(creds_load(path, NULL, &c, err, sizeof(err)), 0);
+	CHECK_STR(c.access_key, "AKIAX");
+	CHECK_STR(c.secret_key, SECRET);
+	creds_release(&c);
+	unlink(path);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/dstage-test-creds-XXXXXX");
@@ -252,6 +281,7 @@ int main(void)
 	test_none_and_env();
 	test_dstage_file();
 	test_shared_file();
+	test_control_characters();
 	rmdir(dir);
 	return check_result();
 }
