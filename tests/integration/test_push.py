@@ -261,11 +261,15 @@ def test_rgw_tree_with_faults_verified_and_mounted(tool, stager_dir,  # noqa: F8
         finally:
             m.cleanup()
         # nothing PUT again by a re-run; no object read back either: the
-        # listing (a page per 1000 keys) and SHA256SUMS, compared
+        # listing (a page per 1000 keys) and SHA256SUMS, compared, and
+        # one list of the open multipart uploads
         faultproxy.reset_stats()
         p = push(s, str(src), dest.url, "--name", "ds")
         assert p.returncode == 0, text(p)
         gets = [r for r in faultproxy.requests() if r["method"] == "GET"]
+        assert len([r for r in gets if "uploads" in r["query"]]) == 1, \
+            faultproxy.counts()
+        gets = [r for r in gets if "uploads" not in r["query"]]
         assert faultproxy.count("PUT") == 0, faultproxy.counts()
         assert len([r for r in gets if "SHA256SUMS" not in r["path"]]) == \
             1 + len(files) // 1000, faultproxy.counts()
