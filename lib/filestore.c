@@ -28,7 +28,8 @@
  * O_NONBLOCK (a FIFO cannot hang them) and fstat decides; anything else is
  * -EINVAL (a directory -ENOENT), logged with its key. Writes (put, delete)
  * never pass through a symlink at all. Temporary files of interrupted puts
- * are never listed. The resolution itself is in filestore_path.c.
+ * are never listed (objstore_upload_list lists only them). The resolution
+ * itself is in filestore_path.c.
  *
  * The handle is immutable after open; every call is independent and
  * thread-safe.
@@ -116,6 +117,8 @@ struct fs_walk {
 	const char *prefix;
 	size_t prefix_len;
 	objstore_list_cb cb;
+	/* objstore_upload_list: only temporary files, through ucb */
+	objstore_upload_list_cb ucb;
 	void *arg;
 	char key[PATH_MAX];
 	unsigned depth;
@@ -131,7 +134,7 @@ static bool fs_may_match(const struct fs_walk *w, size_t keylen)
 
 /* Read the entries of directory d, unsorted, classified without following
  * anything. */
-static int fs_read_dir(DIR *d, struct fs_dirent **out, size_t *nout)
+static int fs_read_dir(DIR *d, bool tmp, struct fs_dirent **out, size_t *nout)
 {
 	struct fs_dirent *ents = NULL;
 	size_t n = 0, cap = 0;
@@ -145,8 +148,8 @@ static int fs_read_dir(DIR *d, struct fs_dirent **out, size_t *nout)
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (!strncmp(de->d_name, FILESTORE_TMP_PREFIX,
-			     sizeof(FILESTORE_TMP_PREFIX) - 1))
+		if (!tmp && !strncmp(de->d_name, FILESTORE_TMP_PREFIX,
+				     sizeof(FILESTORE_TMP_PREFIX) - 1))
 			continue;
 		if (de->d_type == DT_UNKNOWN) {
 			if (fstatat(dirfd(d), de->d_name, &st,
@@ -241,6 +244,23 @@ static int fs_walk_stat(struct fs_walk *w, int dfd, const struct fs_dirent *e,
 	return ret;
 }
 
+/* objstore_upload_list: report e (named w->key, in directory dfd) when it
+ * is a temporary file, never following a link. */
+static int fs_walk_tmp(struct fs_walk *w, int dfd, const struct fs_dirent *e)
+{
+	struct objstore_upload_info ui = { .key = w->key, .id = e->name };
+	struct stat st;
+
+	if (strncmp(e->name, FILESTORE_TMP_PREFIX,
+		    sizeof(FILESTORE_TMP_PREFIX) - 1) ||
+	    e->type != FS_DT_REG ||
+	    fstatat(dfd, e->name, &st, AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISREG(st.st_mode))
+		return 0;
+	ui.initiated = st.st_mtim.tv_sec;
+	return w->ucb(w->arg, &ui);
+}
+
 /* List directory dfd (opened by the caller, closed here), whose key form is
  * w->key[0..keylen). */
 static int fs_walk_dir(struct fs_walk *w, int dfd, size_t keylen)
@@ -263,7 +283,7 @@ static int fs_walk_dir(struct fs_walk *w, int dfd, size_t keylen)
 		close(dfd);
 		goto out;
 	}
-	ret = fs_read_dir(d, &ents, &n);
+	ret = fs_read_dir(d, w->ucb != NULL, &ents, &n);
 	if (ret)
 		goto out;
 	if (n)
@@ -303,6 +323,10 @@ static int fs_walk_dir(struct fs_walk *w, int dfd, size_t keylen)
 		if (klen < w->prefix_len ||
 		    memcmp(w->key, w->prefix, w->prefix_len))
 			continue;
+		if (w->ucb) {
+			ret = fs_walk_tmp(w, dirfd(d), &ents[i]);
+			continue;
+		}
 		if (fs_walk_stat(w, dirfd(d), &ents[i], &st))
 			continue;
 		filestore_fill_info(&st, &oi);
@@ -319,8 +343,9 @@ out:
 	return ret;
 }
 
-static int filestore_list(struct objstore *os, const char *prefix,
-			  objstore_list_cb cb, void *arg)
+static int filestore_walk(struct objstore *os, const char *prefix,
+			  objstore_list_cb cb, objstore_upload_list_cb ucb,
+			  void *arg)
 {
 	struct fs_walk *w = calloc(1, sizeof(*w));
 	int dfd, ret;
@@ -331,6 +356,7 @@ static int filestore_list(struct objstore *os, const char *prefix,
 	w->prefix = prefix;
 	w->prefix_len = strlen(prefix);
 	w->cb = cb;
+	w->ucb = ucb;
 	w->arg = arg;
 	objstore_count(&os->n_requests, 1);
 	dfd = openat(w->fs->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -343,6 +369,20 @@ static int filestore_list(struct objstore *os, const char *prefix,
 	}
 	free(w);
 	return ret;
+}
+
+static int filestore_list(struct objstore *os, const char *prefix,
+			  objstore_list_cb cb, void *arg)
+{
+	return filestore_walk(os, prefix, cb, NULL, arg);
+}
+
+/* The temporary files (an upload's, or a put's) under prefix: the
+ * uploads a process that died left open. */
+static int filestore_up_list(struct objstore *os, const char *prefix,
+			     objstore_upload_list_cb cb, void *arg)
+{
+	return filestore_walk(os, prefix, NULL, cb, arg);
 }
 
 /* ---- head, get ---- */
@@ -763,8 +803,18 @@ static int filestore_up_abort_id(struct objstore *os, const char *key,
 {
 	struct filestore *fs = fs_of(os);
 	const char *slash = strrchr(key, '/');
-	int dfd, ret = filestore_path_key_ok(fs, key);
+	size_t dlen = slash ? (size_t)(slash - key) + 1 : 0;
+	char *dkey = malloc(dlen + 2);
+	int dfd, ret;
 
+	/* key may be the temporary file's own path (objstore_upload_list):
+	 * only its directory is used, so only that is checked */
+	if (!dkey)
+		return -ENOMEM;
+	memcpy(dkey, key, dlen);
+	memcpy(dkey + dlen, "x", 2);
+	ret = filestore_path_key_ok(fs, dkey);
+	free(dkey);
 	if (ret)
 		return ret;
 	if (strncmp(id, FILESTORE_TMP_PREFIX, strlen(FILESTORE_TMP_PREFIX)) ||
@@ -876,6 +926,7 @@ static const struct objstore_ops filestore_ops = {
 	.up_commit = filestore_up_commit,
 	.up_abort = filestore_up_abort,
 	.up_abort_id = filestore_up_abort_id,
+	.up_list = filestore_up_list,
 };
 
 int filestore_open(const char *url, const char *rest,

@@ -409,6 +409,14 @@ int objstore_upload_abort_id(struct objstore *os, const char *key,
 	return objstore_result(os, os->ops->up_abort_id(os, key, id));
 }
 
+int objstore_upload_list(struct objstore *os, const char *prefix,
+			 objstore_upload_list_cb cb, void *arg)
+{
+	if (!os || !prefix || !cb)
+		return -EINVAL;
+	return objstore_result(os, os->ops->up_list(os, prefix, cb, arg));
+}
+
 int objstore_put_buf(struct objstore *os, const char *key, const void *buf,
 		     size_t len)
 {

@@ -47,6 +47,8 @@ struct objstore_ops {
 	void (*up_abort)(struct objstore_upload *up);
 	int (*up_abort_id)(struct objstore *os, const char *key,
 			   const char *id);
+	int (*up_list)(struct objstore *os, const char *prefix,
+		       objstore_upload_list_cb cb, void *arg);
 };
 
 /*

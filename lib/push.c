@@ -621,7 +621,9 @@ int push_execute(struct push *p)
 		if (p->files[i].state == PF_SKIP)
 			push_emit(p, PUSH_EV_SKIPPED, p->files[i].key,
 				  p->files[i].size, NULL);
-	ret = push_exec_run(p);
+	ret = push_exec_abort_leftovers(p);
+	if (!ret)
+		ret = push_exec_run(p);
 	if (ret)
 		goto out;
 	if (atomic_load(&p->stop)) {

@@ -701,3 +701,131 @@ out:
 	free(t);
 	return ret;
 }
+
+/* ---- uploads in parts left open by an earlier run ---- */
+
+struct push_leftover {
+	char *key, *id;
+	const char *why; /* static */
+};
+
+struct push_leftovers {
+	struct push *p;
+	int64_t now;
+	struct push_leftover *v;
+	size_t n, cap;
+};
+
+/* Whether key is one of this push's files (files are sorted by key). */
+static bool push_is_file(const struct push *p, const char *key)
+{
+	size_t lo = 0, hi = p->n_files;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(key, p->files[mid].key);
+
+		if (!c)
+			return true;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return false;
+}
+
+/* file://: whether directory key[0..dlen) holds one of this push's keys
+ * directly (a temporary file there is a put of this push's). */
+static bool push_is_dir(const struct push *p, const char *key, size_t dlen)
+{
+	for (size_t i = 0; i < p->n_files; i++) {
+		const char *k = p->files[i].key;
+		const char *s = strrchr(k, '/');
+		size_t kd = s ? (size_t)(s - k) : 0;
+
+		if (kd == dlen && !memcmp(k, key, dlen))
+			return true;
+	}
+	return false;
+}
+
+static int push_leftover_cb(void *arg, const struct objstore_upload_info *ui)
+{
+	struct push_leftovers *l = arg;
+	struct push *p = l->p;
+	const char *why = NULL;
+
+	if (p->s3) {
+		if (push_is_file(p, ui->key))
+			why = "left open on this push's key by an earlier run";
+	} else {
+		const char *s = strrchr(ui->key, '/');
+
+		if (push_is_dir(p, ui->key, s ? (size_t)(s - ui->key) : 0))
+			why = "left open in this push's directory by an "
+			      "earlier run";
+	}
+	if (!why && ui->initiated > 0 &&
+	    l->now - ui->initiated > PUSH_STALE_UPLOAD_S)
+		why = "open for more than 24 hours: abandoned";
+	if (!why)
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct push_leftover *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].key = strdup(ui->key);
+	l->v[l->n].id = strdup(ui->id);
+	l->v[l->n].why = why;
+	if (!l->v[l->n].key || !l->v[l->n].id) {
+		free(l->v[l->n].key);
+		free(l->v[l->n].id);
+		return -ENOMEM;
+	}
+	l->n++;
+	return 0;
+}
+
+int push_exec_abort_leftovers(struct push *p)
+{
+	struct push_leftovers l = { .p = p, .now = (int64_t)time(NULL) };
+	int ret;
+
+	/* listed whole first: aborting while paging could move markers */
+	ret = objstore_upload_list(p->os, "", push_leftover_cb, &l);
+	if (ret == -ENOMEM)
+		goto out;
+	if (ret)
+		log_warn("push: cannot list the uploads left open under %s "
+			 "(%s): any stay until a later push or a lifecycle "
+			 "rule removes them",
+			 p->o->url, strerror(-ret));
+	ret = 0;
+	for (size_t i = 0; i < l.n; i++) {
+		int r = objstore_upload_abort_id(p->os, l.v[i].key, l.v[i].id);
+
+		if (r) {
+			log_warn("push: %s: cannot abort the upload %s of '%s' "
+				 "(%s): it stays until a later push or a "
+				 "lifecycle rule removes it",
+				 p->o->url, l.v[i].id, l.v[i].key,
+				 strerror(-r));
+			continue;
+		}
+		p->aborted++;
+		push_emit(p, PUSH_EV_ABORTED, l.v[i].key, 0, l.v[i].why);
+	}
+out:
+	for (size_t i = 0; i < l.n; i++) {
+		free(l.v[i].key);
+		free(l.v[i].id);
+	}
+	free(l.v);
+	return ret;
+}

@@ -91,6 +91,7 @@ struct push {
 	_Atomic size_t next; /* next index into order */
 	_Atomic bool stop;
 	_Atomic uint64_t files_done, bytes_done, sent, changed, failed;
+	uint64_t aborted; /* leftover uploads aborted (before the workers) */
 	_Atomic int err; /* the first local error (journal) */
 	pthread_mutex_t ev_lock; /* serializes o->event; a leaf */
 	pthread_mutex_t bw_lock; /* protects bw_next; a leaf */
@@ -103,6 +104,10 @@ void push_emit(struct push *p, enum push_event ev, const char *key,
 /* Run the workers over p->order; then, for s3://, check every uploaded
  * object's size and ETag in one listing. Returns 0 or a local -errno. */
 int push_exec_run(struct push *p);
+
+/* Abort the uploads in parts that earlier runs left open (push.h,
+ * "Resume"). Returns 0; failures to abort are logged, not fatal. */
+int push_exec_abort_leftovers(struct push *p);
 
 /* push_journal.c */
 int push_journal_open(struct push_journal *j, const struct dstage_config *cfg,

@@ -507,6 +507,87 @@ static int s3store_up_abort_id(struct objstore *os, const char *key,
 	return s3_abort_multipart(s3_of(os), key, id);
 }
 
+/* ListMultipartUploads under the prefix, page by page (key-marker,
+ * upload-id-marker). */
+static int s3store_up_list(struct objstore *os, const char *prefix,
+			   objstore_upload_list_cb cb, void *arg)
+{
+	struct s3store *st = s3_of(os);
+	size_t plen = strlen(st->prefix);
+	char *full = s3req_strdupf("%s%s", st->prefix, prefix);
+	char *kmark = NULL, *imark = NULL;
+	struct s3xml_mpu_list page = { 0 };
+	unsigned pages = 0;
+	int ret = 0;
+
+	if (!full)
+		return -ENOMEM;
+	do {
+		const char *kv[10] = { "uploads",	"",   "prefix", full,
+				       "encoding-type", "url" };
+		size_t nkv = 3;
+		struct s3req rq;
+
+		if (kmark) {
+			kv[2 * nkv] = "key-marker";
+			kv[2 * nkv + 1] = kmark;
+			nkv++;
+			kv[2 * nkv] = "upload-id-marker";
+			kv[2 * nkv + 1] = imark ? imark : "";
+			nkv++;
+		}
+		ret = s3req_init(st, &rq, "GET", NULL, kv, nkv);
+		if (ret)
+			break;
+		rq.flags = REQ_COLLECT;
+		ret = s3req_run(st, &rq, 1);
+		if (!ret && s3xml_parse_mpu_list(rq.resp ? rq.resp : "",
+						 rq.resp_len, &page)) {
+			log_error("s3: %s: unreadable list of the multipart "
+				  "uploads under '%s'",
+				  os->url, full);
+			ret = -EIO;
+		}
+		s3req_release(&rq);
+		if (ret)
+			break;
+		for (size_t i = 0; i < page.nuploads && !ret; i++) {
+			const struct s3xml_mpu *u = &page.uploads[i];
+			struct objstore_upload_info ui = {
+				.key = u->key + plen,
+				.id = u->upload_id,
+				.initiated = u->initiated,
+			};
+
+			if (strncmp(u->key, st->prefix, plen) || !u->key[plen])
+				continue;
+			ret = cb(arg, &ui);
+		}
+		free(kmark);
+		free(imark);
+		kmark = imark = NULL;
+		if (!ret && page.truncated) {
+			/* a marker that does not move would loop forever */
+			if (!page.next_key || !page.next_key[0] ||
+			    ++pages > 1000000) {
+				log_error("s3: %s: truncated list of multipart "
+					  "uploads without a next key marker",
+					  os->url);
+				ret = -EIO;
+			} else {
+				kmark = page.next_key;
+				imark = page.next_id;
+				page.next_key = page.next_id = NULL;
+			}
+		}
+		s3xml_mpu_list_release(&page);
+	} while (!ret && kmark);
+	free(kmark);
+	free(imark);
+	free(full);
+	return ret;
+}
+
 /* objstore_put_fd's multipart form: the parts of fd in one batch, up to
  * s3.max_inflight in flight on one connection context. */
 static int s3_put_multipart(struct s3store *st, const char *key, int fd,
@@ -680,6 +761,7 @@ static const struct objstore_ops s3store_ops = {
 	.up_commit = s3store_up_commit,
 	.up_abort = s3store_up_abort,
 	.up_abort_id = s3store_up_abort_id,
+	.up_list = s3store_up_list,
 };
 
 static pthread_once_t s3_global_once = PTHREAD_ONCE_INIT;

@@ -431,6 +431,128 @@ out:
 }
 
 /* Fill e from an <Error> element. */
+void s3xml_mpu_list_release(struct s3xml_mpu_list *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->nuploads; i++) {
+		free(l->uploads[i].key);
+		free(l->uploads[i].upload_id);
+	}
+	free(l->uploads);
+	free(l->next_key);
+	free(l->next_id);
+	memset(l, 0, sizeof(*l));
+}
+
+/* One <Upload> into u. Returns 0, -EINVAL (why set) or -ENOMEM. */
+static int s3xml_parse_mpu(const xmlNode *c, bool url, struct s3xml_mpu *u,
+			   const char **why)
+{
+	char *t = NULL;
+	int r;
+
+	r = s3xml_child_text(c, "Key", &u->key);
+	if (!r)
+		r = s3xml_child_text(c, "UploadId", &u->upload_id);
+	if (r)
+		return r;
+	if (!u->key || !u->upload_id || !u->upload_id[0]) {
+		*why = "an Upload without a Key or UploadId";
+		return -EINVAL;
+	}
+	if (url && s3xml_url_decode(u->key)) {
+		*why = "a Key with a bad or NUL %-escape";
+		return -EINVAL;
+	}
+	if (!u->key[0] || strlen(u->key) > S3XML_MAX_KEY) {
+		*why = "an empty or overlong Key";
+		return -EINVAL;
+	}
+	r = s3xml_child_text(c, "Initiated", &t);
+	if (!r && t && s3xml_parse_iso8601(t, &u->initiated)) {
+		*why = "a bad Initiated";
+		r = -EINVAL;
+	}
+	free(t);
+	return r;
+}
+
+int s3xml_parse_mpu_list(const char *body, size_t len,
+			 struct s3xml_mpu_list *out)
+{
+	const char *why = NULL;
+	const xmlNode *root;
+	xmlDocPtr doc = NULL;
+	char *t = NULL;
+	bool url = false;
+	size_t n = 0;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	r = s3xml_read(body, len, "ListMultipartUploadsResult", false, &doc);
+	if (r)
+		return r;
+	root = xmlDocGetRootElement(doc);
+	if (!s3xml_is(root, "ListMultipartUploadsResult")) {
+		why = "not a ListMultipartUploadsResult";
+		r = -EINVAL;
+		goto out;
+	}
+	r = s3xml_child_text(root, "EncodingType", &t);
+	if (r)
+		goto out;
+	url = t && strcmp(t, "url") == 0;
+	free(t);
+	r = s3xml_child_text(root, "IsTruncated", &t);
+	if (r)
+		goto out;
+	if (t && strcmp(t, "true") && strcmp(t, "false")) {
+		why = "IsTruncated is neither true nor false";
+		r = -EINVAL;
+		goto out;
+	}
+	out->truncated = t && strcmp(t, "true") == 0;
+	r = s3xml_child_text(root, "NextKeyMarker", &out->next_key);
+	if (!r)
+		r = s3xml_child_text(root, "NextUploadIdMarker", &out->next_id);
+	if (r)
+		goto out;
+	if (url && out->next_key && s3xml_url_decode(out->next_key)) {
+		why = "a NextKeyMarker with a bad or NUL %-escape";
+		r = -EINVAL;
+		goto out;
+	}
+	for (const xmlNode *c = root->children; c; c = c->next)
+		n += s3xml_is(c, "Upload");
+	if (n) {
+		out->uploads = calloc(n, sizeof(*out->uploads));
+		if (!out->uploads) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+	for (const xmlNode *c = root->children; c; c = c->next) {
+		if (!s3xml_is(c, "Upload"))
+			continue;
+		/* counted now so that release frees a half-filled entry */
+		r = s3xml_parse_mpu(c, url, &out->uploads[out->nuploads++],
+				    &why);
+		if (r)
+			goto out;
+	}
+	r = 0;
+out:
+	free(t);
+	xmlFreeDoc(doc);
+	if (r) {
+		if (r == -EINVAL && why)
+			log_error("s3xml: ListMultipartUploadsResult: %s", why);
+		s3xml_mpu_list_release(out);
+	}
+	return r;
+}
+
 static void s3xml_fill_error(const xmlNode *root, struct s3xml_error *e)
 {
 	s3xml_child_copy(root, "Code", e->code, sizeof(e->code));

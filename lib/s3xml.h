@@ -51,6 +51,33 @@ int s3xml_parse_list(const char *body, size_t len, struct s3xml_list *out);
 /* Free everything in *l and zero it. Accepts NULL. */
 void s3xml_list_release(struct s3xml_list *l);
 
+struct s3xml_mpu {
+	char *key;
+	char *upload_id;
+	int64_t initiated; /* Initiated, epoch seconds; 0 when absent */
+};
+
+struct s3xml_mpu_list {
+	struct s3xml_mpu *uploads;
+	size_t nuploads;
+	bool truncated; /* IsTruncated */
+	char *next_key; /* NextKeyMarker, NULL when absent */
+	char *next_id; /* NextUploadIdMarker, NULL when absent */
+};
+
+/*
+ * Parse a ListMultipartUploadsResult into *out (zeroed first). Keys are
+ * decoded as in s3xml_parse_list when EncodingType is url. An <Upload>
+ * without a Key or UploadId, a bad Initiated, or a bad key makes the whole
+ * page invalid. Returns 0, -EINVAL (logged) or -ENOMEM; on error *out is
+ * left empty.
+ */
+int s3xml_parse_mpu_list(const char *body, size_t len,
+			 struct s3xml_mpu_list *out);
+
+/* Free everything in *l and zero it. Accepts NULL. */
+void s3xml_mpu_list_release(struct s3xml_mpu_list *l);
+
 /* Empty strings when absent; radosgw sends an empty <Message/>. */
 struct s3xml_error {
 	char code[64];

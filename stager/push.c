@@ -41,12 +41,24 @@
 
 #define PUSH_LIST_MAX 10000 /* problem rows kept for --json */
 
+enum {
+	PR_CHANGED,
+	PR_FAILED,
+	PR_BAD,
+	PR_IGNORED,
+	PR_DELETED,
+	PR_PLAN,
+	PR_ABORTED,
+	PR_N
+};
+
 struct push_cli {
 	const struct stager_opts *o;
 	struct push *push;
 	bool tty, json, drew;
-	json_t *rows[6]; /* changed, failed, bad, ignored, deleted, plan */
-	uint64_t n_rows[6];
+	/* changed, failed, bad, ignored, deleted, plan, aborted uploads */
+	json_t *rows[PR_N];
+	uint64_t n_rows[PR_N];
 	uint64_t deleted, uploaded, skipped, would_delete;
 	bool sums_written;
 	_Atomic bool quit;
@@ -55,9 +67,9 @@ struct push_cli {
 	char err[1024]; /* the last message of a failure, for --json */
 };
 
-enum { PR_CHANGED, PR_FAILED, PR_BAD, PR_IGNORED, PR_DELETED, PR_PLAN };
 static const char *const push_row_names[] = {
-	"changed", "failed", "bad_names", "ignored", "deleted", "plan",
+	"changed", "failed", "bad_names",	"ignored",
+	"deleted", "plan",   "aborted_uploads",
 };
 
 static struct push *_Atomic push_sig_target;
@@ -193,6 +205,10 @@ static void push_event(void *arg, enum push_event ev, const char *key,
 		return;
 	case PUSH_EV_SUMS:
 		c->sums_written = true;
+		return;
+	case PUSH_EV_ABORTED:
+		fprintf(out, "aborted upload %s: %s\n", pr, msg);
+		push_row(c, PR_ABORTED, key, size, msg);
 		return;
 	}
 }
@@ -439,13 +455,13 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 		}
 		printf("pushed %s: %" PRIu64 " uploaded (%s in %.1fs, %s/s), "
 		       "%" PRIu64 " already there, %" PRIu64 " deleted, "
-		       "%" PRIu64 " changed, %" PRIu64 " failed%s\n",
-		       name, c->uploaded, cli_bytes(pr.sent, a, sizeof(a)),
-		       el,
-		       cli_bytes(el > 0 ? (uint64_t)((double)pr.sent / el)
-					   : 0,
-				    b, sizeof(b)),
+		       "%" PRIu64 " changed, %" PRIu64 " failed, %" PRIu64
+		       " open uploads aborted%s\n",
+		       name, c->uploaded, cli_bytes(pr.sent, a, sizeof(a)), el,
+		       cli_bytes(el > 0 ? (uint64_t)((double)pr.sent / el) : 0,
+				 b, sizeof(b)),
 		       c->skipped, c->deleted, pr.changed, pr.failed,
+		       c->n_rows[PR_ABORTED],
 		       c->sums_written ? "; SHA256SUMS written" : "");
 		return;
 	}
@@ -484,7 +500,7 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 		json_decref(doc);
 		doc = NULL;
 	}
-	for (int k = 0; doc && k < 6; k++)
+	for (int k = 0; doc && k < PR_N; k++)
 		if (json_object_set(doc, push_row_names[k], c->rows[k]) ||
 		    json_object_set_new(
 			    doc,
@@ -493,6 +509,7 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 			    : k == PR_FAILED  ? "failed_count"
 			    : k == PR_BAD     ? "bad_names_count"
 			    : k == PR_IGNORED ? "ignored_count"
+			    : k == PR_ABORTED ? "aborted_uploads_count"
 					      : "deleted_count",
 			    json_integer((json_int_t)c->n_rows[k]))) {
 			json_decref(doc);
@@ -528,7 +545,7 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	(void)cmd;
 	c.t0 = stager_now();
 	c.tty = !o->json && isatty(STDOUT_FILENO);
-	for (int k = 0; k < 6; k++)
+	for (int k = 0; k < PR_N; k++)
 		if (!(c.rows[k] = json_array()))
 			goto out;
 	if (!strncmp(po.url, "s3://", 5))
@@ -681,7 +698,7 @@ out:
 		json_decref(e);
 		json_decref(doc);
 	}
-	for (int k = 0; k < 6; k++)
+	for (int k = 0; k < PR_N; k++)
 		json_decref(c.rows[k]);
 	push_free(c.push);
 	free(dup);

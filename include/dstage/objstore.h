@@ -200,10 +200,37 @@ int objstore_upload_commit(struct objstore_upload *up, uint64_t size);
 void objstore_upload_abort(struct objstore_upload *up);
 
 /* Abort the upload of key named id (objstore_upload_id) left by a process
- * that died. An upload already gone is 0. Returns 0 or the errors at the
- * top. */
+ * that died. file://: key may also be the temporary file's own path (as
+ * objstore_upload_list gives it); only its directory is used. An upload
+ * already gone is 0. Returns 0 or the errors at the top. */
 int objstore_upload_abort_id(struct objstore *os, const char *key,
 			     const char *id);
+
+/* An upload in parts left open (objstore_upload_list). */
+struct objstore_upload_info {
+	/* S3: the key the upload would create, relative to the store's
+	 * prefix. file://: the temporary file's own path (its directory is
+	 * the target's; the target's name is not recorded). */
+	const char *key;
+	const char *id; /* for objstore_upload_abort_id(key, id) */
+	int64_t initiated; /* seconds since the epoch; 0: unknown */
+};
+
+/*
+ * List the uploads in parts open under prefix ("" for all): S3
+ * ListMultipartUploads (every page); file:// the temporary files
+ * ".dstage-tmp.*" of puts and uploads never finished, whose key (their own
+ * path) starts with prefix. cb is called once per upload, with info valid
+ * only during the call, and may stop the listing by returning non-zero,
+ * which objstore_upload_list then returns. An upload still in progress in
+ * another process is listed too: abort only what is known to be dead.
+ * Returns 0, the cb's value, or the errors at the top (-EIO: an unreadable
+ * answer).
+ */
+typedef int (*objstore_upload_list_cb)(void *arg,
+				       const struct objstore_upload_info *ui);
+int objstore_upload_list(struct objstore *os, const char *prefix,
+			 objstore_upload_list_cb cb, void *arg);
 
 /* Store len bytes from buf as key (single request). */
 int objstore_put_buf(struct objstore *os, const char *key, const void *buf,

@@ -39,7 +39,11 @@
  * (URL, directory), mode 0600 in a 0700 directory. A file is skipped when
  * the store's listing shows its key with the size and ETag the journal
  * recorded and the local file has the journal's size, mtime and inode:
- * no object is read back.
+ * no object is read back. Uploads in parts left open by a run that died
+ * (kill -9, a lost node) are aborted when the push executes: those on a
+ * key of this push (file://: a temporary file in a directory of this
+ * push's keys), and any under the destination older than
+ * PUSH_STALE_UPLOAD_S (PUSH_EV_ABORTED for each).
  *
  * Threads: push_execute runs `parallel` workers and returns when they are
  * done. push_stop (async-signal-safe) makes workers take no new file.
@@ -59,6 +63,8 @@ struct push;
 #define PUSH_FILES_MAX 10000000u /* files in one push */
 #define PUSH_EXCLUDES_MAX 256 /* --exclude patterns */
 #define PUSH_SUMS_KEY "SHA256SUMS"
+/* An upload under the destination open longer than this is abandoned. */
+#define PUSH_STALE_UPLOAD_S (24 * 3600)
 
 enum push_event {
 	PUSH_EV_UPLOADED, /* stored and checked */
@@ -71,6 +77,7 @@ enum push_event {
 	PUSH_EV_PLAN_UPLOAD, /* dry run: would be uploaded */
 	PUSH_EV_PLAN_DELETE, /* dry run: would be deleted */
 	PUSH_EV_SUMS, /* SHA256SUMS written (size: its length) */
+	PUSH_EV_ABORTED, /* an upload left open was aborted; msg says why */
 };
 
 /* Called for each event; key is the key (or the local relative path of a

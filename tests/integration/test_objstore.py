@@ -322,6 +322,47 @@ def test_upload_left_open_then_aborted_by_id(store, tmp_path, request):
     store.run("abort-id", "left/obj", upload_id)
 
 
+def test_upload_list_names_open_uploads(store, tmp_path, request):
+    """objstore_upload_list: an upload left open is listed under its
+    prefix (with its id and a plausible start time), not under another
+    prefix, and no longer once aborted by that id."""
+    src = tmp_path / "src"
+    src.write_bytes(random.Random(9).randbytes(11 * 1024 * 1024))
+
+    def uploads(prefix):
+        out = store.run("uploads", prefix).stdout.decode()
+        return [line.split("\t", 2) for line in out.splitlines()]
+    try:
+        store.put_bytes("lst/done", b"done", tmp_path)  # not an upload
+        ids = []
+        for key in ("lst/a/obj", "lst/b"):
+            p = store.run("upload", key, str(src), "leave", env=SMALL_PARTS)
+            ids.append(p.stdout.decode().strip())
+        rows = uploads("lst/")
+        assert sorted(r[1] for r in rows) == sorted(ids), rows
+        now = time.time()
+        for initiated, _, key in rows:
+            assert abs(int(initiated) - now) < 600, rows
+            if store.url.startswith("s3://"):
+                assert key in ("lst/a/obj", "lst/b"), rows
+            else:  # the temporary file's own path, in the key's directory
+                assert key.rsplit("/", 1)[0] in ("lst/a", "lst"), rows
+        assert [r[1] for r in uploads("lst/a/")] == [ids[0]]
+        assert uploads("other/") == []
+        for _, upload_id, key in rows:
+            store.run("abort-id", key, upload_id)
+        assert uploads("lst/") == []
+        assert uploads("") == []
+    finally:
+        for _, upload_id, key in uploads(""):
+            store.run("abort-id", key, upload_id, check=False)
+        store.run("rm", "lst/done", check=False)
+        if store.url.startswith("s3://"):
+            bucket = store.url[5:].split("/")[0]
+            request.getfixturevalue("rgw").aws(
+                "s3api", "delete-bucket", "--bucket", bucket)
+
+
 @pytest.mark.parametrize("size", [1000, 11 * 1024 * 1024])
 def test_put_records_sha256_metadata(s3_store, rgw, tmp_path, size):
     """x-amz-meta-sha256 on the object: single PUT and multipart."""

@@ -18,6 +18,8 @@
  *                                  "leave": first part only, print the
  *                                  upload id and exit as if killed)
  *   objstore_tool [--config F] URL abort-id KEY ID
+ *   objstore_tool [--config F] URL uploads [PREFIX]  (open uploads, one
+ *                                  "initiated<TAB>id<TAB>key" a line)
  *
  * Exit 0 on success, 1 on an objstore error (the message is on stderr, and
  * "error: <errno name>" is the last line), 2 on bad usage. With
@@ -39,9 +41,10 @@
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: objstore_tool [--config F] URL "
-			"ls|head|get|cat|put|rm|cp|fill|upload|abort-id "
-			"ARGS...\n");
+	fprintf(stderr,
+		"usage: objstore_tool [--config F] URL "
+		"ls|head|get|cat|put|rm|cp|fill|upload|abort-id|uploads "
+		"ARGS...\n");
 	return 2;
 }
 
@@ -82,6 +85,14 @@ static int upload_file(struct objstore *os, const char *key, const char *path,
 out:
 	close(fd);
 	return ret;
+}
+
+/* "uploads PREFIX": one "initiated<TAB>id<TAB>key" line per open upload. */
+static int print_upload(void *arg, const struct objstore_upload_info *ui)
+{
+	(void)arg;
+	printf("%" PRId64 "\t%s\t%s\n", ui->initiated, ui->id, ui->key);
+	return 0;
 }
 
 static int print_entry(void *arg, const struct objstore_info *oi)
@@ -309,6 +320,9 @@ int main(int argc, char **argv)
 		ret = upload_file(os, argv[0], argv[1], argc == 3);
 	} else if (!strcmp(cmd, "abort-id") && argc == 2) {
 		ret = objstore_upload_abort_id(os, argv[0], argv[1]);
+	} else if (!strcmp(cmd, "uploads") && argc <= 1) {
+		ret = objstore_upload_list(os, argc ? argv[0] : "",
+					   print_upload, NULL);
 	} else if (!strcmp(cmd, "rm") && argc == 1) {
 		ret = objstore_delete(os, argv[0]);
 	} else if (!strcmp(cmd, "fill") && argc == 2) {

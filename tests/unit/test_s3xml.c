@@ -297,6 +297,57 @@ static void test_upload_id(void)
 	CHECK_INT(s3xml_parse_upload_id("<Error/>", 8, &id), -EINVAL);
 }
 
+/* ListMultipartUploads: a page with its next markers, as AWS documents
+ * it; a bad Upload makes the whole page invalid. */
+static void test_mpu_list(void)
+{
+	static const char doc[] =
+		XMLDECL "<ListMultipartUploadsResult" S3NS ">"
+			"<Bucket>b</Bucket><KeyMarker/><UploadIdMarker/>"
+			"<NextKeyMarker>my-movie.m2ts</NextKeyMarker>"
+			"<NextUploadIdMarker>YW55IGlkZWE</NextUploadIdMarker>"
+			"<MaxUploads>2</MaxUploads><IsTruncated>true"
+			"</IsTruncated>"
+			"<Upload><Key>my-divisor</Key><UploadId>XMgbGlrZSBl"
+			"</UploadId><Initiated>2010-11-10T20:48:33.000Z"
+			"</Initiated></Upload>"
+			"<Upload><Key>my &amp; movie.m2ts</Key><UploadId>"
+			"YW55IGlkZWE</UploadId></Upload>"
+			"</ListMultipartUploadsResult>";
+	static const char none[] = "<ListMultipartUploadsResult>"
+				   "<IsTruncated>false</IsTruncated>"
+				   "</ListMultipartUploadsResult>";
+	static const char noid[] = "<ListMultipartUploadsResult><Upload>"
+				   "<Key>k</Key></Upload>"
+				   "</ListMultipartUploadsResult>";
+	static const char badtime[] = "<ListMultipartUploadsResult><Upload>"
+				      "<Key>k</Key><UploadId>i</UploadId>"
+				      "<Initiated>yesterday</Initiated>"
+				      "</Upload></ListMultipartUploadsResult>";
+	struct s3xml_mpu_list l;
+
+	CHECK_INT(s3xml_parse_mpu_list(doc, strlen(doc), &l), 0);
+	CHECK(l.truncated);
+	CHECK_STR(l.next_key, "my-movie.m2ts");
+	CHECK_STR(l.next_id, "YW55IGlkZWE");
+	CHECK_INT(l.nuploads, 2);
+	if (l.nuploads == 2) {
+		CHECK_STR(l.uploads[0].key, "my-divisor");
+		CHECK_STR(l.uploads[0].upload_id, "XMgbGlrZSBl");
+		CHECK_INT(l.uploads[0].initiated, 1289422113);
+		CHECK_STR(l.uploads[1].key, "my & movie.m2ts");
+		CHECK_INT(l.uploads[1].initiated, 0);
+	}
+	s3xml_mpu_list_release(&l);
+	CHECK_INT(s3xml_parse_mpu_list(none, strlen(none), &l), 0);
+	CHECK(!l.truncated && l.nuploads == 0 && !l.next_key);
+	s3xml_mpu_list_release(&l);
+	CHECK_INT(s3xml_parse_mpu_list(noid, strlen(noid), &l), -EINVAL);
+	CHECK(l.nuploads == 0 && !l.uploads);
+	CHECK_INT(s3xml_parse_mpu_list(badtime, strlen(badtime), &l), -EINVAL);
+	CHECK_INT(s3xml_parse_mpu_list("<ListBucketResult/>", 19, &l), -EINVAL);
+}
+
 static void test_complete(void)
 {
 	static const char ok[] =
@@ -421,6 +472,7 @@ int main(void)
 	test_hostile();
 	test_error();
 	test_upload_id();
+	test_mpu_list();
 	test_complete();
 	test_build();
 	test_iso8601();
