@@ -8,7 +8,12 @@ would fail the job with an error); --repair fetches the block again, lists
 it as repaired and exits 0; blocks never fetched are reported as missing,
 not fetched (source moved away again), told apart from damaged ones in the
 same job; --fetch-missing fetches them; `stager show` carries the counts in
-the last verify's message; at most 10000 rows, the rest counted.
+the last verify's message; at most 10000 rows, the rest counted. The
+counts are kept (catalog schema 7): show --json's last_verify_damaged /
+_missing / _mismatched / _repaired, status JOB --json, show's text and the
+daemon's dstage_verify_*{dataset} gauges report them, --repair takes them to
+0 and counts the blocks repaired, a deleted object file counts as missing,
+and a restricted dataset's counts go to dataset="/restricted", unnamed.
 
 Errors name their cause where the user is: `add` with the endpoint on a
 closed port, a bad URL scheme, a missing file:// directory, a wrong secret
