@@ -195,6 +195,15 @@ static const char *const catalog_migrations[] = {
 	" archive TEXT NOT NULL DEFAULT '',"
 	" storage_class TEXT NOT NULL DEFAULT '',"
 	" created INTEGER NOT NULL);",
+
+	/* 6 -> 7: what a verify job found (stager show, the metrics):
+	 * counts of blocks and files, one row per finished verify job. */
+	"CREATE TABLE jobs_counts("
+	" job_id INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,"
+	" damaged INTEGER NOT NULL,"
+	" missing INTEGER NOT NULL,"
+	" mismatched INTEGER NOT NULL,"
+	" repaired INTEGER NOT NULL);",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==

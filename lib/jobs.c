@@ -41,9 +41,12 @@ static const char *const jobs_names[] = {
 #define JOBS_COLS                                                         \
 	"j.id, j.kind, coalesce(d.name, ''), coalesce(j.dataset_id, 0), " \
 	"coalesce(d.priority, 0), j.state, j.done, j.total, "             \
-	"coalesce(j.error, ''), a.args, j.created, j.updated "            \
+	"coalesce(j.error, ''), a.args, j.created, j.updated, "           \
+	"c.job_id IS NOT NULL, c.damaged, c.missing, c.mismatched, "      \
+	"c.repaired "                                                     \
 	"FROM jobs j LEFT JOIN datasets d ON d.id = j.dataset_id "        \
-	"LEFT JOIN jobs_args a ON a.job_id = j.id "
+	"LEFT JOIN jobs_args a ON a.job_id = j.id "                       \
+	"LEFT JOIN jobs_counts c ON c.job_id = j.id "
 
 const char *jobs_state_name(enum jobs_state st)
 {
@@ -129,9 +132,10 @@ int jobs_open(const char *path, struct jobs **out)
 		ret = jobs_sqlerr(jq, rc, "user_version");
 		goto err;
 	}
-	if (sqlite3_column_int(st, 0) < 3) {
+	if (sqlite3_column_int(st, 0) < 7) {
 		log_error("jobs: %s: catalog schema version %d has no job "
-			  "arguments table; open it with the catalog first",
+			  "counts table (schema 7); open it with the catalog "
+			  "first, which migrates it",
 			  path, sqlite3_column_int(st, 0));
 		ret = -EPROTO;
 		goto err;
@@ -188,6 +192,11 @@ static int jobs_fill(sqlite3_stmt *st, struct jobs_job *j, bool own)
 	jobs_copy(j->error, sizeof(j->error), sqlite3_column_text(st, 8));
 	j->created = sqlite3_column_int64(st, 10);
 	j->updated = sqlite3_column_int64(st, 11);
+	j->has_counts = sqlite3_column_int(st, 12) != 0;
+	j->counts.damaged = (uint64_t)sqlite3_column_int64(st, 13);
+	j->counts.missing = (uint64_t)sqlite3_column_int64(st, 14);
+	j->counts.mismatched = (uint64_t)sqlite3_column_int64(st, 15);
+	j->counts.repaired = (uint64_t)sqlite3_column_int64(st, 16);
 	if (!own) {
 		j->args = (char *)args;
 		return 0;
@@ -451,12 +460,17 @@ int jobs_progress(struct jobs *jq, int64_t id, uint64_t done, uint64_t total)
 int jobs_finish(struct jobs *jq, int64_t id, enum jobs_state state,
 		const char *error)
 {
+	return jobs_finish_counts(jq, id, state, error, NULL);
+}
+
+/* The UPDATE of jobs_finish_counts (inside its transaction). */
+static int jobs_finish_row(struct jobs *jq, int64_t id, enum jobs_state state,
+			   const char *error)
+{
 	sqlite3_stmt *st = NULL;
 	char msg[JOBS_ERROR_MAX];
 	int ret;
 
-	if (state != JOBS_DONE && state != JOBS_FAILED)
-		return -EINVAL;
 	snprintf(msg, sizeof(msg), "%s", error ? error : "");
 	ret = jobs_prepare(jq,
 			   "UPDATE jobs SET state = ?2, error = ?3,"
@@ -473,6 +487,83 @@ int jobs_finish(struct jobs *jq, int64_t id, enum jobs_state state,
 		sqlite3_bind_null(st, 3);
 	sqlite3_bind_int64(st, 4, jobs_now());
 	ret = jobs_update(jq, st, id, -ECANCELED);
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int jobs_finish_counts(struct jobs *jq, int64_t id, enum jobs_state state,
+		       const char *error, const struct jobs_counts *counts)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret;
+
+	if (state != JOBS_DONE && state != JOBS_FAILED)
+		return -EINVAL;
+	ret = jobs_exec(jq, "BEGIN IMMEDIATE");
+	if (ret)
+		return ret;
+	ret = jobs_finish_row(jq, id, state, error);
+	if (ret || !counts)
+		goto out;
+	ret = jobs_prepare(jq,
+			   "INSERT OR REPLACE INTO jobs_counts(job_id, damaged,"
+			   " missing, mismatched, repaired)"
+			   " VALUES(?, ?, ?, ?, ?)",
+			   &st);
+	if (ret)
+		goto out;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, (int64_t)counts->damaged);
+	sqlite3_bind_int64(st, 3, (int64_t)counts->missing);
+	sqlite3_bind_int64(st, 4, (int64_t)counts->mismatched);
+	sqlite3_bind_int64(st, 5, (int64_t)counts->repaired);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		ret = jobs_sqlerr(jq, rc, "finish: counts");
+out:
+	sqlite3_finalize(st);
+	if (ret) {
+		sqlite3_exec(jq->db, "ROLLBACK", NULL, NULL, NULL);
+		return ret;
+	}
+	return jobs_exec(jq, "COMMIT");
+}
+
+int jobs_verify_counts(struct jobs *jq, unsigned max, jobs_counts_cb cb,
+		       void *arg)
+{
+	sqlite3_stmt *st = NULL;
+	unsigned n = 0;
+	int rc = SQLITE_DONE, ret;
+
+	ret = jobs_prepare(
+		jq,
+		"SELECT d.name, d.owner_group IS NOT NULL, c.damaged,"
+		" c.missing, c.mismatched, c.repaired FROM datasets d"
+		" JOIN jobs_counts c ON c.job_id = (SELECT max(j.id)"
+		"  FROM jobs j WHERE j.dataset_id = d.id"
+		"  AND j.kind = 'verify' AND j.state IN ('done', 'failed'))"
+		" WHERE d.state <> 2 ORDER BY d.id",
+		&st);
+	if (ret)
+		return ret;
+	while (n++ < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct jobs_counts k = {
+			.damaged = (uint64_t)sqlite3_column_int64(st, 2),
+			.missing = (uint64_t)sqlite3_column_int64(st, 3),
+			.mismatched = (uint64_t)sqlite3_column_int64(st, 4),
+			.repaired = (uint64_t)sqlite3_column_int64(st, 5),
+		};
+		const unsigned char *name = sqlite3_column_text(st, 0);
+
+		ret = cb(arg, name ? (const char *)name : "",
+			 sqlite3_column_int(st, 1) != 0, &k);
+		if (ret)
+			goto out;
+	}
+	if (n <= max && rc != SQLITE_DONE)
+		ret = jobs_sqlerr(jq, rc, "verify counts");
+out:
 	sqlite3_finalize(st);
 	return ret;
 }

@@ -187,9 +187,23 @@ static int client_show_row(struct client *cl, void *arg)
 	if (proto_get(&cl->pc.msg, "last_verify")) {
 		proto_get_i64(&cl->pc.msg, "last_verify_at", &t);
 		cli_time(t, tb, sizeof(tb));
-		printf("last verify: %s at %s: %s\n",
-		       client_get(cl, "last_verify"), tb,
-		       client_get(cl, "last_verify_msg"));
+		if (proto_get(&cl->pc.msg, "last_verify_damaged"))
+			printf("last verify: %s %s: %s damaged blocks, %s "
+			       "missing, %" PRIu64 " file%s, %s blocks "
+			       "repaired\n             %s\n",
+			       client_get(cl, "last_verify"), tb,
+			       client_get(cl, "last_verify_damaged"),
+			       client_get(cl, "last_verify_missing"),
+			       client_u64(cl, "last_verify_mismatched"),
+			       client_u64(cl, "last_verify_mismatched") == 1
+				       ? " differs"
+				       : "s differ",
+			       client_get(cl, "last_verify_repaired"),
+			       client_get(cl, "last_verify_msg"));
+		else /* a job from before schema 7 */
+			printf("last verify: %s at %s: %s\n",
+			       client_get(cl, "last_verify"), tb,
+			       client_get(cl, "last_verify_msg"));
 	} else {
 		printf("last verify: never\n");
 	}

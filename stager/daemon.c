@@ -79,6 +79,85 @@ static int daemon_metrics_job(void *arg, const struct jobs_job *j)
 	return ++dm->seen >= 1000000; /* bound one scrape's work */
 }
 
+/*
+ * What each dataset's last finished verify job found (jobs_verify_counts):
+ * the first METRICS_MAX_DATASETS datasets get a series each, the rest are
+ * summed into dataset="/other", and a restricted dataset (one with a group)
+ * is never named: it is summed into dataset="/restricted" (the page is open
+ * to every local user; see metrics_cache.c).
+ */
+struct daemon_metrics_verify {
+	struct metrics_buf *b;
+	unsigned f; /* which family is being written */
+	unsigned n; /* datasets named or folded into "/other" */
+	uint64_t other, restricted;
+	bool any_restricted;
+};
+
+static const char *const daemon_metrics_verify_names[3][2] = {
+	{ "dstage_verify_damaged_blocks",
+	  "Blocks the last verify of the dataset found damaged in the cache "
+	  "and did not repair" },
+	{ "dstage_verify_missing_blocks",
+	  "Blocks the last verify of the dataset found missing from the "
+	  "cache and did not fetch" },
+	{ "dstage_verify_mismatched_files",
+	  "Files whose SHA-256 differed in the last verify of the dataset" },
+};
+
+static int daemon_metrics_verify_row(void *arg, const char *name,
+				     bool restricted,
+				     const struct jobs_counts *k)
+{
+	struct daemon_metrics_verify *a = arg;
+	uint64_t v = a->f == 0	 ? k->damaged
+		     : a->f == 1 ? k->missing
+				 : k->mismatched;
+	char label[600], esc[540];
+	size_t o = 0;
+
+	if (restricted) {
+		a->restricted += v;
+		a->any_restricted = true;
+		return 0;
+	}
+	if (a->n++ >= METRICS_MAX_DATASETS) {
+		a->other += v;
+		return 0;
+	}
+	for (; *name && o + 3 < sizeof(esc); name++) {
+		if (*name == '\\' || *name == '"' || *name == '\n')
+			esc[o++] = '\\';
+		esc[o++] = *name == '\n' ? 'n' : *name;
+	}
+	esc[o] = '\0';
+	snprintf(label, sizeof(label), "dataset=\"%s\"", esc);
+	metrics_sample(a->b, daemon_metrics_verify_names[a->f][0], label,
+		       (double)v);
+	return 0;
+}
+
+static void daemon_metrics_verify(struct jobs *jq, struct metrics_buf *b)
+{
+	for (unsigned f = 0; f < 3; f++) {
+		struct daemon_metrics_verify a = { .b = b, .f = f };
+		const char *name = daemon_metrics_verify_names[f][0];
+
+		metrics_family(b, name, "gauge",
+			       daemon_metrics_verify_names[f][1]);
+		/* bounded: at most a million datasets read per scrape */
+		if (jobs_verify_counts(jq, 1000000, daemon_metrics_verify_row,
+				       &a) < 0)
+			return; /* logged */
+		if (a.n > METRICS_MAX_DATASETS)
+			metrics_sample(b, name, "dataset=\"/other\"",
+				       (double)a.other);
+		if (a.any_restricted)
+			metrics_sample(b, name, "dataset=\"/restricted\"",
+				       (double)a.restricted);
+	}
+}
+
 static void daemon_metrics_collect(void *arg, struct metrics_buf *b)
 {
 	struct daemon_metrics *dm = arg;
@@ -100,6 +179,7 @@ static void daemon_metrics_collect(void *arg, struct metrics_buf *b)
 		      "Bytes done of the running jobs", (double)dm->done);
 	metrics_gauge(b, "dstage_stager_running_total_bytes",
 		      "Bytes to do of the running jobs", (double)dm->total);
+	daemon_metrics_verify(dm->jq, b);
 }
 
 int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)

@@ -137,6 +137,12 @@ static void daemon_req_job_fields(struct proto_buf *b, const struct jobs_job *j,
 		proto_add_u64(b, "files_total", atomic_load(&rj->files_total));
 	}
 	proto_add(b, "error", j->error);
+	if (j->has_counts) {
+		proto_add_u64(b, "damaged_blocks", j->counts.damaged);
+		proto_add_u64(b, "missing_blocks", j->counts.missing);
+		proto_add_u64(b, "mismatched_files", j->counts.mismatched);
+		proto_add_u64(b, "repaired_blocks", j->counts.repaired);
+	}
 	proto_add_i64(b, "created", j->created);
 	proto_add_i64(b, "updated", j->updated);
 	proto_add(b, "args", j->args ? j->args : "");
@@ -177,6 +183,16 @@ static int daemon_req_show(struct daemon_conn *c)
 		proto_add(&c->out, "last_verify", jobs_state_name(j.state));
 		proto_add_i64(&c->out, "last_verify_at", j.updated);
 		proto_add(&c->out, "last_verify_msg", j.error);
+		if (j.has_counts) {
+			proto_add_u64(&c->out, "last_verify_damaged",
+				      j.counts.damaged);
+			proto_add_u64(&c->out, "last_verify_missing",
+				      j.counts.missing);
+			proto_add_u64(&c->out, "last_verify_mismatched",
+				      j.counts.mismatched);
+			proto_add_u64(&c->out, "last_verify_repaired",
+				      j.counts.repaired);
+		}
 		jobs_job_release(&j);
 	}
 	if (!jobs_last(c->jq, name, "stage", &j)) {

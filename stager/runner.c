@@ -743,9 +743,13 @@ finish:
 	}
 	runner_result(c, ret, &st, msg, sizeof(msg));
 	if (jq) {
+		struct jobs_counts k;
+
 		jobs_progress(jq, rj->id, atomic_load(&rj->bytes_done),
 			      atomic_load(&rj->bytes_total));
-		ret = jobs_finish(jq, rj->id, st, msg);
+		runner_counts(c, &k);
+		ret = jobs_finish_counts(jq, rj->id, st, msg,
+					 c->stage ? NULL : &k);
 		if (ret && ret != -ECANCELED)
 			log_error("job %" PRId64 ": recording its end: %s",
 				  rj->id, strerror(-ret));

@@ -87,6 +87,10 @@ void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
 /* verify in the cache: check f's blocks first; true when f is to be read. */
 bool runner_check(struct runner_ctx *c, const struct runner_file *f);
 
+/* What a verify job found, for the catalog (jobs_finish_counts): what is
+ * left damaged or missing, the SHA-256 mismatches, the blocks repaired. */
+void runner_counts(struct runner_ctx *c, struct jobs_counts *k);
+
 /* The job's final state and message (ret: the job's own error, or 0). */
 void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
 		   char *msg, size_t len);

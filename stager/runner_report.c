@@ -206,6 +206,16 @@ static size_t runner_found_msg(struct runner_ctx *c, char *msg, size_t len)
 	return off < len ? off : len - 1;
 }
 
+void runner_counts(struct runner_ctx *c, struct jobs_counts *k)
+{
+	bool fetch = c->repair || c->fetch_missing;
+
+	k->damaged = c->repair ? 0 : atomic_load(&c->damaged);
+	k->repaired = c->repair ? atomic_load(&c->damaged) : 0;
+	k->missing = fetch ? 0 : atomic_load(&c->missing);
+	k->mismatched = atomic_load(&c->mismatched);
+}
+
 /* The job's final message. */
 void runner_result(struct runner_ctx *c, int ret, enum jobs_state *st,
 		   char *msg, size_t len)

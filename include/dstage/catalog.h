@@ -45,7 +45,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 6
+#define CATALOG_SCHEMA_VERSION 7
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*

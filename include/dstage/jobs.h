@@ -52,6 +52,14 @@ enum jobs_state {
 #define JOBS_NAME_MAX 256
 #define JOBS_ERROR_MAX 1024
 
+/* What a verify job found (table jobs_counts, schema 7), kept with the
+ * job when it finishes: the blocks still damaged or missing in the cache
+ * (not fixed by --repair / --fetch-missing), the files whose SHA-256
+ * differs, and the damaged blocks --repair fetched again. */
+struct jobs_counts {
+	uint64_t damaged, missing, mismatched, repaired;
+};
+
 struct jobs_job {
 	int64_t id;
 	char kind[JOBS_KIND_MAX]; /* "stage", "verify" */
@@ -63,6 +71,8 @@ struct jobs_job {
 	char error[JOBS_ERROR_MAX]; /* "" when none */
 	char *args; /* proto line without '\n'; owned, jobs_job_release */
 	int64_t created, updated; /* seconds since the epoch */
+	bool has_counts; /* a finished verify job: counts is set */
+	struct jobs_counts counts;
 };
 
 /* "queued", "running", ... ; "?" for a bad value. */
@@ -135,6 +145,24 @@ int jobs_progress(struct jobs *jq, int64_t id, uint64_t done, uint64_t total);
  */
 int jobs_finish(struct jobs *jq, int64_t id, enum jobs_state st,
 		const char *error);
+
+/*
+ * jobs_finish, and keep what the job found (counts; NULL: nothing, as
+ * jobs_finish) with it, in one transaction. Returns as jobs_finish.
+ */
+int jobs_finish_counts(struct jobs *jq, int64_t id, enum jobs_state st,
+		       const char *error, const struct jobs_counts *counts);
+
+/*
+ * For each dataset (not being removed), in the order it was added, whose
+ * newest finished verify job has counts: cb(arg, name, restricted (the
+ * dataset has a group), counts). At most `max` calls; a non-zero return
+ * stops and is returned. Returns 0 or an error above.
+ */
+typedef int (*jobs_counts_cb)(void *arg, const char *dataset, bool restricted,
+			      const struct jobs_counts *counts);
+int jobs_verify_counts(struct jobs *jq, unsigned max, jobs_counts_cb cb,
+		       void *arg);
 
 /*
  * Cancel a queued or running job. *was (may be NULL) gets its state before.

@@ -180,9 +180,14 @@ def read_uncached(path):
 
 
 def exported_names(node):
+    """Names with samples, and families declared (# TYPE) that have none
+    yet: the stager's per-dataset verify gauges have a series only once a
+    verify job has finished."""
     names = set()
     for port in (node.fs_port, node.st_port):
         names |= node.scrape(port)[1]
+        st, text = http("http://127.0.0.1:%d/metrics" % port)
+        names |= set(re.findall(r"(?m)^# TYPE (\S+) ", text))
     return names
 
 

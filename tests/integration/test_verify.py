@@ -8,7 +8,12 @@ would fail the job with an error); --repair fetches the block again, lists
 it as repaired and exits 0; blocks never fetched are reported as missing,
 not fetched (source moved away again), told apart from damaged ones in the
 same job; --fetch-missing fetches them; `stager show` carries the counts in
-the last verify's message; at most 10000 rows, the rest counted.
+the last verify's message; at most 10000 rows, the rest counted. The
+counts are kept (catalog schema 7): show --json's last_verify_damaged /
+_missing / _mismatched / _repaired, status JOB --json, show's text and the
+daemon's dstage_verify_*{dataset} gauges report them, --repair takes them to
+0 and counts the blocks repaired, a deleted object file counts as missing,
+and a restricted dataset's counts go to dataset="/restricted", unnamed.
 
 Errors name their cause where the user is: `add` with the endpoint on a
 closed port, a bad URL scheme, a missing file:// directory, a wrong secret
@@ -332,3 +337,114 @@ def test_missing_list_capped(daemon, stager_dir):
     assert len(res["missing"]) == 10000
     assert "10003 block(s) of 10003 file(s) missing" in res["job"]["error"]
     assert "only the first 10000 listed, 3 more not" in res["job"]["error"]
+
+
+def metrics_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    """{sample with labels: value} of the daemon's metrics page, and the
+    page."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                timeout=5) as r:
+        page = r.read().decode()
+    samples = {}
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            samples[k] = float(v)
+    return samples, page
+
+
+@pytest.fixture
+def mdaemon(tool, stager_dir):
+    """A daemon with its metrics endpoint on a free loopback port."""
+    s = Stager(tool("stager"), stager_dir)
+    s.port = metrics_port()
+    with open(s.cfg, "a") as f:
+        f.write("[metrics]\nlisten = 127.0.0.1:%d\n" % s.port)
+    s.start()
+    yield s
+    s.stop()
+
+
+def counts(show):
+    return tuple(show.get("last_verify_" + k) for k in
+                 ("damaged", "missing", "mismatched", "repaired"))
+
+
+def gauges(port, ds):
+    s = scrape(port)[0]
+    return tuple(s.get('dstage_verify_%s{dataset="%s"}' % (n, ds))
+                 for n in ("damaged_blocks", "missing_blocks",
+                           "mismatched_files"))
+
+
+def test_counts_in_show_status_and_metrics(mdaemon, stager_dir):
+    """The last verify's counts are kept (catalog, schema 7) and reported
+    as numbers by show --json and status --json, in show's text, and as
+    per-dataset gauges; --repair takes them to 0 and counts what it
+    repaired; never-fetched blocks count as missing."""
+    d = mdaemon
+    files = {"big.bin": data(11, 10 * MiB), "small.bin": data(12, 5000)}
+    src = stager_dir / "src"
+    make_dataset(src, files)
+    d.run("add", "ds", "file://%s/" % src, check=True)
+    d.run("stage", "ds", "--wait", check=True)
+    (big,) = [p for p in cache_files(stager_dir)
+              if p.stat().st_size >= 10 * MiB]
+    flip(big, DATA_OFF + 77)  # block 0
+    flip(big, DATA_OFF + 2 * BLOCK + 5)  # block 2
+
+    p = d.run("verify", "ds", "--cache", "--json")
+    assert p.returncode == 1, text(p)
+    job = json.loads(p.stdout)["job"]["job"]
+    show = d.json("show", "ds")
+    assert show["last_verify"] == "failed"
+    assert counts(show) == (2, 0, 0, 0), show
+    assert gauges(d.port, "ds") == (2, 0, 0)
+    st = d.json("status", str(job))
+    st = st[0] if isinstance(st, list) else st
+    assert (st["damaged_blocks"], st["missing_blocks"],
+            st["mismatched_files"], st["repaired_blocks"]) == (2, 0, 0, 0)
+    out = d.run("show", "ds", check=True).stdout.decode()
+    assert "2 damaged blocks, 0 missing, 0 files differ, 0 blocks " \
+        "repaired" in out, out
+
+    p = d.run("verify", "ds", "--cache", "--repair")
+    assert p.returncode == 0, text(p)
+    show = d.json("show", "ds")
+    assert show["last_verify"] == "done"
+    assert counts(show) == (0, 0, 0, 2), show
+    assert gauges(d.port, "ds") == (0, 0, 0)
+
+    # A block that was never fetched counts as missing, not damaged.
+    os.unlink(big)
+    p = d.run("verify", "ds", "--cache")
+    assert p.returncode == 1, text(p)
+    show = d.json("show", "ds")
+    assert counts(show) == (0, 3, 0, 0), show
+    assert gauges(d.port, "ds") == (0, 3, 0)
+
+
+def test_counts_of_a_restricted_dataset_not_named(mdaemon, stager_dir):
+    """A dataset with a group is never named on the metrics page: its
+    counts go to dataset="/restricted"."""
+    d = mdaemon
+    src = stager_dir / "src"
+    make_dataset(src, {"f.bin": data(13, 5 * MiB)})
+    d.run("add", "secret-ds", "file://%s/" % src, "--group", "root",
+          check=True)
+    d.run("stage", "secret-ds", "--wait", check=True)
+    (obj,) = [p for p in cache_files(stager_dir)
+              if p.stat().st_size >= 5 * MiB]
+    flip(obj, DATA_OFF + BLOCK + 9)
+    assert d.run("verify", "secret-ds", "--cache").returncode == 1
+    assert counts(d.json("show", "secret-ds")) == (1, 0, 0, 0)
+    s, page = scrape(d.port)
+    assert s['dstage_verify_damaged_blocks{dataset="/restricted"}'] == 1
+    assert "secret-ds" not in page

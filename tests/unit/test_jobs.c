@@ -3,7 +3,9 @@
  * jobs: submit, claim by priority, progress, finish, cancel (queued and
  * running), recovery after a crash, a final state never changing, two
  * connections claiming concurrently never taking the same job, listing,
- * jobs_last, and the proto line format used for job arguments.
+ * jobs_last, a verify job's counts (kept with its end; the newest per
+ * dataset; a catalog of schema 6 migrated to 7 gets their table), and the
+ * proto line format used for job arguments.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -12,6 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
+#include "catalog_i.h"
 #include "check.h"
 #include "dstage/catalog.h"
 #include "dstage/jobs.h"
@@ -147,6 +152,103 @@ out:
 #define RACE_THREADS 4
 
 static _Atomic int race_claimed[RACE_JOBS + 8];
+
+static int counts_cb(void *arg, const char *dataset, bool restricted,
+		     const struct jobs_counts *k)
+{
+	char *out = arg;
+	size_t n = strlen(out);
+
+	snprintf(out + n, 256 - n, "%s%s:%d/%d/%d/%d;", dataset,
+		 restricted ? "(r)" : "", (int)k->damaged, (int)k->missing,
+		 (int)k->mismatched, (int)k->repaired);
+	return 0;
+}
+
+static void test_counts(void)
+{
+	struct jobs_counts k1 = { 3, 1, 2, 0 }, k2 = { 0, 0, 0, 4 };
+	struct catalog *cat = NULL;
+	struct jobs *jq = NULL;
+	struct jobs_job j = { 0 };
+	char path[160], out[256] = "";
+	int64_t a, b, c;
+	sqlite3 *db;
+
+	/* a schema-6 catalog with a finished verify job: migrated to 7 */
+	snprintf(path, sizeof(path), "%s/v6.db", dir);
+	CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+	CHECK_INT(catalog_migrate(db, 6), 0);
+	CHECK(sqlite3_exec(
+		      db,
+		      "INSERT INTO datasets(id, name, source, state,"
+		      " created) VALUES (1, 'old', 'file:///o/', 1, 1);"
+		      "INSERT INTO jobs(id, kind, dataset_id, state, error,"
+		      " created, updated) VALUES (5, 'verify', 1, 'failed',"
+		      " 'found 1 damaged block(s)', 1, 2);"
+		      "INSERT INTO jobs_args VALUES (5, '');",
+		      0, 0, 0) == SQLITE_OK);
+	CHECK(sqlite3_exec(db, "SELECT * FROM jobs_counts", 0, 0, 0) !=
+	      SQLITE_OK);
+	sqlite3_close(db);
+	CHECK_INT(jobs_open(path, &jq), -EPROTO); /* not migrated yet */
+	CHECK_INT(catalog_open(path, 0, &cat), 0);
+	CHECK_INT(catalog_schema_version(cat), CATALOG_SCHEMA_VERSION);
+	CHECK_INT(jobs_open(path, &jq), 0);
+	if (!jq || !cat)
+		goto out;
+	/* the old job has no counts: show prints its message only */
+	CHECK_INT(jobs_last(jq, "old", "verify", &j), 0);
+	CHECK(!j.has_counts);
+	CHECK_STR(j.error, "found 1 damaged block(s)");
+	jobs_job_release(&j);
+
+	CHECK_INT(catalog_dataset_add(cat, "ds", "file:///x/", NULL), 0);
+	CHECK_INT(catalog_dataset_add(cat, "sec", "file:///y/", "root"), 0);
+	CHECK_INT(jobs_submit(jq, "verify", "ds", NULL, &a), 0);
+	CHECK_INT(jobs_submit(jq, "verify", "ds", NULL, &b), 0);
+	CHECK_INT(jobs_submit(jq, "verify", "sec", NULL, &c), 0);
+	/* only a running job finishes, counts and all */
+	CHECK_INT(jobs_finish_counts(jq, a, JOBS_FAILED, "x", &k1), -ECANCELED);
+	CHECK_INT(jobs_get(jq, a, &j), 0);
+	CHECK(!j.has_counts);
+	jobs_job_release(&j);
+	for (int i = 0; i < 3; i++) {
+		CHECK_INT(jobs_claim(jq, &j), 0);
+		jobs_job_release(&j);
+	}
+	CHECK_INT(jobs_finish_counts(jq, a, JOBS_FAILED, "x", &k1), 0);
+	CHECK_INT(jobs_finish_counts(jq, a, JOBS_DONE, "y", &k2), -ECANCELED);
+	CHECK_INT(jobs_get(jq, a, &j), 0);
+	CHECK(j.has_counts && j.counts.damaged == 3 && j.counts.missing == 1 &&
+	      j.counts.mismatched == 2 && j.counts.repaired == 0);
+	CHECK_INT(j.state, JOBS_FAILED);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_verify_counts(jq, 100, counts_cb, out), 0);
+	CHECK_STR(out, "ds:3/1/2/0;");
+	/* the newest finished one counts */
+	CHECK_INT(jobs_finish_counts(jq, b, JOBS_DONE, NULL, &k2), 0);
+	CHECK_INT(jobs_finish_counts(jq, c, JOBS_FAILED, NULL, &k1), 0);
+	CHECK_INT(jobs_last(jq, "ds", "verify", &j), 0);
+	CHECK(j.id == b && j.has_counts && j.counts.repaired == 4);
+	jobs_job_release(&j);
+	out[0] = '\0';
+	CHECK_INT(jobs_verify_counts(jq, 100, counts_cb, out), 0);
+	CHECK_STR(out, "ds:0/0/0/4;sec(r):3/1/2/0;");
+	out[0] = '\0';
+	CHECK_INT(jobs_verify_counts(jq, 1, counts_cb, out), 0); /* bounded */
+	CHECK_STR(out, "ds:0/0/0/4;");
+out:
+	jobs_close(jq);
+	catalog_close(cat);
+	for (int k = 0; k < 3; k++) {
+		static const char *const sfx[] = { "", "-wal", "-shm" };
+		char p[200];
+
+		snprintf(p, sizeof(p), "%s%s", path, sfx[k]);
+		unlink(p);
+	}
+}
 
 static void *race_thread(void *arg)
 {
@@ -297,6 +399,7 @@ int main(void)
 	snprintf(dbpath, sizeof(dbpath), "%s/catalog.db", dir);
 	test_basic();
 	test_race();
+	test_counts();
 	test_proto();
 	test_parse_id();
 	test_proto_timeout();
