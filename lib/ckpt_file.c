@@ -27,6 +27,7 @@
 
 #include "ckpt_i.h"
 #include "dstage/log.h"
+#include "dstage/metrics.h"
 
 #define CKPT_IO_CHUNK (4u << 20)
 
@@ -167,6 +168,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	struct objstore_info oi;
 	char line[CKPT_SHA_HEX + 32], *side = NULL;
 	const char *what = "reading the local copy";
+	uint64_t t0 = metrics_start();
 	struct stat st;
 	int ret;
 
@@ -226,11 +228,13 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	ckpt_journal_write(ck, ino, &rec, false);
 	atomic_fetch_add(&ck->n_published, 1);
 	atomic_fetch_add(&ck->n_published_bytes, rec.size);
+	metrics_ckpt_publish(0, rec.size, t0);
 	free(side);
 	return 0;
 err:
 	free(side);
 	atomic_fetch_add(&ck->n_errors, 1);
+	metrics_ckpt_publish(ret, 0, 0);
 	/* The local copy must outlive a crash: it is all there is. */
 	fsync(fd);
 	if (rec.sha[0])

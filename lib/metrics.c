@@ -72,7 +72,15 @@ static struct metrics_histogram metrics_hists[METRICS_NHIST] = {
 		.name = "dstage_source_fetch_seconds",
 		.help = "Time of one batch of block fetches from the source",
 	},
+	[METRICS_HIST_CKPT] = {
+		.name = "dstage_checkpoint_publish_seconds",
+		.help = "Time from a checkpoint file's close (or fsync) to its "
+			"publish in the store",
+	},
 };
+
+/* Checkpoint publishes: [0] ok, [1] failed; and the bytes published. */
+static _Atomic uint64_t metrics_ckpt[2], metrics_ckpt_bytes;
 
 static time_t metrics_start_time;
 
@@ -278,6 +286,36 @@ static void metrics_write_requests(struct metrics_buf *b)
 		}
 }
 
+void metrics_ckpt_publish(int ret, uint64_t bytes, uint64_t start_ns)
+{
+	atomic_fetch_add_explicit(&metrics_ckpt[ret ? 1 : 0], 1,
+				  memory_order_relaxed);
+	if (ret)
+		return;
+	atomic_fetch_add_explicit(&metrics_ckpt_bytes, bytes,
+				  memory_order_relaxed);
+	metrics_observe_since(METRICS_HIST_CKPT, start_ns);
+}
+
+static void metrics_write_ckpt(struct metrics_buf *b)
+{
+	static const char *const name = "dstage_checkpoint_publishes_total";
+
+	metrics_family(b, name, "counter",
+		       "Checkpoint files published to the store, by result "
+		       "(a failed one is kept locally and retried)");
+	metrics_printf(b, "%s{result=\"ok\"} %llu\n", name,
+		       (unsigned long long)atomic_load_explicit(
+			       &metrics_ckpt[0], memory_order_relaxed));
+	metrics_printf(b, "%s{result=\"failed\"} %llu\n", name,
+		       (unsigned long long)atomic_load_explicit(
+			       &metrics_ckpt[1], memory_order_relaxed));
+	metrics_counter(b, "dstage_checkpoint_published_bytes_total",
+			"Bytes of checkpoint files published to the store",
+			atomic_load_explicit(&metrics_ckpt_bytes,
+					     memory_order_relaxed));
+}
+
 /* RSS from /proc/self/statm (pages), open descriptors from /proc/self/fd. */
 static void metrics_collect_process(void *arg, struct metrics_buf *b)
 {
@@ -314,6 +352,7 @@ static void metrics_collect_process(void *arg, struct metrics_buf *b)
 	for (unsigned h = 0; h < METRICS_NHIST; h++)
 		metrics_write_hist(b, &metrics_hists[h]);
 	metrics_write_requests(b);
+	metrics_write_ckpt(b);
 }
 
 int metrics_new(struct metrics **out)

@@ -66,6 +66,9 @@ enum metrics_hist {
 	METRICS_HIST_READ, /* dstage_cache_read_seconds: a cache_read_iov */
 	METRICS_HIST_FETCH, /* dstage_source_fetch_seconds: a block batch's
 			     * objstore_get_many */
+	METRICS_HIST_CKPT, /* dstage_checkpoint_publish_seconds: a closed
+			    * checkpoint file's publish (the rest of its
+			    * upload, its SHA-256, the check) */
 	METRICS_NHIST,
 };
 
@@ -100,5 +103,14 @@ void metrics_observe_since(enum metrics_hist h, uint64_t start_ns);
  * Lock-free; every combination is one series, so the count stays bounded.
  */
 void metrics_source_request(const char *method, int status);
+
+/*
+ * Count one checkpoint publish that ended with ret (0 or -errno), of bytes
+ * bytes, begun at start_ns (metrics_start; 0: not timed):
+ * dstage_checkpoint_publishes_total{result="ok"|"failed"},
+ * dstage_checkpoint_published_bytes_total and, when timed and it
+ * succeeded, dstage_checkpoint_publish_seconds. Lock-free.
+ */
+void metrics_ckpt_publish(int ret, uint64_t bytes, uint64_t start_ns);
 
 #endif

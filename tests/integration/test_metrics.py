@@ -580,3 +580,41 @@ def test_source_requests_by_method_and_status(node, faultproxy):
     assert delta == seen, (delta, seen)
     assert delta['{method="GET",status="503"}'] == 1
     assert sum(v for k, v in delta.items() if "GET" in k) >= 5  # 4 blocks
+
+
+def test_checkpoint_publishes_counted(node, tmp_path):
+    """dstage_checkpoint_publishes_total{result}, _published_bytes_total and
+    the publish histogram count what this test wrote through the mount's
+    checkpoints/: one file published, then one whose store path is a file
+    (the publish fails, the local copy stays)."""
+    store = tmp_path / "ckstore"
+    store.mkdir()
+    with open(node.conf("fs"), "a") as f:
+        f.write("[checkpoints]\nstore = file://%s/\nstaging_dir = %s\n"
+                "retry_interval = 3600s\n" % (store, tmp_path / "staging"))
+    node.start_fs({"a.bin": b"x"})
+    s = node.scrape(node.fs_port)[0]
+    ok = 'dstage_checkpoint_publishes_total{result="ok"}'
+    failed = 'dstage_checkpoint_publishes_total{result="failed"}'
+    assert s[ok] == 0 and s[failed] == 0, s
+
+    data = os.urandom(3 * MiB + 7)
+    (node.mnt / "checkpoints" / "job").mkdir()
+    with open(node.mnt / "checkpoints" / "job" / "step1.bin", "wb") as f:
+        f.write(data)
+    assert (store / "job" / "step1.bin").read_bytes() == data
+    s = node.scrape(node.fs_port)[0]
+    assert s[ok] == 1 and s[failed] == 0, s
+    assert s["dstage_checkpoint_published_bytes_total"] == len(data)
+    assert s["dstage_checkpoint_publish_seconds_count"] == 1, s
+
+    (node.mnt / "checkpoints" / "blocked").mkdir()
+    # Behind the mount's back, the store's job directory is a file.
+    shutil.rmtree(store / "blocked", ignore_errors=True)
+    (store / "blocked").write_bytes(b"not a directory")
+    with pytest.raises(OSError):
+        with open(node.mnt / "checkpoints" / "blocked" / "x.bin", "wb") as f:
+            f.write(b"y" * 1000)
+    s = node.scrape(node.fs_port)[0]
+    assert s[ok] == 1 and s[failed] >= 1, s
+    assert s["dstage_checkpoint_published_bytes_total"] == len(data)
