@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,13 @@ def stage_and_read(n):
                      n.group, check=True)
     n.daemon.run("stage", "team", "--wait", check=True)
     f = n.mount.mnt / "datasets" / "team" / "sub" / "b.txt"
-    r = n.users.run(n.member, ["cat", f])
+    # A mount started next to a busy daemon may list the dataset only at
+    # its next catalog poll: give it 30 s, then the member must read it.
+    for _ in range(60):
+        r = n.users.run(n.member, ["cat", f])
+        if r.returncode == 0:
+            break
+        time.sleep(0.5)
     assert r.returncode == 0 and r.stdout == b"restricted\n", r.stderr
     r = n.users.run(n.other, ["cat", f])
     assert r.returncode != 0
