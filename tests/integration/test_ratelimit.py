@@ -73,14 +73,15 @@ def test_503_retry_after_capped_by_deadline(limited):
     """A Retry-After beyond s3.deadline ends the request with ETIMEDOUT at
     once, not after a minute's sleep."""
     store, proxy, _ = limited
-    proxy.throttle_rps = 0.5  # every request over the rate: throttled
-    proxy.throttle_retry_after = 3600
+    proxy.add_fault("503", count=100, match="GET", path="/blob")
+    proxy.throttle_retry_after = 3600  # on every 503 SlowDown
     t = time.monotonic()
     p = store.get("blob", 0, 100, check=False,
                   env={"DSTAGE_S3_DEADLINE": "3s"})
     assert p.returncode == 1
-    assert "ETIMEDOUT" in p.stderr.decode() or "deadline" in \
-        p.stderr.decode(), p.stderr.decode()
+    err = p.stderr.decode()
+    assert "deadline of 3000 ms reached" in err and "ETIMEDOUT" in err, err
+    assert proxy.count("GET", "/blob") == 1
     assert time.monotonic() - t < 10
 
 
