@@ -170,3 +170,18 @@ def test_eight_nodes_back_off_together(limited):
     # 208); with it about 1 to 1
     assert throttled < 1.5 * served, (throttled, served)
     assert took < 90
+
+
+def test_held_past_deadline_fails_fast(limited):
+    """A request the limits would hold past s3.deadline ends at once, named,
+    instead of waiting to be sent with no time left."""
+    store, proxy, _ = limited
+    t = time.monotonic()
+    p = store.run("cat", "blob", "64K", check=False, timeout=60,
+                  env={"DSTAGE_S3_MAX_REQUESTS_PER_SECOND": "1",
+                       "DSTAGE_S3_DEADLINE": "2s"})
+    err = p.stderr.decode()
+    assert p.returncode == 1, (time.monotonic() - t, proxy.count("GET"), err)
+    assert "not sent within s3.deadline" in err, err
+    assert proxy.count("GET", "/blob") <= 3
+    assert time.monotonic() - t < 10
