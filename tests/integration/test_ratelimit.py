@@ -69,6 +69,24 @@ def test_429_retry_after_waited(limited):
     assert ts[1] - ts[0] < 10
 
 
+def test_retry_after_holds_the_whole_process(limited):
+    """A Retry-After holds every request of the process, not only the one
+    that got it: the next ranges wait too."""
+    store, proxy, _ = limited
+    proxy.add_fault("429", count=1, match="GET", path="/blob", skip=2,
+                    seconds=2)
+    p = store.run("cat", "blob", "256K", check=False,
+                  env={"DSTAGE_S3_MAX_INFLIGHT": "1"})
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout == DATA
+    reqs = sorted((r["t"], r["fault"]) for r in proxy.requests()
+                  if r["method"] == "GET" and "/blob" in r["path"])
+    t429 = [t for t, f in reqs if f == "429"]
+    assert len(t429) == 1, reqs
+    later = [t - t429[0] for t, _ in reqs if t > t429[0]]
+    assert later and min(later) >= 1.95, later
+
+
 def test_503_retry_after_capped_by_deadline(limited):
     """A Retry-After beyond s3.deadline ends the request with ETIMEDOUT at
     once, not after a minute's sleep."""
