@@ -21,7 +21,9 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dstage/ratelimit.h"
 
@@ -171,4 +173,26 @@ double ratelimit_rate(struct ratelimit *rl)
 	r = rl->req_rate;
 	pthread_mutex_unlock(&rl->lock);
 	return r;
+}
+
+uint64_t ratelimit_retry_after_ms(const char *v, int64_t now_s)
+{
+	unsigned long long sec;
+	struct tm tm;
+	char *end;
+
+	if (!v)
+		return 0;
+	sec = strtoull(v, &end, 10);
+	if (end == v || *end || *v == '-') {
+		memset(&tm, 0, sizeof(tm));
+		end = strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		if (!end || *end)
+			return 0;
+		now_s = (int64_t)timegm(&tm) - now_s;
+		sec = now_s > 0 ? (unsigned long long)now_s : 0;
+	}
+	if (sec > RATELIMIT_HOLD_MAX_MS / 1000)
+		return RATELIMIT_HOLD_MAX_MS;
+	return sec * 1000;
 }

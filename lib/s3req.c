@@ -13,6 +13,8 @@
  *      +----- retriable, ---------+
  *             after backoff (full jitter), while attempts and deadline last
  *
+ * A QUEUED request starts once the process's rate limits grant it; a
+ * throttling answer holds them and halves the rate (docs/objstore.md).
  * Retriable: transport errors (reset, truncated body, timeout, refused), 5xx,
  * 429, 408, 400 RequestTimeout, a 200 carrying <Error> for a retriable code,
  * and a body shorter (or longer) than its range. A request is re-signed on
@@ -71,12 +73,8 @@ static uint64_t s3_rand(void)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 
-/*
- * The process's limits on requests to the store (s3.max_requests_per_second,
- * s3.max_bytes_per_second): every request of every s3 store and thread takes
- * its tokens here before it is sent; a throttling answer slows it down
- * (lib/ratelimit.c). Its lock is a leaf, taken with no other held.
- */
+/* The process's source limits, taken by every request of every store and
+ * thread before it is sent (lib/ratelimit.c; its lock is a leaf). */
 static struct ratelimit s3_limit = RATELIMIT_INITIALIZER;
 
 /* 429, SlowDown, or a 503 naming when to come back (or to a HEAD, which
@@ -209,23 +207,6 @@ static void s3_trim(const char **v, size_t *n)
 		(*n)--;
 }
 
-/* Retry-After (delta-seconds or an HTTP date) in ms, capped at
- * RATELIMIT_HOLD_MAX_MS; 0 when unreadable or past. */
-static uint64_t s3_retry_after_ms(const char *v)
-{
-	char *end;
-	unsigned long long sec = strtoull(v, &end, 10);
-	time_t t;
-
-	if (end == v || *end) {
-		t = curl_getdate(v, NULL);
-		sec = t > time(NULL) ? (unsigned long long)(t - time(NULL)) : 0;
-	}
-	if (sec > RATELIMIT_HOLD_MAX_MS / 1000)
-		return RATELIMIT_HOLD_MAX_MS;
-	return sec * 1000;
-}
-
 static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
@@ -264,7 +245,8 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 		rq->content_length = strtoull(tmp, &end, 10);
 		rq->have_cl = end != tmp && !*end;
 	} else if (nlen == 11 && !strncasecmp(p, "retry-after", 11)) {
-		rq->retry_after_ms = s3_retry_after_ms(tmp);
+		rq->retry_after_ms =
+			ratelimit_retry_after_ms(tmp, (int64_t)time(NULL));
 	} else if (nlen == 13 && !strncasecmp(p, "last-modified", 13)) {
 		time_t t = curl_getdate(tmp, NULL);
 
@@ -832,13 +814,13 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 			lwait = ratelimit_acquire(&s3_limit, now,
 						  s3_req_bytes(rq));
 			if (lwait && now + lwait >= rq->deadline_ms) {
-				log_error("s3: %s %s: not sent within "
-					  "s3.deadline "
-					  "(%u ms): held by "
+				log_error("s3: %s %s: held past s3.deadline "
+					  "(%u ms) by "
+					  "the rate limits or a Retry-After: "
+					  "raise "
 					  "s3.max_requests_per_second, "
-					  "s3.max_bytes_per_second or the "
-					  "store's Retry-After; raise the "
-					  "limits or s3.deadline",
+					  "s3.max_bytes_per_second or "
+					  "s3.deadline",
 					  rq->method, rq->key ? rq->key : "",
 					  st->base.cfg->s3_deadline_ms);
 				rq->state = REQ_DONE;

@@ -79,6 +79,13 @@ uint64_t ratelimit_acquire(struct ratelimit *rl, uint64_t now_ms,
 void ratelimit_throttled(struct ratelimit *rl, uint64_t now_ms,
 			 uint64_t retry_after_ms);
 
+/*
+ * A Retry-After value (delta-seconds, or an IMF-fixdate such as "Wed, 21 Oct
+ * 2015 07:28:00 GMT" read against now_s, seconds since the epoch) in ms, cut
+ * to RATELIMIT_HOLD_MAX_MS; 0 when v is NULL, unreadable or in the past.
+ */
+uint64_t ratelimit_retry_after_ms(const char *v, int64_t now_s);
+
 /* The current request rate (requests/s; 0: unlimited). */
 double ratelimit_rate(struct ratelimit *rl);
 

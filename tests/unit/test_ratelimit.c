@@ -144,8 +144,27 @@ static void test_aimd(void)
 	ratelimit_release(&rl);
 }
 
+static void test_retry_after_parse(void)
+{
+	/* 1445412480 is Wed, 21 Oct 2015 07:28:00 GMT */
+	CHECK_INT(ratelimit_retry_after_ms("2", 0), 2000);
+	CHECK_INT(ratelimit_retry_after_ms("0", 0), 0);
+	CHECK_INT(ratelimit_retry_after_ms("3600", 0), RATELIMIT_HOLD_MAX_MS);
+	CHECK_INT(ratelimit_retry_after_ms("Wed, 21 Oct 2015 07:28:00 GMT",
+					   1445412480 - 5),
+		  5000);
+	CHECK_INT(ratelimit_retry_after_ms("Wed, 21 Oct 2015 07:28:00 GMT",
+					   1445412480 + 5),
+		  0);
+	CHECK_INT(ratelimit_retry_after_ms("soon", 0), 0);
+	CHECK_INT(ratelimit_retry_after_ms("-5", 0), 0);
+	CHECK_INT(ratelimit_retry_after_ms("2x", 0), 0);
+	CHECK_INT(ratelimit_retry_after_ms(NULL, 0), 0);
+}
+
 int main(void)
 {
+	test_retry_after_parse();
 	test_unlimited();
 	test_request_rate();
 	test_byte_rate();
