@@ -13,6 +13,8 @@
  *      +----- retriable, ---------+
  *             after backoff (full jitter), while attempts and deadline last
  *
+ * A QUEUED request starts once the process's rate limits grant it; a
+ * throttling answer holds them and halves the rate (docs/objstore.md).
  * Retriable: transport errors (reset, truncated body, timeout, refused), 5xx,
  * 429, 408, 400 RequestTimeout, a 200 carrying <Error> for a retriable code,
  * and a body shorter (or longer) than its range. A request is re-signed on
@@ -42,6 +44,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
+#include "dstage/ratelimit.h"
 #include "s3store_i.h"
 #include "s3xml.h"
 #include "sigv4.h"
@@ -68,6 +71,25 @@ static uint64_t s3_rand(void)
 	x ^= x << 25;
 	x ^= x >> 27;
 	return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* The process's source limits, taken by every request of every store and
+ * thread before it is sent (lib/ratelimit.c; its lock is a leaf). */
+static struct ratelimit s3_limit = RATELIMIT_INITIALIZER;
+
+/* 429, SlowDown, or a 503 naming when to come back (or to a HEAD, which
+ * has no body to name SlowDown): the store is shedding load, not failing. */
+static bool s3_throttling(const struct s3req *rq)
+{
+	return rq->status == 429 || !strcmp(rq->s3code, "SlowDown") ||
+	       (rq->status == 503 &&
+		(rq->retry_after_ms || rq->flags & REQ_HEAD));
+}
+
+/* The bytes a request is charged for when it starts. */
+static uint64_t s3_req_bytes(const struct s3req *rq)
+{
+	return rq->flags & REQ_RANGE ? rq->len : rq->body_len;
 }
 
 /* ---- connection contexts ---- */
@@ -201,6 +223,7 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 		rq->status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		rq->etag[0] = '\0';
 		rq->have_cl = rq->have_cr = false;
+		rq->retry_after_ms = 0;
 		return n;
 	}
 	if (!colon)
@@ -221,6 +244,9 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 
 		rq->content_length = strtoull(tmp, &end, 10);
 		rq->have_cl = end != tmp && !*end;
+	} else if (nlen == 11 && !strncasecmp(p, "retry-after", 11)) {
+		rq->retry_after_ms =
+			ratelimit_retry_after_ms(tmp, (int64_t)time(NULL));
 	} else if (nlen == 13 && !strncasecmp(p, "last-modified", 13)) {
 		time_t t = curl_getdate(tmp, NULL);
 
@@ -358,6 +384,7 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	rq->last_modified = 0;
 	rq->errbuf[0] = '\0';
 	rq->s3code[0] = '\0';
+	rq->retry_after_ms = 0;
 	curl_slist_free_all(rq->hdrs);
 	rq->hdrs = NULL;
 
@@ -689,6 +716,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 		return;
 	}
 	s3_describe(st, rq, what, sizeof(what));
+	if (s3_throttling(rq))
+		ratelimit_throttled(&s3_limit, now_ms(), rq->retry_after_ms);
 	if (retry && rq->attempt < cfg->s3_max_attempts) {
 		uint64_t ceil = cfg->s3_backoff_base_ms;
 		uint64_t now = now_ms(), delay;
@@ -699,6 +728,9 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 		if (ceil > cfg->s3_backoff_max_ms)
 			ceil = cfg->s3_backoff_max_ms;
 		delay = s3_rand() % (ceil + 1); /* full jitter */
+		/* never before the time the store asked for (capped) */
+		if (delay < rq->retry_after_ms)
+			delay = rq->retry_after_ms;
 		if (now + delay < rq->deadline_ms) {
 			log_warn("s3: %s: %s; retry %u of %u in %" PRIu64 " ms",
 				 what, why, rq->attempt,
@@ -754,6 +786,9 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 
 	if (!c)
 		return -ENOMEM;
+	ratelimit_configure(&s3_limit,
+			    (double)st->base.cfg->s3_max_requests_per_second,
+			    (double)st->base.cfg->s3_max_bytes_per_second);
 	for (size_t i = 0; i < n; i++) {
 		reqs[i]->state = REQ_QUEUED;
 		reqs[i]->attempt = 0;
@@ -762,7 +797,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 		reqs[i]->result = 0;
 	}
 	while (done < n) {
-		uint64_t now = now_ms(), wake = UINT64_MAX;
+		uint64_t now = now_ms(), wake = UINT64_MAX, lwait;
 		CURLMsg *msg;
 		int running, left;
 
@@ -775,6 +810,29 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 				if (rq->not_before_ms < wake)
 					wake = rq->not_before_ms;
 				continue;
+			}
+			lwait = ratelimit_acquire(&s3_limit, now,
+						  s3_req_bytes(rq));
+			if (lwait && now + lwait >= rq->deadline_ms) {
+				log_error("s3: %s %s: held past s3.deadline "
+					  "(%u ms) by "
+					  "the rate limits or a Retry-After: "
+					  "raise "
+					  "s3.max_requests_per_second, "
+					  "s3.max_bytes_per_second or "
+					  "s3.deadline",
+					  rq->method, rq->key ? rq->key : "",
+					  st->base.cfg->s3_deadline_ms);
+				rq->state = REQ_DONE;
+				rq->result = -ETIMEDOUT;
+				done++;
+				continue;
+			}
+			if (lwait) {
+				/* in order: later requests wait too */
+				if (now + lwait < wake)
+					wake = now + lwait;
+				break;
 			}
 			rq->easy = c->easy[--c->nfree];
 			rq->attempt++;

@@ -97,6 +97,7 @@ struct s3req {
 	int64_t last_modified;
 	bool have_cr; /* Content-Range seen */
 	uint64_t cr_start, cr_end, cr_total;
+	uint64_t retry_after_ms; /* Retry-After, 0 when none */
 	char errbuf[CURL_ERROR_SIZE];
 	struct curl_slist *hdrs;
 	CURL *easy;

@@ -75,6 +75,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import urllib.parse
 
 MAX_HEAD = 64 * 1024          # request/response head size limit
@@ -302,6 +303,12 @@ class FaultProxy:
         self.port = None
         self.control_port = None
         self.req_seq = 0
+        # Throttle like a busy store: past throttle_rps requests served in
+        # the last second, answer 503 SlowDown (with Retry-After: throttle_retry_after
+        # seconds when set) instead of forwarding. Each record has "t", its
+        # arrival (time.monotonic()).
+        self.throttle_rps = None
+        self.throttle_retry_after = None
 
     # ---- public API -------------------------------------------------------
     @property
@@ -392,6 +399,19 @@ class FaultProxy:
         with self.lock:
             self.log = []
 
+    def _over_rate(self, now):
+        """With throttle_rps set: True when that many requests were served
+        (not throttled) in the second before now."""
+        if not self.throttle_rps:
+            return False
+        n = 0
+        with self.lock:
+            for r in reversed(self.log[:-1]):
+                if r["t"] <= now - 1.0:
+                    break
+                n += not r.get("throttled")
+        return n >= self.throttle_rps
+
     # ---- internals ----------------------------------------------------------
     def _take_fault(self, method, target):
         with self.lock:
@@ -478,12 +498,15 @@ class FaultProxy:
         url = urllib.parse.urlsplit(target)
         rec = {"method": method, "target": target, "path": url.path,
                "query": url.query, "range": h.get("range"), "status": None,
-               "fault": None}
+               "fault": None, "t": time.monotonic()}
         with self.lock:
             self.log.append(rec)
             self.req_seq += 1
             seq = self.req_seq
         fault = self._take_fault(method, target)
+        if fault is None and self._over_rate(rec["t"]):
+            fault = Fault("503", 1, method)
+            rec["throttled"] = True
         if fault is not None:
             rec["fault"] = fault.kind
         client_close = wants_close(version, h)
@@ -519,6 +542,8 @@ class FaultProxy:
                     if drained > DRAIN_LIMIT:
                         keep = False
                         break
+            if self.throttle_retry_after and fault.kind == "503":
+                rhead += "Retry-After: %d\r\n" % self.throttle_retry_after
             rhead += "Connection: %s\r\n\r\n" % ("keep-alive" if keep
                                                  else "close")
             cs.sendall(rhead.encode() + body)

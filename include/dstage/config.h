@@ -58,6 +58,8 @@ struct dstage_config {
 	unsigned s3_deadline_ms; /* s3.deadline, per operation incl. retries */
 	unsigned s3_backoff_base_ms; /* s3.backoff_base */
 	unsigned s3_backoff_max_ms; /* s3.backoff_max */
+	unsigned s3_max_requests_per_second; /* 0: unlimited */
+	uint64_t s3_max_bytes_per_second; /* 0: unlimited */
 	bool s3_allow_insecure_token; /* s3.allow_insecure_token */
 
 	/* [sources] */
