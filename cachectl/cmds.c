@@ -317,6 +317,19 @@ int cmds_policy(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 
 /* ---- evict ---- */
 
+/* The files evict and gc left because readers have them open, if any. */
+static void cmds_busy_text(json_t *r, const char *again)
+{
+	char b[32];
+
+	if (cmds_ju(r, "busy_files"))
+		printf("left %" PRIu64 " files (%s) that readers "
+		       "have open; %s once they close\n",
+		       cmds_ju(r, "busy_files"),
+		       cli_bytes(cmds_ju(r, "busy_bytes"), b, sizeof(b)),
+		       again);
+}
+
 static void cmds_evict_fill(struct conn *cn, const struct cachectl_opts *o)
 {
 	if (o->argc)
@@ -331,18 +344,14 @@ static void cmds_evict_fill(struct conn *cn, const struct cachectl_opts *o)
 
 static void cmds_evict_text(json_t *r, const struct cachectl_opts *o)
 {
-	char a[32], b[32];
+	char a[32];
 
 	printf("%s %s%s\n", o->dry_run ? "would free" : "freed",
 	       cli_bytes(cmds_ju(r, "freed"), a, sizeof(a)),
 	       o->to_low       ? " (down to the low watermark)"
 	       : o->older_than ? " (files not read since)"
 			       : "");
-	if (cmds_ju(r, "busy_files"))
-		printf("left %" PRIu64 " files (%s) that readers "
-		       "have open; evict again once they close\n",
-		       cmds_ju(r, "busy_files"),
-		       cli_bytes(cmds_ju(r, "busy_bytes"), b, sizeof(b)));
+	cmds_busy_text(r, "evict again");
 }
 
 int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
@@ -366,7 +375,7 @@ static void cmds_gc_fill(struct conn *cn, const struct cachectl_opts *o)
 static void cmds_gc_text(json_t *r, const struct cachectl_opts *o)
 {
 	const char *verb = o->dry_run ? "would remove" : "removed";
-	char a[32], b[32], l[32];
+	char a[32], l[32];
 
 	printf("%s %" PRIu64 " cache files no catalog entry owns (%s)\n"
 	       "%s %" PRIu64 " catalog block rows of %" PRIu64
@@ -378,11 +387,7 @@ static void cmds_gc_text(json_t *r, const struct cachectl_opts *o)
 	       cmds_ju(r, "stale_rows"), cmds_ju(r, "stale_objects"), verb,
 	       cmds_ju(r, "leftover_files"), cmds_ju(r, "min_age"),
 	       cli_bytes(cmds_ju(r, "leftover_bytes"), l, sizeof(l)));
-	if (cmds_ju(r, "busy_files"))
-		printf("left %" PRIu64 " files (%s) that readers "
-		       "have open; run gc again once they close\n",
-		       cmds_ju(r, "busy_files"),
-		       cli_bytes(cmds_ju(r, "busy_bytes"), b, sizeof(b)));
+	cmds_busy_text(r, "run gc again");
 }
 
 int cmds_gc(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
