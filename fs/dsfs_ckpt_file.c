@@ -158,17 +158,12 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct ckpt_attr a;
 	bool created;
 	char *key;
-	int ret = dsfs_ckpt_pn_check(fs, who);
+	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
 	(void)mode;
-	if (ret)
-		return ret;
-	if (ckpt_name_ok("", name))
-		return -EINVAL;
-	key = dsfs_ckpt_pn_child_key(st, dir, name);
-	ret = key ? ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
-				   &created)
-		  : -ENOMEM;
+	if (!ret)
+		ret = ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
+				     &created);
 	free(key);
 	if (!ret)
 		ret = ckpt_file_attr(f, &a);
