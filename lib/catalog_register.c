@@ -305,30 +305,6 @@ static int catalog_reg_sums(struct catalog_reg *r,
 	return ret;
 }
 
-/*
- * Run one statement of sql with ids[0..n) bound to ?1..?n to its end;
- * what names it in the error. *changes (if not NULL) gets the rows changed.
- */
-static int catalog_reg_exec(struct catalog *cat, const char *sql,
-			    const int64_t *ids, int n, const char *what,
-			    int *changes)
-{
-	sqlite3_stmt *st = NULL;
-	int rc, i, ret = 0;
-
-	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-	for (i = 0; rc == SQLITE_OK && i < n; i++)
-		sqlite3_bind_int64(st, i + 1, ids[i]);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, what);
-	else if (changes)
-		*changes = sqlite3_changes(cat->db);
-	sqlite3_finalize(st);
-	return ret;
-}
-
 /* Run body(r) in one IMMEDIATE transaction, rolled back if it fails. */
 static int catalog_reg_tx(struct catalog_reg *r,
 			  int (*body)(struct catalog_reg *r))
@@ -352,7 +328,7 @@ static int catalog_reg_retire(struct catalog_reg *r, int state)
 {
 	const int64_t ids[] = { r->ds_id, state };
 
-	return catalog_reg_exec(r->cat,
+	return catalog_exec_ids(r->cat,
 				"UPDATE manifests SET state = 2"
 				" WHERE dataset_id = ?1 AND state = ?2",
 				ids, 2, "retire manifests", NULL);
@@ -392,7 +368,7 @@ static int catalog_reg_start_tx(struct catalog_reg *r)
 	ids[1] = sqlite3_column_int64(st, 0);
 	ids[2] = r->now;
 	sqlite3_finalize(st);
-	ret = catalog_reg_exec(cat,
+	ret = catalog_exec_ids(cat,
 			       "INSERT INTO manifests(dataset_id, version,"
 			       " state, created) VALUES(?, ?, 0, ?)",
 			       ids, 3, "new manifest", NULL);
@@ -420,7 +396,7 @@ static int catalog_reg_flip_tx(struct catalog_reg *r)
 	ret = catalog_reg_retire(r, 1);
 	if (ret)
 		return ret;
-	ret = catalog_reg_exec(
+	ret = catalog_exec_ids(
 		cat,
 		"UPDATE manifests SET state = 1, bad_keys = ?2,"
 		" n_objects = (SELECT count(*) FROM objects"
