@@ -107,6 +107,39 @@ static int cmds_exchange(const struct dstage_config *cfg, const char *req,
 	return ret;
 }
 
+/* Prints a command's answer as text: its one row, or (audit) all rows. */
+typedef void (*cmds_text_fn)(json_t *r, const struct cachectl_opts *o);
+
+/*
+ * One exchange whose answer is its first row (need names it in the error
+ * when the daemon sent none), or all its rows when need is NULL; printed
+ * as --json or handed to text.
+ */
+static int cmds_rows(const struct dstage_config *cfg, const char *req,
+		     const struct cachectl_opts *o, cmds_fill_fn fill,
+		     const char *need, cmds_text_fn text)
+{
+	struct cmds_doc d = { 0 };
+	json_t *r;
+	int code;
+
+	code = cmds_exchange(cfg, req, o, fill, &d);
+	r = need ? json_array_get(d.rows, 0) : d.rows;
+	if (code == CLI_EXIT_OK && !r) {
+		fprintf(stderr, "cachectl: the daemon sent no %s row\n",
+			need ? need : "result");
+		code = CLI_EXIT_FAIL;
+	}
+	if (code == CLI_EXIT_OK && o->json) {
+		if (jsonout_print(r))
+			code = CLI_EXIT_FAIL;
+	} else if (code == CLI_EXIT_OK) {
+		text(r, o);
+	}
+	cmds_doc_free(&d);
+	return code;
+}
+
 /* ---- status ---- */
 
 static void cmds_status_text(struct cmds_doc *d)
@@ -250,47 +283,52 @@ static void cmds_policy_fill(struct conn *cn, const struct cachectl_opts *o)
 		proto_add(&cn->pc.out, "low", o->low);
 }
 
+static void cmds_policy_text(json_t *r, const struct cachectl_opts *o)
+{
+	char a[32], b[32], e[32];
+
+	(void)o;
+	printf("capacity        %s (%" PRIu64 " bytes, from %s)\n",
+	       cli_bytes(cmds_ju(r, "capacity"), a, sizeof(a)),
+	       cmds_ju(r, "capacity"), cmds_js(r, "capacity_from"));
+	printf("high_watermark  %" PRIu64 "%% (%s, from %s)\n",
+	       cmds_ju(r, "high_watermark"),
+	       cli_bytes(cmds_ju(r, "high_bytes"), b, sizeof(b)),
+	       cmds_js(r, "high_from"));
+	printf("low_watermark   %" PRIu64 "%% (%s, from %s)\n",
+	       cmds_ju(r, "low_watermark"),
+	       cli_bytes(cmds_ju(r, "low_bytes"), e, sizeof(e)),
+	       cmds_js(r, "low_from"));
+	printf("eviction order  unpinned only; lowest priority first, "
+	       "then least recently used; a dataset over its quota "
+	       "from itself\n");
+}
+
 int cmds_policy(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 		const struct cachectl_opts *o)
 {
 	bool set = !strcmp(o->argv[0], "set");
-	struct cmds_doc d = { 0 };
-	json_t *r;
-	char a[32], b[32], e[32];
-	int code;
 
 	(void)cmd;
-	code = cmds_exchange(cfg, set ? "cache.policy.set" : "cache.policy", o,
-			     set ? cmds_policy_fill : NULL, &d);
-	r = json_array_get(d.rows, 0);
-	if (code == CLI_EXIT_OK && !r) {
-		fprintf(stderr, "cachectl: the daemon sent no policy row\n");
-		code = CLI_EXIT_FAIL;
-	}
-	if (code == CLI_EXIT_OK && o->json) {
-		if (jsonout_print(r))
-			code = CLI_EXIT_FAIL;
-	} else if (code == CLI_EXIT_OK) {
-		printf("capacity        %s (%" PRIu64 " bytes, from %s)\n",
-		       cli_bytes(cmds_ju(r, "capacity"), a, sizeof(a)),
-		       cmds_ju(r, "capacity"), cmds_js(r, "capacity_from"));
-		printf("high_watermark  %" PRIu64 "%% (%s, from %s)\n",
-		       cmds_ju(r, "high_watermark"),
-		       cli_bytes(cmds_ju(r, "high_bytes"), b, sizeof(b)),
-		       cmds_js(r, "high_from"));
-		printf("low_watermark   %" PRIu64 "%% (%s, from %s)\n",
-		       cmds_ju(r, "low_watermark"),
-		       cli_bytes(cmds_ju(r, "low_bytes"), e, sizeof(e)),
-		       cmds_js(r, "low_from"));
-		printf("eviction order  unpinned only; lowest priority first, "
-		       "then least recently used; a dataset over its quota "
-		       "from itself\n");
-	}
-	cmds_doc_free(&d);
-	return code;
+	return cmds_rows(cfg, set ? "cache.policy.set" : "cache.policy", o,
+			 set ? cmds_policy_fill : NULL, "policy",
+			 cmds_policy_text);
 }
 
 /* ---- evict ---- */
+
+/* The files evict and gc left because readers have them open, if any. */
+static void cmds_busy_text(json_t *r, const char *again)
+{
+	char b[32];
+
+	if (cmds_ju(r, "busy_files"))
+		printf("left %" PRIu64 " files (%s) that readers "
+		       "have open; %s once they close\n",
+		       cmds_ju(r, "busy_files"),
+		       cli_bytes(cmds_ju(r, "busy_bytes"), b, sizeof(b)),
+		       again);
+}
 
 static void cmds_evict_fill(struct conn *cn, const struct cachectl_opts *o)
 {
@@ -304,39 +342,24 @@ static void cmds_evict_fill(struct conn *cn, const struct cachectl_opts *o)
 		proto_add(&cn->pc.out, "dry_run", "1");
 }
 
+static void cmds_evict_text(json_t *r, const struct cachectl_opts *o)
+{
+	char a[32];
+
+	printf("%s %s%s\n", o->dry_run ? "would free" : "freed",
+	       cli_bytes(cmds_ju(r, "freed"), a, sizeof(a)),
+	       o->to_low       ? " (down to the low watermark)"
+	       : o->older_than ? " (files not read since)"
+			       : "");
+	cmds_busy_text(r, "evict again");
+}
+
 int cmds_evict(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	       const struct cachectl_opts *o)
 {
-	struct cmds_doc d = { 0 };
-	json_t *r;
-	char a[32], b[32];
-	int code;
-
 	(void)cmd;
-	code = cmds_exchange(cfg, "cache.evict", o, cmds_evict_fill, &d);
-	r = json_array_get(d.rows, 0);
-	if (code == CLI_EXIT_OK && !r) {
-		fprintf(stderr, "cachectl: the daemon sent no result row\n");
-		code = CLI_EXIT_FAIL;
-	}
-	if (code == CLI_EXIT_OK && o->json) {
-		if (jsonout_print(r))
-			code = CLI_EXIT_FAIL;
-	} else if (code == CLI_EXIT_OK) {
-		printf("%s %s%s\n", o->dry_run ? "would free" : "freed",
-		       cli_bytes(cmds_ju(r, "freed"), a, sizeof(a)),
-		       o->to_low       ? " (down to the low watermark)"
-		       : o->older_than ? " (files not read since)"
-				       : "");
-		if (cmds_ju(r, "busy_files"))
-			printf("left %" PRIu64 " files (%s) that readers "
-			       "have open; evict again once they close\n",
-			       cmds_ju(r, "busy_files"),
-			       cli_bytes(cmds_ju(r, "busy_bytes"), b,
-					 sizeof(b)));
-	}
-	cmds_doc_free(&d);
-	return code;
+	return cmds_rows(cfg, "cache.evict", o, cmds_evict_fill, "result",
+			 cmds_evict_text);
 }
 
 /* ---- gc ---- */
@@ -349,47 +372,30 @@ static void cmds_gc_fill(struct conn *cn, const struct cachectl_opts *o)
 		proto_add(&cn->pc.out, "dry_run", "1");
 }
 
+static void cmds_gc_text(json_t *r, const struct cachectl_opts *o)
+{
+	const char *verb = o->dry_run ? "would remove" : "removed";
+	char a[32], l[32];
+
+	printf("%s %" PRIu64 " cache files no catalog entry owns (%s)\n"
+	       "%s %" PRIu64 " catalog block rows of %" PRIu64
+	       " objects whose cache files are gone\n"
+	       "%s %" PRIu64 " staging leftovers older than %" PRIu64
+	       "s (%s)\n",
+	       verb, cmds_ju(r, "orphan_files"),
+	       cli_bytes(cmds_ju(r, "orphan_bytes"), a, sizeof(a)), verb,
+	       cmds_ju(r, "stale_rows"), cmds_ju(r, "stale_objects"), verb,
+	       cmds_ju(r, "leftover_files"), cmds_ju(r, "min_age"),
+	       cli_bytes(cmds_ju(r, "leftover_bytes"), l, sizeof(l)));
+	cmds_busy_text(r, "run gc again");
+}
+
 int cmds_gc(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	    const struct cachectl_opts *o)
 {
-	struct cmds_doc d = { 0 };
-	json_t *r;
-	char a[32], b[32], l[32];
-	int code;
-
 	(void)cmd;
-	code = cmds_exchange(cfg, "cache.gc", o, cmds_gc_fill, &d);
-	r = json_array_get(d.rows, 0);
-	if (code == CLI_EXIT_OK && !r) {
-		fprintf(stderr, "cachectl: the daemon sent no result row\n");
-		code = CLI_EXIT_FAIL;
-	}
-	if (code == CLI_EXIT_OK && o->json) {
-		if (jsonout_print(r))
-			code = CLI_EXIT_FAIL;
-	} else if (code == CLI_EXIT_OK) {
-		const char *verb = o->dry_run ? "would remove" : "removed";
-
-		printf("%s %" PRIu64 " cache files no catalog entry owns (%s)\n"
-		       "%s %" PRIu64 " catalog block rows of %" PRIu64
-		       " objects whose cache files are gone\n"
-		       "%s %" PRIu64 " staging leftovers older than %" PRIu64
-		       "s (%s)\n",
-		       verb, cmds_ju(r, "orphan_files"),
-		       cli_bytes(cmds_ju(r, "orphan_bytes"), a, sizeof(a)),
-		       verb, cmds_ju(r, "stale_rows"),
-		       cmds_ju(r, "stale_objects"), verb,
-		       cmds_ju(r, "leftover_files"), cmds_ju(r, "min_age"),
-		       cli_bytes(cmds_ju(r, "leftover_bytes"), l, sizeof(l)));
-		if (cmds_ju(r, "busy_files"))
-			printf("left %" PRIu64 " files (%s) that readers "
-			       "have open; run gc again once they close\n",
-			       cmds_ju(r, "busy_files"),
-			       cli_bytes(cmds_ju(r, "busy_bytes"), b,
-					 sizeof(b)));
-	}
-	cmds_doc_free(&d);
-	return code;
+	return cmds_rows(cfg, "cache.gc", o, cmds_gc_fill, "result",
+			 cmds_gc_text);
 }
 
 /* ---- audit ---- */
@@ -402,39 +408,33 @@ static void cmds_audit_fill(struct conn *cn, const struct cachectl_opts *o)
 		proto_add(&cn->pc.out, "user", o->user);
 }
 
+static void cmds_audit_text(json_t *rows, const struct cachectl_opts *o)
+{
+	json_t *r;
+	size_t i;
+
+	(void)o;
+	json_array_foreach(rows, i, r)
+	{
+		char t[64];
+
+		cli_time(json_integer_value(json_object_get(r, "time")), t,
+			 sizeof(t));
+		printf("%s  uid %" PRIu64 " (%s)  %s %s", t, cmds_ju(r, "uid"),
+		       *cmds_js(r, "user") ? cmds_js(r, "user") : "?",
+		       cmds_js(r, "action"), cmds_js(r, "target"));
+		if (*cmds_js(r, "old") || *cmds_js(r, "new"))
+			printf(": %s -> %s",
+			       *cmds_js(r, "old") ? cmds_js(r, "old") : "-",
+			       *cmds_js(r, "new") ? cmds_js(r, "new") : "-");
+		printf("\n");
+	}
+}
+
 int cmds_audit(const struct dstage_config *cfg, const struct cachectl_cmd *cmd,
 	       const struct cachectl_opts *o)
 {
-	struct cmds_doc d = { 0 };
-	json_t *r;
-	size_t i;
-	int code;
-
 	(void)cmd;
-	code = cmds_exchange(cfg, "audit", o, cmds_audit_fill, &d);
-	if (code == CLI_EXIT_OK && o->json) {
-		if (jsonout_print(d.rows))
-			code = CLI_EXIT_FAIL;
-	} else if (code == CLI_EXIT_OK) {
-		json_array_foreach(d.rows, i, r)
-		{
-			char t[64];
-
-			cli_time(json_integer_value(json_object_get(r, "time")),
-				 t, sizeof(t));
-			printf("%s  uid %" PRIu64 " (%s)  %s %s", t,
-			       cmds_ju(r, "uid"),
-			       *cmds_js(r, "user") ? cmds_js(r, "user") : "?",
-			       cmds_js(r, "action"), cmds_js(r, "target"));
-			if (*cmds_js(r, "old") || *cmds_js(r, "new"))
-				printf(": %s -> %s",
-				       *cmds_js(r, "old") ? cmds_js(r, "old")
-							  : "-",
-				       *cmds_js(r, "new") ? cmds_js(r, "new")
-							  : "-");
-			printf("\n");
-		}
-	}
-	cmds_doc_free(&d);
-	return code;
+	return cmds_rows(cfg, "audit", o, cmds_audit_fill, NULL,
+			 cmds_audit_text);
 }

@@ -145,15 +145,11 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true };
 	char *key;
-	int ret = dsfs_ckpt_pn_check(fs, who);
+	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
 	(void)mode;
-	if (ret)
-		return ret;
-	if (ckpt_name_ok("", name))
-		return -EINVAL;
-	key = dsfs_ckpt_pn_child_key(st, dir, name);
-	ret = key ? ckpt_mkdir(st->ck, key) : -ENOMEM;
+	if (!ret)
+		ret = ckpt_mkdir(st->ck, key);
 	if (!ret)
 		ret = ckpt_stat(st->ck, key, &a);
 	free(key);

@@ -43,22 +43,34 @@ struct dsfs_ckpt_file_handle {
 	pid_t last_tid; /* lock: the last writing thread (a cache) */
 };
 
-/* The process (thread group) of thread tid; tid when it cannot be read. */
-static pid_t dsfs_ckpt_file_tgid(pid_t tid)
+/* The start of /proc/<pid>/<what> in buf (size bytes), NUL-terminated;
+ * false when it cannot be read or is empty. */
+static bool dsfs_ckpt_file_proc(pid_t pid, const char *what, char *buf,
+				size_t size)
 {
-	char path[64], buf[512], *p;
+	char path[64];
 	ssize_t len;
 	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return tid;
-	len = read(fd, buf, sizeof(buf) - 1);
+		return false;
+	len = read(fd, buf, size - 1);
 	close(fd);
 	if (len <= 0)
-		return tid;
+		return false;
 	buf[len] = '\0';
+	return true;
+}
+
+/* The process (thread group) of thread tid; tid when it cannot be read. */
+static pid_t dsfs_ckpt_file_tgid(pid_t tid)
+{
+	char buf[512], *p;
+
+	if (!dsfs_ckpt_file_proc(tid, "status", buf, sizeof(buf)))
+		return tid;
 	p = strstr(buf, "\nTgid:");
 	return p ? (pid_t)strtol(p + 6, NULL, 10) : tid;
 }
@@ -158,17 +170,12 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct ckpt_attr a;
 	bool created;
 	char *key;
-	int ret = dsfs_ckpt_pn_check(fs, who);
+	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
 	(void)mode;
-	if (ret)
-		return ret;
-	if (ckpt_name_ok("", name))
-		return -EINVAL;
-	key = dsfs_ckpt_pn_child_key(st, dir, name);
-	ret = key ? ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
-				   &created)
-		  : -ENOMEM;
+	if (!ret)
+		ret = ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
+				     &created);
 	free(key);
 	if (!ret)
 		ret = ckpt_file_attr(f, &a);
@@ -284,21 +291,13 @@ ssize_t dsfs_ckpt_file_write(struct dsfs *fs, struct dsfs_caller *who,
  */
 static bool dsfs_ckpt_file_killed(pid_t pid, int *sig)
 {
-	char path[64], buf[1024], *p, *save = NULL;
+	char buf[1024], *p, *save = NULL;
 	unsigned long flags = 0;
 	long code = 0;
-	ssize_t len;
-	int fd, field = 3;
+	int field = 3;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (!dsfs_ckpt_file_proc(pid, "stat", buf, sizeof(buf)))
 		return false;
-	len = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (len <= 0)
-		return false;
-	buf[len] = '\0';
 	p = strrchr(buf, ')');
 	if (!p)
 		return false;

@@ -61,6 +61,11 @@ void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,
 		       const struct ckpt_attr *a, struct stat *st);
 /* 0 when who may change the subtree, else -EROFS (no store) or -EACCES. */
 int dsfs_ckpt_pn_check(struct dsfs *fs, struct dsfs_caller *who);
+/* For a call that makes name in dir: 0 and *key (malloc'd) its key, or
+ * what dsfs_ckpt_pn_check refuses, -EINVAL (a name ckpt_name_ok refuses)
+ * or -ENOMEM, *key NULL. */
+int dsfs_ckpt_pn_new_key(struct dsfs *fs, struct dsfs_caller *who,
+			 struct dsfs_node *dir, const char *name, char **key);
 /* What links and special files get: -EPERM (-EROFS without a store). */
 int dsfs_ckpt_pn_perm(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *dir, const char *name);

@@ -215,6 +215,20 @@ int dsfs_ckpt_pn_check(struct dsfs *fs, struct dsfs_caller *who)
 	return dsfs_ckpt_pn_may_write(fs, who) ? 0 : -EACCES;
 }
 
+int dsfs_ckpt_pn_new_key(struct dsfs *fs, struct dsfs_caller *who,
+			 struct dsfs_node *dir, const char *name, char **key)
+{
+	int ret = dsfs_ckpt_pn_check(fs, who);
+
+	*key = NULL;
+	if (ret)
+		return ret;
+	if (ckpt_name_ok("", name))
+		return -EINVAL;
+	*key = dsfs_ckpt_pn_child_key(dsfs_ckpt_st(fs), dir, name);
+	return *key ? 0 : -ENOMEM;
+}
+
 int dsfs_ckpt_pn_perm(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *dir, const char *name)
 {

@@ -533,23 +533,29 @@ int catalog_schema_version(struct catalog *cat)
 }
 
 /* Run sql with ?1 bound to id; *changes gets the rows changed. */
-int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
-		    int *changes)
+int catalog_exec_ids(struct catalog *cat, const char *sql, const int64_t *ids,
+		     int n, const char *what, int *changes)
 {
 	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	int rc, i, ret = 0;
 
 	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, id);
+	for (i = 0; rc == SQLITE_OK && i < n; i++)
+		sqlite3_bind_int64(st, i + 1, ids[i]);
+	if (rc == SQLITE_OK)
 		rc = sqlite3_step(st);
-	}
 	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, sql);
+		ret = catalog_sqlerr(cat->db, rc, what);
 	else if (changes)
 		*changes = sqlite3_changes(cat->db);
 	sqlite3_finalize(st);
 	return ret;
+}
+
+int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
+		    int *changes)
+{
+	return catalog_exec_ids(cat, sql, &id, 1, sql, changes);
 }
 
 /* ---- policy and audit ---- */

@@ -129,6 +129,11 @@ int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what);
 int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
 		    int *changes);
 
+/* The same with ids[0..n) bound to ?1..?n, what naming the statement in
+ * the error. */
+int catalog_exec_ids(struct catalog *cat, const char *sql, const int64_t *ids,
+		     int n, const char *what, int *changes);
+
 /*
  * In a transaction: the id and state of dataset name, or -ENOENT. With
  * sums_key (KEYPATH_MAX bytes), also its sums key, which must pass

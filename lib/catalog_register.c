@@ -305,31 +305,52 @@ static int catalog_reg_sums(struct catalog_reg *r,
 	return ret;
 }
 
-/* Create the BUILDING manifest and its root directory. */
-static int catalog_reg_start(struct catalog_reg *r)
+/* Run body(r) in one IMMEDIATE transaction, rolled back if it fails. */
+static int catalog_reg_tx(struct catalog_reg *r,
+			  int (*body)(struct catalog_reg *r))
 {
 	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int64_t version = 0;
-	int rc, state, ret;
+	int ret;
 
 	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
+	ret = body(r);
+	if (!ret)
+		ret = catalog_exec(cat->db, "COMMIT");
+	if (ret)
+		catalog_rollback(cat->db);
+	return ret;
+}
+
+/* Retire the dataset's manifests in state (0 BUILDING, 1 current). */
+static int catalog_reg_retire(struct catalog_reg *r, int state)
+{
+	const int64_t ids[] = { r->ds_id, state };
+
+	return catalog_exec_ids(r->cat,
+				"UPDATE manifests SET state = 2"
+				" WHERE dataset_id = ?1 AND state = ?2",
+				ids, 2, "retire manifests", NULL);
+}
+
+/* Create the BUILDING manifest and its root directory. */
+static int catalog_reg_start_tx(struct catalog_reg *r)
+{
+	struct catalog *cat = r->cat;
+	sqlite3_stmt *st = NULL;
+	int64_t ids[3];
+	int rc, state, ret;
+
 	ret = catalog_dataset_id(cat, r->name, &r->ds_id, &state, r->sums_key);
 	if (ret)
-		goto out;
-	if (state == CATALOG_DS_REMOVING) {
-		ret = -ENOENT;
-		goto out;
-	}
+		return ret;
+	if (state == CATALOG_DS_REMOVING)
+		return -ENOENT;
 	/* A newer registration wins over an older one still building. */
-	ret = catalog_exec_id(cat,
-			      "UPDATE manifests SET state = 2"
-			      " WHERE dataset_id = ? AND state = 0",
-			      r->ds_id, NULL);
+	ret = catalog_reg_retire(r, 0);
 	if (ret)
-		goto out;
+		return ret;
 	rc = sqlite3_prepare_v2(cat->db,
 				"SELECT coalesce(max(version), 0) + 1"
 				" FROM manifests WHERE dataset_id = ?",
@@ -340,95 +361,69 @@ static int catalog_reg_start(struct catalog_reg *r)
 	}
 	if (rc != SQLITE_ROW) {
 		ret = catalog_sqlerr(cat->db, rc, "next version");
-		goto out;
+		sqlite3_finalize(st);
+		return ret;
 	}
-	version = sqlite3_column_int64(st, 0);
+	ids[0] = r->ds_id;
+	ids[1] = sqlite3_column_int64(st, 0);
+	ids[2] = r->now;
 	sqlite3_finalize(st);
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO manifests(dataset_id, version,"
-				" state, created) VALUES(?, ?, 0, ?)",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->ds_id);
-		sqlite3_bind_int64(st, 2, version);
-		sqlite3_bind_int64(st, 3, r->now);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE) {
-		ret = catalog_sqlerr(cat->db, rc, "new manifest");
-		goto out;
-	}
+	ret = catalog_exec_ids(cat,
+			       "INSERT INTO manifests(dataset_id, version,"
+			       " state, created) VALUES(?, ?, 0, ?)",
+			       ids, 3, "new manifest", NULL);
+	if (ret)
+		return ret;
 	r->mf_id = sqlite3_last_insert_rowid(cat->db);
-	ret = catalog_exec_id(cat,
-			      "INSERT INTO dirs(manifest_id, path, parent)"
-			      " VALUES(?, '', NULL)",
-			      r->mf_id, NULL);
-	if (ret)
-		goto out;
-	ret = catalog_exec(cat->db, "COMMIT");
-out:
-	sqlite3_finalize(st);
-	if (ret)
-		catalog_rollback(cat->db);
-	return ret;
+	return catalog_exec_id(cat,
+			       "INSERT INTO dirs(manifest_id, path, parent)"
+			       " VALUES(?, '', NULL)",
+			       r->mf_id, NULL);
+}
+
+static int catalog_reg_start(struct catalog_reg *r)
+{
+	return catalog_reg_tx(r, catalog_reg_start_tx);
 }
 
 /* Make the BUILDING manifest current, in one transaction. */
-static int catalog_reg_flip(struct catalog_reg *r)
+static int catalog_reg_flip_tx(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int rc, n = 0, ret;
+	const int64_t ids[] = { r->mf_id, (int64_t)r->bad };
+	int n = 0, ret;
 
-	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
+	ret = catalog_reg_retire(r, 1);
 	if (ret)
 		return ret;
-	ret = catalog_exec_id(cat,
-			      "UPDATE manifests SET state = 2"
-			      " WHERE dataset_id = ? AND state = 1",
-			      r->ds_id, NULL);
-	if (ret)
-		goto out;
-	rc = sqlite3_prepare_v2(
-		cat->db,
+	ret = catalog_exec_ids(
+		cat,
 		"UPDATE manifests SET state = 1, bad_keys = ?2,"
 		" n_objects = (SELECT count(*) FROM objects"
 		"  WHERE manifest_id = ?1),"
 		" n_bytes = (SELECT coalesce(sum(size), 0) FROM objects"
 		"  WHERE manifest_id = ?1)"
 		" WHERE id = ?1 AND state = 0",
-		-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->mf_id);
-		sqlite3_bind_int64(st, 2, (sqlite3_int64)r->bad);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE) {
-		ret = catalog_sqlerr(cat->db, rc, "make manifest current");
-		goto out;
-	}
-	if (sqlite3_changes(cat->db) == 0) {
+		ids, 2, "make manifest current", &n);
+	if (ret)
+		return ret;
+	if (n == 0) {
 		log_error("catalog: dataset %s: registration superseded",
 			  r->name);
-		ret = -EBUSY;
-		goto out;
+		return -EBUSY;
 	}
 	ret = catalog_exec_id(cat,
 			      "UPDATE datasets SET state = 1"
 			      " WHERE id = ? AND state <> 2",
 			      r->ds_id, &n);
 	if (ret)
-		goto out;
-	if (n == 0) {
-		ret = -ENOENT;
-		goto out;
-	}
-	ret = catalog_exec(cat->db, "COMMIT");
-out:
-	sqlite3_finalize(st);
-	if (ret)
-		catalog_rollback(cat->db);
-	return ret;
+		return ret;
+	return n == 0 ? -ENOENT : 0;
+}
+
+static int catalog_reg_flip(struct catalog_reg *r)
+{
+	return catalog_reg_tx(r, catalog_reg_flip_tx);
 }
 
 int catalog_register_source(struct catalog *cat, const char *name,

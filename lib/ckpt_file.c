@@ -327,6 +327,45 @@ static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
 	return 1;
 }
 
+/* Empty e for an open with O_TRUNC for writing. */
+static int ckpt_ent_trunc0(struct ckpt *ck, struct ckpt_ent *e)
+{
+	return ckpt_file_truncate(
+		&(struct ckpt_file){ .ck = ck, .e = e, .write = true }, 0);
+}
+
+/* Start e's write from byte 0: dirty (its record W first), hashing anew. */
+static void ckpt_ent_begin_write(struct ckpt *ck, struct ckpt_ent *e)
+{
+	pthread_mutex_lock(&e->lock);
+	ckpt_ent_dirty(ck, e);
+	ckpt_hash_start(e);
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* Create key's local copy (and its parents), opened with O_RDWR | O_CREAT
+ * | excl_or_trunc, as a new entry that owns the descriptor. */
+static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
+			    struct ckpt_ent **out)
+{
+	int fd, ret;
+
+	ret = ckpt_tree_mkparents(ck, key);
+	if (ret)
+		return ret;
+	fd = openat(ck->tree_fd, key,
+		    O_RDWR | O_CREAT | excl_or_trunc | O_NOFOLLOW | O_CLOEXEC,
+		    0600);
+	if (fd < 0)
+		return -errno;
+	*out = ckpt_ent_new(key, fd);
+	if (!*out) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		   struct ckpt_file **out, bool *created)
 {
@@ -358,10 +397,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 			goto err;
 		}
 		if (write && (flags & O_TRUNC)) {
-			ret = ckpt_file_truncate(
-				&(struct ckpt_file){
-					.ck = ck, .e = e, .write = true },
-				0);
+			ret = ckpt_ent_trunc0(ck, e);
 			if (ret)
 				goto err;
 		}
@@ -394,10 +430,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		}
 		fd = -1;
 		if (write && (flags & O_TRUNC)) {
-			ret = ckpt_file_truncate(
-				&(struct ckpt_file){
-					.ck = ck, .e = e, .write = true },
-				0);
+			ret = ckpt_ent_trunc0(ck, e);
 			if (ret)
 				goto err;
 		}
@@ -419,27 +452,11 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 			e->rmtime = oi.mtime;
 			goto private;
 		}
-		ret = ckpt_tree_mkparents(ck, key);
+		ret = ckpt_tree_create(ck, key, O_TRUNC, &e);
 		if (ret)
 			goto err;
-		fd = openat(ck->tree_fd, key,
-			    O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-			    0600);
-		if (fd < 0) {
-			ret = -errno;
-			goto err;
-		}
-		e = ckpt_ent_new(key, fd);
-		if (!e) {
-			ret = -ENOMEM;
-			goto err;
-		}
-		fd = -1;
 		if (flags & O_TRUNC) {
-			pthread_mutex_lock(&e->lock);
-			ckpt_ent_dirty(ck, e);
-			ckpt_hash_start(e);
-			pthread_mutex_unlock(&e->lock);
+			ckpt_ent_begin_write(ck, e);
 		} else {
 			struct ckpt_rec rec = { .state = 'C', .size = oi.size };
 
@@ -461,27 +478,11 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		}
 	} else {
 		/* A new file (the caller checked the parent). */
-		ret = ckpt_tree_mkparents(ck, key);
+		ret = ckpt_tree_create(ck, key, O_EXCL, &e);
 		if (ret)
 			goto err;
-		fd = openat(ck->tree_fd, key,
-			    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-			    0600);
-		if (fd < 0) {
-			ret = -errno;
-			goto err;
-		}
-		e = ckpt_ent_new(key, fd);
-		if (!e) {
-			ret = -ENOMEM;
-			goto err;
-		}
-		fd = -1;
 		*created = true;
-		pthread_mutex_lock(&e->lock);
-		ckpt_ent_dirty(ck, e);
-		ckpt_hash_start(e);
-		pthread_mutex_unlock(&e->lock);
+		ckpt_ent_begin_write(ck, e);
 	}
 	pthread_mutex_lock(&ck->lock);
 	e->next = ck->ents;

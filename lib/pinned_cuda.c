@@ -108,10 +108,13 @@ struct pinned_cudart {
 	__typeof__(cudaEventSynchronize) *EventSynchronize;
 };
 
-/* Log a failed CUDA call with CUDA's message; returns -EIO. */
-static int pinned_cuda_err(struct pinned_cuda *cu, const char *what,
-			   cudaError_t e)
+/* 0 when e is cudaSuccess; else log the failed CUDA call (what) with
+ * CUDA's message and return -ENOMEM (out of memory) or -EIO. */
+static int pinned_cuda_check(struct pinned_cuda *cu, const char *what,
+			     cudaError_t e)
 {
+	if (e == cudaSuccess)
+		return 0;
 	log_error("pinned: %s failed on CUDA device %d: %s (error %d)", what,
 		  cu->device, cu->rt->GetErrorString(e), (int)e);
 	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
@@ -304,12 +307,9 @@ int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
 
 		if (b)
 			return b;
-		cudaError_t e =
-			cu->rt->HostAlloc(out, len, cudaHostAllocDefault);
-
-		return e == cudaSuccess
-			       ? 0
-			       : pinned_cuda_err(cu, "cudaHostAlloc", e);
+		return pinned_cuda_check(
+			cu, "cudaHostAlloc",
+			cu->rt->HostAlloc(out, len, cudaHostAllocDefault));
 	}
 #endif
 	ret = pinned_map(len, true, &lock_failed, out);
@@ -323,21 +323,29 @@ int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
 	return ret;
 }
 
-void pinned_cuda_host_free(struct pinned_cuda *cu, void *buf)
+/* Free p from pinned_cuda_host_alloc (host) or pinned_cuda_dev_alloc. */
+static void pinned_cuda_free_mem(struct pinned_cuda *cu, void *p, bool host)
 {
-	if (!buf)
+	if (!p)
 		return;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
-		cudaError_t e = cu->rt->FreeHost(buf);
-
-		if (e != cudaSuccess)
-			pinned_cuda_err(cu, "cudaFreeHost", e);
+		if (host)
+			pinned_cuda_check(cu, "cudaFreeHost",
+					  cu->rt->FreeHost(p));
+		else
+			pinned_cuda_check(cu, "cudaFree", cu->rt->Free(p));
 		return;
 	}
 #endif
 	(void)cu;
-	pinned_unmap(buf);
+	(void)host;
+	pinned_unmap(p);
+}
+
+void pinned_cuda_host_free(struct pinned_cuda *cu, void *buf)
+{
+	pinned_cuda_free_mem(cu, buf, true);
 }
 
 int pinned_cuda_dev_alloc(struct pinned_cuda *cu, size_t len, void **out)
@@ -352,10 +360,8 @@ int pinned_cuda_dev_alloc(struct pinned_cuda *cu, size_t len, void **out)
 
 		if (b)
 			return b;
-		cudaError_t e = cu->rt->Malloc(out, len);
-
-		return e == cudaSuccess ? 0
-					: pinned_cuda_err(cu, "cudaMalloc", e);
+		return pinned_cuda_check(cu, "cudaMalloc",
+					 cu->rt->Malloc(out, len));
 	}
 #endif
 	(void)cu;
@@ -364,19 +370,7 @@ int pinned_cuda_dev_alloc(struct pinned_cuda *cu, size_t len, void **out)
 
 void pinned_cuda_dev_free(struct pinned_cuda *cu, void *dev)
 {
-	if (!dev)
-		return;
-#ifdef DSTAGE_HAVE_CUDA
-	if (cu->rt) {
-		cudaError_t e = cu->rt->Free(dev);
-
-		if (e != cudaSuccess)
-			pinned_cuda_err(cu, "cudaFree", e);
-		return;
-	}
-#endif
-	(void)cu;
-	pinned_unmap(dev);
+	pinned_cuda_free_mem(cu, dev, false);
 }
 
 int pinned_cuda_copy(struct pinned_cuda *cu, void *dst, const void *src,
@@ -390,12 +384,11 @@ int pinned_cuda_copy(struct pinned_cuda *cu, void *dst, const void *src,
 
 		if (b)
 			return b;
-		cudaError_t e = cu->rt->Memcpy(dst, src, len,
-					       to_dev ? cudaMemcpyHostToDevice
-						      : cudaMemcpyDeviceToHost);
-
-		return e == cudaSuccess ? 0
-					: pinned_cuda_err(cu, "cudaMemcpy", e);
+		return pinned_cuda_check(
+			cu, "cudaMemcpy",
+			cu->rt->Memcpy(dst, src, len,
+				       to_dev ? cudaMemcpyHostToDevice
+					      : cudaMemcpyDeviceToHost));
 	}
 #endif
 	(void)cu;
@@ -413,12 +406,10 @@ int pinned_cuda_event_new(struct pinned_cuda *cu, void **ev)
 
 		if (b)
 			return b;
-		cudaError_t e = cu->rt->EventCreateWithFlags(
-			(cudaEvent_t *)ev, cudaEventDisableTiming);
-
-		return e == cudaSuccess
-			       ? 0
-			       : pinned_cuda_err(cu, "cudaEventCreate", e);
+		return pinned_cuda_check(
+			cu, "cudaEventCreate",
+			cu->rt->EventCreateWithFlags((cudaEvent_t *)ev,
+						     cudaEventDisableTiming));
 	}
 #endif
 	(void)cu;
@@ -452,13 +443,13 @@ int pinned_cuda_copy_async(struct pinned_cuda *cu, void *dev, const void *src,
 						    (cudaStream_t)stream);
 
 		if (e != cudaSuccess)
-			return pinned_cuda_err(cu, "cudaMemcpyAsync", e);
+			return pinned_cuda_check(cu, "cudaMemcpyAsync", e);
 		if (ev) {
 			e = cu->rt->EventRecord((cudaEvent_t)ev,
 						(cudaStream_t)stream);
 			if (e != cudaSuccess)
-				return pinned_cuda_err(cu, "cudaEventRecord",
-						       e);
+				return pinned_cuda_check(cu, "cudaEventRecord",
+							 e);
 		}
 		return 0;
 	}
@@ -480,7 +471,7 @@ int pinned_cuda_event_done(struct pinned_cuda *cu, void *ev)
 			return 1;
 		if (e == cudaErrorNotReady)
 			return 0;
-		return pinned_cuda_err(cu, "cudaEventQuery", e);
+		return pinned_cuda_check(cu, "cudaEventQuery", e);
 	}
 #endif
 	(void)cu;
@@ -492,11 +483,9 @@ int pinned_cuda_event_wait(struct pinned_cuda *cu, void *ev)
 {
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt && ev) {
-		cudaError_t e = cu->rt->EventSynchronize((cudaEvent_t)ev);
-
-		return e == cudaSuccess
-			       ? 0
-			       : pinned_cuda_err(cu, "cudaEventSynchronize", e);
+		return pinned_cuda_check(
+			cu, "cudaEventSynchronize",
+			cu->rt->EventSynchronize((cudaEvent_t)ev));
 	}
 #endif
 	(void)cu;

@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "cachetest.h"
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
@@ -167,36 +168,11 @@ static void test_ranges(void)
 	free(d1);
 }
 
-/* The object file of the only object cached under dataset ds. */
-static int open_obj_file(const char *ds_name, uint64_t *data_off)
-{
-	char pat[400];
-	glob_t g;
-	int fd = -1;
-
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
-	if (glob(pat, 0, NULL, &g))
-		return -1;
-	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
-		char ds[16] = "";
-		int f = open(g.gl_pathv[i], O_RDWR);
-
-		if (f >= 0 && pread(f, ds, strlen(ds_name), 64) > 0 &&
-		    !memcmp(ds, ds_name, strlen(ds_name)) &&
-		    pread(f, data_off, 8, 24) == 8)
-			fd = f;
-		else if (f >= 0)
-			close(f);
-	}
-	globfree(&g);
-	return fd;
-}
-
 /* Flip one bit of a byte of the object cached under dataset "flip". */
 static void flip_byte(uint64_t block, uint64_t at)
 {
 	uint64_t data_off = 0;
-	int fd = open_obj_file("flip", &data_off);
+	int fd = cachetest_obj_file(cachedir, "flip", &data_off);
 	off_t p = (off_t)(data_off + block * BS + at);
 	char ch;
 
@@ -243,7 +219,7 @@ static void test_check_and_recover(void)
 	char ch;
 
 	CHECK_INT(cache_fetch(c, &obj, 0, 6 * BS, NULL, NULL), 0);
-	fd = open_obj_file("chk", &data_off);
+	fd = cachetest_obj_file(cachedir, "chk", &data_off);
 	CHECK(fd >= 0);
 	CHECK(pread(fd, &ch, 1, (off_t)(data_off + 3 * BS + 100)) == 1);
 	ch ^= 0x11;
@@ -388,7 +364,7 @@ static void test_truncated_file(void)
 
 	CHECK(read_eq(c, &obj, data, 0, size));
 	cache_close(c);
-	fd = open_obj_file("trunc", &data_off);
+	fd = cachetest_obj_file(cachedir, "trunc", &data_off);
 	CHECK(fd >= 0);
 	CHECK_INT(ftruncate(fd, (off_t)(data_off + 5 * BS + BS / 2)), 0);
 	close(fd);
@@ -424,7 +400,7 @@ static void test_truncated_file(void)
 	CHECK_INT(st.fetches, 0);
 	/* Cut again under a process that verified every block: no short
 	 * descriptor for the lost ones, and the bytes come back. */
-	fd = open_obj_file("trunc", &data_off);
+	fd = cachetest_obj_file(cachedir, "trunc", &data_off);
 	CHECK(fd >= 0);
 	CHECK_INT(ftruncate(fd, (off_t)(data_off + 7 * BS)), 0);
 	close(fd);
@@ -936,7 +912,7 @@ static void test_drop_behind_chunks(void)
 
 int main(void)
 {
-	char url[400];
+	struct cachetest_saved saved;
 
 	log_set_level(LOG_LVL_ERROR);
 	snprintf(tmp, sizeof(tmp), "/tmp/test_cache.XXXXXX");
@@ -946,15 +922,7 @@ int main(void)
 	snprintf(cachedir, sizeof(cachedir), "%s/cache", tmp);
 	snprintf(catpath, sizeof(catpath), "%s/catalog.db", tmp);
 	mkdir(srcdir, 0755);
-	CHECK_INT(config_defaults(&cfg), 0);
-	char *orig_dir = cfg->cache_dir, *orig_cat = cfg->catalog_path;
-
-	cfg->cache_dir = cachedir;
-	cfg->cache_block_size = BS;
-	cfg->cache_size = 1ULL << 30;
-	cfg->catalog_path = NULL;
-	snprintf(url, sizeof(url), "file://%s/", srcdir);
-	CHECK_INT(objstore_open(url, cfg, &os), 0);
+	cachetest_setup(&cfg, &os, cachedir, srcdir, BS, &saved);
 	CHECK(uring_available() || getenv("DSTAGE_NO_URING"));
 
 	test_ranges();
@@ -980,9 +948,7 @@ int main(void)
 	objstore_free(os);
 	while (npols)
 		cachepol_close(pols[--npols]);
-	cfg->cache_dir = orig_dir;
-	cfg->catalog_path = orig_cat;
-	config_free(cfg);
+	cachetest_free(cfg, &saved);
 	char cmd[300];
 
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);

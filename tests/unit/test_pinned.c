@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cachetest.h"
 #include "dstage/cache.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
@@ -306,32 +307,6 @@ static void test_absent_short(void)
 	free(back);
 }
 
-/* The cache file of the object cached under dataset ds (its data offset
- * in *data_off), as the cache lays it out (see test_cache.c). */
-static int cache_file(const char *ds, uint64_t *data_off)
-{
-	char pat[400];
-	glob_t g;
-	int fd = -1;
-
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
-	if (glob(pat, 0, NULL, &g))
-		return -1;
-	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
-		char name[32] = "";
-		int f = open(g.gl_pathv[i], O_RDWR);
-
-		if (f >= 0 && pread(f, name, strlen(ds), 64) > 0 &&
-		    !memcmp(name, ds, strlen(ds)) &&
-		    pread(f, data_off, 8, 24) == 8)
-			fd = f;
-		else if (f >= 0)
-			close(f);
-	}
-	globfree(&g);
-	return fd;
-}
-
 static char *put_obj(const char *ds, const char *key, size_t size,
 		     struct cache_object *obj, char *etag)
 {
@@ -405,7 +380,7 @@ static void test_cached(void)
 	cache_close(c);
 
 	/* A flipped byte, source intact: repaired, right bytes. */
-	fd = cache_file("good", &data_off);
+	fd = cachetest_obj_file(cachedir, "good", &data_off);
 	CHECK(fd >= 0);
 	{
 		char ch;
@@ -620,6 +595,7 @@ static void test_batch(void)
 
 int main(void)
 {
+	struct cachetest_saved saved;
 	char url[400];
 	int ret;
 
@@ -632,15 +608,7 @@ int main(void)
 	snprintf(srcdir, sizeof(srcdir), "%s/src", tmp);
 	snprintf(cachedir, sizeof(cachedir), "%s/cache", tmp);
 	mkdir(srcdir, 0700);
-	CHECK_INT(config_defaults(&cfg), 0);
-	char *orig_dir = cfg->cache_dir, *orig_cat = cfg->catalog_path;
-
-	cfg->cache_dir = cachedir;
-	cfg->cache_block_size = BS;
-	cfg->cache_size = 1ULL << 30;
-	cfg->catalog_path = NULL;
-	snprintf(url, sizeof(url), "file://%s/", srcdir);
-	CHECK_INT(objstore_open(url, cfg, &os), 0);
+	cachetest_setup(&cfg, &os, cachedir, srcdir, BS, &saved);
 
 	test_mode();
 	test_sizes();
@@ -649,9 +617,7 @@ int main(void)
 	test_batch();
 
 	objstore_free(os);
-	cfg->cache_dir = orig_dir;
-	cfg->catalog_path = orig_cat;
-	config_free(cfg);
+	cachetest_free(cfg, &saved);
 	snprintf(url, sizeof(url), "rm -rf %s", tmp);
 	ret = system(url);
 	return ret ? 1 : check_result();
