@@ -286,6 +286,47 @@ static void metrics_write_requests(struct metrics_buf *b)
 		}
 }
 
+void metrics_ds_begin(struct metrics_ds *d, struct metrics_buf *b,
+		      const char *name)
+{
+	*d = (struct metrics_ds){ .b = b, .name = name };
+}
+
+void metrics_ds_add(struct metrics_ds *d, const char *dataset, bool restricted,
+		    double v)
+{
+	char label[600], esc[540];
+	size_t o = 0;
+
+	if (restricted) {
+		d->restricted += v;
+		d->any_restricted = true;
+		return;
+	}
+	if (d->n++ >= METRICS_MAX_DATASETS) {
+		d->other += v;
+		return;
+	}
+	/* a label value: backslash, double quote and newline escaped */
+	for (; *dataset && o + 3 < sizeof(esc); dataset++) {
+		if (*dataset == '\\' || *dataset == '"' || *dataset == '\n')
+			esc[o++] = '\\';
+		esc[o++] = *dataset == '\n' ? 'n' : *dataset;
+	}
+	esc[o] = '\0';
+	snprintf(label, sizeof(label), "dataset=\"%s\"", esc);
+	metrics_sample(d->b, d->name, label, v);
+}
+
+void metrics_ds_end(struct metrics_ds *d)
+{
+	if (d->n > METRICS_MAX_DATASETS)
+		metrics_sample(d->b, d->name, "dataset=\"/other\"", d->other);
+	if (d->any_restricted)
+		metrics_sample(d->b, d->name, "dataset=\"/restricted\"",
+			       d->restricted);
+}
+
 void metrics_ckpt_publish(int ret, uint64_t bytes, uint64_t start_ns)
 {
 	atomic_fetch_add_explicit(&metrics_ckpt[ret ? 1 : 0], 1,

@@ -64,52 +64,17 @@ static void metrics_cache_write(struct metrics_buf *b,
 }
 
 struct metrics_cache_ds {
-	struct metrics_buf *b;
+	struct metrics_ds ds;
 	bool misses; /* which family is being written */
-	unsigned n; /* datasets seen */
-	uint64_t other; /* the sum of those past METRICS_MAX_DATASETS */
-	uint64_t restricted; /* the sum of the restricted ones */
-	bool any_restricted;
 };
-
-/* Write v as a label value: backslash, double quote and newline escaped. */
-static void metrics_cache_label(char *out, size_t len, const char *v)
-{
-	size_t o = 0;
-
-	for (; *v && o + 3 < len; v++) {
-		if (*v == '\\' || *v == '"' || *v == '\n') {
-			out[o++] = '\\';
-			out[o++] = *v == '\n' ? 'n' : *v;
-		} else {
-			out[o++] = *v;
-		}
-	}
-	out[o] = '\0';
-}
 
 static int metrics_cache_ds_row(void *arg, const char *name, bool restricted,
 				uint64_t hits, uint64_t misses)
 {
 	struct metrics_cache_ds *a = arg;
-	uint64_t v = a->misses ? misses : hits;
-	char label[600], esc[540];
 
-	if (restricted) {
-		a->restricted += v;
-		a->any_restricted = true;
-		return 0;
-	}
-	if (a->n++ >= METRICS_MAX_DATASETS) {
-		a->other += v;
-		return 0;
-	}
-	metrics_cache_label(esc, sizeof(esc), name);
-	snprintf(label, sizeof(label), "dataset=\"%s\"", esc);
-	metrics_sample(a->b,
-		       a->misses ? "dstage_dataset_cache_misses_total"
-				 : "dstage_dataset_cache_hits_total",
-		       label, (double)v);
+	metrics_ds_add(&a->ds, name, restricted,
+		       (double)(a->misses ? misses : hits));
 	return 0;
 }
 
@@ -117,7 +82,7 @@ static int metrics_cache_ds_row(void *arg, const char *name, bool restricted,
 static void metrics_cache_write_ds(struct metrics_buf *b, struct cache *c)
 {
 	for (int m = 0; m < 2; m++) {
-		struct metrics_cache_ds a = { .b = b, .misses = m == 1 };
+		struct metrics_cache_ds a = { .misses = m == 1 };
 		const char *name = m ? "dstage_dataset_cache_misses_total"
 				     : "dstage_dataset_cache_hits_total";
 
@@ -125,13 +90,9 @@ static void metrics_cache_write_ds(struct metrics_buf *b, struct cache *c)
 			       m ? "Blocks a reader had to fetch from the "
 				   "source, by dataset"
 				 : "Blocks served from the cache, by dataset");
+		metrics_ds_begin(&a.ds, b, name);
 		cache_get_ds_stats(c, metrics_cache_ds_row, &a);
-		if (a.n > METRICS_MAX_DATASETS)
-			metrics_sample(b, name, "dataset=\"/other\"",
-				       (double)a.other);
-		if (a.any_restricted)
-			metrics_sample(b, name, "dataset=\"/restricted\"",
-				       (double)a.restricted);
+		metrics_ds_end(&a.ds);
 	}
 }
 

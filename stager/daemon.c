@@ -87,11 +87,8 @@ static int daemon_metrics_job(void *arg, const struct jobs_job *j)
  * to every local user; see metrics_cache.c).
  */
 struct daemon_metrics_verify {
-	struct metrics_buf *b;
+	struct metrics_ds ds;
 	unsigned f; /* which family is being written */
-	unsigned n; /* datasets named or folded into "/other" */
-	uint64_t other, restricted;
-	bool any_restricted;
 };
 
 static const char *const daemon_metrics_verify_names[3][2] = {
@@ -113,48 +110,25 @@ static int daemon_metrics_verify_row(void *arg, const char *name,
 	uint64_t v = a->f == 0	 ? k->damaged
 		     : a->f == 1 ? k->missing
 				 : k->mismatched;
-	char label[600], esc[540];
-	size_t o = 0;
 
-	if (restricted) {
-		a->restricted += v;
-		a->any_restricted = true;
-		return 0;
-	}
-	if (a->n++ >= METRICS_MAX_DATASETS) {
-		a->other += v;
-		return 0;
-	}
-	for (; *name && o + 3 < sizeof(esc); name++) {
-		if (*name == '\\' || *name == '"' || *name == '\n')
-			esc[o++] = '\\';
-		esc[o++] = *name == '\n' ? 'n' : *name;
-	}
-	esc[o] = '\0';
-	snprintf(label, sizeof(label), "dataset=\"%s\"", esc);
-	metrics_sample(a->b, daemon_metrics_verify_names[a->f][0], label,
-		       (double)v);
+	metrics_ds_add(&a->ds, name, restricted, (double)v);
 	return 0;
 }
 
 static void daemon_metrics_verify(struct jobs *jq, struct metrics_buf *b)
 {
 	for (unsigned f = 0; f < 3; f++) {
-		struct daemon_metrics_verify a = { .b = b, .f = f };
+		struct daemon_metrics_verify a = { .f = f };
 		const char *name = daemon_metrics_verify_names[f][0];
 
 		metrics_family(b, name, "gauge",
 			       daemon_metrics_verify_names[f][1]);
+		metrics_ds_begin(&a.ds, b, name);
 		/* bounded: at most a million datasets read per scrape */
 		if (jobs_verify_counts(jq, 1000000, daemon_metrics_verify_row,
 				       &a) < 0)
 			return; /* logged */
-		if (a.n > METRICS_MAX_DATASETS)
-			metrics_sample(b, name, "dataset=\"/other\"",
-				       (double)a.other);
-		if (a.any_restricted)
-			metrics_sample(b, name, "dataset=\"/restricted\"",
-				       (double)a.restricted);
+		metrics_ds_end(&a.ds);
 	}
 }
 

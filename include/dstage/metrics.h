@@ -95,6 +95,27 @@ void metrics_observe_since(enum metrics_hist h, uint64_t start_ns);
 #define METRICS_MAX_DATASETS 64
 
 /*
+ * One family's per-dataset samples, bounded: metrics_ds_add names the
+ * first METRICS_MAX_DATASETS datasets it is given (label value escaped)
+ * and sums the rest into dataset="/other"; a restricted dataset (one
+ * group may read it) is never named but summed into dataset="/restricted"
+ * (the page is open to every local user). metrics_ds_end writes those two
+ * sums where anything went into them. A '/' is never in a dataset's name.
+ */
+struct metrics_ds {
+	struct metrics_buf *b;
+	const char *name; /* the family */
+	unsigned n; /* datasets named or summed into "/other" */
+	double other, restricted;
+	bool any_restricted;
+};
+void metrics_ds_begin(struct metrics_ds *d, struct metrics_buf *b,
+		      const char *name);
+void metrics_ds_add(struct metrics_ds *d, const char *dataset, bool restricted,
+		    double v);
+void metrics_ds_end(struct metrics_ds *d);
+
+/*
  * Count one request to a source that ended (dstage_source_requests_total
  * {method,status}). method: "GET", "HEAD", "PUT", "POST", "DELETE" (any
  * other string counts as "other"). status: an HTTP status (100 to 599), 0
