@@ -362,6 +362,43 @@ out:
 	return r;
 }
 
+/*
+ * The start both listing answers share: read the document (*doc, freed by
+ * the caller, also on error), check its root element is name, and read
+ * whether its keys are URL-encoded and whether it is truncated. 0, or
+ * -EINVAL with *why set (or s3xml_read's error).
+ */
+static int s3xml_list_open(const char *body, size_t len, const char *name,
+			   xmlDocPtr *doc, const xmlNode **root, bool *url,
+			   bool *truncated, const char **why)
+{
+	char *t = NULL;
+	int r;
+
+	r = s3xml_read(body, len, name, false, doc);
+	if (r)
+		return r;
+	*root = xmlDocGetRootElement(*doc);
+	if (!s3xml_is(*root, name)) {
+		*why = "not the answer asked for";
+		return -EINVAL;
+	}
+	r = s3xml_child_text(*root, "EncodingType", &t);
+	if (r)
+		return r;
+	*url = t && strcmp(t, "url") == 0;
+	free(t);
+	t = NULL;
+	r = s3xml_child_text(*root, "IsTruncated", &t);
+	if (!r && t && strcmp(t, "true") && strcmp(t, "false")) {
+		*why = "IsTruncated is neither true nor false";
+		r = -EINVAL;
+	}
+	*truncated = t && strcmp(t, "true") == 0;
+	free(t);
+	return r;
+}
+
 int s3xml_parse_list(const char *body, size_t len, struct s3xml_list *out)
 {
 	const char *why = NULL;
@@ -373,29 +410,10 @@ int s3xml_parse_list(const char *body, size_t len, struct s3xml_list *out)
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	r = s3xml_read(body, len, "ListBucketResult", false, &doc);
-	if (r)
-		return r;
-	root = xmlDocGetRootElement(doc);
-	if (!s3xml_is(root, "ListBucketResult")) {
-		why = "not a ListBucketResult";
-		r = -EINVAL;
-		goto out;
-	}
-	r = s3xml_child_text(root, "EncodingType", &t);
+	r = s3xml_list_open(body, len, "ListBucketResult", &doc, &root, &url,
+			    &out->truncated, &why);
 	if (r)
 		goto out;
-	url = t && strcmp(t, "url") == 0;
-	free(t);
-	r = s3xml_child_text(root, "IsTruncated", &t);
-	if (r)
-		goto out;
-	if (t && strcmp(t, "true") && strcmp(t, "false")) {
-		why = "IsTruncated is neither true nor false";
-		r = -EINVAL;
-		goto out;
-	}
-	out->truncated = t && strcmp(t, "true") == 0;
 	r = s3xml_child_text(root, "NextContinuationToken", &out->next_token);
 	if (r)
 		goto out;
@@ -490,29 +508,10 @@ int s3xml_parse_mpu_list(const char *body, size_t len,
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	r = s3xml_read(body, len, "ListMultipartUploadsResult", false, &doc);
-	if (r)
-		return r;
-	root = xmlDocGetRootElement(doc);
-	if (!s3xml_is(root, "ListMultipartUploadsResult")) {
-		why = "not a ListMultipartUploadsResult";
-		r = -EINVAL;
-		goto out;
-	}
-	r = s3xml_child_text(root, "EncodingType", &t);
+	r = s3xml_list_open(body, len, "ListMultipartUploadsResult", &doc,
+			    &root, &url, &out->truncated, &why);
 	if (r)
 		goto out;
-	url = t && strcmp(t, "url") == 0;
-	free(t);
-	r = s3xml_child_text(root, "IsTruncated", &t);
-	if (r)
-		goto out;
-	if (t && strcmp(t, "true") && strcmp(t, "false")) {
-		why = "IsTruncated is neither true nor false";
-		r = -EINVAL;
-		goto out;
-	}
-	out->truncated = t && strcmp(t, "true") == 0;
 	r = s3xml_child_text(root, "NextKeyMarker", &out->next_key);
 	if (!r)
 		r = s3xml_child_text(root, "NextUploadIdMarker", &out->next_id);
