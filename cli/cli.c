@@ -83,3 +83,14 @@ void cli_time(int64_t t, char *buf, size_t len)
 	localtime_r(&tt, &tm);
 	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
 }
+
+void cli_eta(double s, char *buf, size_t len)
+{
+	if (s < 0 || s > 360000)
+		snprintf(buf, len, "--:--");
+	else if (s >= 3600)
+		snprintf(buf, len, "%d:%02d:%02d", (int)s / 3600,
+			 (int)s / 60 % 60, (int)s % 60);
+	else
+		snprintf(buf, len, "%d:%02d", (int)s / 60, (int)s % 60);
+}

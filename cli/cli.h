@@ -35,6 +35,10 @@ int cli_global_opts(int *argc, char ***argv, const char **config);
 /* v bytes for people ("512 B", "1.5 GiB") in buf; returns buf. */
 const char *cli_bytes(uint64_t v, char *buf, size_t len);
 
+/* s seconds left as "M:SS" or "H:MM:SS" in buf ("--:--" when unknown:
+ * negative or over 100 hours). */
+void cli_eta(double s, char *buf, size_t len);
+
 /* Unix time t as local "YYYY-MM-DD HH:MM:SS" in buf ("never" for 0). */
 void cli_time(int64_t t, char *buf, size_t len);
 

@@ -282,17 +282,6 @@ struct client_watch {
 	bool drew;
 };
 
-static void client_eta(double s, char *buf, size_t len)
-{
-	if (s < 0 || s > 360000)
-		snprintf(buf, len, "--:--");
-	else if (s >= 3600)
-		snprintf(buf, len, "%d:%02d:%02d", (int)s / 3600,
-			 (int)s / 60 % 60, (int)s % 60);
-	else
-		snprintf(buf, len, "%d:%02d", (int)s / 60, (int)s % 60);
-}
-
 static int client_watch_row(struct client *cl, void *arg)
 {
 	struct client_watch *w = arg;
@@ -324,8 +313,8 @@ static int client_watch_row(struct client *cl, void *arg)
 		w->last_done = done;
 	}
 	cli_bytes((uint64_t)w->rate, r, sizeof(r));
-	client_eta(w->rate > 0 ? (double)(total - done) / w->rate : -1, eta,
-		   sizeof(eta));
+	cli_eta(w->rate > 0 ? (double)(total - done) / w->rate : -1, eta,
+		sizeof(eta));
 	cli_bytes(done, a, sizeof(a));
 	cli_bytes(total, b, sizeof(b));
 	if (w->tty) {

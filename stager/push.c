@@ -213,17 +213,6 @@ static void push_event(void *arg, enum push_event ev, const char *key,
 	}
 }
 
-static void push_eta(double s, char *buf, size_t len)
-{
-	if (s < 0 || s > 360000)
-		snprintf(buf, len, "--:--");
-	else if (s >= 3600)
-		snprintf(buf, len, "%d:%02d:%02d", (int)s / 3600,
-			 (int)s / 60 % 60, (int)s % 60);
-	else
-		snprintf(buf, len, "%d:%02d", (int)s / 60, (int)s % 60);
-}
-
 /* One progress line: a bar redrawn in place on a terminal, else a plain
  * line (every 5 s; on stderr with --json). */
 static void push_show(struct push_cli *c, bool last)
@@ -238,7 +227,7 @@ static void push_show(struct push_cli *c, bool last)
 	rate = el > 0 ? (double)pr.sent / el : 0;
 	left = pr.bytes_total > pr.bytes_done ? pr.bytes_total - pr.bytes_done
 					      : 0;
-	push_eta(rate > 0 ? (double)left / rate : -1, eta, sizeof(eta));
+	cli_eta(rate > 0 ? (double)left / rate : -1, eta, sizeof(eta));
 	cli_bytes(pr.bytes_done, a, sizeof(a));
 	cli_bytes(pr.bytes_total, b, sizeof(b));
 	cli_bytes((uint64_t)rate, r, sizeof(r));
