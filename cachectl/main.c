@@ -128,11 +128,9 @@ static void cachectl_cmd_help(const struct cachectl_cmd *c)
 
 static const struct cachectl_cmd *cachectl_find(const char *name)
 {
-	for (size_t i = 0; i < sizeof(cachectl_cmds) / sizeof(cachectl_cmds[0]);
-	     i++)
-		if (!strcmp(name, cachectl_cmds[i].name))
-			return &cachectl_cmds[i];
-	return NULL;
+	return cli_cmd_find(cachectl_cmds,
+			    sizeof(cachectl_cmds) / sizeof(cachectl_cmds[0]),
+			    sizeof(cachectl_cmds[0]), name);
 }
 
 /* A size: digits with an optional K/M/G/T suffix; never negative. */

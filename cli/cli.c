@@ -86,11 +86,25 @@ void cli_time(int64_t t, char *buf, size_t len)
 
 void cli_eta(double s, char *buf, size_t len)
 {
-	if (s < 0 || s > 360000)
+	if (!(s >= 0 && s <= 360000)) /* NaN too: (int)NaN is undefined */
 		snprintf(buf, len, "--:--");
 	else if (s >= 3600)
 		snprintf(buf, len, "%d:%02d:%02d", (int)s / 3600,
 			 (int)s / 60 % 60, (int)s % 60);
 	else
 		snprintf(buf, len, "%d:%02d", (int)s / 60, (int)s % 60);
+}
+
+const void *cli_cmd_find(const void *table, size_t n, size_t row_size,
+			 const char *name)
+{
+	const char *row = table;
+
+	for (size_t i = 0; i < n; i++, row += row_size) {
+		const char *const *row_name = (const char *const *)row;
+
+		if (!strcmp(*row_name, name))
+			return row;
+	}
+	return NULL;
 }

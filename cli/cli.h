@@ -36,8 +36,16 @@ int cli_global_opts(int *argc, char ***argv, const char **config);
 const char *cli_bytes(uint64_t v, char *buf, size_t len);
 
 /* s seconds left as "M:SS" or "H:MM:SS" in buf ("--:--" when unknown:
- * negative or over 100 hours). */
+ * negative, NaN or over 100 hours). */
 void cli_eta(double s, char *buf, size_t len);
+
+/*
+ * The row named name in a command table of n rows of row_size bytes each,
+ * or NULL. Every row must begin with its name (`const char *name` as the
+ * first member), as stager's and cachectl's tables do.
+ */
+const void *cli_cmd_find(const void *table, size_t n, size_t row_size,
+			 const char *name);
 
 /* Unix time t as local "YYYY-MM-DD HH:MM:SS" in buf ("never" for 0). */
 void cli_time(int64_t t, char *buf, size_t len);

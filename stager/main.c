@@ -218,11 +218,9 @@ static void stager_cmd_help(const struct stager_cmd *c)
 
 static const struct stager_cmd *stager_find(const char *name)
 {
-	for (size_t i = 0; i < sizeof(stager_cmds) / sizeof(stager_cmds[0]);
-	     i++)
-		if (!strcmp(stager_cmds[i].name, name))
-			return &stager_cmds[i];
-	return NULL;
+	return cli_cmd_find(stager_cmds,
+			    sizeof(stager_cmds) / sizeof(stager_cmds[0]),
+			    sizeof(stager_cmds[0]), name);
 }
 
 static int stager_size(const char *opt, const char *s, uint64_t *v)
