@@ -207,6 +207,62 @@ def test_unreachable_endpoint_named(tool, stager_dir):
         s.stop()
 
 
+def raw_requests(sock, reqs):
+    """Send reqs (dicts of fields) on ONE connection, one after the other;
+    return each request's end line as a dict."""
+    ends = []
+    with socket.socket(socket.AF_UNIX) as c:
+        c.settimeout(60)
+        c.connect(str(sock))
+        buf = b""
+        for req in reqs:
+            c.sendall(("\t".join("%s=%s" % kv for kv in req.items())
+                       + "\n").encode())
+            end = None
+            while end is None:
+                while b"\n" not in buf:
+                    d = c.recv(65536)
+                    assert d, "daemon closed the connection"
+                    buf += d
+                ln, buf = buf.split(b"\n", 1)
+                f = dict(x.split("=", 1) for x in ln.decode().split("\t")
+                         if "=" in x)
+                if f.get("type") == "end":
+                    end = f
+            ends.append(end)
+    return ends
+
+
+def test_cause_is_per_request(tool, stager_dir):
+    """A request's error carries the cause logged while serving IT, never
+    one left by an earlier request on the same connection (the daemon
+    clears the thread's cause before and after each request; the test
+    fails with both clears removed)."""
+    port = closed_port()
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port,
+               AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+               AWS_SECRET_ACCESS_KEY="secret")
+    s = Stager(tool("stager"), stager_dir, env=env, args=())
+    s.cfg.write_text(s.cfg.read_text() +
+                     "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
+    s.start()
+    try:
+        first, second, third = raw_requests(s.sock, [
+            {"cmd": "add", "name": "x", "url": "s3://bucket/p/"},
+            {"cmd": "show", "name": "nosuch"},
+            {"cmd": "add", "name": "y", "url": "file:///nonexistent-ds/"},
+        ])
+        assert int(first["rc"]) != 0
+        assert "Couldn't connect to server" in first["msg"], first
+        assert int(second["rc"]) != 0 and int(third["rc"]) != 0
+        for later in (second, third):
+            assert "Couldn't connect" not in later["msg"], later
+            assert "127.0.0.1 port" not in later["msg"], later
+        assert "nonexistent-ds" in third["msg"], third
+    finally:
+        s.stop()
+
+
 def test_bad_url_scheme_named(daemon):
     err, doc = failed_add(daemon, "http://foo/bar")
     assert "unsupported store URL 'http://foo/bar'" in err, err
