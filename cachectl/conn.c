@@ -55,8 +55,12 @@ int conn_call(struct conn *cn, conn_row_cb cb, void *arg)
 
 int conn_result(struct conn *cn)
 {
-	if (!cn->pc.rc)
+	if (!cn->pc.rc) {
+		if (cn->pc.endwarn[0])
+			fprintf(stderr, "cachectl: warning: %s\n",
+				cn->pc.endwarn);
 		return CLI_EXIT_OK;
+	}
 	fprintf(stderr, "cachectl: %s\n",
 		cn->pc.endmsg[0] ? cn->pc.endmsg : strerror(-cn->pc.rc));
 	return cli_exit_code(cn->pc.rc);

@@ -73,6 +73,8 @@ int proto_client_call(struct proto_client *pc, proto_client_row_fn fn,
 			pc->rc = (int)rc;
 			snprintf(pc->endmsg, sizeof(pc->endmsg), "%s",
 				 proto_get(&pc->msg, "msg") ?: "");
+			snprintf(pc->endwarn, sizeof(pc->endwarn), "%s",
+				 proto_get(&pc->msg, "warning") ?: "");
 			return 0;
 		}
 		if (fn) {

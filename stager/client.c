@@ -84,8 +84,12 @@ static int client_result(struct client *cl)
 	const char *msg =
 		cl->pc.endmsg[0] ? cl->pc.endmsg : strerror(-cl->pc.rc);
 
-	if (!cl->pc.rc)
+	if (!cl->pc.rc) {
+		if (cl->pc.endwarn[0])
+			fprintf(stderr, "stager: warning: %s\n",
+				cl->pc.endwarn);
 		return CLI_EXIT_OK;
+	}
 	fprintf(stderr, "stager: %s\n", msg);
 	if (cl->o->json) {
 		json_t *doc = json_object(), *e = json_object();

@@ -45,10 +45,18 @@ void daemon_admin_audit(struct daemon_conn *c, const char *action,
 	};
 	int ret = catalog_audit_add(c->cat, &a);
 
-	if (ret)
+	/* The change is made and stays made: undoing it could fail too.
+	 * Both the log and the user who asked are told that the trail
+	 * misses it. */
+	if (ret) {
 		log_warn("audit %s %s by uid %u: %s", action,
 			 target ? target : "", (unsigned)c->uid,
 			 strerror(-ret));
+		snprintf(c->warn, sizeof(c->warn),
+			 "%s %s was done, but its audit record could not be "
+			 "written to the catalog: %s (see the daemon's log)",
+			 action, target ? target : "", strerror(-ret));
+	}
 }
 
 /* Parse a strictly decimal u64 (no sign, no suffix). 0 or -EINVAL. */

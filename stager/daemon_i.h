@@ -96,6 +96,10 @@ struct daemon_conn {
 	const char *cmd;
 	const char *name; /* name=, when the request's entry needs one */
 	int64_t job; /* job=, 0 when absent */
+	/* The request's warning for its end line (it was done, but its
+	 * audit record could not be written): "" when none; cleared as the
+	 * end line is sent. This connection's thread only. */
+	char warn[256];
 };
 
 /* daemon_jobs.c */

@@ -122,6 +122,9 @@ int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 	proto_add_i64(&c->out, "rc", rc);
 	if (msg[0])
 		proto_add(&c->out, "msg", msg);
+	if (c->warn[0])
+		proto_add(&c->out, "warning", c->warn);
+	c->warn[0] = '\0';
 	return proto_send(c->fd, &c->out);
 }
 

@@ -21,6 +21,7 @@ struct proto_client {
 	struct proto_msg msg; /* the row being handled, then the end line */
 	int rc; /* the end line's rc (0 or -errno) */
 	char endmsg[2048]; /* the end line's msg, "" when none */
+	char endwarn[512]; /* the end line's warning (done, but...), or "" */
 };
 
 /* Called for each row before the end line; a non-zero return stops the
@@ -38,7 +39,8 @@ int proto_client_open(struct proto_client *pc, const char *prog,
 
 /*
  * Send pc->out and read rows (to fn, which may be NULL) until the end
- * line, whose rc and msg land in pc->rc and pc->endmsg. Returns 0 when the
+ * line, whose rc, msg and warning land in pc->rc, pc->endmsg and
+ * pc->endwarn. Returns 0 when the
  * exchange completed, fn's non-zero return, or the transport's -errno
  * (-EPIPE, -ECONNRESET, -EPROTO, -ETIMEDOUT...; a message naming the
  * socket is printed). A daemon that refuses the connection (too many)

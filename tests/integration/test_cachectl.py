@@ -404,6 +404,34 @@ def test_audit_table_append_only(env):
     assert len(ctl.audit()) == n
 
 
+def test_audit_write_failure_reported(env):
+    """A change whose audit record cannot be written stays made, and the
+    admin who asked is told so (exit 0, a warning naming the failure), as
+    is the daemon's log; the next change, audited again, carries none.
+    The insert is made to fail by a trigger added to the real catalog."""
+    s, ctl = env
+    n = len(ctl.audit())
+    db = sqlite3.connect(str(s.root / "catalog.db"), timeout=10)
+    db.execute("CREATE TRIGGER test_no_insert BEFORE INSERT ON audit BEGIN "
+               "SELECT RAISE(ABORT, 'audit disk gone (test)'); END")
+    db.commit()
+    p = ctl.ok("pin", "ds")
+    err = p.stderr.decode()
+    assert "cachectl: warning: pin ds was done, but its audit record " \
+        "could not be written" in err, err
+    assert ds_row(ctl.json("status"))["pinned"] == 1  # the change stands
+    assert len(ctl.audit()) == n
+    p = ctl.ok("priority", "ds", "3")  # a stager-side writer too
+    assert "warning: priority ds was done" in p.stderr.decode()
+    db.execute("DROP TRIGGER test_no_insert")
+    db.commit()
+    db.close()
+    p = ctl.ok("unpin", "ds")
+    assert p.stderr.decode() == ""  # no warning left over on the request
+    got = [(r["action"], r["target"]) for r in ctl.audit()]
+    assert got.count(("unpin", "ds")) == 1 and len(got) == n + 1
+
+
 def test_help_and_exit_codes(env, tool):
     s, ctl = env
     for cmd in ("status", "pin", "unpin", "quota", "priority", "policy",
