@@ -612,15 +612,15 @@ class Soak:
         self.t0 = time.monotonic()
         self.setup()
         self.deadline = time.monotonic() + self.a.duration
-        threads = [threading.Thread(target=self.reader, args=(i,),
-                                    daemon=True)
-                   for i in range(self.a.readers)]
-        threads += [threading.Thread(target=f, daemon=True) for f in (
-            self.stager_loop, self.evict_loop, self.flip_loop,
-            self.chaos_loop, self.sample_loop)]
+        work = [(self.reader, (i,)) for i in range(self.a.readers)]
+        work += [(f, ()) for f in (self.stager_loop, self.evict_loop,
+                                   self.flip_loop, self.chaos_loop,
+                                   self.sample_loop)]
         if self.proxy:
-            threads.append(threading.Thread(target=self.s3_fault_loop,
-                                            daemon=True))
+            work.append((self.s3_fault_loop, ()))
+        threads = [threading.Thread(target=self.guarded, args=(f, args),
+                                    name=f.__name__, daemon=True)
+                   for f, args in work]
         for t in threads:
             t.start()
         while not self.stop.is_set() and time.monotonic() < self.deadline:
@@ -632,6 +632,22 @@ class Soak:
                 self.fail("a worker did not stop within 120 s "
                           "(a read or command hung)")
         return self.finish()
+
+    def guarded(self, f, args):
+        """Run one worker; a worker that dies of an exception is a failure
+        of the soak (and ends it), never a silently missing load."""
+        try:
+            f(*args)
+        except Exception as e:
+            self.fail("worker %s died: %s: %s" % (f.__name__,
+                                                  type(e).__name__, e))
+            self.stop.set()
+        else:
+            idle = f == self.chaos_loop and self.a.kill_every <= 0
+            if (not idle and not self.stop.is_set()
+                    and time.monotonic() < self.deadline):
+                self.fail("worker %s returned before the end" % f.__name__)
+                self.stop.set()
 
     def finish(self):
         leaks = self.leak_check()
