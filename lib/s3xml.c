@@ -312,10 +312,17 @@ void s3xml_list_release(struct s3xml_list *l)
 	memset(l, 0, sizeof(*l));
 }
 
-/* One <Contents> into o. Returns 0, -EINVAL (why set) or -ENOMEM. */
-static int s3xml_parse_contents(const xmlNode *c, bool url,
-				struct s3xml_object *o, const char **why)
+/* Parse one listing item (an element) into item. 0, -EINVAL (why set) or
+ * -ENOMEM; what it filled before failing is freed by the list's release. */
+typedef int (*s3xml_item_fn)(const xmlNode *c, bool url, void *item,
+			     const char **why);
+
+/* One <Contents> into item (a struct s3xml_object): an s3xml_item_fn.
+ * Returns 0, -EINVAL (why set) or -ENOMEM. */
+static int s3xml_parse_contents(const xmlNode *c, bool url, void *item,
+				const char **why)
 {
+	struct s3xml_object *o = item;
 	char *t = NULL;
 	int r;
 
@@ -399,46 +406,57 @@ static int s3xml_list_open(const char *body, size_t len, const char *name,
 	return r;
 }
 
+/*
+ * The loop both listings share: every child of root named name, parsed by
+ * fn into a new array of item_size-byte items (*items, NULL when none).
+ * *n counts an item before it is parsed, so that the list's release frees
+ * a half-filled one. 0, -ENOMEM, or fn's error.
+ */
+static int s3xml_list_items(const xmlNode *root, const char *name, bool url,
+			    size_t item_size, s3xml_item_fn fn, void **items,
+			    size_t *n, const char **why)
+{
+	size_t count = 0;
+
+	for (const xmlNode *c = root->children; c; c = c->next)
+		count += s3xml_is(c, name);
+	if (!count)
+		return 0;
+	*items = calloc(count, item_size);
+	if (!*items)
+		return -ENOMEM;
+	for (const xmlNode *c = root->children; c; c = c->next) {
+		int r;
+
+		if (!s3xml_is(c, name))
+			continue;
+		r = fn(c, url, (char *)*items + item_size * (*n)++, why);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 int s3xml_parse_list(const char *body, size_t len, struct s3xml_list *out)
 {
 	const char *why = NULL;
 	const xmlNode *root;
 	xmlDocPtr doc = NULL;
-	char *t = NULL;
+	void *items = NULL;
 	bool url = false;
-	size_t n = 0;
 	int r;
 
 	memset(out, 0, sizeof(*out));
 	r = s3xml_list_open(body, len, "ListBucketResult", &doc, &root, &url,
 			    &out->truncated, &why);
-	if (r)
-		goto out;
-	r = s3xml_child_text(root, "NextContinuationToken", &out->next_token);
-	if (r)
-		goto out;
-
-	for (const xmlNode *c = root->children; c; c = c->next)
-		n += s3xml_is(c, "Contents");
-	if (n) {
-		out->objects = calloc(n, sizeof(*out->objects));
-		if (!out->objects) {
-			r = -ENOMEM;
-			goto out;
-		}
-	}
-	for (const xmlNode *c = root->children; c; c = c->next) {
-		if (!s3xml_is(c, "Contents"))
-			continue;
-		/* counted now so that release frees a half-filled entry */
-		r = s3xml_parse_contents(c, url, &out->objects[out->nobjects++],
-					 &why);
-		if (r)
-			goto out;
-	}
-	r = 0;
-out:
-	free(t);
+	if (!r)
+		r = s3xml_child_text(root, "NextContinuationToken",
+				     &out->next_token);
+	if (!r)
+		r = s3xml_list_items(
+			root, "Contents", url, sizeof(*out->objects),
+			s3xml_parse_contents, &items, &out->nobjects, &why);
+	out->objects = items;
 	xmlFreeDoc(doc);
 	if (r) {
 		if (r == -EINVAL && why)
@@ -448,7 +466,6 @@ out:
 	return r;
 }
 
-/* Fill e from an <Error> element. */
 void s3xml_mpu_list_release(struct s3xml_mpu_list *l)
 {
 	if (!l)
@@ -463,10 +480,12 @@ void s3xml_mpu_list_release(struct s3xml_mpu_list *l)
 	memset(l, 0, sizeof(*l));
 }
 
-/* One <Upload> into u. Returns 0, -EINVAL (why set) or -ENOMEM. */
-static int s3xml_parse_mpu(const xmlNode *c, bool url, struct s3xml_mpu *u,
+/* One <Upload> into item (a struct s3xml_mpu): an s3xml_item_fn.
+ * Returns 0, -EINVAL (why set) or -ENOMEM. */
+static int s3xml_parse_mpu(const xmlNode *c, bool url, void *item,
 			   const char **why)
 {
+	struct s3xml_mpu *u = item;
 	char *t = NULL;
 	int r;
 
@@ -502,9 +521,8 @@ int s3xml_parse_mpu_list(const char *body, size_t len,
 	const char *why = NULL;
 	const xmlNode *root;
 	xmlDocPtr doc = NULL;
-	char *t = NULL;
+	void *items = NULL;
 	bool url = false;
-	size_t n = 0;
 	int r;
 
 	memset(out, 0, sizeof(*out));
@@ -522,27 +540,10 @@ int s3xml_parse_mpu_list(const char *body, size_t len,
 		r = -EINVAL;
 		goto out;
 	}
-	for (const xmlNode *c = root->children; c; c = c->next)
-		n += s3xml_is(c, "Upload");
-	if (n) {
-		out->uploads = calloc(n, sizeof(*out->uploads));
-		if (!out->uploads) {
-			r = -ENOMEM;
-			goto out;
-		}
-	}
-	for (const xmlNode *c = root->children; c; c = c->next) {
-		if (!s3xml_is(c, "Upload"))
-			continue;
-		/* counted now so that release frees a half-filled entry */
-		r = s3xml_parse_mpu(c, url, &out->uploads[out->nuploads++],
-				    &why);
-		if (r)
-			goto out;
-	}
-	r = 0;
+	r = s3xml_list_items(root, "Upload", url, sizeof(*out->uploads),
+			     s3xml_parse_mpu, &items, &out->nuploads, &why);
+	out->uploads = items;
 out:
-	free(t);
 	xmlFreeDoc(doc);
 	if (r) {
 		if (r == -EINVAL && why)
@@ -552,6 +553,7 @@ out:
 	return r;
 }
 
+/* Fill e from an <Error> element. */
 static void s3xml_fill_error(const xmlNode *root, struct s3xml_error *e)
 {
 	s3xml_child_copy(root, "Code", e->code, sizeof(e->code));
