@@ -187,7 +187,9 @@ def failed_add(s, url):
     return err, doc
 
 
-def test_unreachable_endpoint_named(tool, stager_dir):
+def unreachable_store_stager(tool, stager_dir):
+    """A started daemon whose S3 endpoint is a closed loopback port (two
+    quick attempts a request): (the Stager, the port)."""
     port = closed_port()
     env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port,
                AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
@@ -195,7 +197,11 @@ def test_unreachable_endpoint_named(tool, stager_dir):
     s = Stager(tool("stager"), stager_dir, env=env, args=())
     s.cfg.write_text(s.cfg.read_text() +
                      "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
-    s.start()
+    return s.start(), port
+
+
+def test_unreachable_endpoint_named(tool, stager_dir):
+    s, port = unreachable_store_stager(tool, stager_dir)
     try:
         err, doc = failed_add(s, "s3://bucket/p/")
         assert "s3://bucket/p/" in err and "127.0.0.1 port %d" % port in err
@@ -238,14 +244,7 @@ def test_cause_is_per_request(tool, stager_dir):
     one left by an earlier request on the same connection (the daemon
     clears the thread's cause before and after each request; the test
     fails with both clears removed)."""
-    port = closed_port()
-    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port,
-               AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
-               AWS_SECRET_ACCESS_KEY="secret")
-    s = Stager(tool("stager"), stager_dir, env=env, args=())
-    s.cfg.write_text(s.cfg.read_text() +
-                     "[s3]\nmax_attempts = 2\nbackoff_base = 1ms\n")
-    s.start()
+    s, _ = unreachable_store_stager(tool, stager_dir)
     try:
         first, second, third = raw_requests(s.sock, [
             {"cmd": "add", "name": "x", "url": "s3://bucket/p/"},
