@@ -191,13 +191,15 @@ def cpu_markdown(res):
     out = ["", "CPU seconds per GiB moved (utime + stime; dstage: dstagefs + stager "
            "daemon, + the stager CLI for stage; the limit: curl; store: ceph-osd + "
            "radosgw + ceph-mon during dstage's phase):", "",
-           "| workload | limit (curl) | dstage | s3fs | rclone | store, during dstage |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+           "| workload | limit (curl) | dstage | s3fs | rclone | store, during dstage "
+           "| dstage page faults / GiB |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         d = r["systems"].get("dstage") or {}
         out.append("| " + " | ".join([r["what"], fmt_num(r.get("limit_cpu_s_per_GiB"))]
                                      + [fmt_num(cpu_value(r, s)) for s in SYSTEMS]
-                                     + [fmt_num(d.get("store_cpu_s_per_GiB"))]) + " |")
+                                     + [fmt_num(d.get("store_cpu_s_per_GiB")),
+                                        fmt_num(d.get("faults_per_GiB"))]) + " |")
     cs = res.get("cpu_sets") or {}
     if cs.get("store_cpus"):
         out += ["", f"Store elsewhere: the store's processes on CPUs {cs['store_cpus']}, the "

@@ -18,7 +18,8 @@ CPU meter. utime + stime from /proc/PID/stat (all threads of the process)
 of the system's processes (dstagefs and the stager daemon; s3fs; rclone),
 of the store's processes, and getrusage of the bench process itself and of
 its reaped children (the readers, curl, `stager stage`), before and after
-a phase, as CPU-seconds per GiB moved.
+a phase, as CPU-seconds per GiB moved; and the page faults of the
+system's processes per GiB (what bench/cold_cpu.sh used to count by hand).
 """
 import os
 import resource
@@ -53,6 +54,17 @@ def proc_cpu_s(pid):
         return None
     fields = st[st.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / TCK
+
+
+def proc_faults(pid):
+    """Page faults (minor + major) of a live process so far; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+    except OSError:
+        return None
+    fields = st[st.rindex(")") + 2:].split()
+    return int(fields[7]) + int(fields[9])
 
 
 def _comm(pid):
@@ -160,6 +172,7 @@ class Meter:
         s = resource.getrusage(resource.RUSAGE_SELF)
         c = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {"sys": {p: proc_cpu_s(p) for p in self.pids},
+                "faults": {p: proc_faults(p) for p in self.pids},
                 "store": {p: proc_cpu_s(p) for p in self.store},
                 "reader": s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime}
 
@@ -188,6 +201,9 @@ class Meter:
             sys_s = (sys_s or 0.0) + reader
         if sys_s is not None:
             out["cpu_s_per_GiB"] = round(sys_s / g, 3)
+        flt = self._delta(self.t0["faults"], t1["faults"])
+        if flt is not None:
+            out["faults_per_GiB"] = round(flt / g)
         st = self._delta(self.t0["store"], t1["store"])
         if st is not None:
             out["store_cpu_s_per_GiB"] = round(st / g, 3)
