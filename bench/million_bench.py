@@ -54,7 +54,7 @@ def row_defs(L):
 
 def generate(root, n, log):
     """N files of 16-64 bytes, 1,000 a directory; reused if complete."""
-    marker = os.path.join(root, ".complete")
+    marker = root + ".complete"  # beside the tree, not a file of the dataset
     try:
         with open(marker) as f:
             if f.read().strip() == str(n):
@@ -63,6 +63,7 @@ def generate(root, n, log):
     except OSError:
         pass
     shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
     t = time.monotonic()
     rng = random.Random(1000000)
     for i in range(n):
@@ -165,3 +166,5 @@ def run(b, log):
             s.close()
         if not b.args.keep:
             shutil.rmtree(root, ignore_errors=True)
+            if os.path.exists(root + ".complete"):
+                os.unlink(root + ".complete")
