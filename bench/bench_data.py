@@ -45,17 +45,7 @@ def make_data(b, log):
         f"{time.monotonic() - t:.0f}s")
     # small files: 64-256 KiB, 1,000 a directory
     t = time.monotonic()
-    b.small_keys = []
-    pool = os.urandom(512 * 1024)
-    for i in range(p["small_n"]):
-        key = f"d{i // 1000:03d}/f{i:06d}.jpg"
-        size = rng.randint(64 * 1024, 256 * 1024)
-        off = rng.randint(0, len(pool) - size)
-        path = os.path.join(src, "small", key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(i.to_bytes(8, "little") + pool[off + 8:off + size])
-        b.small_keys.append(key)
+    write_small(b, src, rng)
 
     def body(k):
         return lambda: open(os.path.join(src, "small", k), "rb").read()
@@ -79,3 +69,28 @@ def make_data(b, log):
     random.Random(7).shuffle(order)
     half = len(order) // 2
     b.set1, b.set8 = order[:half], order[half:]
+
+
+def write_small(b, src, rng):
+    """The small files on local disk (src/small/KEY), their keys in
+    b.small_keys."""
+    b.small_keys = []
+    pool = os.urandom(512 * 1024)
+    for i in range(b.p["small_n"]):
+        key = f"d{i // 1000:03d}/f{i:06d}.jpg"
+        size = rng.randint(64 * 1024, 256 * 1024)
+        off = rng.randint(0, len(pool) - size)
+        path = os.path.join(src, "small", key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(i.to_bytes(8, "little") + pool[off + 8:off + size])
+        b.small_keys.append(key)
+
+
+def make_small_local(b, log):
+    """Only the small files, on local disk (a run without radosgw: the
+    prefetch rows then read them through a file:// source)."""
+    b.src = os.path.join(b.work, "src")
+    t = time.monotonic()
+    write_small(b, b.src, random.Random(20261129))
+    log(f"small (local only): {b.p['small_n']} files in {time.monotonic() - t:.0f}s")

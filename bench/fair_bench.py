@@ -178,12 +178,26 @@ def file_rows(b, log, read_seq, rounds):
         shutil.rmtree(src, ignore_errors=True)
 
 
-def prefetch_rows(b, log, read_files, random):
+def prefetch_rows(b, log, read_files, random, source="s3"):
     """prefetch_1 / prefetch_8: the shuffled small-file read with and
-    without `.dstage/prefetch`, cold."""
+    without `.dstage/prefetch`, cold. source "file": the local copies of
+    the small files through a file:// source (a run without radosgw); the
+    limit is then the same files read from local disk, cold, with as many
+    readers as the read keeps in flight (limits local_prefetch_K_fps)."""
     order = list(b.small_keys)
     random.Random(17).shuffle(order)
-    url = f"s3://{b.bucket}/small/"
+    if source == "file":
+        url = f"file://{os.path.join(b.src, 'small')}/"
+        for n in sorted({max(n, PREFETCH_STREAMS) for n in (1, 8)}):
+            b.drop_caches()
+            f_, _, sec, _ = read_files([os.path.join(b.src, "small", k) for k in order], n,
+                                       time.monotonic() + b.cap())
+            b.limits[f"local_prefetch_{n}_fps"] = round(f_ / sec, 1)
+            log(f"limit: the shuffled small files on local disk, cold, {n} reader(s): "
+                f"{f_ / sec:.0f} files/s")
+    else:
+        url = f"s3://{b.bucket}/small/"
+    b.prefetch_source = source
     got = {}
     for listed, n in ((False, 1), (True, 1), (True, 8), (False, 8)):
         s = Setup(b, f"prefetch-{int(listed)}-{n}", {"small": url})
