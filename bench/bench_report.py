@@ -215,7 +215,7 @@ def prefetch_markdown(res):
     out = ["", "Known-order prefetch (the same shuffled read, cold, with and without "
            "the `.dstage/prefetch` list):", "",
            "| readers | with the list, files/s | without, files/s | with / without "
-           "| limit (curl), files/s | with / limit |",
+           "| limit, files/s | with / limit |",
            "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         d = r["systems"].get("dstage") or {}
