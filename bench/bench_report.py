@@ -12,6 +12,12 @@ Results format (schema 1): {"schema": 1, "date", "mode", "command", ...,
 "rows": [{"id", "what", "unit", "limit", "limit_what", "target",
 "systems": {"dstage": {"value", "truncated"}, "s3fs": {...}, ...}}]}.
 A value is a number or null (not measured; the entry may say "why").
+Issue 17 adds, all optional (a results file without them renders as
+before): per entry cpu_s_per_GiB (the system's processes), store_cpu_s_per_GiB,
+reader_cpu_s_per_GiB; per row limit_cpu_s_per_GiB (curl for the cold
+limits); prefetch rows' no_list_fps and x_no_list; "cpu_sets" (the store
+elsewhere split). They render as the "CPU seconds per GiB" and "Known-order
+prefetch" tables and a second chart, <name>-cpu.png.
 """
 import argparse
 import json
@@ -141,6 +147,8 @@ def markdown(res):
             elif isinstance(v, (int, float)):
                 v = fmt_num(v)
             out.append(f"| {k} | {v} |")
+    out += cpu_markdown(res)
+    out += prefetch_markdown(res)
     mem = res.get("memory") or {}
     if mem:
         out.append("")
@@ -148,10 +156,12 @@ def markdown(res):
         out.append("")
         out.append("| system | FUSE process, MiB | stager daemon (stage + verify), MiB |")
         out.append("| --- | ---: | ---: |")
-        for name in ("dstage", *PEERS):
+        for name in ("dstage", *PEERS, *sorted(set(mem) - {"dstage", *PEERS})):
             m = mem.get(name)
             if m:
-                out.append(f"| {name} | {fmt_num(m.get('fuse_peak_rss_MiB'))} "
+                tgt = m.get("target_MiB")
+                out.append(f"| {name}{f' (target {tgt})' if tgt else ''} "
+                           f"| {fmt_num(m.get('fuse_peak_rss_MiB'))} "
                            f"| {fmt_num(m.get('daemon_peak_rss_MiB'))} |")
     notes = res.get("notes") or []
     if notes:
@@ -161,6 +171,59 @@ def markdown(res):
         for n in notes:
             out.append(f"- {n}")
     return "\n".join(out) + "\n"
+
+
+def cpu_value(row, system):
+    return (row["systems"].get(system) or {}).get("cpu_s_per_GiB")
+
+
+def cpu_rows(res):
+    """Rows that carry a CPU-per-GiB figure (cold and stage rows)."""
+    return [r for r in res["rows"]
+            if r.get("limit_cpu_s_per_GiB") is not None
+            or any(cpu_value(r, s) is not None for s in SYSTEMS)]
+
+
+def cpu_markdown(res):
+    rows = cpu_rows(res)
+    if not rows:
+        return []
+    out = ["", "CPU seconds per GiB moved (utime + stime; dstage: dstagefs + stager "
+           "daemon, + the stager CLI for stage; the limit: curl; store: ceph-osd + "
+           "radosgw + ceph-mon during dstage's phase):", "",
+           "| workload | limit (curl) | dstage | s3fs | rclone | store, during dstage "
+           "| dstage page faults / GiB |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        d = r["systems"].get("dstage") or {}
+        out.append("| " + " | ".join([r["what"], fmt_num(r.get("limit_cpu_s_per_GiB"))]
+                                     + [fmt_num(cpu_value(r, s)) for s in SYSTEMS]
+                                     + [fmt_num(d.get("store_cpu_s_per_GiB")),
+                                        fmt_num(d.get("faults_per_GiB"))]) + " |")
+    cs = res.get("cpu_sets") or {}
+    if cs.get("store_cpus"):
+        out += ["", f"Store elsewhere: the store's processes on CPUs {cs['store_cpus']}, the "
+                f"client side on {cs['client_cpus']} ({cs.get('rule', '')}); warm rows on "
+                "all cores."]
+    return out
+
+
+def prefetch_markdown(res):
+    rows = [r for r in res["rows"] if r["id"].startswith("prefetch_")]
+    if not rows:
+        return []
+    out = ["", "Known-order prefetch (the same shuffled read, cold, with and without "
+           "the `.dstage/prefetch` list):", "",
+           "| readers | with the list, files/s | without, files/s | with / without "
+           "| limit, files/s | with / limit |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        d = r["systems"].get("dstage") or {}
+        v, lim = d.get("value"), r.get("limit")
+        out.append(f"| {r['id'].split('_')[1]} | {fmt_num(v)} | {fmt_num(d.get('no_list_fps'))} "
+                   f"| {fmt_num(d.get('x_no_list'))} | {fmt_num(lim)} "
+                   f"| {fmt_ratio(v / lim if v is not None and lim else None)} |")
+    return out
 
 
 def gnuplot_terminal():
@@ -232,11 +295,56 @@ plot '{dat}' using 2:xtic(1) title 'dstage', '' using 3 title 's3fs', '' using 4
     return png_path
 
 
+def cpu_chart(res, png_path):
+    """Bars of CPU-seconds per GiB (linear), per row: the limit (curl),
+    dstage, s3fs, rclone. None when no row has a CPU figure."""
+    rows = cpu_rows(res)
+    if not rows:
+        return None
+    gp, term = gnuplot_terminal()
+    base = os.path.splitext(png_path)[0]
+    dat, script = base + ".dat", base + ".gp"
+    cols = ("limit", *SYSTEMS)
+    with open(dat, "w") as f:
+        f.write("# workload " + " ".join(cols) + "  (CPU-s per GiB)\n")
+        for r in rows:
+            vals = [r.get("limit_cpu_s_per_GiB")] + [cpu_value(r, s) for s in SYSTEMS]
+            f.write(f'"{r["id"]}" ' + " ".join("-" if v is None else f"{v:.4g}" for v in vals)
+                    + "\n")
+    with open(script, "w") as f:
+        f.write(f"""set terminal {term} size 1200,560
+set output '{png_path}'
+set title "dstage bench ({res.get('mode', '?')}, {res.get('date', '?')[:10]}): CPU-seconds per GiB moved"
+set termoption noenhanced
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set datafile missing '-'
+set yrange [0:*]
+set ylabel "CPU-s per GiB (lower is better)"
+set grid ytics
+set xtics rotate by -30
+set key top right
+plot '{dat}' using 2:xtic(1) title 'limit (curl)', '' using 3 title 'dstage', \
+     '' using 4 title 's3fs', '' using 5 title 'rclone'
+""")
+    r = subprocess.run([gp, script], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 or not os.path.exists(png_path) or os.path.getsize(png_path) == 0:
+        raise RuntimeError(f"gnuplot failed: {r.stderr.strip()[:500]}")
+    os.unlink(dat)
+    os.unlink(script)
+    return png_path
+
+
 def write_all(res, md_path, png_path):
+    """The table (md_path), the chart (png_path) and, when rows carry CPU
+    figures, the CPU chart next to it (<png name>-cpu.png)."""
     validate(res)
     with open(md_path, "w") as f:
         f.write(markdown(res))
     chart(res, png_path)
+    cpu_chart(res, os.path.splitext(png_path)[0] + "-cpu.png")
     return md_path, png_path
 
 
