@@ -84,8 +84,8 @@
  *
  * Memory: per open object (at most CACHE_MAX_OPEN idle ones are kept) a
  * bitmap of verified blocks, capped at CACHE_VERIFIED_MAX_BITS; fill buffers
- * of CACHE_BATCH_BYTES per filling thread, CACHE_FREE_BUFS of them kept
- * when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
+ * of CACHE_BATCH_BYTES per filling thread, up to CACHE_BUSY_BUFS of them kept
+ * while fills run and CACHE_FREE_BUFS when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
  * use. Nothing is kept per block of objects nobody reads.
  */
 #ifndef DSTAGE_CACHE_I_H
@@ -117,6 +117,13 @@
 #define CACHE_MAX_BATCH 64
 #define CACHE_POOL_THREADS 4
 #define CACHE_FREE_BUFS CACHE_POOL_THREADS /* idle fill buffers kept */
+/* Fill buffers kept while fills are running: as many as can be in use at
+ * once (the workers' and the landed fills'), so that a stream reuses them
+ * instead of faulting in (and zeroing) fresh pages; trimmed back to
+ * CACHE_FREE_BUFS once the workers saw no job for CACHE_BUF_IDLE_S. */
+#define CACHE_BUSY_BUFS \
+	(CACHE_POOL_THREADS + CACHE_LAND_BYTES / CACHE_BATCH_BYTES)
+#define CACHE_BUF_IDLE_S 2
 #define CACHE_LAND_MAX 8 /* landed fills kept per open object */
 #define CACHE_LAND_BYTES (256u << 20) /* landed fills kept in all */
 #define CACHE_IOV_MAX 8 /* blocks handed out as iovecs in one call */
@@ -263,7 +270,7 @@ struct cache {
 
 	/* c->buf_lock (a leaf: nothing is taken while holding it): */
 	pthread_mutex_t buf_lock;
-	void *free_bufs[CACHE_FREE_BUFS]; /* fill buffers, c->batch blocks */
+	void *free_bufs[CACHE_BUSY_BUFS]; /* fill buffers, c->batch blocks */
 	unsigned nfree_bufs;
 	_Atomic uint64_t land_bytes; /* bytes held by landed fills */
 	_Atomic uint64_t land_peak, lands_refused, lands_displaced;
@@ -424,6 +431,7 @@ int cache_scan_all(struct cache *c, struct cache_modes *t);
 void cache_ds_free_all(struct cache *c);
 char *cache_buf_get(struct cache *c);
 void cache_buf_put(struct cache *c, char *p);
+void cache_buf_trim(struct cache *c);
 
 /* ---- layer 3: cache_obj.c ---- */
 void cache_obj_trim_all(struct cache *c);
