@@ -44,7 +44,7 @@
  * Locks, in the order they may be taken:
  *   1. c->evict_lock (mutex): one reservation/eviction at a time per process.
  *   2. c->lock (mutex): the open-object table (c->objs, o->refs, o->link,
- *      c->nobjs, o->inuse_locked), the job queue (c->jobs, c->njobs,
+ *      c->nobjs, c->nbig, o->inuse_locked), the job queue (c->jobs, c->njobs,
  *      c->stopping) and c->jobs_cv; the dataset table (c->ds). Held across
  *      these, and no other, blocking calls: one policy lookup (the caller's
  *      policy source, e.g. one catalog query: its own locks come after this
@@ -111,7 +111,13 @@
 #define CACHE_LOCK_INUSE (1LL << 62)
 #define CACHE_LOCK_BLOCK (CACHE_LOCK_INUSE + 1)
 #define CACHE_LOCK_WAIT_S 30 /* default bound of an OFD lock wait */
-#define CACHE_MAX_OPEN 64 /* idle open objects kept */
+#define CACHE_MAX_OPEN 64 /* idle open objects kept larger than ... */
+#define CACHE_SMALL_AHEAD (1u << 20) /* ... this (object files read whole) */
+/* Idle open objects kept in all (fewer under a low RLIMIT_NOFILE): an open
+ * descriptor keeps the file's inode and directory entry in memory, so a
+ * small file read again after the page cache was dropped costs one disk
+ * read, not three (objects/xx, the inode, the file). */
+#define CACHE_MAX_OPEN_SMALL 1024
 #define CACHE_VERIFIED_MAX_BITS (1u << 22)
 #define CACHE_BATCH_BYTES (16u << 20)
 #define CACHE_MAX_BATCH 64
@@ -260,6 +266,8 @@ struct cache {
 	pthread_cond_t jobs_cv;
 	struct cache_obj *objs;
 	size_t nobjs;
+	size_t nbig; /* of them, larger than CACHE_SMALL_AHEAD */
+	size_t max_open; /* set at open: CACHE_MAX_OPEN_SMALL or fewer */
 	uint64_t tick;
 	struct cache_ds *ds;
 	struct cache_job *jobs, **jobs_tail;
