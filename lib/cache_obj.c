@@ -473,12 +473,58 @@ void cache_obj_put(struct cache_obj *o)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/*
+ * Write the header's pages whole, with access time t. An 8-byte write into
+ * a page not in memory (after drop_caches; fills write with O_DIRECT) made
+ * the kernel read that page from disk first, in the reader's thread: one
+ * more synchronous disk read for each small file opened. The header is
+ * rebuilt from the object (the file's was found equal to it at open, but
+ * for the access time), and up to the records the file holds zeros, as
+ * written at creation. A torn write is caught by hdr_sum at the next open
+ * (the file is then made again), never taken for another object's.
+ */
+static int cache_obj_write_atime(struct cache_obj *o, uint64_t t)
+{
+	struct cache_object obj = { .dataset = o->dataset,
+				    .key = o->key,
+				    .etag = o->etag,
+				    .size = o->size };
+	char *hdr = NULL, *page = NULL;
+	size_t len;
+	ssize_t w;
+	int ret = cache_hdr_build(o->c, &obj, &hdr, &len);
+
+	if (ret)
+		return ret;
+	if (cache_roundup(len, CACHE_ALIGN) != o->rec_off) {
+		ret = -EUCLEAN;
+		goto out;
+	}
+	page = calloc(1, o->rec_off);
+	if (!page) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memcpy(page, hdr, len);
+	((struct cache_hdr *)page)->atime = t;
+	w = pwrite(o->fd, page, o->rec_off, 0);
+	if (w < 0)
+		ret = -errno;
+	else if ((uint64_t)w != o->rec_off)
+		ret = -EIO;
+out:
+	free(hdr);
+	free(page);
+	return ret;
+}
+
 /* Record an access, at most once per CACHE_ATIME_STEP seconds per object. */
 void cache_obj_touch(struct cache_obj *o)
 {
 	time_t now = time(NULL);
 	uint64_t t = (uint64_t)now;
 	bool write = false;
+	int ret;
 
 	pthread_mutex_lock(&o->lock);
 	if (now - o->atime >= CACHE_ATIME_STEP) {
@@ -486,10 +532,9 @@ void cache_obj_touch(struct cache_obj *o)
 		write = true;
 	}
 	pthread_mutex_unlock(&o->lock);
-	if (write &&
-	    pwrite(o->fd, &t, sizeof(t), offsetof(struct cache_hdr, atime)) < 0)
+	if (write && (ret = cache_obj_write_atime(o, t)))
 		log_debug("cache: %s/%s: access time not recorded: %s",
-			  o->dataset, o->key, strerror(errno));
+			  o->dataset, o->key, strerror(-ret));
 }
 
 bool cache_claimed(struct cache_obj *o, uint64_t b)
