@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -108,6 +109,19 @@ static void cache_tighten_top(struct cache *c, struct cache_modes *t)
 	}
 }
 
+/* Idle open objects kept: a quarter of the descriptors the process may
+ * open (an object may hold two), CACHE_MAX_OPEN at least. */
+static size_t cache_max_open(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur / 4 >= CACHE_MAX_OPEN_SMALL)
+		return CACHE_MAX_OPEN_SMALL;
+	return rl.rlim_cur / 4 > CACHE_MAX_OPEN ? rl.rlim_cur / 4
+						: CACHE_MAX_OPEN;
+}
+
 int cache_open(const struct dstage_config *cfg,
 	       const struct cache_policy_source *pol, struct cache **out)
 {
@@ -137,6 +151,7 @@ int cache_open(const struct dstage_config *cfg,
 	if (c->batch > CACHE_MAX_BATCH)
 		c->batch = CACHE_MAX_BATCH;
 	c->lock_wait_ms = cache_lock_wait_ms();
+	c->max_open = cache_max_open();
 	c->release_idle = cache_obj_trim_all;
 	pthread_mutex_init(&c->evict_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);

@@ -15,12 +15,15 @@
  * Sequential detection (cache_access, o->lock): a read that continues the
  * stream doubles the object's window up to cache.readahead_max blocks and
  * queues the blocks past the read; any other read resets it.
+ * Idle: a worker that waited CACHE_BUF_IDLE_S for a job trims the fill
+ * buffers kept for streams (cache_buf_trim).
  * Stopping (cache_ahead_stop): c->stopping set under c->lock, workers
  * joined, queued jobs freed.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache_i.h"
 #include "dstage/config.h"
@@ -109,8 +112,21 @@ static void *cache_worker(void *arg)
 		bool no_space = false;
 
 		pthread_mutex_lock(&c->lock);
-		while (!c->jobs && !c->stopping)
-			pthread_cond_wait(&c->jobs_cv, &c->lock);
+		while (!c->jobs && !c->stopping) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += CACHE_BUF_IDLE_S;
+			if (pthread_cond_timedwait(&c->jobs_cv, &c->lock,
+						   &ts) == ETIMEDOUT &&
+			    !c->jobs) {
+				/* No stream for a while: trim the fill
+				 * buffers kept for one (a leaf lock). */
+				pthread_mutex_unlock(&c->lock);
+				cache_buf_trim(c);
+				pthread_mutex_lock(&c->lock);
+			}
+		}
 		j = c->jobs;
 		if (j) {
 			c->jobs = j->next;

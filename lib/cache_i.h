@@ -44,7 +44,7 @@
  * Locks, in the order they may be taken:
  *   1. c->evict_lock (mutex): one reservation/eviction at a time per process.
  *   2. c->lock (mutex): the open-object table (c->objs, o->refs, o->link,
- *      c->nobjs, o->inuse_locked), the job queue (c->jobs, c->njobs,
+ *      c->nobjs, c->nbig, o->inuse_locked), the job queue (c->jobs, c->njobs,
  *      c->stopping) and c->jobs_cv; the dataset table (c->ds). Held across
  *      these, and no other, blocking calls: one policy lookup (the caller's
  *      policy source, e.g. one catalog query: its own locks come after this
@@ -84,8 +84,8 @@
  *
  * Memory: per open object (at most CACHE_MAX_OPEN idle ones are kept) a
  * bitmap of verified blocks, capped at CACHE_VERIFIED_MAX_BITS; fill buffers
- * of CACHE_BATCH_BYTES per filling thread, CACHE_FREE_BUFS of them kept
- * when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
+ * of CACHE_BATCH_BYTES per filling thread, up to CACHE_BUSY_BUFS of them kept
+ * while fills run and CACHE_FREE_BUFS when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
  * use. Nothing is kept per block of objects nobody reads.
  */
 #ifndef DSTAGE_CACHE_I_H
@@ -111,12 +111,25 @@
 #define CACHE_LOCK_INUSE (1LL << 62)
 #define CACHE_LOCK_BLOCK (CACHE_LOCK_INUSE + 1)
 #define CACHE_LOCK_WAIT_S 30 /* default bound of an OFD lock wait */
-#define CACHE_MAX_OPEN 64 /* idle open objects kept */
+#define CACHE_MAX_OPEN 64 /* idle open objects kept larger than ... */
+#define CACHE_SMALL_AHEAD (1u << 20) /* ... this (object files read whole) */
+/* Idle open objects kept in all (fewer under a low RLIMIT_NOFILE): an open
+ * descriptor keeps the file's inode and directory entry in memory, so a
+ * small file read again after the page cache was dropped costs one disk
+ * read, not three (objects/xx, the inode, the file). */
+#define CACHE_MAX_OPEN_SMALL 1024
 #define CACHE_VERIFIED_MAX_BITS (1u << 22)
 #define CACHE_BATCH_BYTES (16u << 20)
 #define CACHE_MAX_BATCH 64
 #define CACHE_POOL_THREADS 4
 #define CACHE_FREE_BUFS CACHE_POOL_THREADS /* idle fill buffers kept */
+/* Fill buffers kept while fills are running: as many as can be in use at
+ * once (the workers' and the landed fills'), so that a stream reuses them
+ * instead of faulting in (and zeroing) fresh pages; trimmed back to
+ * CACHE_FREE_BUFS once the workers saw no job for CACHE_BUF_IDLE_S. */
+#define CACHE_BUSY_BUFS \
+	(CACHE_POOL_THREADS + CACHE_LAND_BYTES / CACHE_BATCH_BYTES)
+#define CACHE_BUF_IDLE_S 2
 #define CACHE_LAND_MAX 8 /* landed fills kept per open object */
 #define CACHE_LAND_BYTES (256u << 20) /* landed fills kept in all */
 #define CACHE_IOV_MAX 8 /* blocks handed out as iovecs in one call */
@@ -253,6 +266,8 @@ struct cache {
 	pthread_cond_t jobs_cv;
 	struct cache_obj *objs;
 	size_t nobjs;
+	size_t nbig; /* of them, larger than CACHE_SMALL_AHEAD */
+	size_t max_open; /* set at open: CACHE_MAX_OPEN_SMALL or fewer */
 	uint64_t tick;
 	struct cache_ds *ds;
 	struct cache_job *jobs, **jobs_tail;
@@ -263,7 +278,7 @@ struct cache {
 
 	/* c->buf_lock (a leaf: nothing is taken while holding it): */
 	pthread_mutex_t buf_lock;
-	void *free_bufs[CACHE_FREE_BUFS]; /* fill buffers, c->batch blocks */
+	void *free_bufs[CACHE_BUSY_BUFS]; /* fill buffers, c->batch blocks */
 	unsigned nfree_bufs;
 	_Atomic uint64_t land_bytes; /* bytes held by landed fills */
 	_Atomic uint64_t land_peak, lands_refused, lands_displaced;
@@ -424,6 +439,7 @@ int cache_scan_all(struct cache *c, struct cache_modes *t);
 void cache_ds_free_all(struct cache *c);
 char *cache_buf_get(struct cache *c);
 void cache_buf_put(struct cache *c, char *p);
+void cache_buf_trim(struct cache *c);
 
 /* ---- layer 3: cache_obj.c ---- */
 void cache_obj_trim_all(struct cache *c);

@@ -21,8 +21,9 @@
  * keeps the CACHE_EVICT_HEAP best victims; an object file goes only when
  * nobody holds its in-use byte (cache_evict_one).
  *
- * Fill buffers (c->buf_lock, a leaf): c->batch blocks each, CACHE_FREE_BUFS
- * of them kept when idle.
+ * Fill buffers (c->buf_lock, a leaf): c->batch blocks each, up to
+ * CACHE_BUSY_BUFS of them kept while fills run, CACHE_FREE_BUFS once the
+ * readahead workers are idle (cache_buf_trim).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -255,18 +256,38 @@ char *cache_buf_get(struct cache *c)
 	return p;
 }
 
-/* Keep p for the next fill (reused pages need no faulting in). Accepts NULL. */
+/*
+ * Keep p for the next fill (reused pages need no faulting in). Accepts NULL.
+ * A stream's live buffers swing between the fills in flight and the landed
+ * fills its reader has not consumed yet: with only CACHE_FREE_BUFS kept,
+ * every swing freed buffers that the next fills faulted in again, and
+ * zeroing those huge pages was 15-25% of a cold read's CPU (perf).
+ */
 void cache_buf_put(struct cache *c, char *p)
 {
 	if (!p)
 		return;
 	pthread_mutex_lock(&c->buf_lock);
-	if (c->nfree_bufs < CACHE_FREE_BUFS) {
+	if (c->nfree_bufs < CACHE_BUSY_BUFS) {
 		c->free_bufs[c->nfree_bufs++] = p;
 		p = NULL;
 	}
 	pthread_mutex_unlock(&c->buf_lock);
 	free(p);
+}
+
+/* Idle: give back the buffers kept beyond CACHE_FREE_BUFS. */
+void cache_buf_trim(struct cache *c)
+{
+	void *extra[CACHE_BUSY_BUFS];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&c->buf_lock);
+	while (c->nfree_bufs > CACHE_FREE_BUFS)
+		extra[n++] = c->free_bufs[--c->nfree_bufs];
+	pthread_mutex_unlock(&c->buf_lock);
+	while (n)
+		free(extra[--n]);
 }
 
 struct cache_victim {
