@@ -95,3 +95,153 @@ def test_prolog_jitters_only_the_first_stage(tmp_path, jitter, first):
         assert calls[0] == "stage ds1 --wait"
     if jitter == "junk":
         assert b"DSTAGE_STAGE_JITTER='junk'" in p.stderr
+
+
+# ---- the model (bench/cluster_sim.py) ----
+
+sys.path.insert(0, str(ROOT / "bench"))
+import cluster_sim  # noqa: E402
+
+
+def test_model_rate_bound_nodes_match_the_limits():
+    """A few nodes well under the store's capacity: the store sees the sum
+    of the per-node limits, and each node takes its jitter plus its
+    requests at its limit."""
+    r = cluster_sim.predict(nodes=8, req_limit=4, jitter=2, objects=40,
+                            object_size=256 << 10, part_size=256 << 10,
+                            extra=0, store_rps=1e9, dt=0.01)
+    assert r["throttled_503"] == 0 and r["staged_nodes"] == 8
+    # burst of 4 then 4/s: 9 s after its start, each node
+    assert 8.5 <= r["time_to_staged_max_s"] <= 2 + 9.5
+    assert r["mean_rps"] <= 8 * 4 * 1.1
+    # any second: at most each node's burst plus a second's worth
+    assert r["peak_rps"] <= 8 * (4 + 4)
+
+
+def test_model_store_capacity_bounds_1000_nodes():
+    """1,000 nodes whose limits add up past the store's capacity: the
+    store's 503s and the nodes' AIMD keep the served rate at the capacity,
+    and every node finishes."""
+    r = cluster_sim.predict(nodes=1000, req_limit=20, jitter=5,
+                            objects=200, object_size=1 << 20,
+                            part_size=8 << 20, extra=2, store_rps=5000,
+                            store_bw=1e12, dt=0.05, max_time=600)
+    assert r["staged_nodes"] == 1000
+    assert r["peak_rps"] <= 5000
+    assert r["throttled_503"] > 0
+    # 202,000 requests at most 5,000 a second
+    assert r["time_to_staged_max_s"] >= 202000 / 5000
+
+
+def test_model_jitter_lowers_the_peak():
+    base = dict(nodes=200, req_limit=10, objects=20, object_size=1 << 20,
+                part_size=8 << 20, extra=0, store_rps=1e9, dt=0.02)
+    burst = cluster_sim.predict(jitter=0, **base)
+    spread = cluster_sim.predict(jitter=20, **base)
+    assert spread["peak_rps"] < burst["peak_rps"] / 2
+
+
+# ---- eight nodes, one radosgw ----
+
+NODES = 8
+LIMIT = 4  # s3.max_requests_per_second per node
+JITTER = 2
+OBJECTS = 24
+OBJ_SIZE = 256 << 10
+
+
+def most_in(ts, window):
+    """The largest number of timestamps within any window (s)."""
+    best, j = 0, 0
+    for i, t in enumerate(ts):
+        while ts[j] <= t - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def test_eight_nodes_stage_one_dataset_under_the_total_limit(
+        tool, faultproxy, tmp_path):
+    rgw = faultproxy.rgw
+    bucket = "manynodes-" + os.urandom(4).hex()
+    rgw.make_bucket(bucket)
+    files = {"f%02d.bin" % i: data(500 + i, OBJ_SIZE)
+             for i in range(OBJECTS)}
+    sums = "".join("%s  %s\n" % (hashlib.sha256(v).hexdigest(), k)
+                   for k, v in sorted(files.items()))
+    for k, v in files.items():
+        assert rgw.put_object(bucket, "ds/" + k, v) == 200
+    assert rgw.put_object(bucket, "ds/SHA256SUMS", sums.encode()) == 200
+    env = faultproxy.env(DSTAGE_S3_MAX_REQUESTS_PER_SECOND=str(LIMIT),
+                         DSTAGE_S3_BACKOFF_BASE="20ms",
+                         DSTAGE_S3_BACKOFF_MAX="500ms",
+                         DSTAGE_S3_DEADLINE="120s")
+    nodes = []
+    try:
+        for i in range(NODES):
+            root = tmp_path / ("node%d" % i)
+            root.mkdir()
+            os.chmod(root, 0o755)
+            nodes.append(Stager(tool("stager"), root, env=env).start())
+        for s in nodes:
+            s.run("add", "ds", "s3://%s/ds/" % bucket, check=True)
+        faultproxy.reset_stats()
+        t0 = time.monotonic()
+        procs = [subprocess.Popen(
+            [s.exe, "--config", str(s.cfg), "stage", "ds", "--wait",
+             "--jitter", str(JITTER)], env=s.env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE) for s in nodes]
+        took, outs = [None] * NODES, [None] * NODES
+        while None in took and time.monotonic() - t0 < 300:
+            for i, p in enumerate(procs):
+                if took[i] is None and p.poll() is not None:
+                    took[i] = time.monotonic() - t0
+                    outs[i] = p.communicate(timeout=10)
+            time.sleep(0.02)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        assert None not in took, "a stage did not end within 300 s"
+        for i, p in enumerate(procs):
+            assert p.returncode == 0, (i, outs[i])
+            chosen_jitter(outs[i][1])
+        reqs = faultproxy.requests()
+        # every node verifies, and kept its limits in its own shared file
+        for s in nodes:
+            assert s.run("verify", "ds", "--cache").returncode == 0
+            st = (s.root / "cache" / "ratelimit").stat()
+            assert stat.S_IMODE(st.st_mode) == 0o600
+    finally:
+        for s in nodes:
+            s.stop()
+        for k in list(files) + ["SHA256SUMS"]:
+            rgw.curl("/%s/ds/%s" % (bucket, k), "-X", "DELETE", "-o",
+                     "/dev/null")
+        rgw.curl("/" + bucket, "-X", "DELETE", "-o", "/dev/null")
+    ts = sorted(r["t"] for r in reqs)
+    assert len(ts) >= NODES * OBJECTS, len(ts)
+    total = NODES * LIMIT
+    span = ts[-1] - ts[0]
+    peak1, peak4 = most_in(ts, 1.0), most_in(ts, 4.0)
+    mean = len(ts) / span
+    print("8 nodes: %d requests in %.1f s (mean %.1f/s), peak %d in 1 s, "
+          "%d in 4 s; stages took %s" % (len(ts), span, mean, peak1, peak4,
+                                         ["%.1f" % t for t in took]))
+    # the configured total: each node's bucket holds one second's worth, so
+    # any window of W s sees at most total x (W + 1)
+    assert peak1 <= total * 2, peak1
+    assert peak4 <= total * 5, peak4
+    assert mean <= total * 1.1, mean
+    # the model, given the same shape (requests per node as measured)
+    per_node = len(ts) / NODES
+    r = cluster_sim.predict(nodes=NODES, req_limit=LIMIT, jitter=JITTER,
+                            objects=int(round(per_node)),
+                            object_size=OBJ_SIZE, part_size=OBJ_SIZE,
+                            extra=0, store_rps=1e9, latency=0.02, dt=0.01)
+    print("model for 8: peak %d/s, mean %.1f/s, time-to-staged max %.1f s"
+          % (r["peak_rps"], r["mean_rps"], r["time_to_staged_max_s"]))
+    # within 35% (plus 2 s of CLI start and --wait polling for the time)
+    assert abs(max(took) - r["time_to_staged_max_s"]) <= \
+        0.35 * r["time_to_staged_max_s"] + 2.0, (took, r)
+    assert abs(mean - r["mean_rps"]) <= 0.35 * r["mean_rps"], (mean, r)
+    assert peak1 <= r["peak_rps"] * 1.35 + 4, (peak1, r)
