@@ -14,10 +14,13 @@
  *
  * Invariants: floor <= req_rate <= req_max when req_max > 0; req_tokens <=
  * max(1, req_rate); byte_tokens <= byte_max; last_ms never goes back (an
- * earlier now_ms is taken as last_ms). An unlimited (0) maximum leaves its
- * bucket out; Retry-After holds apply whatever the maxima.
+ * earlier now_ms refills nothing: callers in several threads or processes
+ * read the clock before they get the lock). An unlimited (0) maximum leaves
+ * its bucket out; Retry-After holds apply whatever the maxima.
  *
- * Locking: every field under rl->lock, a leaf lock.
+ * Locking: the ratelimit_bucket_* functions take none (their caller holds
+ * one: lib/ratelimit_shm.c); struct ratelimit keeps its bucket under
+ * rl->lock, a leaf lock.
  */
 #include <errno.h>
 #include <math.h>
@@ -40,63 +43,72 @@ void ratelimit_release(struct ratelimit *rl)
 	pthread_mutex_destroy(&rl->lock);
 }
 
-static double rl_floor(const struct ratelimit *rl)
+static double rl_floor(const struct ratelimit_bucket *b)
 {
-	double f = rl->req_max / RATELIMIT_FLOOR_DIV;
+	double f = b->req_max / RATELIMIT_FLOOR_DIV;
 
 	if (f < RATELIMIT_FLOOR_MIN)
 		f = RATELIMIT_FLOOR_MIN;
-	return f < rl->req_max ? f : rl->req_max;
+	return f < b->req_max ? f : b->req_max;
 }
 
-static double rl_req_cap(const struct ratelimit *rl)
+static double rl_req_cap(const struct ratelimit_bucket *b)
 {
-	return rl->req_rate > 1.0 ? rl->req_rate : 1.0;
+	return b->req_rate > 1.0 ? b->req_rate : 1.0;
 }
 
-/* Bring the buckets and the rate up to now_ms. Called with the lock held. */
-static void rl_refill(struct ratelimit *rl, uint64_t now_ms)
+/* Bring the buckets and the rate up to now_ms; an earlier now_ms (another
+ * thread or process read the clock first) refills nothing. */
+static void rl_refill(struct ratelimit_bucket *b, uint64_t now_ms)
 {
 	double dt;
 
-	if (!rl->started || now_ms < rl->last_ms) {
-		rl->started = true;
-		rl->last_ms = now_ms;
+	if (!b->started) {
+		b->started = 1;
+		b->last_ms = now_ms;
 		return;
 	}
-	dt = (double)(now_ms - rl->last_ms) / 1000.0;
-	rl->last_ms = now_ms;
-	if (rl->req_max > 0) {
-		rl->req_rate += rl->req_max / RATELIMIT_RECOVER_S * dt;
-		if (rl->req_rate > rl->req_max)
-			rl->req_rate = rl->req_max;
-		rl->req_tokens += rl->req_rate * dt;
-		if (rl->req_tokens > rl_req_cap(rl))
-			rl->req_tokens = rl_req_cap(rl);
+	if (now_ms <= b->last_ms)
+		return;
+	dt = (double)(now_ms - b->last_ms) / 1000.0;
+	b->last_ms = now_ms;
+	if (b->req_max > 0) {
+		b->req_rate += b->req_max / RATELIMIT_RECOVER_S * dt;
+		if (b->req_rate > b->req_max)
+			b->req_rate = b->req_max;
+		b->req_tokens += b->req_rate * dt;
+		if (b->req_tokens > rl_req_cap(b))
+			b->req_tokens = rl_req_cap(b);
 	}
-	if (rl->byte_max > 0) {
-		rl->byte_tokens += rl->byte_max * dt;
-		if (rl->byte_tokens > rl->byte_max)
-			rl->byte_tokens = rl->byte_max;
+	if (b->byte_max > 0) {
+		b->byte_tokens += b->byte_max * dt;
+		if (b->byte_tokens > b->byte_max)
+			b->byte_tokens = b->byte_max;
+	}
+}
+
+void ratelimit_bucket_configure(struct ratelimit_bucket *b, double req_per_s,
+				double bytes_per_s)
+{
+	if (!(req_per_s > 0))
+		req_per_s = 0;
+	if (!(bytes_per_s > 0))
+		bytes_per_s = 0;
+	if (b->req_max != req_per_s || b->byte_max != bytes_per_s) {
+		b->req_max = req_per_s;
+		b->byte_max = bytes_per_s;
+		b->req_rate = req_per_s;
+		b->req_tokens = rl_req_cap(b);
+		b->byte_tokens = bytes_per_s;
+		b->cut = 0;
 	}
 }
 
 void ratelimit_configure(struct ratelimit *rl, double req_per_s,
 			 double bytes_per_s)
 {
-	if (req_per_s < 0)
-		req_per_s = 0;
-	if (bytes_per_s < 0)
-		bytes_per_s = 0;
 	pthread_mutex_lock(&rl->lock);
-	if (rl->req_max != req_per_s || rl->byte_max != bytes_per_s) {
-		rl->req_max = req_per_s;
-		rl->byte_max = bytes_per_s;
-		rl->req_rate = req_per_s;
-		rl->req_tokens = rl_req_cap(rl);
-		rl->byte_tokens = bytes_per_s;
-		rl->cut = false;
-	}
+	ratelimit_bucket_configure(&rl->b, req_per_s, bytes_per_s);
 	pthread_mutex_unlock(&rl->lock);
 }
 
@@ -108,60 +120,75 @@ static uint64_t rl_ms_for(double need, double rate)
 	return ms < 1 ? 1 : (uint64_t)ms;
 }
 
-uint64_t ratelimit_acquire(struct ratelimit *rl, uint64_t now_ms,
-			   uint64_t bytes)
+uint64_t ratelimit_bucket_acquire(struct ratelimit_bucket *b, uint64_t now_ms,
+				  uint64_t bytes)
 {
 	uint64_t wait = 0, w;
 
-	pthread_mutex_lock(&rl->lock);
-	rl_refill(rl, now_ms);
-	if (rl->hold_until_ms > now_ms)
-		wait = rl->hold_until_ms - now_ms;
-	if (rl->req_max > 0 && rl->req_tokens < 1.0) {
-		w = rl_ms_for(1.0 - rl->req_tokens, rl->req_rate);
+	rl_refill(b, now_ms);
+	if (b->hold_until_ms > now_ms)
+		wait = b->hold_until_ms - now_ms;
+	if (b->req_max > 0 && b->req_tokens < 1.0) {
+		w = rl_ms_for(1.0 - b->req_tokens, b->req_rate);
 		if (w > wait)
 			wait = w;
 	}
-	if (rl->byte_max > 0) {
-		double need = (double)bytes < rl->byte_max ? (double)bytes
-							   : rl->byte_max;
+	if (b->byte_max > 0) {
+		double need = (double)bytes < b->byte_max ? (double)bytes
+							  : b->byte_max;
 
-		if (rl->byte_tokens < need) {
-			w = rl_ms_for(need - rl->byte_tokens, rl->byte_max);
+		if (b->byte_tokens < need) {
+			w = rl_ms_for(need - b->byte_tokens, b->byte_max);
 			if (w > wait)
 				wait = w;
 		}
 	}
 	if (!wait) {
-		if (rl->req_max > 0)
-			rl->req_tokens -= 1.0;
-		if (rl->byte_max > 0)
-			rl->byte_tokens -= (double)bytes;
+		if (b->req_max > 0)
+			b->req_tokens -= 1.0;
+		if (b->byte_max > 0)
+			b->byte_tokens -= (double)bytes;
 	}
+	return wait;
+}
+
+uint64_t ratelimit_acquire(struct ratelimit *rl, uint64_t now_ms,
+			   uint64_t bytes)
+{
+	uint64_t wait;
+
+	pthread_mutex_lock(&rl->lock);
+	wait = ratelimit_bucket_acquire(&rl->b, now_ms, bytes);
 	pthread_mutex_unlock(&rl->lock);
 	return wait;
+}
+
+void ratelimit_bucket_throttled(struct ratelimit_bucket *b, uint64_t now_ms,
+				uint64_t retry_after_ms)
+{
+	rl_refill(b, now_ms);
+	b->n_throttled++;
+	if (b->req_max > 0 &&
+	    (!b->cut || now_ms >= b->last_cut_ms + RATELIMIT_CUT_GAP_MS)) {
+		b->req_rate /= 2;
+		if (b->req_rate < rl_floor(b))
+			b->req_rate = rl_floor(b);
+		if (b->req_tokens > rl_req_cap(b))
+			b->req_tokens = rl_req_cap(b);
+		b->cut = 1;
+		b->last_cut_ms = now_ms;
+	}
+	if (retry_after_ms > RATELIMIT_HOLD_MAX_MS)
+		retry_after_ms = RATELIMIT_HOLD_MAX_MS;
+	if (now_ms + retry_after_ms > b->hold_until_ms)
+		b->hold_until_ms = now_ms + retry_after_ms;
 }
 
 void ratelimit_throttled(struct ratelimit *rl, uint64_t now_ms,
 			 uint64_t retry_after_ms)
 {
 	pthread_mutex_lock(&rl->lock);
-	rl_refill(rl, now_ms);
-	rl->n_throttled++;
-	if (rl->req_max > 0 &&
-	    (!rl->cut || now_ms - rl->last_cut_ms >= RATELIMIT_CUT_GAP_MS)) {
-		rl->req_rate /= 2;
-		if (rl->req_rate < rl_floor(rl))
-			rl->req_rate = rl_floor(rl);
-		if (rl->req_tokens > rl_req_cap(rl))
-			rl->req_tokens = rl_req_cap(rl);
-		rl->cut = true;
-		rl->last_cut_ms = now_ms;
-	}
-	if (retry_after_ms > RATELIMIT_HOLD_MAX_MS)
-		retry_after_ms = RATELIMIT_HOLD_MAX_MS;
-	if (now_ms + retry_after_ms > rl->hold_until_ms)
-		rl->hold_until_ms = now_ms + retry_after_ms;
+	ratelimit_bucket_throttled(&rl->b, now_ms, retry_after_ms);
 	pthread_mutex_unlock(&rl->lock);
 }
 
@@ -170,9 +197,60 @@ double ratelimit_rate(struct ratelimit *rl)
 	double r;
 
 	pthread_mutex_lock(&rl->lock);
-	r = rl->req_rate;
+	r = rl->b.req_rate;
 	pthread_mutex_unlock(&rl->lock);
 	return r;
+}
+
+/* Clamp *v into [lo, hi] (NaN to lo); true when it changed. */
+static bool rl_clamp(double *v, double lo, double hi)
+{
+	double o = *v;
+
+	if (!(o >= lo))
+		*v = lo;
+	else if (o > hi)
+		*v = hi;
+	return *v != o || o != o;
+}
+
+bool ratelimit_bucket_sanitize(struct ratelimit_bucket *b, uint64_t now_ms)
+{
+	bool bad = false;
+
+	/* a maximum no configuration can give (config.c's bounds) */
+	bad |= rl_clamp(&b->req_max, 0, 1e9);
+	bad |= rl_clamp(&b->byte_max, 0, 1e15);
+	if (b->req_max > 0) {
+		bad |= rl_clamp(&b->req_rate, rl_floor(b), b->req_max);
+		bad |= rl_clamp(&b->req_tokens, 0, rl_req_cap(b));
+	} else {
+		b->req_rate = b->req_tokens = 0;
+	}
+	if (b->byte_max > 0)
+		bad |= rl_clamp(&b->byte_tokens, -3600 * b->byte_max,
+				b->byte_max);
+	else
+		b->byte_tokens = 0;
+	if (b->started > 1 || b->cut > 1) {
+		b->started = b->cut = 0;
+		bad = true;
+	}
+	/* a little ahead: another process read the clock after this one;
+	 * far ahead: a clock of another boot */
+	if (b->last_ms > now_ms + RATELIMIT_SKEW_MAX_MS) {
+		b->last_ms = now_ms;
+		bad = true;
+	}
+	if (b->last_cut_ms > now_ms + RATELIMIT_SKEW_MAX_MS) {
+		b->last_cut_ms = now_ms;
+		bad = true;
+	}
+	if (b->hold_until_ms > now_ms + RATELIMIT_HOLD_MAX_MS) {
+		b->hold_until_ms = now_ms + RATELIMIT_HOLD_MAX_MS;
+		bad = true;
+	}
+	return bad;
 }
 
 uint64_t ratelimit_retry_after_ms(const char *v, int64_t now_s)

@@ -44,7 +44,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
-#include "dstage/ratelimit.h"
+#include "dstage/ratelimit_shm.h"
 #include "s3store_i.h"
 #include "s3xml.h"
 #include "sigv4.h"
@@ -73,9 +73,9 @@ static uint64_t s3_rand(void)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* The process's source limits, taken by every request of every store and
- * thread before it is sent (lib/ratelimit.c; its lock is a leaf). */
-static struct ratelimit s3_limit = RATELIMIT_INITIALIZER;
+/* The node's source limits, taken by every request of every store, thread
+ * and process before it is sent (lib/ratelimit_shm.c; its locks are leaves). */
+static struct ratelimit_shm s3_rl = RATELIMIT_SHM_INITIALIZER;
 
 /* 429, SlowDown, or a 503 naming when to come back (or to a HEAD, which
  * has no body to name SlowDown): the store is shedding load, not failing. */
@@ -717,7 +717,7 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 	}
 	s3_describe(st, rq, what, sizeof(what));
 	if (s3_throttling(rq))
-		ratelimit_throttled(&s3_limit, now_ms(), rq->retry_after_ms);
+		ratelimit_shm_throttled(&s3_rl, now_ms(), rq->retry_after_ms);
 	if (retry && rq->attempt < cfg->s3_max_attempts) {
 		uint64_t ceil = cfg->s3_backoff_base_ms;
 		uint64_t now = now_ms(), delay;
@@ -786,9 +786,9 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 
 	if (!c)
 		return -ENOMEM;
-	ratelimit_configure(&s3_limit,
-			    (double)st->base.cfg->s3_max_requests_per_second,
-			    (double)st->base.cfg->s3_max_bytes_per_second);
+	ratelimit_shm_configure(&s3_rl, st->base.cfg->cache_dir,
+				st->base.cfg->s3_max_requests_per_second,
+				st->base.cfg->s3_max_bytes_per_second);
 	for (size_t i = 0; i < n; i++) {
 		reqs[i]->state = REQ_QUEUED;
 		reqs[i]->attempt = 0;
@@ -811,8 +811,8 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 					wake = rq->not_before_ms;
 				continue;
 			}
-			lwait = ratelimit_acquire(&s3_limit, now,
-						  s3_req_bytes(rq));
+			lwait = ratelimit_shm_acquire(&s3_rl, now,
+						      s3_req_bytes(rq));
 			if (lwait && now + lwait >= rq->deadline_ms) {
 				log_error("s3: %s %s: held past s3.deadline "
 					  "(%u ms) by "

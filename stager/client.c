@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -735,13 +736,39 @@ int client_cancel(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	return code;
 }
 
+/* --jitter S: wait a uniform random 0 to S s (ms steps) before the request,
+ * saying how long on stderr (the tests read the line). */
+static void client_jitter(unsigned max_s)
+{
+	uint64_t r, ms;
+	struct timespec ts;
+
+	if (!max_s)
+		return;
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL ^
+		    (uint64_t)getpid();
+	ms = r % ((uint64_t)max_s * 1000 + 1);
+	fprintf(stderr,
+		"stager: start jitter: waiting %" PRIu64 ".%03" PRIu64
+		" s of at most %u s (--jitter)\n",
+		ms / 1000, ms % 1000, max_s);
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)(ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		  const struct stager_opts *o)
 {
 	struct client cl = { .cfg = cfg, .o = o, .pc.fd = -1 };
 	int64_t id, job = 0;
-	int ret, code = client_request(&cl, cmd, &id);
+	int ret, code;
 	json_t *doc;
+
+	client_jitter(o->jitter_s);
+	code = client_request(&cl, cmd, &id);
 
 	if (code)
 		goto out;

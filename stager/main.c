@@ -79,7 +79,7 @@ static const struct stager_cmd stager_cmds[] = {
 	  "Files, bytes, manifest key, cached and verified share and last\n"
 	  "verify of a dataset." },
 	{ "stage", client_submit, STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
-	  STAGER_JSON_OBJECT, 1, 1, "jwbnfF", "NAME",
+	  STAGER_JSON_OBJECT, 1, 1, "jwbnfFJ", "NAME",
 	  "Prewarm the dataset (or --files) into the cache, hashing every "
 	  "file\n"
 	  "as it streams and checking it against the dataset's manifest key\n"
@@ -90,7 +90,10 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --parallel N     files in flight (default s3.max_inflight)\n"
 	  "  --files LIST     comma-separated keys, or @FILE with one a line\n"
 	  "  --fit            stage what fits in the cache instead of failing\n"
-	  "                   when the dataset is larger than cache.size" },
+	  "                   when the dataset is larger than cache.size\n"
+	  "  --jitter S       first wait a uniform random 0 to S seconds\n"
+	  "                   (0-86400), so many nodes' scheduled stages\n"
+	  "                   spread out (the Slurm prolog)" },
 	{ "verify", client_submit,
 	  STAGER_NEEDS_DAEMON | STAGER_SUBMIT | STAGER_ALWAYS_WAIT,
 	  STAGER_JSON_OBJECT, 1, 1, "jwscrebnf", "NAME",
@@ -172,6 +175,7 @@ static const struct option stager_long[] = {
 	{ "parallel", required_argument, NULL, 'n' },
 	{ "files", required_argument, NULL, 'f' },
 	{ "fit", no_argument, NULL, 'F' },
+	{ "jitter", required_argument, NULL, 'J' },
 	{ "source", no_argument, NULL, 's' },
 	{ "cache", no_argument, NULL, 'C' },
 	{ "repair", no_argument, NULL, 'r' },
@@ -358,6 +362,11 @@ int main(int argc, char **argv)
 			break;
 		case 'F':
 			o.fit = true;
+			break;
+		case 'J':
+			if (stager_count("--jitter", optarg, 0, 86400,
+					 &o.jitter_s))
+				goto usage;
 			break;
 		case 's':
 		case 'C':

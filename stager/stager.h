@@ -63,6 +63,7 @@ struct stager_opts {
 	uint64_t bandwidth; /* --bandwidth, bytes/s, 0: none */
 	unsigned parallel; /* --parallel, 0: default, else 1 to
 			      STAGER_PARALLEL_MAX */
+	unsigned jitter_s; /* --jitter (stage): most seconds to wait, 0: none */
 	uint64_t bench_bytes; /* --size (bench) */
 	const char *to; /* --to DIR (drill) */
 	const char *step; /* --step S (drill) */

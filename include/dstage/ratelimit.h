@@ -20,14 +20,20 @@
  * RATELIMIT_FLOOR_MIN requests/s, unless the maximum itself is lower). */
 #define RATELIMIT_FLOOR_DIV 16.0
 #define RATELIMIT_FLOOR_MIN 0.5
+/* ratelimit_bucket_sanitize takes a time more than this ahead of the
+ * caller's clock for another boot's (and resets it); less is a process that
+ * read the clock later than the caller. */
+#define RATELIMIT_SKEW_MAX_MS 5000u
 /* Recovery after a cut: the rate grows by max / RATELIMIT_RECOVER_S per
  * second, so it is back at the maximum RATELIMIT_RECOVER_S s after a cut. */
 #define RATELIMIT_RECOVER_S 10.0
 
-/* See lib/ratelimit.c for the state and invariants. All fields are
- * protected by lock. */
-struct ratelimit {
-	pthread_mutex_t lock; /* leaf lock: no other lock taken under it */
+/*
+ * The buckets and the AIMD rate, without a lock: fixed-width fields only, so
+ * lib/ratelimit_shm.c can keep one in a file mapped by every process of the
+ * node. See lib/ratelimit.c for the state and invariants.
+ */
+struct ratelimit_bucket {
 	double req_max; /* configured requests/s, 0: unlimited */
 	double byte_max; /* configured bytes/s, 0: unlimited */
 	double req_rate; /* current requests/s (AIMD), <= req_max */
@@ -36,9 +42,15 @@ struct ratelimit {
 	uint64_t last_ms; /* time of the last refill */
 	uint64_t hold_until_ms; /* no grant before this (Retry-After) */
 	uint64_t last_cut_ms; /* time of the last halving */
-	bool started; /* last_ms valid */
-	bool cut; /* last_cut_ms valid */
+	uint32_t started; /* last_ms valid */
+	uint32_t cut; /* last_cut_ms valid */
 	uint64_t n_throttled; /* throttling answers reported */
+};
+
+/* A bucket for the threads of one process: every field of b under lock. */
+struct ratelimit {
+	pthread_mutex_t lock; /* leaf lock: no other lock taken under it */
+	struct ratelimit_bucket b;
 };
 
 #define RATELIMIT_INITIALIZER                     \
@@ -88,5 +100,27 @@ uint64_t ratelimit_retry_after_ms(const char *v, int64_t now_s);
 
 /* The current request rate (requests/s; 0: unlimited). */
 double ratelimit_rate(struct ratelimit *rl);
+
+/*
+ * The same operations on a bare bucket, for callers that hold their own lock
+ * (lib/ratelimit_shm.c): ratelimit_configure, ratelimit_acquire and
+ * ratelimit_throttled are these under rl->lock.
+ */
+void ratelimit_bucket_configure(struct ratelimit_bucket *b, double req_per_s,
+				double bytes_per_s);
+uint64_t ratelimit_bucket_acquire(struct ratelimit_bucket *b, uint64_t now_ms,
+				  uint64_t bytes);
+void ratelimit_bucket_throttled(struct ratelimit_bucket *b, uint64_t now_ms,
+				uint64_t retry_after_ms);
+
+/*
+ * Bring a bucket read from a file another process writes within the
+ * invariants at now_ms: non-finite or negative numbers, a rate above the
+ * maximum or under the floor, tokens over their caps, a byte debt beyond one
+ * hour's worth, a time more than RATELIMIT_SKEW_MAX_MS after now_ms or a
+ * hold longer than RATELIMIT_HOLD_MAX_MS are reset to their bounds. Returns true when
+ * something had to be changed.
+ */
+bool ratelimit_bucket_sanitize(struct ratelimit_bucket *b, uint64_t now_ms);
 
 #endif
