@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,21 +115,55 @@ out:
 	return ret;
 }
 
-/* One at a time, in the caller's thread: the cache asks for consecutive
- * blocks of one file, which one sequential reader serves best. */
+struct overlay_store_batch {
+	struct overlay_store *s;
+	struct objstore_get *reqs;
+	size_t n;
+	_Atomic size_t next;
+};
+
+static void *overlay_store_worker(void *arg)
+{
+	struct overlay_store_batch *b = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&b->next, 1)) < b->n)
+		b->reqs[i].result = overlay_store_get_one(b->s, &b->reqs[i]);
+	return NULL;
+}
+
+/* Ranged reads in parallel, s3.max_inflight threads at most (the cache
+ * asks for a readahead window at once): a parallel file system's latency,
+ * not its bandwidth, bounds a single reader. */
 static int overlay_store_get_many(struct objstore *os,
 				  struct objstore_get *reqs, size_t n)
 {
+	struct overlay_store_batch b = { .s = overlay_store_of(os),
+					 .reqs = reqs,
+					 .n = n };
+	size_t nthreads = os->cfg->s3_max_inflight, started = 0;
+	pthread_t tids[64];
 	int first = 0;
 
+	if (nthreads > n)
+		nthreads = n;
+	if (nthreads > 64)
+		nthreads = 64;
+	for (size_t i = 1; i < nthreads; i++) {
+		if (pthread_create(&tids[started], NULL, overlay_store_worker,
+				   &b))
+			break;
+		started++;
+	}
+	overlay_store_worker(&b);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
 	for (size_t i = 0; i < n; i++) {
-		reqs[i].result =
-			overlay_store_get_one(overlay_store_of(os), &reqs[i]);
-		if (reqs[i].result) {
-			objstore_count(&os->n_errors, 1);
-			if (!first)
-				first = reqs[i].result;
-		}
+		if (!reqs[i].result)
+			continue;
+		objstore_count(&os->n_errors, 1);
+		if (!first)
+			first = reqs[i].result;
 	}
 	return first;
 }
