@@ -485,11 +485,15 @@ static int dsfs_ovl_readdir(struct dsfs *fs, struct dsfs_caller *who,
 		}
 		if (d->plus && strcmp(de->d_name, ".") &&
 		    strcmp(de->d_name, "..")) {
-			if (!dsfs_reply_dir_fits(d, de->d_name))
+			if (!dsfs_reply_dir_fits(d, de->d_name)) {
+				seekdir(h->d, h->pos); /* next time */
 				break;
+			}
 			if (fstatat(dirfd(h->d), de->d_name, &sb,
-				    AT_SYMLINK_NOFOLLOW))
-				continue; /* gone since */
+				    AT_SYMLINK_NOFOLLOW)) {
+				h->pos = de->d_off; /* gone since: skipped */
+				continue;
+			}
 			ret = dsfs_ovl_entry(fs, n, de->d_name, &sb, &e);
 			if (ret)
 				break;

@@ -22,6 +22,7 @@ import hashlib
 import io
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -92,7 +93,8 @@ class Overlay:
         wait_for(lambda: self.metrics() is not None, "the metrics endpoint")
 
     def log(self):
-        return (self.tmp / "dstagefs.log").read_text()
+        p = self.tmp / "dstagefs.log"
+        return p.read_text() if p.exists() else ""
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -103,12 +105,19 @@ class Overlay:
         assert not mounted(self.pfs)
 
     def close(self):
+        rc = 0
         if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+            self.proc.terminate()
+            try:
+                rc = self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait(10)
         subprocess.run(["fusermount3", "-uz", str(self.pfs)],
                        capture_output=True)
         os.close(self.under)
+        # a clean exit (under ASan: no leak, no error report)
+        assert rc == 0 and "AddressSanitizer" not in self.log(), self.log()
 
     def metrics(self):
         try:
@@ -187,6 +196,17 @@ def test_tree_and_bytes_equal_the_underlying(ov):
                 st.st_mtime_ns) == (b.st_size, b.st_mode, b.st_uid,
                                     b.st_gid, b.st_mtime_ns), rel
     assert sorted(os.listdir(ov.pfs)) == sorted(os.listdir(ov.under))
+    # a listing longer than one READDIR(PLUS) reply
+    os.makedirs(ov.pfs / "many")
+    names = sorted("file-%04d-%s" % (i, "x" * 40) for i in range(600))
+    for n in names:
+        (ov.pfs / "many" / n).write_bytes(b"")
+    assert sorted(os.listdir(ov.pfs / "many")) == names
+    assert sorted(os.listdir(os.open("many", os.O_RDONLY,
+                                     dir_fd=ov.under))) == names
+    assert len(subprocess.run(["ls", "-l", str(ov.pfs / "many")],
+                              capture_output=True, text=True,
+                              check=True).stdout.splitlines()) == 601
     assert sorted(os.listdir(ov.pfs / "datasets/imagenet")) == \
         ["deep", "shard-000.tar", "shard-001.tar"]
     ov.stop()
@@ -321,6 +341,16 @@ def test_writes_land_in_the_tree(ov):
     assert not ov.exists("ckpt/d")
     os.unlink(ov.pfs / "ckpt" / "model.pt")
     assert not ov.exists("ckpt/model.pt")
+    # a directory renamed through the overlay: what is below it moves too
+    os.makedirs(ov.pfs / "ckpt" / "run1" / "e")
+    (ov.pfs / "ckpt" / "run1" / "e" / "w.bin").write_bytes(b"w" * 100000)
+    os.rename(ov.pfs / "ckpt" / "run1", ov.pfs / "ckpt" / "run2")
+    assert (ov.pfs / "ckpt" / "run2" / "e" / "w.bin").read_bytes() == \
+        b"w" * 100000
+    (ov.pfs / "ckpt" / "run2" / "e" / "x.bin").write_bytes(b"x")
+    assert ov.get("ckpt/run2/e/x.bin") == b"x"
+    assert not ov.exists("ckpt/run1")
+    shutil.rmtree(ov.pfs / "ckpt" / "run2")
     ov.stop()
     assert sorted(os.listdir(ov.pfs / "ckpt")) == ["log.txt"]
 
