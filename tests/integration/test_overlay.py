@@ -196,6 +196,13 @@ def test_tree_and_bytes_equal_the_underlying(ov):
                 st.st_mtime_ns) == (b.st_size, b.st_mode, b.st_uid,
                                     b.st_gid, b.st_mtime_ns), rel
     assert sorted(os.listdir(ov.pfs)) == sorted(os.listdir(ov.under))
+    # symbolic links, as they are (a link out of the tree stays a link)
+    os.symlink("big.bin", "link", dir_fd=ov.under)
+    time.sleep(TIMEOUT + 0.2)
+    assert os.readlink(ov.pfs / "link") == "big.bin"
+    assert (ov.pfs / "link").read_bytes() == files["big.bin"]
+    os.symlink("/etc/hostname", ov.pfs / "out")
+    assert os.readlink("out", dir_fd=ov.under) == "/etc/hostname"
     # a listing longer than one READDIR(PLUS) reply
     os.makedirs(ov.pfs / "many")
     names = sorted("file-%04d-%s" % (i, "x" * 40) for i in range(600))
