@@ -272,9 +272,16 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	fuse_loop_cfg_set_clone_fd(lcfg, o->clone_fd);
 	fuse_loop_cfg_set_max_threads(lcfg, o->threads);
 	fuse_loop_cfg_set_idle_threads(lcfg, o->threads);
-	log_info("mounted %s: %zu datasets from %s, cache %s, %u threads%s",
-		 o->mountpoint, dsfs_ndatasets(&fs), cfg->catalog_path,
-		 cfg->cache_dir, o->threads, o->clone_fd ? ", clone_fd" : "");
+	if (o->over_dir)
+		log_info("mounted over %s (overlay), cache %s, %u threads%s",
+			 o->mountpoint, cfg->cache_dir, o->threads,
+			 o->clone_fd ? ", clone_fd" : "");
+	else
+		log_info("mounted %s: %zu datasets from %s, cache %s, %u "
+			 "threads%s",
+			 o->mountpoint, dsfs_ndatasets(&fs), cfg->catalog_path,
+			 cfg->cache_dir, o->threads,
+			 o->clone_fd ? ", clone_fd" : "");
 	ret = fuse_session_loop_mt(se, lcfg);
 	if (ret > 0) /* 3.14: the number of the signal that ended it */
 		log_info("signal %d: unmounting %s", ret, o->mountpoint);
