@@ -20,6 +20,7 @@
  * directory).
  *
  * State of a handle: fd and etag immutable; direct and dirty are atomics.
+ * Each worker thread has its own read buffer (thread-specific data).
  * The kernel keeps its cached pages of a file (keep_cache) only when an
  * open finds the version the previous open of the node saw.
  */
@@ -168,13 +169,45 @@ int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
 	return ret;
 }
 
+/* Each worker thread's read buffer, grown to the largest read it served,
+ * freed when the thread exits. */
+static pthread_key_t dsfs_ovl_buf_key;
+static pthread_once_t dsfs_ovl_buf_once = PTHREAD_ONCE_INIT;
+
+struct dsfs_ovl_tbuf {
+	size_t len;
+	char data[];
+};
+
+static void dsfs_ovl_buf_key_make(void)
+{
+	pthread_key_create(&dsfs_ovl_buf_key, free);
+}
+
+static char *dsfs_ovl_thread_buf(size_t len)
+{
+	struct dsfs_ovl_tbuf *b;
+
+	pthread_once(&dsfs_ovl_buf_once, dsfs_ovl_buf_key_make);
+	b = pthread_getspecific(dsfs_ovl_buf_key);
+	if (b && b->len >= len)
+		return b->data;
+	free(b);
+	pthread_setspecific(dsfs_ovl_buf_key, NULL);
+	b = malloc(sizeof(*b) + (len ? len : 1));
+	if (!b)
+		return NULL;
+	b->len = len;
+	pthread_setspecific(dsfs_ovl_buf_key, b);
+	return b->data;
+}
+
 /* One read directly from the descriptor, answered from a thread buffer. */
 static int dsfs_ovl_read_direct(struct dsfs_ovl_file *f, size_t size, off_t off,
 				struct dsfs_reply_read *r)
 {
-	char *buf = malloc(size ? size : 1);
+	char *buf = dsfs_ovl_thread_buf(size);
 	size_t done = 0;
-	int ret;
 
 	if (!buf)
 		return -ENOMEM;
@@ -184,18 +217,13 @@ static int dsfs_ovl_read_direct(struct dsfs_ovl_file *f, size_t size, off_t off,
 
 		if (got < 0 && errno == EINTR)
 			continue;
-		if (got < 0) {
-			ret = -errno;
-			free(buf);
-			return ret;
-		}
+		if (got < 0)
+			return -errno;
 		if (!got)
 			break;
 		done += (size_t)got;
 	}
-	ret = dsfs_reply_read_buf(r, buf, done);
-	free(buf);
-	return ret;
+	return dsfs_reply_read_buf(r, buf, done);
 }
 
 static int dsfs_ovl_reply_iov(void *arg, const struct iovec *iov, int n)
@@ -245,12 +273,11 @@ int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 			return 0;
 		}
 	}
-	buf = malloc(size);
+	buf = dsfs_ovl_thread_buf(size);
 	if (!buf)
 		return -ENOMEM;
 	ret = cache_read_iov(fs->cache, &obj, uoff, size, buf, 0,
 			     dsfs_ovl_reply_iov, r);
-	free(buf);
 	if (r->sent)
 		return 0;
 	/* The file changed or moved since it was opened, or the cache
