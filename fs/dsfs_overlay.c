@@ -49,6 +49,30 @@ static bool dsfs_ovl_below(const char *path, const char *dir)
 	return below;
 }
 
+/* overlay.no_cache: "a, b,c" -> { "a", "b", "c", NULL } in st. */
+static int dsfs_ovl_patterns(struct dsfs_ovl *st, const char *list)
+{
+	size_t n = 0;
+	char *copy, *tok, *save = NULL;
+
+	if (!list)
+		return 0;
+	st->no_cache = calloc(strlen(list) / 2 + 2, sizeof(char *));
+	copy = strdup(list);
+	if (!st->no_cache || !copy) {
+		free(copy);
+		return -ENOMEM;
+	}
+	for (tok = strtok_r(copy, ", \t", &save); tok;
+	     tok = strtok_r(NULL, ", \t", &save))
+		if (!(st->no_cache[n++] = strdup(tok))) {
+			free(copy);
+			return -ENOMEM;
+		}
+	free(copy);
+	return 0;
+}
+
 static int dsfs_ovl_init(struct dsfs *fs)
 {
 	const char *mp = fs->opts->mountpoint;
@@ -98,7 +122,9 @@ static int dsfs_ovl_init(struct dsfs *fs)
 		st->label = NULL;
 		return -ENOMEM;
 	}
-	ret = dsfs_ovl_cred_init();
+	ret = dsfs_ovl_patterns(st, fs->cfg->overlay_no_cache);
+	if (!ret)
+		ret = dsfs_ovl_cred_init();
 	if (!ret)
 		ret = overlay_store_open(st->root_fd, st->label, fs->cfg,
 					 &st->os);
@@ -128,6 +154,9 @@ static void dsfs_ovl_destroy(struct dsfs *fs)
 		close(st->root_fd);
 	free(st->dir);
 	free(st->label);
+	for (char **p = st->no_cache; p && *p; p++)
+		free(*p);
+	free(st->no_cache);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	fs->sub_state[DSFS_SUB_ROOT] = NULL;

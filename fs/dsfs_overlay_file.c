@@ -7,7 +7,7 @@
  * and the version it had then (overlay_store_etag of the descriptor).
  *
  * Reads: a file opened read-only and at least overlay.min_cached_size big
- * is read through the block cache as object (dataset "overlay:DIR", key
+ * and not matching overlay.no_cache is read through the block cache as object (dataset "overlay:DIR", key
  * its path, ETag its version): a file changed underneath is a new object,
  * never the old blocks. If the cache cannot serve a read (the file changed
  * or moved since the open, the cache refused), the file is read directly
@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -48,6 +49,18 @@ struct dsfs_ovl_file {
 static struct dsfs_ovl_file *dsfs_ovl_file_of(const struct fuse_file_info *fi)
 {
 	return (struct dsfs_ovl_file *)(uintptr_t)fi->fh;
+}
+
+bool dsfs_ovl_no_cache(const struct dsfs_ovl *st, const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	for (char **p = st->no_cache; p && *p; p++)
+		if (!fnmatch(*p, strchr(*p, '/') ? path : base,
+			     strchr(*p, '/') ? FNM_PATHNAME : 0))
+			return true;
+	return false;
 }
 
 int dsfs_ovl_file_fd(const struct fuse_file_info *fi)
@@ -79,7 +92,8 @@ static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_node *n, int fd,
 	f->size = (uint64_t)sb.st_size;
 	overlay_store_etag(&sb, f->etag, sizeof(f->etag));
 	atomic_init(&f->direct, !rdonly || !S_ISREG(sb.st_mode) || !fs->cache ||
-					f->size < st->min_cached);
+					f->size < st->min_cached ||
+					dsfs_ovl_no_cache(st, path));
 	atomic_init(&f->dirty, false);
 	pthread_mutex_lock(&st->lock);
 	fi->keep_cache = rdonly && !strcmp(p->etag, f->etag);

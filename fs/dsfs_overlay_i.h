@@ -47,6 +47,7 @@ struct dsfs_ovl {
 	struct objstore *os; /* overlay_store on root_fd */
 	double timeout; /* overlay.attr_timeout, seconds */
 	uint64_t min_cached; /* overlay.min_cached_size */
+	char **no_cache; /* overlay.no_cache, split; NULL-terminated */
 	bool as_caller; /* euid 0: system calls as the caller */
 	uid_t euid;
 	pthread_mutex_t lock;
@@ -110,6 +111,8 @@ int dsfs_ovl_fallocate(struct dsfs *fs, struct dsfs_caller *who,
 		       struct fuse_file_info *fi);
 void dsfs_ovl_release(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *n, struct fuse_file_info *fi);
+/* Whether path (relative) matches overlay.no_cache. */
+bool dsfs_ovl_no_cache(const struct dsfs_ovl *st, const char *path);
 /* The descriptor of an open file handle (fi->fh). */
 int dsfs_ovl_file_fd(const struct fuse_file_info *fi);
 

@@ -146,6 +146,10 @@ static const struct config_key config_keys[] = {
 	  "64K", 0, 0,
 	  "overlay: files smaller than this are read directly, not through "
 	  "the cache" },
+	{ "overlay.no_cache", CT_STRING, OFF(overlay_no_cache), NULL, 0, 0,
+	  "overlay: files matching one of these comma-separated shell "
+	  "patterns (the name, or the path when the pattern has a '/') are "
+	  "read directly" },
 	{ "metrics.listen", CT_STRING, OFF(metrics_listen), NULL, 0, 0,
 	  "ADDR:PORT of the Prometheus endpoint (GET /metrics), such as "
 	  "127.0.0.1:9101; unset: no endpoint" },

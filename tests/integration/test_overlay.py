@@ -72,6 +72,7 @@ class Overlay:
             "[cache]\ndir = %s/cache\nsize = 1G\nblock_size = 256K\n"
             "[catalog]\npath = %s/catalog.db\n"
             "[overlay]\nattr_timeout = %gs\nmin_cached_size = 64K\n"
+            "no_cache = *.log, scratch/*\n"
             "[metrics]\nlisten = 127.0.0.1:%d\n"
             % (self.tmp, self.tmp, TIMEOUT, self.port))
         os.chmod(self.conf, 0o644)
@@ -249,11 +250,21 @@ def test_second_read_is_served_from_the_cache(ov):
     assert ov.ds_counter("hits") >= 8
 
 
-def test_small_files_bypass_the_cache(ov):
+def test_small_files_and_no_cache_patterns_bypass_the_cache(ov):
+    big = os.urandom(1 << 20)
+    os.makedirs(ov.pfs / "scratch")
     ov.put("small.json", b"{}" * 100)
+    ov.put("train.log", big)
+    ov.put("scratch/x.bin", big)
+    ov.put("scratch.bin", big[:300000])
     ov.start()
     assert (ov.pfs / "small.json").read_bytes() == b"{}" * 100
+    assert (ov.pfs / "train.log").read_bytes() == big
+    assert (ov.pfs / "scratch" / "x.bin").read_bytes() == big
     assert ov.ds_counter("misses") == 0 and ov.ds_counter("hits") == 0
+    # a name matching no pattern is cached
+    assert (ov.pfs / "scratch.bin").read_bytes() == big[:300000]
+    assert ov.ds_counter("misses") == 2
 
 
 def test_changed_file_is_read_fresh(ov):
