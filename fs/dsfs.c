@@ -27,6 +27,7 @@
 #include "dsfs_dataset.h"
 #include "dsfs_datasets.h"
 #include "dsfs_ops.h"
+#include "dsfs_overlay.h"
 #include "dsfs_root.h"
 #include "dstage/log.h"
 
@@ -47,6 +48,11 @@ int dsfs_init(struct dsfs *fs, const struct dsfs_opts *o,
 	fs->subs[DSFS_SUB_DATASETS] = &dsfs_datasets_subtree;
 	fs->subs[DSFS_SUB_CKPT] = &dsfs_ckpt_subtree;
 	fs->subs[DSFS_SUB_CTL] = &dsfs_ctl_subtree;
+	if (o->over_dir) { /* transparent mode: the tree under DIR only */
+		fs->subs[DSFS_SUB_ROOT] = &dsfs_overlay_subtree;
+		for (int i = DSFS_SUB_ROOT + 1; i < DSFS_SUB_COUNT; i++)
+			fs->subs[i] = &dsfs_overlay_off_subtree;
+	}
 	ret = dsfs_nodes_init(&fs->nodes);
 	for (int i = 0; !ret && i < DSFS_SUB_COUNT; i++)
 		if (fs->subs[i]->init)
@@ -101,7 +107,8 @@ static void dsfs_set_read_ahead(struct dsfs *fs)
 	 * itself) waits for the INIT reply, which sets the bdi's readahead
 	 * to min(current, max_readahead): raise it only after that. */
 	snprintf(path, sizeof(path), "%s/.dstage", fs->opts->mountpoint);
-	if (stat(path, &st) || stat(fs->opts->mountpoint, &st)) {
+	if ((stat(path, &st) && errno != ENOENT) || /* ENOENT: overlay */
+	    stat(fs->opts->mountpoint, &st)) {
 		log_warn("read_ahead_kb: stat %s: %s", fs->opts->mountpoint,
 			 strerror(errno));
 		return;

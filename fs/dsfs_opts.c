@@ -35,6 +35,7 @@
 void dsfs_opts_help(const char *prog)
 {
 	printf("usage: %s [options] [MOUNTPOINT]\n"
+	       "       %s [options] --over DIR\n"
 	       "\n"
 	       "Mount the dstage namespace at MOUNTPOINT (default %s):\n"
 	       "  MOUNTPOINT/datasets/NAME/...  every dataset of the catalog, "
@@ -45,7 +46,19 @@ void dsfs_opts_help(const char *prog)
 	       "  MOUNTPOINT/.dstage/stats      cache and file-system "
 	       "counters\n"
 	       "\n"
+	       "With --over DIR (or overlay.dir in the configuration), mount "
+	       "over DIR\n"
+	       "itself and keep serving DIR's own tree (transparent mode): "
+	       "reads through\n"
+	       "the cache, writes passed to DIR's file system as the caller; "
+	       "see\n"
+	       "overlay.attr_timeout and overlay.min_cached_size. Only root "
+	       "may mount\n"
+	       "over a directory it does not own.\n"
+	       "\n"
 	       "Options (each -o NAME=VALUE has a --NAME VALUE form too):\n"
+	       "  --over DIR            transparent mode over DIR (instead of "
+	       "MOUNTPOINT)\n"
 	       "  --config FILE         dstage configuration (default: "
 	       "$DSTAGE_CONFIG, then %s)\n"
 	       "  --log-level LEVEL     error, warn, info or debug (default: "
@@ -109,8 +122,8 @@ void dsfs_opts_help(const char *prog)
 	       "not cleared,\n"
 	       "     mount refused)\n"
 	       "  4  the catalog or the cache could not be opened\n",
-	       prog, DSFS_DEF_MOUNTPOINT, CONFIG_DEFAULT_PATH, DSFS_DEF_THREADS,
-	       DSFS_DEF_MAX_WRITE_KB, DSFS_DEF_READ_AHEAD_KB,
+	       prog, prog, DSFS_DEF_MOUNTPOINT, CONFIG_DEFAULT_PATH,
+	       DSFS_DEF_THREADS, DSFS_DEF_MAX_WRITE_KB, DSFS_DEF_READ_AHEAD_KB,
 	       DSFS_DEF_ENTRY_TIMEOUT, DSFS_DEF_POLL_MS,
 	       DSFS_DEF_PF_MAX_ENTRIES, DSFS_DEF_PF_MAX_BYTES >> 20,
 	       DSFS_DEF_PF_UID_MAX_ENTRIES, DSFS_DEF_PF_UID_MAX_BYTES >> 20,
@@ -198,6 +211,9 @@ static int dsfs_opts_set(struct dsfs_opts *o, const char *name, const char *v)
 		NEED_VALUE;
 		ret = dsfs_opts_uint(name, v, 0, 1u << 30, 10, &x);
 		o->entry_timeout = (double)x;
+	} else if (strcmp(name, "over") == 0) {
+		NEED_VALUE;
+		o->over_dir = v;
 	} else if (strcmp(name, "poll_ms") == 0) {
 		NEED_VALUE;
 		ret = dsfs_opts_uint(name, v, 10, 3600000, 10, &x);
@@ -281,6 +297,7 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 		{ "prefetch-uid-max-entries", required_argument, NULL, 1 },
 		{ "prefetch-uid-max-bytes", required_argument, NULL, 1 },
 		{ "ctl-max-handles", required_argument, NULL, 1 },
+		{ "over", required_argument, NULL, 1 },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, idx, ret;
@@ -351,8 +368,10 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 			return -EINVAL;
 		}
 	}
-	if (optind < argc)
+	if (optind < argc) {
 		o->mountpoint = argv[optind++];
+		o->mountpoint_given = true;
+	}
 	if (optind < argc) {
 		fprintf(stderr, "dstagefs: unexpected argument '%s'\n",
 			argv[optind]);
@@ -360,6 +379,13 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 	}
 	if (fuse_opt_parse(&o->fuse_args, o, NULL, dsfs_opts_proc))
 		return -EINVAL;
+	if (o->over_dir && o->mountpoint_given) {
+		fprintf(stderr, "dstagefs: --over DIR mounts on DIR: give it "
+				"or MOUNTPOINT, not both\n");
+		return -EINVAL;
+	}
+	if (o->over_dir)
+		o->mountpoint = o->over_dir;
 	return 0;
 }
 

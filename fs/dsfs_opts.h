@@ -31,6 +31,10 @@ enum {
 
 struct dsfs_opts {
 	const char *mountpoint;
+	bool mountpoint_given; /* MOUNTPOINT on the command line */
+	/* --over DIR: the overlay (transparent) mode, mounted on DIR
+	 * (then mountpoint is DIR too); NULL: the dstage namespace. */
+	const char *over_dir;
 	const char *config_path; /* NULL: config_load's default search */
 	const char *log_level; /* NULL: from the config */
 	bool foreground, debug, allow_other, show_help, show_version;

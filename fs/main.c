@@ -52,7 +52,7 @@ static int dsfs_fusermount_lazy(const char *mp)
  * with ENOTCONN. Detach it (lazily, so processes still inside it do not
  * block us) and say so.
  */
-static int dsfs_prepare_mountpoint(const char *mp)
+static int dsfs_prepare_mountpoint(const char *mp, bool create)
 {
 	struct statfs sfs;
 	struct stat st;
@@ -61,6 +61,10 @@ static int dsfs_prepare_mountpoint(const char *mp)
 	 * from cached attributes even on a dead connection. */
 	if (statfs(mp, &sfs) == 0 && stat(mp, &st) == 0)
 		goto check_dir;
+	if (errno == ENOENT && !create) {
+		log_error("overlay %s: no such directory", mp);
+		return -ENOENT;
+	}
 	if (errno == ENOENT) {
 		if (mkdir(mp, 0755) && errno != EEXIST) {
 			log_error("mountpoint %s: cannot create it: %s", mp,
@@ -150,7 +154,7 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	struct dsfs fs;
 	int ret, code = DSFS_EXIT_OK;
 
-	if (dsfs_prepare_mountpoint(o->mountpoint))
+	if (dsfs_prepare_mountpoint(o->mountpoint, !o->over_dir))
 		return DSFS_EXIT_MOUNT;
 	if (dsfs_already_mounted(o->mountpoint)) {
 		log_error("mountpoint %s: a dstagefs is already mounted there; "
@@ -167,6 +171,10 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	o->mountpoint = real_mp;
 	ret = dsfs_init(&fs, o, cfg);
 	if (ret) {
+		if (o->over_dir) { /* dsfs_overlay logged why */
+			free(real_mp);
+			return DSFS_EXIT_MOUNT;
+		}
 		log_error("cannot load the datasets from the catalog %s: %s",
 			  cfg->catalog_path, strerror(-ret));
 		free(real_mp);
@@ -175,7 +183,14 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	/* The -o options dsfs_opts_parse left for libfuse, and ours. */
 	if (fuse_opt_add_arg(args, "-o") ||
 	    fuse_opt_add_arg(args, "fsname=dstage,subtype=dstagefs") ||
-	    (o->debug && fuse_opt_add_arg(args, "-d"))) {
+	    (o->debug && fuse_opt_add_arg(args, "-d")) ||
+	    /* overlay: the kernel checks the tree's modes too (also on
+	     * cached directories), and as root every user may use it */
+	    (o->over_dir &&
+	     (fuse_opt_add_arg(args, "-o") ||
+	      fuse_opt_add_arg(args, geteuid() == 0
+					     ? "default_permissions,allow_other"
+					     : "default_permissions")))) {
 		code = DSFS_EXIT_RUNTIME;
 		goto out;
 	}
@@ -257,9 +272,16 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	fuse_loop_cfg_set_clone_fd(lcfg, o->clone_fd);
 	fuse_loop_cfg_set_max_threads(lcfg, o->threads);
 	fuse_loop_cfg_set_idle_threads(lcfg, o->threads);
-	log_info("mounted %s: %zu datasets from %s, cache %s, %u threads%s",
-		 o->mountpoint, dsfs_ndatasets(&fs), cfg->catalog_path,
-		 cfg->cache_dir, o->threads, o->clone_fd ? ", clone_fd" : "");
+	if (o->over_dir)
+		log_info("mounted over %s (overlay), cache %s, %u threads%s",
+			 o->mountpoint, cfg->cache_dir, o->threads,
+			 o->clone_fd ? ", clone_fd" : "");
+	else
+		log_info("mounted %s: %zu datasets from %s, cache %s, %u "
+			 "threads%s",
+			 o->mountpoint, dsfs_ndatasets(&fs), cfg->catalog_path,
+			 cfg->cache_dir, o->threads,
+			 o->clone_fd ? ", clone_fd" : "");
 	ret = fuse_session_loop_mt(se, lcfg);
 	if (ret > 0) /* 3.14: the number of the signal that ended it */
 		log_info("signal %d: unmounting %s", ret, o->mountpoint);
@@ -320,6 +342,10 @@ int main(int argc, char **argv)
 		return DSFS_EXIT_USAGE;
 	}
 	log_set_level(cfg->log_level);
+	/* overlay.dir: the transparent mode unless the command line names
+	 * a mount point. */
+	if (!o.over_dir && !o.mountpoint_given && cfg->overlay_dir)
+		o.over_dir = o.mountpoint = cfg->overlay_dir;
 	if (o.log_level) {
 		int lvl = log_level_parse(o.log_level);
 

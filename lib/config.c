@@ -136,6 +136,21 @@ static const struct config_key config_keys[] = {
 	  OFF(ckpt_abandoned_keep_ms), "168h", 0, 0,
 	  "lifecycle removes files of killed writers (staging_dir/abandoned/) "
 	  "older than this" },
+	{ "overlay.dir", CT_PATH, OFF(overlay_dir), NULL, 0, 0,
+	  "dstagefs mounts over this directory and serves its own tree "
+	  "(transparent mode, as --over DIR); unset: no overlay" },
+	{ "overlay.attr_timeout", CT_DURATION, OFF(overlay_attr_timeout_ms),
+	  "1s", 0, 0,
+	  "overlay: how long names, attributes and absences are cached: the "
+	  "most a change made underneath stays unseen" },
+	{ "overlay.min_cached_size", CT_SIZE, OFF(overlay_min_cached_size),
+	  "64K", 0, 0,
+	  "overlay: files smaller than this are read directly, not through "
+	  "the cache" },
+	{ "overlay.no_cache", CT_STRING, OFF(overlay_no_cache), NULL, 0, 0,
+	  "overlay: files matching one of these comma-separated shell "
+	  "patterns (the name, or the path when the pattern has a '/') are "
+	  "read directly" },
 	{ "metrics.listen", CT_STRING, OFF(metrics_listen), NULL, 0, 0,
 	  "ADDR:PORT of the Prometheus endpoint (GET /metrics), such as "
 	  "127.0.0.1:9101; unset: no endpoint" },

@@ -73,6 +73,11 @@ struct dstage_config {
 	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
 	unsigned ckpt_lifecycle_ms; /* checkpoints.lifecycle_interval, 0: off */
 	unsigned ckpt_abandoned_keep_ms; /* checkpoints.abandoned_keep */
+	/* [overlay] (dstagefs --over) */
+	char *overlay_dir; /* overlay.dir, NULL: no overlay mount */
+	unsigned overlay_attr_timeout_ms; /* overlay.attr_timeout */
+	uint64_t overlay_min_cached_size; /* overlay.min_cached_size, bytes */
+	char *overlay_no_cache; /* overlay.no_cache: patterns, NULL: none */
 	/* [metrics] */
 	char *metrics_listen; /* metrics.listen, ADDR:PORT; NULL: off */
 	bool metrics_allow_remote; /* metrics.allow_remote */

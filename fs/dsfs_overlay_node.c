@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: MIT
+/*
+ * dsfs_overlay_node: the overlay's nodes (see dsfs_overlay_i.h).
+ *
+ * A node names a place in the tree, not an inode: its path is rebuilt from
+ * its parent chain for every call, so a rename through the mount moves the
+ * node (and everything below it) by changing one parent and name. A
+ * lookup finds the table's node for (dir, name) only while that node is
+ * still at that place and of the same file type; otherwise it makes a new
+ * one (a file replaced underneath by one of another type gets a new inode
+ * number, which the kernel needs).
+ *
+ * Locks: st->lock guards every struct dsfs_ovl_node's parent, name, refs,
+ * gone and etag; it is a leaf, also taken under the node table's lock (in
+ * the match callback).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsfs_overlay_i.h"
+#include "dstage/log.h"
+
+static struct dsfs_ovl_node *dsfs_ovl_node_of(struct dsfs_node *n)
+{
+	return n->priv;
+}
+
+int dsfs_ovl_path(struct dsfs_ovl *st, struct dsfs_node *n, const char *name,
+		  char *buf)
+{
+	const char *parts[PATH_MAX / 2];
+	size_t np = 0, len = 0;
+	int ret = 0;
+
+	if (name)
+		parts[np++] = name;
+	pthread_mutex_lock(&st->lock);
+	for (struct dsfs_ovl_node *p = dsfs_ovl_node_of(n); p && p->parent;
+	     p = p->parent) {
+		if (np == sizeof(parts) / sizeof(parts[0])) {
+			ret = -ENAMETOOLONG;
+			goto out;
+		}
+		parts[np++] = p->name;
+	}
+	if (!np) {
+		strcpy(buf, ".");
+		goto out;
+	}
+	while (np--) {
+		size_t l = strlen(parts[np]);
+
+		if (len + l + 2 > PATH_MAX) {
+			ret = -ENAMETOOLONG;
+			goto out;
+		}
+		memcpy(buf + len, parts[np], l);
+		len += l;
+		buf[len++] = np ? '/' : '\0';
+	}
+out:
+	pthread_mutex_unlock(&st->lock);
+	return ret;
+}
+
+void dsfs_ovl_parent_path(const char *path, char *buf)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash) {
+		strcpy(buf, ".");
+		return;
+	}
+	memcpy(buf, path, (size_t)(slash - path));
+	buf[slash - path] = '\0';
+}
+
+void dsfs_ovl_sync_dir(struct dsfs_ovl *st, const char *path)
+{
+	int fd = openat(st->root_fd, path,
+			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0 || fsync(fd))
+		log_debug("overlay %s: fsync of directory %s: %s", st->dir,
+			  path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Drop one reference of p and up its chain. Under st->lock. */
+static void dsfs_ovl_unref_locked(struct dsfs_ovl *st, struct dsfs_ovl_node *p)
+{
+	while (p && p != &st->top && --p->refs == 0) {
+		struct dsfs_ovl_node *parent = p->parent;
+
+		free(p->name);
+		free(p);
+		p = parent;
+	}
+}
+
+void dsfs_ovl_node_forget(struct dsfs *fs, struct dsfs_node *n)
+{
+	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+
+	if (!st || n->priv == &st->top)
+		return;
+	pthread_mutex_lock(&st->lock);
+	dsfs_ovl_unref_locked(st, n->priv);
+	pthread_mutex_unlock(&st->lock);
+	n->priv = NULL;
+}
+
+struct dsfs_ovl_match {
+	struct dsfs_ovl *st;
+	struct dsfs_ovl_node *parent;
+	const char *name;
+	mode_t type; /* 0: any */
+};
+
+/* Called under the node table's lock. */
+static bool dsfs_ovl_match(const struct dsfs_node *n, void *arg)
+{
+	struct dsfs_ovl_match *m = arg;
+	struct dsfs_ovl_node *p = n->priv;
+	bool ok;
+
+	if (!p)
+		return false;
+	pthread_mutex_lock(&m->st->lock);
+	ok = !p->gone && p->parent == m->parent && !strcmp(p->name, m->name) &&
+	     (!m->type || p->type == m->type);
+	pthread_mutex_unlock(&m->st->lock);
+	return ok;
+}
+
+int dsfs_ovl_entry(struct dsfs *fs, struct dsfs_node *dir, const char *name,
+		   const struct stat *sb, struct dsfs_entry *e)
+{
+	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_ovl_match m = { st, dsfs_ovl_node_of(dir), name,
+				    sb->st_mode & S_IFMT };
+	struct dsfs_ovl_node *p;
+	struct dsfs_node *n;
+
+	memset(e, 0, sizeof(*e));
+	e->attr = *sb;
+	e->attr_timeout = e->entry_timeout = st->timeout;
+	e->node = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
+					dsfs_ovl_match, &m);
+	if (e->node)
+		return 0;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->name = strdup(name);
+	n = p->name ? dsfs_node_new(dir->sub, name, p) : NULL;
+	if (!n) {
+		free(p->name);
+		free(p);
+		return -ENOMEM;
+	}
+	p->type = sb->st_mode & S_IFMT;
+	p->refs = 1;
+	pthread_mutex_lock(&st->lock);
+	p->parent = m.parent;
+	if (m.parent != &st->top)
+		m.parent->refs++;
+	pthread_mutex_unlock(&st->lock);
+	if (dsfs_nodes_insert(&fs->nodes, dir->ino, n, dsfs_ovl_match, &m,
+			      &e->node) == 1) {
+		pthread_mutex_lock(&st->lock);
+		dsfs_ovl_unref_locked(st, p);
+		pthread_mutex_unlock(&st->lock);
+		dsfs_node_free(n);
+	}
+	return 0;
+}
+
+void dsfs_ovl_node_moved(struct dsfs *fs, struct dsfs_node *dir,
+			 const char *name, struct dsfs_node *newdir,
+			 const char *newname)
+{
+	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_ovl_match m = { st, dsfs_ovl_node_of(dir), name, 0 };
+	struct dsfs_ovl_match t = { st, NULL, newname, 0 };
+	struct dsfs_node *n, *old = NULL;
+	char *nn = newname ? strdup(newname) : NULL;
+	struct dsfs_node *gone;
+
+	/* A node at the target is replaced: it is gone. */
+	if (newdir) {
+		t.parent = dsfs_ovl_node_of(newdir);
+		old = dsfs_nodes_find_child(&fs->nodes, newdir->ino, newname,
+					    dsfs_ovl_match, &t);
+	}
+	n = dsfs_nodes_find_child(&fs->nodes, dir->ino, name, dsfs_ovl_match,
+				  &m);
+	pthread_mutex_lock(&st->lock);
+	if (old && old != n)
+		dsfs_ovl_node_of(old)->gone = true;
+	if (n) {
+		struct dsfs_ovl_node *p = dsfs_ovl_node_of(n);
+
+		if (!newdir || !nn) {
+			p->gone = true;
+		} else {
+			struct dsfs_ovl_node *np = dsfs_ovl_node_of(newdir);
+
+			if (np != &st->top)
+				np->refs++;
+			dsfs_ovl_unref_locked(st, p->parent);
+			p->parent = np;
+			free(p->name);
+			p->name = nn;
+			nn = NULL;
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+	free(nn);
+	/* Drop the references the finds took. */
+	for (int i = 0; i < 2; i++) {
+		struct dsfs_node *x = i ? old : n;
+
+		if (!x)
+			continue;
+		gone = dsfs_nodes_forget(&fs->nodes, x->ino, 1);
+		if (gone) {
+			dsfs_ovl_node_forget(fs, gone);
+			dsfs_node_free(gone);
+		}
+	}
+}
