@@ -52,10 +52,8 @@ static int overlay_store_resolve(struct overlay_store *s, const char *key,
 	};
 	long fd = syscall(SYS_openat2, s->root_fd, key, &how, sizeof(how));
 
-	if (fd < 0)
-		return -errno;
-	*out = (int)fd;
-	return 0;
+	*out = (int)fd; /* -1 on failure: callers never see it unset */
+	return fd < 0 ? -errno : 0;
 }
 
 static int overlay_store_get_one(struct overlay_store *s,
