@@ -163,6 +163,12 @@ def markdown(res):
                 out.append(f"| {name}{f' (target {tgt})' if tgt else ''} "
                            f"| {fmt_num(m.get('fuse_peak_rss_MiB'))} "
                            f"| {fmt_num(m.get('daemon_peak_rss_MiB'))} |")
+        steps = [(n, st) for n in mem for st in [(mem[n] or {}).get("rss_after_MiB")] if st]
+        for name, st in steps:
+            out.append("")
+            out.append(f"{name}: resident set (VmRSS) after each step, MiB (dstagefs, daemon): "
+                       + "; ".join(f"{k} {fmt_num(v[0])}, {fmt_num(v[1])}"
+                                   for k, v in st.items()))
     notes = res.get("notes") or []
     if notes:
         out.append("")

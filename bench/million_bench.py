@@ -15,7 +15,9 @@ each, 1,000 a directory) generated under /tmp/dstage-million-N (about
                     same files on local disk
 
 and the peak RSS (VmHWM) of dstagefs and of the stager daemon after all of
-it, against a target of 256 MiB each (results: memory["dstage, 1M files"]).
+it, against a target of 256 MiB each (results: memory["dstage, 1M files"]),
+with the resident set of both after each step (rss_after_MiB: step ->
+[dstagefs, daemon]) to show where memory grows.
 Every step is bounded (STEP_TIMEOUT); a step that fails or times out is
 recorded with why, and the rest still run where they can: a failure to
 register a million files is a finding, reported where it happened.
@@ -79,6 +81,18 @@ def generate(root, n, log):
     return s
 
 
+def rss_mib(pid):
+    """Resident set now (VmRSS) of a live process, MiB; None if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def timed(b, cmd):
     """Seconds of cmd (stdout to /dev/null), caches dropped first; (None,
     why) if it failed or ran past STEP_TIMEOUT."""
@@ -121,6 +135,11 @@ def run(b, log):
                 mem["daemon_peak_rss_MiB"] = peak_rss_mib(d.pid)
             log(f"million: {why}")
             return
+        steps = mem.setdefault("rss_after_MiB", {})  # step -> [dstagefs, daemon]
+
+        def after(step):
+            steps[step] = [rss_mib(s.fpr.pid), rss_mib(s.dpr.pid)]
+        after("register+mount")
         reg = s.register_s["m"]
         b.put("million_register", "dstage", n / reg, seconds=round(reg, 1))
         log(f"million: registered in {reg:.1f}s ({n / reg:.0f} files/s)")
@@ -136,6 +155,7 @@ def run(b, log):
             b.put(f"million_{rid}", "dstage", None if m_s is None else n / m_s, why=why,
                   seconds=None if m_s is None else round(m_s, 2),
                   local_seconds=None if local_s is None else round(local_s, 2))
+            after(rid)
             log(f"million: {' '.join(cmd)}: mount "
                 f"{'failed: ' + why if m_s is None else f'{m_s:.1f}s'}, local "
                 f"{local_s if local_s is None else round(local_s, 1)}s")
@@ -151,6 +171,7 @@ def run(b, log):
                 b.put("million_read", "dstage", f_ / sec, f_ < len(rel), files=f_,
                       seconds=round(sec, 2))
             log(f"million: {READ_N} random files, {where}: {f_ / sec:.0f} files/s")
+        after("read")
         mem["fuse_peak_rss_MiB"] = peak_rss_mib(s.fpr.pid)
         mem["daemon_peak_rss_MiB"] = peak_rss_mib(s.dpr.pid)
         mem["target_MiB"] = RSS_TARGET_MiB

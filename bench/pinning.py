@@ -12,7 +12,10 @@ inherits the set, as under `taskset -c`) to the rest. The split scales with
 the core count (cpu_split): 2 cores 1 + 1; N >= 3 cores: N // 4 (at least
 1) for the store, the rest for the client; 1 core: no split (the mode is
 then the same as shared, and the results say so). Warm rows (the store is
-not involved) run "shared": every process may use every core.
+not involved) run "shared": every process may use every core. Pinning.restore
+(bench/run's cleanup, also on SIGTERM/SIGINT) puts every affinity back; a
+run killed with SIGKILL leaves the store pinned: `taskset -a -cp 0-N PID`
+for each pid in RGW_DIR/pids undoes it.
 
 CPU meter. utime + stime from /proc/PID/stat (all threads of the process)
 of the system's processes (dstagefs and the stager daemon; s3fs; rclone),
