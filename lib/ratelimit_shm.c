@@ -71,11 +71,41 @@ static void rlshm_close(struct ratelimit_shm *rs)
 	rs->fd = -1;
 }
 
-/* Check the header of the mapped file, initialising a new (all zero) one.
- * Called with the file lock held. */
+/* This boot's id (16 bytes of /proc/sys/kernel/random/boot_id), or zeros. */
+static void rlshm_boot_id(uint8_t id[16])
+{
+	char buf[64];
+	unsigned j = 0;
+	ssize_t n;
+	int fd;
+
+	memset(id, 0, 16);
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	for (ssize_t i = 0; i < n && j < 32; i++) {
+		const char *hex = "0123456789abcdef";
+		const char *d = buf[i] ? strchr(hex, buf[i]) : NULL;
+
+		if (!d) /* the dashes, the newline */
+			continue;
+		id[j / 2] |= (uint8_t)((d - hex) << (j % 2 ? 0 : 4));
+		j++;
+	}
+}
+
+/* Check the header of the mapped file, initialising a new (all zero) one,
+ * and start the slots afresh when they hold another boot's times. Called
+ * with the file lock held. */
 static int rlshm_check(struct ratelimit_shm_file *f, const char *path)
 {
+	uint8_t boot[16];
+
+	rlshm_boot_id(boot);
 	if (!f->magic && !f->version && !f->size) {
+		memcpy(f->boot_id, boot, sizeof(boot));
 		memset(f->slot, 0, sizeof(f->slot));
 		__atomic_store_n(&f->gen, 0, __ATOMIC_RELAXED);
 		f->version = RATELIMIT_SHM_VERSION;
@@ -92,6 +122,11 @@ static int rlshm_check(struct ratelimit_shm_file *f, const char *path)
 			 path, RATELIMIT_SHM_VERSION,
 			 (unsigned long long)f->magic, f->version, f->size);
 		return -EINVAL;
+	}
+	if (memcmp(f->boot_id, boot, sizeof(boot))) {
+		memset(f->slot, 0, sizeof(f->slot));
+		__atomic_store_n(&f->gen, 0, __ATOMIC_RELEASE);
+		memcpy(f->boot_id, boot, sizeof(boot));
 	}
 	return 0;
 }
