@@ -71,11 +71,42 @@ static void rlshm_close(struct ratelimit_shm *rs)
 	rs->fd = -1;
 }
 
-/* Check the header of the mapped file, initialising a new (all zero) one.
- * Called with the file lock held. */
-static int rlshm_check(struct ratelimit_shm_file *f, const char *path)
+/* This boot's id (16 bytes of /proc/sys/kernel/random/boot_id), or zeros. */
+static void rlshm_boot_id(uint8_t id[16])
 {
+	char buf[64];
+	unsigned j = 0;
+	ssize_t n;
+	int fd;
+
+	memset(id, 0, 16);
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	for (ssize_t i = 0; i < n && j < 32; i++) {
+		const char *hex = "0123456789abcdef";
+		const char *d = buf[i] ? strchr(hex, buf[i]) : NULL;
+
+		if (!d) /* the dashes, the newline */
+			continue;
+		id[j / 2] |= (uint8_t)((d - hex) << (j % 2 ? 0 : 4));
+		j++;
+	}
+}
+
+/* Check the header of the mapped file, initialising a new (all zero) one,
+ * and start the slots afresh when they hold another boot's times. Called
+ * with the file lock held. */
+static int rlshm_check(struct ratelimit_shm_file *f, const char *path,
+		       enum log_level lvl)
+{
+	uint8_t boot[16];
+
+	rlshm_boot_id(boot);
 	if (!f->magic && !f->version && !f->size) {
+		memcpy(f->boot_id, boot, sizeof(boot));
 		memset(f->slot, 0, sizeof(f->slot));
 		__atomic_store_n(&f->gen, 0, __ATOMIC_RELAXED);
 		f->version = RATELIMIT_SHM_VERSION;
@@ -86,12 +117,18 @@ static int rlshm_check(struct ratelimit_shm_file *f, const char *path)
 	}
 	if (f->magic != RATELIMIT_SHM_MAGIC ||
 	    f->version != RATELIMIT_SHM_VERSION || f->size != sizeof(*f)) {
-		log_warn("ratelimit: %s is not a version %u rate-limit file "
-			 "(magic %#llx, version %u, size %u): stop every "
-			 "dstage process of this node and remove it",
-			 path, RATELIMIT_SHM_VERSION,
-			 (unsigned long long)f->magic, f->version, f->size);
+		log_msg(lvl,
+			"ratelimit: %s is not a version %u rate-limit file "
+			"(magic %#llx, version %u, size %u): stop every "
+			"dstage process of this node and remove it",
+			path, RATELIMIT_SHM_VERSION,
+			(unsigned long long)f->magic, f->version, f->size);
 		return -EINVAL;
+	}
+	if (memcmp(f->boot_id, boot, sizeof(boot))) {
+		memset(f->slot, 0, sizeof(f->slot));
+		__atomic_store_n(&f->gen, 0, __ATOMIC_RELEASE);
+		memcpy(f->boot_id, boot, sizeof(boot));
 	}
 	return 0;
 }
@@ -104,23 +141,29 @@ static int rlshm_open(struct ratelimit_shm *rs, const char *dir)
 	int dfd = -1, fd = -1, ret, flags;
 	void *map = MAP_FAILED;
 	bool locked = false;
+	/* only worth a warning when there is a limit to share */
+	enum log_level lvl = rs->req_max > 0 || rs->byte_max > 0
+				     ? LOG_LVL_WARN
+				     : LOG_LVL_DEBUG;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, RATELIMIT_SHM_FILE);
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0 || fstat(dfd, &ds) < 0) {
 		ret = -errno;
-		log_warn("ratelimit: cache.dir %s: %s: the source limits count "
-			 "for this process alone, not the node (create "
-			 "cache.dir, or run as its owner)",
-			 dir, strerror(-ret));
+		log_msg(lvl,
+			"ratelimit: cache.dir %s: %s: the source limits count "
+			"for this process alone, not the node (create "
+			"cache.dir, or run as its owner)",
+			dir, strerror(-ret));
 		goto err;
 	}
 	if (ds.st_uid != geteuid() && geteuid() != 0) {
 		ret = -EPERM;
-		log_warn("ratelimit: cache.dir %s belongs to uid %u, not this "
-			 "user (uid %u): the source limits count for this "
-			 "process alone, not the node",
-			 dir, (unsigned)ds.st_uid, (unsigned)geteuid());
+		log_msg(lvl,
+			"ratelimit: cache.dir %s belongs to uid %u, not this "
+			"user (uid %u): the source limits count for this "
+			"process alone, not the node",
+			dir, (unsigned)ds.st_uid, (unsigned)geteuid());
 		goto err;
 	}
 	/* root uses the owner's file but never makes one the owner can't
@@ -131,20 +174,22 @@ static int rlshm_open(struct ratelimit_shm *rs, const char *dir)
 	fd = openat(dfd, RATELIMIT_SHM_FILE, flags, 0600);
 	if (fd < 0 || fstat(fd, &fs) < 0) {
 		ret = -errno;
-		log_warn("ratelimit: %s: %s: the source limits count for this "
-			 "process alone, not the node",
-			 path, strerror(-ret));
+		log_msg(lvl,
+			"ratelimit: %s: %s: the source limits count for this "
+			"process alone, not the node",
+			path, strerror(-ret));
 		goto err;
 	}
 	if (!S_ISREG(fs.st_mode) || fs.st_uid != ds.st_uid ||
 	    fs.st_mode & 077) {
 		ret = -EACCES;
-		log_warn("ratelimit: %s is not a regular file of cache.dir's "
-			 "owner (uid %u) with mode 0600 (it has uid %u, mode "
-			 "%o): the source limits count for this process "
-			 "alone; fix with chmod 600 / chown, or remove it",
-			 path, (unsigned)ds.st_uid, (unsigned)fs.st_uid,
-			 (unsigned)(fs.st_mode & 07777));
+		log_msg(lvl,
+			"ratelimit: %s is not a regular file of cache.dir's "
+			"owner (uid %u) with mode 0600 (it has uid %u, mode "
+			"%o): the source limits count for this process "
+			"alone; fix with chmod 600 / chown, or remove it",
+			path, (unsigned)ds.st_uid, (unsigned)fs.st_uid,
+			(unsigned)(fs.st_mode & 07777));
 		goto err;
 	}
 	ret = rlshm_lock_fd(fd, F_WRLCK);
@@ -157,16 +202,17 @@ static int rlshm_open(struct ratelimit_shm *rs, const char *dir)
 		goto err_errno;
 	if (fs.st_size != 0 && fs.st_size != (off_t)sizeof(*rs->map)) {
 		ret = -EINVAL;
-		log_warn("ratelimit: %s has %lld bytes, not %zu: stop every "
-			 "dstage process of this node and remove it",
-			 path, (long long)fs.st_size, sizeof(*rs->map));
+		log_msg(lvl,
+			"ratelimit: %s has %lld bytes, not %zu: stop every "
+			"dstage process of this node and remove it",
+			path, (long long)fs.st_size, sizeof(*rs->map));
 		goto err;
 	}
 	map = mmap(NULL, sizeof(*rs->map), PROT_READ | PROT_WRITE, MAP_SHARED,
 		   fd, 0);
 	if (map == MAP_FAILED)
 		goto err_errno;
-	ret = rlshm_check(map, path);
+	ret = rlshm_check(map, path, lvl);
 	if (ret)
 		goto err;
 	rlshm_lock_fd(fd, F_UNLCK);
@@ -179,9 +225,10 @@ static int rlshm_open(struct ratelimit_shm *rs, const char *dir)
 err_errno:
 	ret = -errno;
 err_sys:
-	log_warn("ratelimit: %s: %s: the source limits count for this process "
-		 "alone, not the node",
-		 path, strerror(-ret));
+	log_msg(lvl,
+		"ratelimit: %s: %s: the source limits count for this process "
+		"alone, not the node",
+		path, strerror(-ret));
 err:
 	if (map != MAP_FAILED)
 		munmap(map, sizeof(*rs->map));

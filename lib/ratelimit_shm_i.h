@@ -17,14 +17,17 @@
  * Two copies of the bucket: slot[gen & 1] is the node's state. A writer
  * (holding the file lock) writes the other slot, then publishes it by
  * storing gen + 1 (one atomic 64-bit store), so a writer killed part way
- * leaves the last whole state in force.
+ * leaves the last whole state in force. The slots' times are
+ * CLOCK_MONOTONIC of the boot named by boot_id (the kernel's
+ * random/boot_id); a process of another boot starts them afresh.
  */
 struct ratelimit_shm_file {
 	uint64_t magic; /* RATELIMIT_SHM_MAGIC; 0 until initialised */
 	uint32_t version; /* RATELIMIT_SHM_VERSION */
 	uint32_t size; /* sizeof(struct ratelimit_shm_file) */
 	uint64_t gen; /* atomics only */
-	uint64_t reserved[5];
+	uint8_t boot_id[16]; /* the boot whose CLOCK_MONOTONIC the slots use */
+	uint64_t reserved[3];
 	struct ratelimit_bucket slot[2];
 };
 

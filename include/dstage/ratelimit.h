@@ -21,9 +21,10 @@
 #define RATELIMIT_FLOOR_DIV 16.0
 #define RATELIMIT_FLOOR_MIN 0.5
 /* ratelimit_bucket_sanitize takes a time more than this ahead of the
- * caller's clock for another boot's (and resets it); less is a process that
- * read the clock later than the caller. */
-#define RATELIMIT_SKEW_MAX_MS 5000u
+ * caller's clock for garbage (and resets it); less is a process that read
+ * the clock later than the caller (lib/ratelimit_shm.c resets another
+ * boot's times by its boot id). */
+#define RATELIMIT_SKEW_MAX_MS 60000u
 /* Recovery after a cut: the rate grows by max / RATELIMIT_RECOVER_S per
  * second, so it is back at the maximum RATELIMIT_RECOVER_S s after a cut. */
 #define RATELIMIT_RECOVER_S 10.0

@@ -151,6 +151,29 @@ static void test_bad_values(void)
 	ratelimit_shm_release(&rs);
 }
 
+/* A file whose times are another boot's clock starts afresh. */
+static void test_other_boot(void)
+{
+	struct ratelimit_shm rs = RATELIMIT_SHM_INITIALIZER;
+	struct ratelimit_shm_file *f;
+	uint64_t gen;
+
+	CHECK_INT(ratelimit_shm_configure(&rs, dir, 10, 0), 0);
+	f = rs.map;
+	gen = __atomic_load_n(&f->gen, __ATOMIC_ACQUIRE);
+	/* held for 50 s from 700000, and empty */
+	f->slot[gen & 1].hold_until_ms = 750000;
+	f->slot[gen & 1].req_tokens = 0;
+	f->slot[gen & 1].last_ms = 700000;
+	CHECK(ratelimit_shm_acquire(&rs, 700000, 0) > 0);
+	f->boot_id[0] ^= 1;
+	ratelimit_shm_release(&rs);
+	/* a process of this boot opens it: the state is started afresh */
+	CHECK_INT(ratelimit_shm_configure(&rs, dir, 10, 0), 0);
+	CHECK_INT(ratelimit_shm_acquire(&rs, 700000, 0), 0);
+	ratelimit_shm_release(&rs);
+}
+
 static void test_bad_file(void)
 {
 	struct ratelimit_shm rs = RATELIMIT_SHM_INITIALIZER;
@@ -205,6 +228,7 @@ int main(void)
 	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
 	test_killed_holder();
 	test_bad_values();
+	test_other_boot();
 	test_bad_file();
 	rmdir(dir);
 	return check_result();
