@@ -152,6 +152,11 @@ int cache_open(const struct dstage_config *cfg,
 		c->batch = CACHE_MAX_BATCH;
 	c->lock_wait_ms = cache_lock_wait_ms();
 	c->max_open = cache_max_open();
+	/* As many buffers as the workers and the landed fills can hold. */
+	c->busy_bufs = CACHE_POOL_THREADS +
+		       CACHE_LAND_BYTES / ((uint64_t)c->batch * c->bs);
+	if (c->busy_bufs > CACHE_BUSY_BUFS)
+		c->busy_bufs = CACHE_BUSY_BUFS;
 	c->release_idle = cache_obj_trim_all;
 	pthread_mutex_init(&c->evict_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);

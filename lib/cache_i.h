@@ -279,6 +279,8 @@ struct cache {
 	/* c->buf_lock (a leaf: nothing is taken while holding it): */
 	pthread_mutex_t buf_lock;
 	void *free_bufs[CACHE_BUSY_BUFS]; /* fill buffers, c->batch blocks */
+	unsigned busy_bufs; /* set at open: kept while fills run (<= the
+			     * array's; fewer for buffers over 16 MiB) */
 	unsigned nfree_bufs;
 	_Atomic uint64_t land_bytes; /* bytes held by landed fills */
 	_Atomic uint64_t land_peak, lands_refused, lands_displaced;

@@ -22,8 +22,8 @@
  * nobody holds its in-use byte (cache_evict_one).
  *
  * Fill buffers (c->buf_lock, a leaf): c->batch blocks each, up to
- * CACHE_BUSY_BUFS of them kept while fills run, CACHE_FREE_BUFS once the
- * readahead workers are idle (cache_buf_trim).
+ * c->busy_bufs (CACHE_BUSY_BUFS at most) of them kept while fills run,
+ * CACHE_FREE_BUFS once the readahead workers are idle (cache_buf_trim).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -268,7 +268,7 @@ void cache_buf_put(struct cache *c, char *p)
 	if (!p)
 		return;
 	pthread_mutex_lock(&c->buf_lock);
-	if (c->nfree_bufs < CACHE_BUSY_BUFS) {
+	if (c->nfree_bufs < c->busy_bufs) {
 		c->free_bufs[c->nfree_bufs++] = p;
 		p = NULL;
 	}
