@@ -286,10 +286,11 @@ static void push_failed(struct push *p, struct push_file *f, int err,
 
 /* The store's ETag for a body (or a part) was not the MD5 sent: it holds
  * other bytes than were sent (the client logged which). A single PUT's
- * object is deleted; a part's upload was aborted. */
-static void push_etag_differs(struct push *p, struct push_file *f)
+ * object (stored) is deleted; a part's upload was aborted, and what the
+ * key held before is left alone. */
+static void push_etag_differs(struct push *p, struct push_file *f, bool stored)
 {
-	int ret = objstore_delete(p->os, f->key);
+	int ret = stored ? objstore_delete(p->os, f->key) : 0;
 
 	if (ret)
 		log_error("push: %s: could not delete the object (%s): it "
@@ -388,7 +389,7 @@ static void push_one(struct push_worker *w, struct push_file *f)
 		ret = objstore_put_buf_ex(p->os, f->key, w->buf,
 					  (size_t)f->size, &dig);
 		if (ret == -EBADMSG) {
-			push_etag_differs(p, f);
+			push_etag_differs(p, f, true);
 			goto out;
 		}
 		if (ret) {
@@ -415,7 +416,7 @@ static void push_one(struct push_worker *w, struct push_file *f)
 			goto out;
 		}
 		if (ret == -EBADMSG) {
-			push_etag_differs(p, f);
+			push_etag_differs(p, f, false);
 			goto out;
 		}
 		if (ret) {
