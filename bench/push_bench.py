@@ -16,13 +16,30 @@ and the store's own PUT limit for large files: 8 curl PUTs in parallel
 PUTs, target 0.9) and push_small (files/s). Each prefix is deleted after
 its phase (radosgw's memstore holds every byte). Run from bench/run, after
 the peers' mount phases; `python3 bench/push_bench.py` alone only explains.
+
+Standalone, against a radosgw already running (the shared one of a test
+session), alternating push and the curl limit on the same files:
+
+  python3 bench/push_bench.py --rgw-env /tmp/rgw-shared/env.json \\
+      [--build build] [--mib 256] [--files 2] [--rounds 3] [--dir /dev/shm]
+
+prints per round both rates, their ratio and CPU-seconds per GiB of the
+client (push or curl) and of radosgw (RGW_PIDS of the env file).
 """
+import argparse
+import json
 import os
+import random
+import resource
 import shutil
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 
+EMPTY_SHA = ("e3b0c44298fc1c149afbf4c8996fb924"
+             "27ae41e4649b934ca495991b7852b855")
 AWS = "/usr/bin/aws" if os.access("/usr/bin/aws", os.X_OK) else shutil.which("aws")
 
 
@@ -177,5 +194,142 @@ def run(b, log):
     PushBench(b).run(log)
 
 
+# ---- standalone: push against curl on an already running radosgw ----
+
+def _cpu(pids):
+    """utime + stime of pids (all threads), seconds; dead ones count 0."""
+    t = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            t += int(v[11]) + int(v[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return t / os.sysconf("SC_CLK_TCK")
+
+
+def _child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def standalone(argv=None):
+    """Alternate `stager push` and 8 curl PUTs of the same files against
+    the radosgw named by --rgw-env (DSTAGE_RGW_ENV's JSON), the files on
+    tmpfs (the client's own cost, no disk); prints MB/s, the ratio and
+    CPU-seconds per GiB of push, curl and the store."""
+    ap = argparse.ArgumentParser(prog="push_bench.py", description=standalone.__doc__)
+    ap.add_argument("--rgw-env", default=os.environ.get("DSTAGE_RGW_ENV"))
+    ap.add_argument("--build", default=os.environ.get("DSTAGE_BUILD_DIR", "build"))
+    ap.add_argument("--stager", help="the stager binary (default BUILD/stager/stager)")
+    ap.add_argument("--mib", type=int, default=256, help="size of each file")
+    ap.add_argument("--files", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default="/dev/shm")
+    a = ap.parse_args(argv)
+    if not a.rgw_env:
+        ap.error("--rgw-env (or DSTAGE_RGW_ENV) is required")
+    with open(a.rgw_env) as f:
+        rgw = json.load(f)
+    stager = a.stager or os.path.join(a.build, "stager", "stager")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AWS_") and k != "DSTAGE_CONFIG"}
+    env.update(AWS_ACCESS_KEY_ID=rgw["AWS_ACCESS_KEY_ID"],
+               AWS_SECRET_ACCESS_KEY=rgw["AWS_SECRET_ACCESS_KEY"],
+               AWS_ENDPOINT_URL=rgw["AWS_ENDPOINT_URL"],
+               AWS_REGION=rgw.get("AWS_REGION", "us-east-1"),
+               AWS_DEFAULT_REGION=rgw.get("AWS_REGION", "us-east-1"))
+    ep, ak, sk = rgw["AWS_ENDPOINT_URL"], rgw["AWS_ACCESS_KEY_ID"], \
+        rgw["AWS_SECRET_ACCESS_KEY"]
+    rgw_pids = [int(p) for p in rgw.get("RGW_PIDS", [])]
+    work = tempfile.mkdtemp(prefix="pushbench-", dir=a.dir)
+    bucket = "pushbench-%08x" % random.getrandbits(32)
+    sign = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{ak}:{sk}"]
+    unsigned = ["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+    daemon = None
+    try:
+        src = os.path.join(work, "src")
+        os.makedirs(src)
+        paths = []
+        for i in range(a.files):
+            paths.append(os.path.join(src, f"shard-{i:02d}.bin"))
+            with open(paths[-1], "wb") as f:
+                for _ in range(a.mib):
+                    f.write(os.urandom(1 << 20))
+        total = a.files * a.mib << 20
+        subprocess.run(["curl", "-sf", "-X", "PUT", *sign, "-H",
+                        "x-amz-content-sha256: " + EMPTY_SHA,
+                        f"{ep}/{bucket}"], check=True, timeout=60)
+        conf = os.path.join(work, "dstage.conf")
+        with open(conf, "w") as f:
+            f.write(f"[cache]\ndir = {work}/cache\nsize = 1G\n"
+                    f"[catalog]\npath = {work}/catalog.db\n"
+                    f"[daemon]\nsocket = {work}/stager.sock\n"
+                    f"[s3]\nendpoint = {ep}\nregion = us-east-1\n"
+                    f"[log]\nlevel = warn\n")
+        daemon = subprocess.Popen([stager, "--config", conf, "daemon"],
+                                  env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if os.path.exists(os.path.join(work, "stager.sock")):
+                break
+            time.sleep(0.1)
+
+        def clear(prefix):
+            subprocess.run([AWS or "aws", "--endpoint-url", ep, "s3", "rm",
+                            "--recursive", "--quiet",
+                            f"s3://{bucket}/{prefix}/"], env=env,
+                           capture_output=True, timeout=900)
+
+        def measure(cmds):
+            c0, r0, t0 = _child_cpu(), _cpu(rgw_pids), time.monotonic()
+            procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE) for c in cmds]
+            errs = [p.communicate(timeout=1800)[1] for p in procs]
+            t = time.monotonic() - t0
+            bad = [e for p, e in zip(procs, errs) if p.returncode]
+            if bad:
+                sys.stderr.write(bad[0].decode(errors="replace")[-500:])
+                return None
+            return t, _child_cpu() - c0, _cpu(rgw_pids) - r0
+
+        print(f"{a.files} x {a.mib} MiB on {a.dir}, {a.rounds} rounds, "
+              f"load {os.getloadavg()[0]:.1f}")
+        for r in range(a.rounds):
+            pre = f"curl-{r}"
+            cm = measure([["curl", "-sf", *sign, *unsigned, "-T",
+                           paths[i % len(paths)], "-o", "/dev/null",
+                           f"{ep}/{bucket}/{pre}/{i}"] for i in range(8)])
+            clear(pre)
+            cbytes = 8 * (a.mib << 20)
+            pre = f"push-{r}"
+            pm = measure([[stager, "--config", conf, "push", src,
+                           f"s3://{bucket}/{pre}/", "--name",
+                           f"{bucket}-{r}"]])
+            clear(pre)
+            if cm is None or pm is None:
+                print(f"round {r}: failed")
+                continue
+            cr, pr_ = cbytes / cm[0] / 1e6, total / pm[0] / 1e6
+            gib_c, gib_p = cbytes / (1 << 30), total / (1 << 30)
+            print(f"round {r}: curl {cr:.1f} MB/s (curl {cm[1] / gib_c:.2f}, "
+                  f"store {cm[2] / gib_c:.2f} CPU-s/GiB); push {pr_:.1f} MB/s "
+                  f"(push {pm[1] / gib_p:.2f}, store {pm[2] / gib_p:.2f} "
+                  f"CPU-s/GiB); ratio {pr_ / cr:.2f}; "
+                  f"load {os.getloadavg()[0]:.1f}")
+    finally:
+        if daemon:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        subprocess.run(["curl", "-sf", "-X", "DELETE", *sign,
+                        "-H", "x-amz-content-sha256: " + EMPTY_SHA,
+                        f"{ep}/{bucket}"], timeout=60, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    print(__doc__)
+    if len(sys.argv) > 1:
+        standalone()
+    else:
+        print(__doc__)

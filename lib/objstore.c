@@ -312,7 +312,8 @@ out:
 
 static int objstore_upload_send(struct objstore_upload *up, unsigned partno,
 				const void *buf, int fd, uint64_t off,
-				uint64_t len)
+				uint64_t len,
+				const struct objstore_digests *dig)
 {
 	struct objstore *os = up->os;
 	char etag[OBJSTORE_ETAG_MAX] = "";
@@ -330,7 +331,7 @@ static int objstore_upload_send(struct objstore_upload *up, unsigned partno,
 	ret = objstore_upload_slot(up, partno);
 	if (ret)
 		return ret;
-	ret = os->ops->up_part(up, partno, buf, fd, off, len, etag);
+	ret = os->ops->up_part(up, partno, buf, fd, off, len, dig, etag);
 	if (ret)
 		return objstore_result(os, ret);
 	pthread_mutex_lock(&up->lock);
@@ -343,9 +344,16 @@ static int objstore_upload_send(struct objstore_upload *up, unsigned partno,
 int objstore_upload_part(struct objstore_upload *up, unsigned partno,
 			 const void *buf, size_t len)
 {
+	return objstore_upload_part_ex(up, partno, buf, len, NULL);
+}
+
+int objstore_upload_part_ex(struct objstore_upload *up, unsigned partno,
+			    const void *buf, size_t len,
+			    const struct objstore_digests *dig)
+{
 	if (!up || !buf)
 		return -EINVAL;
-	return objstore_upload_send(up, partno, buf, -1, 0, len);
+	return objstore_upload_send(up, partno, buf, -1, 0, len, dig);
 }
 
 int objstore_upload_part_fd(struct objstore_upload *up, unsigned partno, int fd,
@@ -355,7 +363,7 @@ int objstore_upload_part_fd(struct objstore_upload *up, unsigned partno, int fd,
 		return -EINVAL;
 	if (fd < 0)
 		return -EBADF;
-	return objstore_upload_send(up, partno, NULL, fd, off, len);
+	return objstore_upload_send(up, partno, NULL, fd, off, len, NULL);
 }
 
 int objstore_upload_commit(struct objstore_upload *up, uint64_t size)
@@ -420,13 +428,19 @@ int objstore_upload_list(struct objstore *os, const char *prefix,
 int objstore_put_buf(struct objstore *os, const char *key, const void *buf,
 		     size_t len)
 {
+	return objstore_put_buf_ex(os, key, buf, len, NULL);
+}
+
+int objstore_put_buf_ex(struct objstore *os, const char *key, const void *buf,
+			size_t len, const struct objstore_digests *dig)
+{
 	int ret = objstore_check_key(os, key);
 
 	if (ret)
 		return ret;
 	if (len && !buf)
 		return -EINVAL;
-	return objstore_result(os, os->ops->put_buf(os, key, buf, len));
+	return objstore_result(os, os->ops->put_buf(os, key, buf, len, dig));
 }
 
 int objstore_delete(struct objstore *os, const char *key)

@@ -26,8 +26,9 @@ struct objstore_ops {
 	 * needs it. */
 	int (*put_fd)(struct objstore *os, const char *key, int fd,
 		      uint64_t size, const char *sha256);
+	/* dig: the body's digests (objstore_put_buf_ex), or NULL. */
 	int (*put_buf)(struct objstore *os, const char *key, const void *buf,
-		       size_t len);
+		       size_t len, const struct objstore_digests *dig);
 	int (*del)(struct objstore *os, const char *key);
 	int (*copy)(struct objstore *os, const char *src, const char *dst);
 	void (*free)(struct objstore *os);
@@ -36,9 +37,11 @@ struct objstore_ops {
 	int (*up_begin)(struct objstore *os, const char *key,
 			const char *sha256, struct objstore_upload **out);
 	/* One part: len bytes from buf, or (buf NULL) from fd at off; the
-	 * store's tag for it (S3: its ETag) into etag. */
+	 * store's tag for it (S3: its ETag) into etag. dig: the body's
+	 * digests (objstore_upload_part_ex, buf only), or NULL. */
 	int (*up_part)(struct objstore_upload *up, unsigned partno,
 		       const void *buf, int fd, uint64_t off, uint64_t len,
+		       const struct objstore_digests *dig,
 		       char etag[OBJSTORE_ETAG_MAX]);
 	/* Publish parts 1..nparts (checked present) as size bytes. */
 	int (*up_commit)(struct objstore_upload *up, unsigned nparts,

@@ -9,16 +9,21 @@
  *   small (< PUSH_BUF_MAX and < s3.multipart_threshold): read into the
  *     worker's buffer; stat before and after (size, mtime, ctime) and, when
  *     the mtime is within PUSH_RECENT_S of now (a write in the same clock
- *     tick would not move it), hash it a second time; then objstore_put_buf
- *     from that buffer: the bytes sent are the bytes hashed.
- *   large: objstore_put_fd (multipart, parallel parts) runs in a helper
- *     thread while the worker hashes the file; stat before and after.
+ *     tick would not move it), hash it a second time; then
+ *     objstore_put_buf_ex from that buffer with the SHA-256 and MD5 just
+ *     taken (the client hashes nothing again): the bytes sent are the bytes
+ *     hashed, and the store's ETag must be their MD5 (-EBADMSG: deleted).
+ *   large, s3://: push_part.c, the parts read once into buffers, hashed
+ *     and sent from there by a crew of threads; stat before and after.
+ *   large, file://: objstore_put_fd runs in a helper thread while the
+ *     worker hashes the file; stat before and after.
  *   check: s3://: the ETag expected from the MD5s just taken (one MD5, or
- *     the MD5 of the parts' MD5s and "-N" as S3 forms it for a multipart
- *     upload with s3.part_size parts) is journalled at once and compared
- *     with the store's in one listing after all workers are done, so
- *     thousands of small files cost no HEAD each. file://: HEAD and a
- *     re-read of the stored file (If-Match on its ETag) into SHA-256.
+ *     the MD5 of the parts' MD5s and "-N" as S3 forms it) is journalled at
+ *     once and compared with the store's in one listing after all workers
+ *     are done, so thousands of small files cost no HEAD each (each PUT's
+ *     and part's own ETag was already checked as it was answered).
+ *     file://: HEAD and a re-read of the stored file (If-Match on its
+ *     ETag) into SHA-256.
  *   A mismatch, or a stat that moved, deletes the object again and reports
  *   the file as changed (PUSH_EV_CHANGED); it is journalled as forgotten.
  *
@@ -49,7 +54,6 @@
 #define PUSH_BUF_MAX (16u << 20) /* files read whole into memory */
 #define PUSH_CHUNK (4u << 20) /* read size of the hash pass */
 #define PUSH_RECENT_S 2 /* mtime this close to now: hash twice */
-#define PUSH_S3_MAX_PARTS 10000 /* as s3store: S3's own limit */
 
 void push_emit(struct push *p, enum push_event ev, const char *key,
 	       uint64_t size, const char *msg)
@@ -95,18 +99,12 @@ static int64_t push_ns(const struct timespec *t)
 	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
 }
 
-static bool push_moved(const struct stat *a, const struct stat *b)
-{
-	return a->st_size != b->st_size || a->st_ino != b->st_ino ||
-	       push_ns(&a->st_mtim) != push_ns(&b->st_mtim) ||
-	       push_ns(&a->st_ctim) != push_ns(&b->st_ctim);
-}
-
-/* The hashes of one read pass. */
+/* The hashes of one read pass: SHA-256, and MD5 when the store's ETags
+ * are MD5s (s3://, single PUTs). */
 struct push_hash {
-	EVP_MD_CTX *sha, *md5, *part, *outer; /* part, outer: multipart */
-	uint64_t part_size, in_part, parts;
+	EVP_MD_CTX *sha, *md5; /* md5 NULL: not taken */
 	unsigned char sum[32];
+	unsigned char md[16]; /* the body's MD5 (md5 taken) */
 	char etag[80]; /* the expected S3 ETag, quoted */
 };
 
@@ -114,94 +112,42 @@ static void push_hash_release(struct push_hash *h)
 {
 	EVP_MD_CTX_free(h->sha);
 	EVP_MD_CTX_free(h->md5);
-	EVP_MD_CTX_free(h->part);
-	EVP_MD_CTX_free(h->outer);
 	memset(h, 0, sizeof(*h));
 }
 
-/* part_size 0: a single PUT (the ETag is the body's MD5). */
-static int push_hash_init(struct push_hash *h, uint64_t part_size)
+static int push_hash_init(struct push_hash *h, bool md5)
 {
 	memset(h, 0, sizeof(*h));
-	h->part_size = part_size;
 	h->sha = EVP_MD_CTX_new();
-	h->md5 = EVP_MD_CTX_new();
-	h->part = EVP_MD_CTX_new();
-	h->outer = EVP_MD_CTX_new();
-	if (!h->sha || !h->md5 || !h->part || !h->outer ||
+	h->md5 = md5 ? EVP_MD_CTX_new() : NULL;
+	if (!h->sha || (md5 && !h->md5) ||
 	    !EVP_DigestInit_ex(h->sha, EVP_sha256(), NULL) ||
-	    !EVP_DigestInit_ex(h->md5, EVP_md5(), NULL) ||
-	    !EVP_DigestInit_ex(h->part, EVP_md5(), NULL) ||
-	    !EVP_DigestInit_ex(h->outer, EVP_md5(), NULL)) {
+	    (md5 && !EVP_DigestInit_ex(h->md5, EVP_md5(), NULL))) {
 		push_hash_release(h);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-static void push_hash_part_end(struct push_hash *h)
-{
-	unsigned char md[16];
-	unsigned int len = 0;
-
-	EVP_DigestFinal_ex(h->part, md, &len);
-	EVP_DigestUpdate(h->outer, md, len);
-	EVP_DigestInit_ex(h->part, EVP_md5(), NULL);
-	h->parts++;
-	h->in_part = 0;
-}
-
 static void push_hash_update(struct push_hash *h, const unsigned char *b,
 			     size_t n)
 {
 	EVP_DigestUpdate(h->sha, b, n);
-	if (!h->part_size) {
+	if (h->md5)
 		EVP_DigestUpdate(h->md5, b, n);
-		return;
-	}
-	while (n) {
-		uint64_t room = h->part_size - h->in_part;
-		size_t k = n < room ? n : (size_t)room;
-
-		EVP_DigestUpdate(h->part, b, k);
-		h->in_part += k;
-		b += k;
-		n -= k;
-		if (h->in_part == h->part_size)
-			push_hash_part_end(h);
-	}
 }
 
 static void push_hash_final(struct push_hash *h)
 {
-	unsigned char md[16];
 	unsigned int len = 0;
 	char hex[33];
 
 	EVP_DigestFinal_ex(h->sha, h->sum, &len);
-	if (!h->part_size) {
-		EVP_DigestFinal_ex(h->md5, md, &len);
-		strutil_hex(md, 16, hex);
-		snprintf(h->etag, sizeof(h->etag), "\"%s\"", hex);
+	if (!h->md5)
 		return;
-	}
-	if (h->in_part)
-		push_hash_part_end(h);
-	EVP_DigestFinal_ex(h->outer, md, &len);
-	strutil_hex(md, 16, hex);
-	snprintf(h->etag, sizeof(h->etag), "\"%s-%" PRIu64 "\"", hex, h->parts);
-}
-
-/* The part size s3store uses for an object of size bytes (0: one PUT). */
-static uint64_t push_part_size(const struct push *p, uint64_t size)
-{
-	uint64_t part = p->cfg->s3_part_size;
-
-	if (size < p->cfg->s3_multipart_threshold || !part)
-		return 0;
-	while ((size + part - 1) / part > PUSH_S3_MAX_PARTS)
-		part *= 2;
-	return part;
+	EVP_DigestFinal_ex(h->md5, h->md, &len);
+	strutil_hex(h->md, 16, hex);
+	snprintf(h->etag, sizeof(h->etag), "\"%s\"", hex);
 }
 
 /* Read size bytes of fd from 0 into h (and into buf when not NULL).
@@ -258,7 +204,7 @@ static int push_check_file(struct push_worker *w, struct push_file *f,
 		*why = "the stored object has another size than was read";
 		return -EAGAIN;
 	}
-	ret = push_hash_init(&h, 0);
+	ret = push_hash_init(&h, false);
 	if (ret)
 		return ret;
 	while (off < oi.size) {
@@ -338,11 +284,31 @@ static void push_failed(struct push *p, struct push_file *f, int err,
 	push_emit(p, PUSH_EV_FAILED, f->key, f->size, msg);
 }
 
+/* The store's ETag for a body (or a part) was not the MD5 sent: it holds
+ * other bytes than were sent (the client logged which). A single PUT's
+ * object (stored) is deleted; a part's upload was aborted, and what the
+ * key held before is left alone. */
+static void push_etag_differs(struct push *p, struct push_file *f, bool stored)
+{
+	int ret = stored ? objstore_delete(p->os, f->key) : 0;
+
+	if (ret)
+		log_error("push: %s: could not delete the object (%s): it "
+			  "holds other bytes than were sent",
+			  f->key, strerror(-ret));
+	push_failed(p, f, -EBADMSG,
+		    "the store's ETag is not the MD5 of the bytes sent (the "
+		    "store or a proxy altered them): not published, run the "
+		    "push again");
+}
+
 static void push_one(struct push_worker *w, struct push_file *f)
 {
 	struct push *p = w->p;
 	struct stat st1, st2;
 	struct push_hash h = { 0 };
+	struct objstore_digests dig = { .flags = OBJSTORE_DIG_MD5 |
+						 OBJSTORE_DIG_SHA256 };
 	const char *why = NULL;
 	bool small;
 	int fd, ret;
@@ -369,7 +335,7 @@ static void push_one(struct push_worker *w, struct push_file *f)
 	f->ino = (uint64_t)st1.st_ino;
 	small = f->size < PUSH_BUF_MAX &&
 		(f->size < p->cfg->s3_multipart_threshold || !p->s3);
-	ret = push_hash_init(&h, p->s3 ? push_part_size(p, f->size) : 0);
+	ret = push_hash_init(&h, p->s3 && small);
 	if (ret) {
 		push_failed(p, f, ret, "hash");
 		goto out;
@@ -403,7 +369,7 @@ static void push_one(struct push_worker *w, struct push_file *f)
 		if (st2.st_mtim.tv_sec + PUSH_RECENT_S >= time(NULL)) {
 			struct push_hash h2;
 
-			ret = push_hash_init(&h2, 0);
+			ret = push_hash_init(&h2, false);
 			if (!ret)
 				ret = push_read(fd, f->size, NULL, w->chunk,
 						&h2);
@@ -418,7 +384,14 @@ static void push_one(struct push_worker *w, struct push_file *f)
 			}
 			push_hash_release(&h2);
 		}
-		ret = objstore_put_buf(p->os, f->key, w->buf, (size_t)f->size);
+		memcpy(dig.md5, h.md, 16);
+		memcpy(dig.sha256, h.sum, 32);
+		ret = objstore_put_buf_ex(p->os, f->key, w->buf,
+					  (size_t)f->size, &dig);
+		if (ret == -EBADMSG) {
+			push_etag_differs(p, f, true);
+			goto out;
+		}
 		if (ret) {
 			push_failed(p, f, ret, "upload");
 			goto out;
@@ -432,6 +405,25 @@ static void push_one(struct push_worker *w, struct push_file *f)
 				     "store");
 			goto out;
 		}
+	} else if (p->s3) {
+		ret = push_part_upload(p, f, fd, &st1, h.etag, sizeof(h.etag),
+				       &why);
+		if (ret == -EAGAIN) {
+			push_changed(p, f, false,
+				     "changed while it was read (size, mtime "
+				     "or ctime moved): upload aborted, not "
+				     "published");
+			goto out;
+		}
+		if (ret == -EBADMSG) {
+			push_etag_differs(p, f, false);
+			goto out;
+		}
+		if (ret) {
+			push_failed(p, f, ret, why);
+			goto out;
+		}
+		memcpy(h.sum, f->sha, 32);
 	} else {
 		struct push_putter pt = { p->os, f->key, fd, f->size, 0 };
 		pthread_t t;
@@ -674,6 +666,7 @@ int push_exec_run(struct push *p)
 		ret = -ENOMEM;
 		goto out;
 	}
+	atomic_store(&p->part_helpers, p->cfg->s3_max_inflight);
 	for (; k < n; k++) {
 		w[k].p = p;
 		w[k].chunk = malloc(PUSH_CHUNK);

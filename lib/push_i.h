@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "dstage/push.h"
@@ -94,6 +95,9 @@ struct push {
 	uint64_t aborted; /* leftover uploads aborted (before the workers) */
 	_Atomic int err; /* the first local error (journal) */
 	pthread_mutex_t ev_lock; /* serializes o->event; a leaf */
+	/* helper threads (each with a part buffer) push_part.c may still
+	 * start, shared by all large files: s3.max_inflight at the start */
+	_Atomic unsigned part_helpers;
 	pthread_mutex_t bw_lock; /* protects bw_next; a leaf */
 	double bw_next; /* monotonic seconds the next upload may start */
 };
@@ -108,6 +112,18 @@ int push_exec_run(struct push *p);
 /* Abort the uploads in parts that earlier runs left open (push.h,
  * "Resume"). Returns 0; failures to abort are logged, not fatal. */
 int push_exec_abort_leftovers(struct push *p);
+
+/* push_part.c: s3://, upload f (open as fd, fstat'd as st1) in parts,
+ * each byte read once into the SHA-256 (into f->sha), the parts' MD5s and
+ * the send. etag gets the ETag expected of the object. Returns 0, -EAGAIN
+ * (the file changed while read: aborted, nothing published), -EBADMSG (a
+ * part's ETag is not its MD5: aborted), or -errno with *what naming the
+ * step (read, upload, commit, buffer). */
+int push_part_upload(struct push *p, struct push_file *f, int fd,
+		     const struct stat *st1, char *etag, size_t etag_cap,
+		     const char **what);
+/* Whether the file moved between two fstats (size, inode, mtime, ctime). */
+bool push_moved(const struct stat *a, const struct stat *b);
 
 /* push_journal.c */
 int push_journal_open(struct push_journal *j, const struct dstage_config *cfg,

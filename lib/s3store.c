@@ -24,6 +24,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "s3store_i.h"
@@ -270,10 +272,80 @@ out:
 	return ret;
 }
 
+/*
+ * The caller's digests (objstore_digests) into rq's headers: the MD5 as
+ * Content-MD5 (base64), the SHA-256 as the payload hash (hex). Returns
+ * which of the two rq still lacks (OBJSTORE_DIG_* bits).
+ */
+static unsigned s3_digests_use(struct s3req *rq,
+			       const struct objstore_digests *dig)
+{
+	unsigned lack = OBJSTORE_DIG_MD5 | OBJSTORE_DIG_SHA256;
+
+	if (!dig)
+		return lack;
+	if (dig->flags & OBJSTORE_DIG_MD5) {
+		EVP_EncodeBlock((unsigned char *)rq->content_md5, dig->md5,
+				16); /* 24 + NUL */
+		lack &= ~OBJSTORE_DIG_MD5;
+	}
+	if (dig->flags & OBJSTORE_DIG_SHA256) {
+		strutil_hex(dig->sha256, 32, rq->payload_hash);
+		lack &= ~OBJSTORE_DIG_SHA256;
+	}
+	return lack;
+}
+
+/*
+ * The ETag the store answered for a body against the MD5 the caller took
+ * of it (dig): -EBADMSG when the ETag is an MD5 (32 hex digits, quoted or
+ * not) and another one. partno 0: a single PUT.
+ */
+static int s3_etag_check(const struct s3store *st, const char *key,
+			 unsigned partno, const char *etag,
+			 const struct objstore_digests *dig)
+{
+	char want[33];
+	size_t n;
+
+	if (!dig || !(dig->flags & OBJSTORE_DIG_MD5))
+		return 0;
+	if (*etag == '"')
+		etag++;
+	n = strlen(etag);
+	if (n && etag[n - 1] == '"')
+		n--;
+	if (n != 32)
+		return 0; /* not an MD5 (encryption, another store's form) */
+	for (size_t i = 0; i < 32; i++)
+		if (!isxdigit((unsigned char)etag[i]))
+			return 0;
+	strutil_hex(dig->md5, 16, want);
+	if (!strncasecmp(etag, want, 32))
+		return 0;
+	if (partno)
+		log_error("s3: part %u of '%s%s': the store answered ETag "
+			  "%.32s, but the part sent has MD5 %s: it holds other "
+			  "bytes than were sent (a store that ignores "
+			  "Content-MD5, or a proxy that alters bodies); the "
+			  "part is not used",
+			  partno, st->prefix, key, etag, want);
+	else
+		log_error("s3: '%s%s': the store answered ETag %.32s, but the "
+			  "body sent has MD5 %s: it holds other bytes than "
+			  "were sent (a store that ignores Content-MD5, or a "
+			  "proxy that alters bodies)",
+			  st->prefix, key, etag, want);
+	return -EBADMSG;
+}
+
 static int s3_put_single(struct s3store *st, const char *key, int fd,
-			 const void *buf, uint64_t size)
+			 const void *buf, uint64_t size,
+			 const struct objstore_digests *dig)
 {
 	struct s3req rq;
+	unsigned lack;
+	char *sha, *md5;
 	int ret = s3req_init(st, &rq, "PUT", key, NULL, 0);
 
 	if (ret)
@@ -281,16 +353,20 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
 	rq.body = buf;
 	rq.body_fd = fd;
 	rq.body_len = size;
-	if (buf)
-		ret = s3req_hash_buf(buf, size, rq.payload_hash,
-				     rq.content_md5);
-	else
-		ret = s3req_hash_fd(fd, 0, size, rq.payload_hash,
-				    rq.content_md5);
+	/* Only what the caller did not hash already. */
+	lack = s3_digests_use(&rq, dig);
+	sha = lack & OBJSTORE_DIG_SHA256 ? rq.payload_hash : NULL;
+	md5 = lack & OBJSTORE_DIG_MD5 ? rq.content_md5 : NULL;
+	if (lack && buf)
+		ret = s3req_hash_buf(buf, size, sha, md5);
+	else if (lack)
+		ret = s3req_hash_fd(fd, 0, size, sha, md5);
 	/* The signed payload hash is the object's SHA-256: record it. */
 	rq.meta_sha256 = rq.payload_hash;
 	if (!ret)
 		ret = s3req_run(st, &rq, 1);
+	if (!ret)
+		ret = s3_etag_check(st, key, 0, rq.etag, dig);
 	s3req_release(&rq);
 	return ret;
 }
@@ -345,11 +421,13 @@ static int s3_create_multipart(struct s3store *st, const char *key,
  * Set rq up as UploadPart partno of upload id: len bytes from buf, or from
  * fd at off. The body is signed as UNSIGNED-PAYLOAD and guarded by its
  * Content-MD5 (one MD5 pass instead of a SHA-256 one; the store refuses a
- * body that does not match with BadDigest, which is retried).
+ * body that does not match with BadDigest, which is retried), taken from
+ * dig when the caller has it (no pass at all here).
  */
 static int s3_part_init(struct s3store *st, const char *key, const char *id,
 			unsigned partno, const void *buf, int fd, uint64_t off,
-			uint64_t len, struct s3req *rq)
+			uint64_t len, const struct objstore_digests *dig,
+			struct s3req *rq)
 {
 	char num[16];
 	const char *kv[4] = { "partNumber", num, "uploadId", id };
@@ -363,10 +441,15 @@ static int s3_part_init(struct s3store *st, const char *key, const char *id,
 	rq->body_fd = buf ? -1 : fd;
 	rq->body_off = buf ? 0 : off;
 	rq->body_len = len;
+	if (!(s3_digests_use(rq, buf ? dig : NULL) & OBJSTORE_DIG_MD5))
+		ret = 0;
+	else if (buf)
+		ret = s3req_hash_buf(buf, (size_t)len, NULL, rq->content_md5);
+	else
+		ret = s3req_hash_fd(fd, off, len, NULL, rq->content_md5);
+	/* after s3_digests_use: a part's payload is never signed */
 	snprintf(rq->payload_hash, sizeof(rq->payload_hash), "%s",
 		 SIGV4_UNSIGNED_PAYLOAD);
-	ret = buf ? s3req_hash_buf(buf, (size_t)len, NULL, rq->content_md5)
-		  : s3req_hash_fd(fd, off, len, NULL, rq->content_md5);
 	if (ret)
 		s3req_release(rq);
 	return ret;
@@ -450,12 +533,13 @@ static int s3store_up_begin(struct objstore *os, const char *key,
 
 static int s3store_up_part(struct objstore_upload *up, unsigned partno,
 			   const void *buf, int fd, uint64_t off, uint64_t len,
+			   const struct objstore_digests *dig,
 			   char etag[OBJSTORE_ETAG_MAX])
 {
 	struct s3store *st = s3_of(up->os);
 	struct s3req rq;
 	int ret = s3_part_init(st, up->key, up->id, partno, buf, fd, off, len,
-			       &rq);
+			       dig, &rq);
 
 	if (ret)
 		return ret;
@@ -465,6 +549,9 @@ static int s3store_up_part(struct objstore_upload *up, unsigned partno,
 			  partno, st->prefix, up->key);
 		ret = -EIO;
 	}
+	if (!ret)
+		ret = s3_etag_check(st, up->key, partno, rq.etag,
+				    buf ? dig : NULL);
 	if (!ret)
 		memcpy(etag, rq.etag, OBJSTORE_ETAG_MAX);
 	s3req_release(&rq);
@@ -487,7 +574,7 @@ static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 		/* S3 completes no upload of zero parts: an empty PUT. */
 		static const char empty[1];
 
-		ret = s3_put_single(st, up->key, -1, empty, 0);
+		ret = s3_put_single(st, up->key, -1, empty, 0, NULL);
 		s3store_up_abort(up);
 		return ret;
 	}
@@ -622,7 +709,7 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 
 		ret = s3_part_init(st, key, upload_id, (unsigned)i + 1, NULL,
 				   fd, off, i + 1 < nparts ? part : size - off,
-				   &parts[i]);
+				   NULL, &parts[i]);
 		if (ret)
 			goto abort;
 	}
@@ -662,15 +749,16 @@ static int s3store_put_fd(struct objstore *os, const char *key, int fd,
 
 	if (size >= os->cfg->s3_multipart_threshold)
 		return s3_put_multipart(st, key, fd, size, sha);
-	return s3_put_single(st, key, fd, NULL, size);
+	return s3_put_single(st, key, fd, NULL, size, NULL);
 }
 
 static int s3store_put_buf(struct objstore *os, const char *key,
-			   const void *buf, size_t len)
+			   const void *buf, size_t len,
+			   const struct objstore_digests *dig)
 {
 	static const char empty[1];
 
-	return s3_put_single(s3_of(os), key, -1, buf ? buf : empty, len);
+	return s3_put_single(s3_of(os), key, -1, buf ? buf : empty, len, dig);
 }
 
 static int s3store_delete(struct objstore *os, const char *key)

@@ -39,6 +39,10 @@ response head when the body is empty or of unknown length):
                    balancer's error page), not S3 XML
   429              answer 429 Too Many Requests, no body, with
                    Retry-After: `seconds` (default 1)
+  etag             forward, but change the first hex digit of the answer's
+                   ETag header (the body stored is intact): a store that
+                   holds other bytes than its client sent, as its ETag
+                   would show
   Every kind applies to HEAD too (match="HEAD"); a HEAD answer has no body.
 
 Python API (what tests/integration/conftest.py uses):
@@ -90,7 +94,7 @@ DRAIN_LIMIT = 1 << 30         # most request-body bytes we discard
 KINDS = ("503", "500", "reset", "reset_request", "truncate", "stall",
          "length_long", "length_short", "corrupt", "bare502", "bare503",
          "bare504", "html502", "html503", "html504", "429",
-         "corrupt_request")
+         "corrupt_request", "etag")
 REASONS = {429: "Too Many Requests", 500: "Internal Server Error",
            502: "Bad Gateway", 503: "Service Unavailable",
            504: "Gateway Timeout"}
@@ -668,6 +672,8 @@ class FaultProxy:
                                        else max(1, length // 2)))
             rhead = self._set_content_length(rhead, lie)
             keep = False
+        if kind == "etag":
+            rhead = self._alter_etag(rhead)
         flip = None
         if kind == "corrupt" and length:
             flip = fault.nbytes if fault.nbytes is not None else length // 2
@@ -708,6 +714,21 @@ class FaultProxy:
             except OSError:
                 pass
         return keep
+
+    @staticmethod
+    def _alter_etag(rhead):
+        out = []
+        for line in rhead.decode("latin-1").split("\r\n"):
+            name, sep, val = line.partition(":")
+            if sep and name.strip().lower() == "etag":
+                v = list(val)
+                for i, c in enumerate(v):
+                    if c in "0123456789abcdefABCDEF":
+                        v[i] = "1" if c == "0" else "0"
+                        break
+                line = name + sep + "".join(v)
+            out.append(line)
+        return "\r\n".join(out).encode("latin-1")
 
     @staticmethod
     def _set_content_length(rhead, n):

@@ -236,6 +236,50 @@ int objstore_upload_list(struct objstore *os, const char *prefix,
 int objstore_put_buf(struct objstore *os, const char *key, const void *buf,
 		     size_t len);
 
+/*
+ * Digests of a body the caller has already taken (in its own pass over the
+ * bytes), so that the store does not read and hash them again. flags says
+ * which fields hold a digest.
+ *
+ *   OBJSTORE_DIG_MD5     md5 is the body's MD5: sent as Content-MD5 (the
+ *                        store refuses a body that does not match), and
+ *                        the ETag the store answers is checked against it
+ *                        (see -EBADMSG below).
+ *   OBJSTORE_DIG_SHA256  sha256 is the body's SHA-256: the SigV4 payload
+ *                        hash of a single PUT and its x-amz-meta-sha256
+ *                        (not used for a part: parts are signed
+ *                        UNSIGNED-PAYLOAD and guarded by Content-MD5).
+ *
+ * A wrong digest is the caller's bug: the store refuses the body (MD5:
+ * BadDigest; SHA-256: XAmzContentSHA256Mismatch), -EIO after the retries.
+ * file:// stores ignore the digests (they write what they are given).
+ */
+#define OBJSTORE_DIG_MD5 0x1u
+#define OBJSTORE_DIG_SHA256 0x2u
+
+struct objstore_digests {
+	unsigned char md5[16];
+	unsigned char sha256[32];
+	unsigned flags; /* OBJSTORE_DIG_* */
+};
+
+/*
+ * objstore_put_buf and objstore_upload_part with the body's digests (dig
+ * NULL: as the plain calls, which hash the body themselves). Besides their
+ * errors: -EBADMSG (S3, OBJSTORE_DIG_MD5 given) the store answered an ETag
+ * of MD5 form (32 hex digits) other than the MD5 sent: it holds other bytes
+ * than were sent (a store that ignores Content-MD5, or a proxy that alters
+ * bodies); logged with the key (and part). For a single PUT the object was
+ * written: the caller decides whether to delete it; a part is not recorded
+ * (commit will fail until it is sent again). An ETag not of MD5 form (some
+ * server-side encryption) is not compared.
+ */
+int objstore_put_buf_ex(struct objstore *os, const char *key, const void *buf,
+			size_t len, const struct objstore_digests *dig);
+int objstore_upload_part_ex(struct objstore_upload *up, unsigned partno,
+			    const void *buf, size_t len,
+			    const struct objstore_digests *dig);
+
 /* Delete key. Deleting a missing key succeeds (as S3 does). */
 int objstore_delete(struct objstore *os, const char *key);
 

@@ -656,3 +656,42 @@ def test_bad_names_links_and_fifos(file_env, stager_dir):  # noqa: F811
     assert dest.get(b"link.txt") is None  # never followed
     assert dest.get(b"SHA256SUMS") is None and not res["sums_written"]
     assert s.run("show", "bad").returncode == 5
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["put", "part"])
+def test_etag_other_than_md5_sent_is_an_error(tool, stager_dir,  # noqa: F811
+                                              faultproxy, rgw_dests, large):
+    """The store answers a PUT (or one part of a multipart upload) with an
+    ETag that is not the MD5 of the body sent (the fault proxy changes the
+    answer's ETag header; the bytes stored are intact): push reports the
+    key as failed, publishes nothing under it, writes no SHA256SUMS and
+    leaves no upload open; a second push without the fault finishes."""
+    dest = rgw_dests()
+    src = stager_dir / "src"
+    src.mkdir()
+    body = os.urandom(12 * MiB if large else 100 * 1024)
+    (src / "odd.bin").write_bytes(body)
+    (src / "fine.txt").write_bytes(b"fine\n")
+    s = Stager(tool("stager"), stager_dir, env=dest.env)
+    with open(s.cfg, "a") as f:  # 12 MiB: three parts of 5 MiB
+        f.write("[s3]\nmultipart_threshold = 5M\npart_size = 5M\n")
+    s.start()
+    try:
+        faultproxy.add_fault("etag", count=1, match="PUT", path="odd.bin",
+                             skip=1 if large else 0)
+        p = push(s, str(src), dest.url, "--name", "et")
+        out = text(p)
+        assert p.returncode == 1, out
+        assert "odd.bin" in out and "ETag" in out, out
+        assert not faultproxy.pending_faults()
+        assert dest.get("odd.bin") is None
+        assert dest.get("SHA256SUMS") is None
+        up = faultproxy.rgw.aws("s3api", "list-multipart-uploads",
+                                "--bucket", dest.bucket, "--prefix",
+                                dest.prefix + "/")
+        assert not json.loads(up.stdout or b"{}").get("Uploads"), up.stdout
+        p = push(s, str(src), dest.url, "--name", "et", "--verify")
+        assert p.returncode == 0, text(p)
+        assert dest.get("odd.bin") == body
+    finally:
+        s.stop()
