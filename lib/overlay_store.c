@@ -213,12 +213,14 @@ static int overlay_store_put_fd(struct objstore *os, const char *key, int fd,
 }
 
 static int overlay_store_put_buf(struct objstore *os, const char *key,
-				 const void *buf, size_t len)
+				 const void *buf, size_t len,
+				 const struct objstore_digests *dig)
 {
 	(void)os;
 	(void)key;
 	(void)buf;
 	(void)len;
+	(void)dig;
 	return -EROFS;
 }
 
@@ -251,8 +253,11 @@ static int overlay_store_up_begin(struct objstore *os, const char *key,
 
 static int overlay_store_up_part(struct objstore_upload *up, unsigned partno,
 				 const void *buf, int fd, uint64_t off,
-				 uint64_t len, char etag[OBJSTORE_ETAG_MAX])
+				 uint64_t len,
+				 const struct objstore_digests *dig,
+				 char etag[OBJSTORE_ETAG_MAX])
 {
+	(void)dig;
 	(void)up;
 	(void)partno;
 	(void)buf;
