@@ -56,6 +56,7 @@ static void ckpt_hash_start(struct ckpt_ent *e)
 		e->hctx = NULL;
 	}
 	e->hashed = 0;
+	e->hash_end = 0;
 }
 
 static void ckpt_hash_stop(struct ckpt_ent *e)
@@ -577,11 +578,18 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	ret = w < 0 ? -errno : 0;
 	if (w > 0)
 		ckpt_upload_wrote(ck, e, (uint64_t)off, (uint64_t)w);
-	if (w > 0 && e->hctx && (uint64_t)off < e->hashed) {
-		ckpt_hash_stop(e); /* a rewrite: hash it all at publish */
-	} else if (w > 0 && e->hctx && (uint64_t)off == e->hashed) {
-		EVP_DigestUpdate(e->hctx, buf, (size_t)w);
-		e->hashed += (uint64_t)w;
+	if (w > 0 && e->hctx && (uint64_t)off < e->hash_end) {
+		/* A rewrite: hash it all at publish. */
+		ckpt_upload_hash_wait(e);
+		ckpt_hash_stop(e);
+	} else if (w > 0 && e->hctx && (uint64_t)off == e->hash_end) {
+		e->hash_end += (uint64_t)w;
+		ckpt_upload_hash(ck, e);
+		if (!e->hash_running && e->hashed == (uint64_t)off) {
+			/* No uploader thread: hash it here. */
+			EVP_DigestUpdate(e->hctx, buf, (size_t)w);
+			e->hashed += (uint64_t)w;
+		}
 	}
 	if (ret == -ENOSPC || ret == -EDQUOT)
 		log_warn("checkpoints: the staging disk of %s is full: %s",
@@ -615,8 +623,10 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 	}
 	ckpt_upload_truncated(e, (uint64_t)st.st_size, size);
 	if (size == 0) {
+		ckpt_upload_hash_wait(e);
 		ckpt_hash_start(e);
-	} else if (size < e->hashed) {
+	} else if (size < e->hash_end) {
+		ckpt_upload_hash_wait(e);
 		ckpt_hash_stop(e);
 	}
 out:
@@ -671,6 +681,7 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
 	pthread_mutex_lock(&e->lock);
 	if (!e->dirty)
 		goto out;
+	ckpt_upload_hash_wait(e); /* hctx and hashed are settled */
 	pthread_rwlock_rdlock(&ck->ns_lock);
 	pthread_mutex_lock(&ck->lock);
 	if (!e->unlinked) {

@@ -108,9 +108,15 @@ struct ckpt_ent {
 	bool journal_w; /* lock: the record says W */
 	/* lock: SHA-256 of [0, hashed) fed as it was written in order, so a
 	 * publish hashes only the rest; NULL once a write or truncate went
-	 * below hashed (then the publish hashes the whole file). */
+	 * below hash_end (then the publish hashes the whole file). [0,
+	 * hash_end) was written in order; an uploader thread hashes [hashed,
+	 * hash_end) from the local copy behind the writer (ckpt_upload.c):
+	 * while hash_running, that job owns hctx and hashed, and a write or
+	 * truncate below hash_end first waits for it (u.cond). */
 	EVP_MD_CTX *hctx;
 	uint64_t hashed;
+	uint64_t hash_end;
+	bool hash_running; /* a hash job is queued or running */
 	struct ckpt_upstate u; /* lock */
 	/* Read from the store (fd -1): what was opened. */
 	char etag[OBJSTORE_ETAG_MAX];
@@ -219,6 +225,11 @@ void ckpt_upload_wrote(struct ckpt *ck, struct ckpt_ent *e, uint64_t off,
 		       uint64_t len);
 /* e: after a truncate from old to size bytes. */
 void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size);
+/* e: hash [hashed, hash_end) behind the writer (queues a job unless one
+ * is queued; with no uploader thread, hashes it now). */
+void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e);
+/* e: wait until e's hash job (if any) is over. */
+void ckpt_upload_hash_wait(struct ckpt_ent *e);
 /* e: wait until no job of e is queued or running. */
 void ckpt_upload_quiesce(struct ckpt_ent *e);
 /* e, quiesced: the open upload's id and key into rec (or ""). */
