@@ -175,6 +175,13 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 
 	if (e)
 		ckpt_upload_note(e, &rec);
+	/* One version at a time goes up: a retry job's publish of an older
+	 * one finishes first, so this one lands last. */
+	what = "waiting for the stager daemon's publish of it";
+	ret = ckpt_lock_publish(fd, true);
+	if (ret)
+		goto err;
+	what = "reading the local copy";
 	if (fstat(fd, &st)) {
 		ret = -errno;
 		goto err;
@@ -230,9 +237,11 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	atomic_fetch_add(&ck->n_published, 1);
 	atomic_fetch_add(&ck->n_published_bytes, rec.size);
 	metrics_ckpt_publish(0, rec.size, t0);
+	ckpt_unlock_publish(fd);
 	free(side);
 	return 0;
 err:
+	ckpt_unlock_publish(fd);
 	free(side);
 	atomic_fetch_add(&ck->n_errors, 1);
 	metrics_ckpt_publish(ret, 0, 0);
@@ -265,6 +274,12 @@ struct ckpt_ent *ckpt_ent_new(const char *key, int fd)
 	e->refs = 1;
 	if (fd >= 0 && !fstat(fd, &st))
 		e->ino = st.st_ino;
+	/* In use: the lifecycle does not drop it while it is open (a drop
+	 * holds it exclusively only for a moment: this waits). */
+	if (fd >= 0 && ckpt_lock_use(fd))
+		log_warn("checkpoints: cannot lock the local copy of %s: the "
+			 "lifecycle could drop it while it is open",
+			 key);
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->u.cond, NULL);
 	return e;
@@ -325,6 +340,12 @@ static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
 		*fd = -1;
 		return -EISDIR;
 	}
+	/* Dropped by the lifecycle between the open and the lock: gone. */
+	if (ckpt_lock_use(*fd) || fstat(*fd, &st) || st.st_nlink == 0) {
+		close(*fd);
+		*fd = -1;
+		return 0;
+	}
 	return 1;
 }
 
@@ -376,7 +397,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 	struct ckpt_ent *e = NULL;
 	struct objstore_info oi;
 	struct ckpt_attr a;
-	int fd = -1, ret;
+	int fd = -1, ret, tries = 0;
 
 	*created = false;
 	if (!f)
@@ -404,6 +425,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		}
 		goto done;
 	}
+again:
 	/* What the name is now: a stale clean copy is dropped by stat. */
 	ret = ckpt_stat(ck, key, &a);
 	if (ret && ret != -ENOENT)
@@ -420,6 +442,8 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		goto err;
 	if (!ret && a.local) {
 		ret = ckpt_open_local(ck, key, &fd);
+		if (ret == 0 && tries++ < 3)
+			goto again; /* dropped meanwhile: the store has it */
 		if (ret <= 0) {
 			ret = ret ? ret : -ENOENT;
 			goto err;

@@ -243,6 +243,26 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
 
 /* ckpt_journal.c */
+/*
+ * Sharing a local copy with the stager daemon's lifecycle and retry job
+ * (lifecycle_stage.c), which act on the staging directory from another
+ * process. Two independent kinds of lock on the local copy's file:
+ *   use:     flock LOCK_SH, held by dstagefs on every open entry's
+ *            descriptor from open to the last close; the lifecycle's drop
+ *            of a published copy takes LOCK_EX without waiting and skips
+ *            a copy in use (-EBUSY).
+ *   publish: an OFD write lock (fcntl F_OFD_SETLK) on the whole file, held
+ *            while one version of it goes to the store; dstagefs's publish
+ *            waits for it (so the newer version lands last), the retry
+ *            job's does not (-EBUSY: it tries again later). fd must be
+ *            open for writing.
+ * Both are released by closing the descriptor, or by the unlock calls.
+ * Each returns 0, -EBUSY (held elsewhere, wait false) or -errno.
+ */
+int ckpt_lock_use(int fd);
+int ckpt_lock_drop(int fd);
+int ckpt_lock_publish(int fd, bool wait);
+void ckpt_unlock_publish(int fd);
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */
 struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
 /* Account growth bytes of local copies (negative: freed); evicts clean
