@@ -372,6 +372,7 @@ static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
 {
 	int fd, ret;
 
+	ckpt_neg_clear(ck);
 	ret = ckpt_tree_mkparents(ck, key);
 	if (ret)
 		return ret;

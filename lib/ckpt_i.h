@@ -28,7 +28,8 @@
  *
  * Locks, in order: ck->open_lock (opens: one at a time), an entry's lock
  * (its writes and publishes), ck->ns_lock (read: a publish; write: a
- * directory rename), ck->lock (the entry list, the counters below). No
+ * directory rename), ck->lock (the entry list, the counters below);
+ * ck->upq_lock and ck->neg_lock are leaves. No
  * lock is held while calling back into the caller.
  */
 #ifndef DSTAGE_CKPT_I_H
@@ -50,6 +51,7 @@
 #define CKPT_JOURNAL "journal"
 #define CKPT_ABANDONED "abandoned"
 #define CKPT_DIR_MODE 0700
+#define CKPT_NEG_MAX 256 /* names remembered missing */
 
 /* One part of an overlapped upload (ckpt_upload.c); under the entry's lock. */
 struct ckpt_part {
@@ -155,6 +157,14 @@ struct ckpt {
 	bool up_stop;
 	unsigned n_uploaders;
 	pthread_t uploaders[8];
+	/* Negative lookups (ckpt_stat.c); neg_lock is a leaf lock. */
+	pthread_mutex_t neg_lock;
+	struct ckpt_neg {
+		char *key; /* NULL: free */
+		int64_t until_ms; /* missing until then (monotonic ms) */
+	} neg[CKPT_NEG_MAX];
+	unsigned neg_next; /* neg_lock: the slot replaced next */
+	uint64_t neg_gen; /* neg_lock: bumped when this node adds a name */
 	atomic_ullong n_parts_early; /* parts sent before the close */
 	atomic_ullong n_published, n_published_bytes, n_errors, n_recovered;
 };
@@ -191,6 +201,9 @@ int ckpt_store_errno(int ret);
 int64_t ckpt_now_ms(void);
 
 /* ckpt_stat.c */
+/* This node adds a name (create, mkdir, rename): forget every name
+ * remembered missing. */
+void ckpt_neg_clear(struct ckpt *ck);
 /* 0 when key's parent is a directory, else -ENOENT / -ENOTDIR. */
 int ckpt_parent_dir(struct ckpt *ck, const char *key);
 /* Whether the store has keys under "key/": 1, 0 or -errno. */

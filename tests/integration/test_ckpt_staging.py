@@ -112,3 +112,52 @@ def test_retry_job_skips_a_file_being_published(tool, tmp_path, dirmount):
         if lfd >= 0:
             os.close(lfd)
         d.stop()
+
+
+# ---- negative lookups ----
+
+def test_repeated_misses_do_not_each_ask_the_store(tool, tmp_path,
+                                                   faultproxy):
+    from test_checkpoints import Ckpt, S3Store
+    st = S3Store(faultproxy.rgw, env=faultproxy.env())
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    try:
+        (m.ck / "job").mkdir()
+        (m.ck / "job" / "here.py").write_bytes(b"x")
+        miss = m.ck / "job" / "missing.py"
+        faultproxy.reset_stats()
+        assert not os.path.exists(miss)
+        one = len(faultproxy.requests())
+        assert one >= 1     # the first miss asks the store
+        t0 = time.monotonic()
+        for _ in range(30):
+            assert not os.path.exists(miss)
+        spent = time.monotonic() - t0
+        n = len(faultproxy.requests())
+        # remembered for the entry timeout (1 s): one more round of
+        # requests per second spent at most (this machine may be slow)
+        assert n <= one * (2 + int(spent)), (n, one, spent,
+                                             faultproxy.counts())
+        assert os.path.exists(m.ck / "job" / "here.py")
+        # a name this node adds shows at once, even to a new lookup (the
+        # kernel's dentries dropped within the entry timeout)
+        d = m.ck / "job" / "newdir"
+        assert not os.path.exists(d)
+        os.mkdir(d)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        assert os.path.isdir(d)
+        assert not os.path.exists(miss)
+        miss.write_bytes(b"now")
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        assert os.path.exists(miss)
+        # one another node adds shows once the entry timeout passed
+        other = m.ck / "job" / "other.py"
+        assert not os.path.exists(other)
+        st.put("job/other.py", b"o")
+        wait_for(lambda: os.path.exists(other), 10, "another node's file")
+    finally:
+        m.stop()
+        st.cleanup()
