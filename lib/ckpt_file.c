@@ -609,9 +609,9 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 		ckpt_hash_stop(e);
 	} else if (w > 0 && e->hctx && (uint64_t)off == e->hash_end) {
 		e->hash_end += (uint64_t)w;
-		ckpt_upload_hash(ck, e);
-		if (!e->hash_running && e->hashed == (uint64_t)off) {
-			/* No uploader thread: hash it here. */
+		if (ck->n_uploaders) {
+			ckpt_upload_hash(ck, e);
+		} else { /* no uploader thread: hash it here */
 			EVP_DigestUpdate(e->hctx, buf, (size_t)w);
 			e->hashed += (uint64_t)w;
 		}

@@ -238,8 +238,8 @@ void ckpt_upload_wrote(struct ckpt *ck, struct ckpt_ent *e, uint64_t off,
 		       uint64_t len);
 /* e: after a truncate from old to size bytes. */
 void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size);
-/* e: hash [hashed, hash_end) behind the writer (queues a job unless one
- * is queued; with no uploader thread, hashes it now). */
+/* e: hash [hashed, hash_end) behind the writer: queues a job when a
+ * whole chunk (4 MiB) waits and no job is queued (ck->n_uploaders > 0). */
 void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e);
 /* e: wait until e's hash job (if any) is over. */
 void ckpt_upload_hash_wait(struct ckpt_ent *e);

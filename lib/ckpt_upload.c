@@ -171,8 +171,10 @@ void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size)
 
 void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e)
 {
-	if (!e->hctx || e->hash_running || e->hashed >= e->hash_end ||
-	    !ck->n_uploaders || ckpt_upload_queue(ck, e, CKPT_JOB_HASH))
+	/* A chunk at a time (fewer wake-ups); the publish hashes the rest. */
+	if (!e->hctx || e->hash_running ||
+	    e->hash_end - e->hashed < CKPT_HASH_CHUNK || !ck->n_uploaders ||
+	    ckpt_upload_queue(ck, e, CKPT_JOB_HASH))
 		return;
 	e->hash_running = true;
 }
