@@ -4,6 +4,13 @@ against plain copies of the same bytes to the same store.
 
     bench/ckpt_bench.py [--size-mb N] [--shards N] [--shard-mb N]
                         [--stores dir,s3] [--rgw-env F] [--json OUT]
+                        [--staging DIR]
+
+--staging DIR puts the mounts' staging directories (the local copies)
+under DIR instead of the work directory. By default they share the disk
+with the directory store, so every byte is written twice to one device;
+--staging /dev/shm is the fair variant (tmpfs standing in for a node's
+NVMe, another device than the parallel file system).
 
 Rows (one process each unless said):
   ckpt_dir      one process writes N MiB (open to close returned) through a
@@ -64,11 +71,14 @@ def log(msg):
 
 
 class CkptBench:
-    def __init__(self, build, work, env, size, shards, shard_size):
+    def __init__(self, build, work, env, size, shards, shard_size,
+                 staging=None):
         self.build, self.work, self.env = build, work, dict(env)
+        self.staging = staging   # parent of the staging dirs (None: work)
         self.size, self.shards, self.shard_size = size, shards, shard_size
         self.mounts = []
         self.procs = []
+        self.staging_dirs = []
 
     def tool(self, *parts):
         p = os.path.join(self.build, *parts)
@@ -97,11 +107,17 @@ class CkptBench:
         d = os.path.join(self.work, name)
         os.makedirs(d)
         conf = os.path.join(d, "dstage.conf")
+        stg = os.path.join(d, "staging")
+        if self.staging:
+            stg = tempfile.mkdtemp(prefix="dstage-ckbench-stg.",
+                                   dir=self.staging)
+            self.staging_dirs.append(stg)
+            stg = os.path.join(stg, "staging")
         with open(conf, "w") as f:
             f.write(f"[cache]\ndir = {d}/cache\nsize = 1G\n"
                     f"[catalog]\npath = {d}/catalog.db\n"
                     f"[checkpoints]\nstore = {store_url}\n"
-                    f"staging_dir = {d}/staging\n"
+                    f"staging_dir = {stg}\n"
                     f"staging_size = {4 * (self.size + self.shards * self.shard_size)}\n"
                     "[log]\nlevel = warn\n")
         mnt = os.path.join(d, "mnt")
@@ -135,7 +151,9 @@ class CkptBench:
                     pr.kill()
         for m in self.mounts:
             subprocess.run(["fusermount3", "-uz", m], capture_output=True)
-        self.procs, self.mounts = [], []
+        for d in self.staging_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.procs, self.mounts, self.staging_dirs = [], [], []
 
     def write_through(self, path, size):
         out = subprocess.run([sys.executable, "-c", WRITER, path, str(size)],
@@ -245,8 +263,9 @@ def rows_from(res, size, shards, shard_size):
     return out
 
 
-def run(build, work, env, size, shards, shard_size, stores, make_bucket):
-    b = CkptBench(build, work, env, size, shards, shard_size)
+def run(build, work, env, size, shards, shard_size, stores, make_bucket,
+        staging=None):
+    b = CkptBench(build, work, env, size, shards, shard_size, staging)
     res = {}
     try:
         if "dir" in stores:
@@ -271,6 +290,10 @@ def main():
     ap.add_argument("--rgw-env", default=os.environ.get("DSTAGE_RGW_ENV"))
     ap.add_argument("--json")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--staging", default=None,
+                    help="parent of the staging directories (default: the "
+                    "work directory, the store's disk); /dev/shm: the fair "
+                    "variant")
     a = ap.parse_args()
     build = os.path.abspath(os.environ.get("DSTAGE_BUILD_DIR",
                                            os.path.join(REPO, "build")))
@@ -299,7 +322,8 @@ def main():
     work = tempfile.mkdtemp(prefix="dstage-ckbench.", dir=a.workdir)
     try:
         res = run(build, work, env, a.size_mb * MiB, a.shards,
-                  a.shard_mb * MiB, a.stores.split(","), make_bucket)
+                  a.shard_mb * MiB, a.stores.split(","), make_bucket,
+                  a.staging)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = rows_from(res, a.size_mb * MiB, a.shards, a.shard_mb * MiB)

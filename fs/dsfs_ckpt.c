@@ -103,6 +103,7 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a;
+	uint64_t gen;
 	char *key;
 	int ret;
 
@@ -112,6 +113,12 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	if (!key)
 		return -ENOMEM;
+	/* missing a moment ago (no request to the store) */
+	if (ckpt_neg_find(st->ck, key)) {
+		free(key);
+		return -ENOENT;
+	}
+	gen = ckpt_neg_gen(st->ck);
 	ret = ckpt_stat(st->ck, key, &a);
 	/* a checkpoint ("<job>/<name>") the lifecycle moved to its archive:
 	 * recall it into the store (slow: a copy), then it is there */
@@ -119,6 +126,9 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	    !strchr(strchr(key, '/') + 1, '/') &&
 	    !lifecycle_recall(fs->cfg, ckpt_objstore(st->ck), key))
 		ret = ckpt_stat(st->ck, key, &a);
+	if (ret == -ENOENT)
+		ckpt_neg_add(st->ck, key, (unsigned)(DSFS_CKPT_TIMEOUT * 1000),
+			     gen);
 	free(key);
 	if (!ret)
 		ret = dsfs_ckpt_pn_node(fs, dir, name, a.dir, &e->node);

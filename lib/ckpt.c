@@ -114,6 +114,7 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 	pthread_mutex_init(&ck->lock, NULL);
 	pthread_mutex_init(&ck->upq_lock, NULL);
 	pthread_cond_init(&ck->upq_cond, NULL);
+	pthread_mutex_init(&ck->neg_lock, NULL);
 	ck->staging = strdup(cfg->ckpt_staging_dir);
 	if (!ck->staging) {
 		ret = -ENOMEM;
@@ -202,6 +203,8 @@ void ckpt_free(struct ckpt *ck)
 	pthread_cond_destroy(&ck->cond);
 	pthread_mutex_destroy(&ck->upq_lock);
 	pthread_cond_destroy(&ck->upq_cond);
+	ckpt_neg_clear(ck);
+	pthread_mutex_destroy(&ck->neg_lock);
 	free(ck->staging);
 	free(ck);
 }
@@ -378,6 +381,7 @@ int ckpt_mkdir(struct ckpt *ck, const char *key)
 		return -EEXIST;
 	if (ret != -ENOENT)
 		return ret;
+	ckpt_neg_clear(ck);
 	ret = ckpt_tree_mkparents(ck, key);
 	if (!ret && mkdirat(ck->tree_fd, key, CKPT_DIR_MODE))
 		ret = -errno;

@@ -56,6 +56,7 @@ static void ckpt_hash_start(struct ckpt_ent *e)
 		e->hctx = NULL;
 	}
 	e->hashed = 0;
+	e->hash_end = 0;
 }
 
 static void ckpt_hash_stop(struct ckpt_ent *e)
@@ -174,6 +175,13 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 
 	if (e)
 		ckpt_upload_note(e, &rec);
+	/* One version at a time goes up: a retry job's publish of an older
+	 * one finishes first, so this one lands last. */
+	what = "waiting for the stager daemon's publish of it";
+	ret = ckpt_lock_publish(fd, true);
+	if (ret)
+		goto err;
+	what = "reading the local copy";
 	if (fstat(fd, &st)) {
 		ret = -errno;
 		goto err;
@@ -229,9 +237,11 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	atomic_fetch_add(&ck->n_published, 1);
 	atomic_fetch_add(&ck->n_published_bytes, rec.size);
 	metrics_ckpt_publish(0, rec.size, t0);
+	ckpt_unlock_publish(fd);
 	free(side);
 	return 0;
 err:
+	ckpt_unlock_publish(fd);
 	free(side);
 	atomic_fetch_add(&ck->n_errors, 1);
 	metrics_ckpt_publish(ret, 0, 0);
@@ -264,6 +274,12 @@ struct ckpt_ent *ckpt_ent_new(const char *key, int fd)
 	e->refs = 1;
 	if (fd >= 0 && !fstat(fd, &st))
 		e->ino = st.st_ino;
+	/* In use: the lifecycle does not drop it while it is open (a drop
+	 * holds it exclusively only for a moment: this waits). */
+	if (fd >= 0 && ckpt_lock_use(fd))
+		log_warn("checkpoints: cannot lock the local copy of %s: the "
+			 "lifecycle could drop it while it is open",
+			 key);
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->u.cond, NULL);
 	return e;
@@ -324,6 +340,12 @@ static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
 		*fd = -1;
 		return -EISDIR;
 	}
+	/* Dropped by the lifecycle between the open and the lock: gone. */
+	if (ckpt_lock_use(*fd) || fstat(*fd, &st) || st.st_nlink == 0) {
+		close(*fd);
+		*fd = -1;
+		return 0;
+	}
 	return 1;
 }
 
@@ -350,6 +372,7 @@ static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
 {
 	int fd, ret;
 
+	ckpt_neg_clear(ck);
 	ret = ckpt_tree_mkparents(ck, key);
 	if (ret)
 		return ret;
@@ -375,7 +398,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 	struct ckpt_ent *e = NULL;
 	struct objstore_info oi;
 	struct ckpt_attr a;
-	int fd = -1, ret;
+	int fd = -1, ret, tries = 0;
 
 	*created = false;
 	if (!f)
@@ -403,6 +426,7 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		}
 		goto done;
 	}
+again:
 	/* What the name is now: a stale clean copy is dropped by stat. */
 	ret = ckpt_stat(ck, key, &a);
 	if (ret && ret != -ENOENT)
@@ -419,6 +443,8 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		goto err;
 	if (!ret && a.local) {
 		ret = ckpt_open_local(ck, key, &fd);
+		if (ret == 0 && tries++ < 3)
+			goto again; /* dropped meanwhile: the store has it */
 		if (ret <= 0) {
 			ret = ret ? ret : -ENOENT;
 			goto err;
@@ -577,11 +603,18 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	ret = w < 0 ? -errno : 0;
 	if (w > 0)
 		ckpt_upload_wrote(ck, e, (uint64_t)off, (uint64_t)w);
-	if (w > 0 && e->hctx && (uint64_t)off < e->hashed) {
-		ckpt_hash_stop(e); /* a rewrite: hash it all at publish */
-	} else if (w > 0 && e->hctx && (uint64_t)off == e->hashed) {
-		EVP_DigestUpdate(e->hctx, buf, (size_t)w);
-		e->hashed += (uint64_t)w;
+	if (w > 0 && e->hctx && (uint64_t)off < e->hash_end) {
+		/* A rewrite: hash it all at publish. */
+		ckpt_upload_hash_wait(e);
+		ckpt_hash_stop(e);
+	} else if (w > 0 && e->hctx && (uint64_t)off == e->hash_end) {
+		e->hash_end += (uint64_t)w;
+		if (ck->n_uploaders) {
+			ckpt_upload_hash(ck, e);
+		} else { /* no uploader thread: hash it here */
+			EVP_DigestUpdate(e->hctx, buf, (size_t)w);
+			e->hashed += (uint64_t)w;
+		}
 	}
 	if (ret == -ENOSPC || ret == -EDQUOT)
 		log_warn("checkpoints: the staging disk of %s is full: %s",
@@ -615,8 +648,10 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 	}
 	ckpt_upload_truncated(e, (uint64_t)st.st_size, size);
 	if (size == 0) {
+		ckpt_upload_hash_wait(e);
 		ckpt_hash_start(e);
-	} else if (size < e->hashed) {
+	} else if (size < e->hash_end) {
+		ckpt_upload_hash_wait(e);
 		ckpt_hash_stop(e);
 	}
 out:
@@ -671,6 +706,7 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
 	pthread_mutex_lock(&e->lock);
 	if (!e->dirty)
 		goto out;
+	ckpt_upload_hash_wait(e); /* hctx and hashed are settled */
 	pthread_rwlock_rdlock(&ck->ns_lock);
 	pthread_mutex_lock(&ck->lock);
 	if (!e->unlinked) {

@@ -28,7 +28,8 @@
  *
  * Locks, in order: ck->open_lock (opens: one at a time), an entry's lock
  * (its writes and publishes), ck->ns_lock (read: a publish; write: a
- * directory rename), ck->lock (the entry list, the counters below). No
+ * directory rename), ck->lock (the entry list, the counters below);
+ * ck->upq_lock and ck->neg_lock are leaves. No
  * lock is held while calling back into the caller.
  */
 #ifndef DSTAGE_CKPT_I_H
@@ -50,6 +51,7 @@
 #define CKPT_JOURNAL "journal"
 #define CKPT_ABANDONED "abandoned"
 #define CKPT_DIR_MODE 0700
+#define CKPT_NEG_MAX 256 /* names remembered missing */
 
 /* One part of an overlapped upload (ckpt_upload.c); under the entry's lock. */
 struct ckpt_part {
@@ -108,9 +110,15 @@ struct ckpt_ent {
 	bool journal_w; /* lock: the record says W */
 	/* lock: SHA-256 of [0, hashed) fed as it was written in order, so a
 	 * publish hashes only the rest; NULL once a write or truncate went
-	 * below hashed (then the publish hashes the whole file). */
+	 * below hash_end (then the publish hashes the whole file). [0,
+	 * hash_end) was written in order; an uploader thread hashes [hashed,
+	 * hash_end) from the local copy behind the writer (ckpt_upload.c):
+	 * while hash_running, that job owns hctx and hashed, and a write or
+	 * truncate below hash_end first waits for it (u.cond). */
 	EVP_MD_CTX *hctx;
 	uint64_t hashed;
+	uint64_t hash_end;
+	bool hash_running; /* a hash job is queued or running */
 	struct ckpt_upstate u; /* lock */
 	/* Read from the store (fd -1): what was opened. */
 	char etag[OBJSTORE_ETAG_MAX];
@@ -149,6 +157,14 @@ struct ckpt {
 	bool up_stop;
 	unsigned n_uploaders;
 	pthread_t uploaders[8];
+	/* Negative lookups (ckpt_stat.c); neg_lock is a leaf lock. */
+	pthread_mutex_t neg_lock;
+	struct ckpt_neg {
+		char *key; /* NULL: free */
+		int64_t until_ms; /* missing until then (monotonic ms) */
+	} neg[CKPT_NEG_MAX];
+	unsigned neg_next; /* neg_lock: the slot replaced next */
+	uint64_t neg_gen; /* neg_lock: bumped when this node adds a name */
 	atomic_ullong n_parts_early; /* parts sent before the close */
 	atomic_ullong n_published, n_published_bytes, n_errors, n_recovered;
 };
@@ -185,6 +201,9 @@ int ckpt_store_errno(int ret);
 int64_t ckpt_now_ms(void);
 
 /* ckpt_stat.c */
+/* This node adds a name (create, mkdir, rename): forget every name
+ * remembered missing. */
+void ckpt_neg_clear(struct ckpt *ck);
 /* 0 when key's parent is a directory, else -ENOENT / -ENOTDIR. */
 int ckpt_parent_dir(struct ckpt *ck, const char *key);
 /* Whether the store has keys under "key/": 1, 0 or -errno. */
@@ -219,6 +238,11 @@ void ckpt_upload_wrote(struct ckpt *ck, struct ckpt_ent *e, uint64_t off,
 		       uint64_t len);
 /* e: after a truncate from old to size bytes. */
 void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size);
+/* e: hash [hashed, hash_end) behind the writer: queues a job when a
+ * whole chunk (4 MiB) waits and no job is queued (ck->n_uploaders > 0). */
+void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e);
+/* e: wait until e's hash job (if any) is over. */
+void ckpt_upload_hash_wait(struct ckpt_ent *e);
 /* e: wait until no job of e is queued or running. */
 void ckpt_upload_quiesce(struct ckpt_ent *e);
 /* e, quiesced: the open upload's id and key into rec (or ""). */
@@ -232,6 +256,26 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
 
 /* ckpt_journal.c */
+/*
+ * Sharing a local copy with the stager daemon's lifecycle and retry job
+ * (lifecycle_stage.c), which act on the staging directory from another
+ * process. Two independent kinds of lock on the local copy's file:
+ *   use:     flock LOCK_SH, held by dstagefs on every open entry's
+ *            descriptor from open to the last close; the lifecycle's drop
+ *            of a published copy takes LOCK_EX without waiting and skips
+ *            a copy in use (-EBUSY).
+ *   publish: an OFD write lock (fcntl F_OFD_SETLK) on the whole file, held
+ *            while one version of it goes to the store; dstagefs's publish
+ *            waits for it (so the newer version lands last), the retry
+ *            job's does not (-EBUSY: it tries again later). fd must be
+ *            open for writing.
+ * Both are released by closing the descriptor, or by the unlock calls.
+ * Each returns 0, -EBUSY (held elsewhere, wait false) or -errno.
+ */
+int ckpt_lock_use(int fd);
+int ckpt_lock_drop(int fd);
+int ckpt_lock_publish(int fd, bool wait);
+void ckpt_unlock_publish(int fd);
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */
 struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
 /* Account growth bytes of local copies (negative: freed); evicts clean

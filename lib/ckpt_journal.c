@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,51 @@
 #include "ckpt_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+
+/* ---- locks shared with the stager daemon (see ckpt_i.h) ---- */
+
+static int ckpt_flock(int fd, int op)
+{
+	while (flock(fd, op)) {
+		if (errno != EINTR)
+			return errno == EWOULDBLOCK ? -EBUSY : -errno;
+	}
+	return 0;
+}
+
+int ckpt_lock_use(int fd)
+{
+	return ckpt_flock(fd, LOCK_SH);
+}
+
+int ckpt_lock_drop(int fd)
+{
+	return ckpt_flock(fd, LOCK_EX | LOCK_NB);
+}
+
+static int ckpt_ofd_lock(int fd, short type, bool wait)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET };
+
+	while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl)) {
+		if (errno != EINTR)
+			return errno == EAGAIN || errno == EACCES ? -EBUSY
+								  : -errno;
+	}
+	return 0;
+}
+
+int ckpt_lock_publish(int fd, bool wait)
+{
+	return ckpt_ofd_lock(fd, F_WRLCK, wait);
+}
+
+void ckpt_unlock_publish(int fd)
+{
+	ckpt_ofd_lock(fd, F_UNLCK, false);
+}
+
+/* ---- records ---- */
 
 int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 		       bool durable)

@@ -364,6 +364,7 @@ int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
 				return ret;
 		}
 	}
+	ckpt_neg_clear(ck);
 	return fa.dir ? ckpt_rename_dir(ck, from, to)
 		      : ckpt_rename_file(ck, from, to);
 }

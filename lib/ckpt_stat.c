@@ -7,7 +7,10 @@
  * still matches the store's), else the store's object, else a directory
  * when the store has keys under "<key>/" or the tree has the directory. A
  * clean local copy the store replaced or removed (another node wrote the
- * name) is dropped when met. Stateless apart from what it drops.
+ * name) is dropped when met. Stateless apart from what it drops, and the
+ * negative lookups: up to CKPT_NEG_MAX keys found missing, each with its
+ * expiry, under ck->neg_lock (a leaf); neg_gen counts the names this node
+ * added, so a miss seen before one is never remembered after it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -167,4 +170,74 @@ int ckpt_parent_dir(struct ckpt *ck, const char *key)
 	if (!ret && !a.dir)
 		ret = -ENOTDIR;
 	return ret;
+}
+
+/* ---- negative lookups ---- */
+
+uint64_t ckpt_neg_gen(struct ckpt *ck)
+{
+	uint64_t g;
+
+	pthread_mutex_lock(&ck->neg_lock);
+	g = ck->neg_gen;
+	pthread_mutex_unlock(&ck->neg_lock);
+	return g;
+}
+
+void ckpt_neg_add(struct ckpt *ck, const char *key, unsigned ttl_ms,
+		  uint64_t gen)
+{
+	int64_t now = ckpt_now_ms();
+	struct ckpt_neg *slot = NULL;
+	char *copy;
+
+	if (!ttl_ms)
+		return;
+	copy = strdup(key);
+	if (!copy)
+		return;
+	pthread_mutex_lock(&ck->neg_lock);
+	if (gen != ck->neg_gen) {
+		pthread_mutex_unlock(&ck->neg_lock);
+		free(copy);
+		return;
+	}
+	for (unsigned i = 0; i < CKPT_NEG_MAX && !slot; i++) {
+		struct ckpt_neg *n = &ck->neg[i];
+
+		if (!n->key || n->until_ms <= now || !strcmp(n->key, key))
+			slot = n;
+	}
+	if (!slot)
+		slot = &ck->neg[ck->neg_next++ % CKPT_NEG_MAX];
+	free(slot->key);
+	slot->key = copy;
+	slot->until_ms = now + ttl_ms;
+	pthread_mutex_unlock(&ck->neg_lock);
+}
+
+bool ckpt_neg_find(struct ckpt *ck, const char *key)
+{
+	int64_t now = ckpt_now_ms();
+	bool found = false;
+
+	pthread_mutex_lock(&ck->neg_lock);
+	for (unsigned i = 0; i < CKPT_NEG_MAX && !found; i++) {
+		struct ckpt_neg *n = &ck->neg[i];
+
+		found = n->key && n->until_ms > now && !strcmp(n->key, key);
+	}
+	pthread_mutex_unlock(&ck->neg_lock);
+	return found;
+}
+
+void ckpt_neg_clear(struct ckpt *ck)
+{
+	pthread_mutex_lock(&ck->neg_lock);
+	ck->neg_gen++;
+	for (unsigned i = 0; i < CKPT_NEG_MAX; i++) {
+		free(ck->neg[i].key);
+		ck->neg[i].key = NULL;
+	}
+	pthread_mutex_unlock(&ck->neg_lock);
 }

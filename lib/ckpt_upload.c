@@ -24,6 +24,12 @@
  * local file without the entry's lock; the gen it saw under the lock says
  * whether what it sent may be stale.
  *
+ * Hashing behind the writer: the SHA-256 of the in-order written prefix
+ * [0, hash_end) is computed by a hash job (one per entry at a time,
+ * hash_running) reading the local copy, not on the writer's request, so the
+ * write returns without it. A write or truncate below hash_end waits for
+ * that job, then drops the running hash (the publish hashes the whole file).
+ *
  * Jobs: a FIFO (ck->upq_head, upq_lock, a leaf lock: no other lock is taken
  * while holding it) served by a few threads. A job takes the entry's lock
  * only briefly, never across a request. An entry is not freed while jobs
@@ -32,6 +38,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +50,13 @@
 
 #define CKPT_UPLOADERS 4
 #define CKPT_MAX_PARTS 10000 /* S3's limit */
+#define CKPT_JOB_HASH UINT_MAX /* a job that hashes behind the writer */
+#define CKPT_HASH_CHUNK (4u << 20)
 
 struct ckpt_upjob {
 	struct ckpt_upjob *next;
 	struct ckpt_ent *e;
-	unsigned partno; /* 0: begin the upload */
+	unsigned partno; /* 0: begin the upload; CKPT_JOB_HASH: hash */
 };
 
 /* Queue a job for e (e->lock held). Returns 0 or -ENOMEM. */
@@ -158,6 +167,22 @@ void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size)
 		e->u.hi = size;
 	if (e->u.ps && e->u.next > size / e->u.ps)
 		e->u.next = (unsigned)(size / e->u.ps);
+}
+
+void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e)
+{
+	/* A chunk at a time (fewer wake-ups); the publish hashes the rest. */
+	if (!e->hctx || e->hash_running ||
+	    e->hash_end - e->hashed < CKPT_HASH_CHUNK || !ck->n_uploaders ||
+	    ckpt_upload_queue(ck, e, CKPT_JOB_HASH))
+		return;
+	e->hash_running = true;
+}
+
+void ckpt_upload_hash_wait(struct ckpt_ent *e)
+{
+	while (e->hash_running)
+		pthread_cond_wait(&e->u.cond, &e->lock);
 }
 
 void ckpt_upload_quiesce(struct ckpt_ent *e)
@@ -340,6 +365,53 @@ done:
 	pthread_mutex_unlock(&e->lock);
 }
 
+/* Hash [e->hashed, e->hash_end) from the local copy into e->hctx, in
+ * chunks, until it has caught up with the writer. Writes below hash_end
+ * wait for this job (ckpt_file_pwrite), so the bytes read are final. */
+static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
+				 uint64_t *bufcap)
+{
+	int ret = 0;
+
+	if (*bufcap < CKPT_HASH_CHUNK) {
+		free(*buf);
+		*buf = malloc(CKPT_HASH_CHUNK);
+		*bufcap = *buf ? CKPT_HASH_CHUNK : 0;
+	}
+	pthread_mutex_lock(&e->lock);
+	while (*buf && !ret && e->hctx && !e->u.cancel &&
+	       e->hashed < e->hash_end) {
+		uint64_t from = e->hashed, to = e->hash_end;
+
+		if (to - from > CKPT_HASH_CHUNK)
+			to = from + CKPT_HASH_CHUNK;
+		pthread_mutex_unlock(&e->lock);
+		while (!ret && from < to) {
+			ssize_t r = pread(e->fd, *buf, (size_t)(to - from),
+					  (off_t)from);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0 ||
+			    !EVP_DigestUpdate(e->hctx, *buf, (size_t)r))
+				ret = -EIO;
+			else
+				from += (uint64_t)r;
+		}
+		pthread_mutex_lock(&e->lock);
+		if (!ret)
+			e->hashed = to;
+	}
+	if (ret) { /* the publish hashes the whole file */
+		EVP_MD_CTX_free(e->hctx);
+		e->hctx = NULL;
+	}
+	e->hash_running = false;
+	e->u.busy--;
+	pthread_cond_broadcast(&e->u.cond);
+	pthread_mutex_unlock(&e->lock);
+}
+
 static void *ckpt_upload_main(void *arg)
 {
 	struct ckpt *ck = arg;
@@ -361,7 +433,9 @@ static void *ckpt_upload_main(void *arg)
 		pthread_mutex_unlock(&ck->upq_lock);
 		if (!j)
 			break;
-		if (j->partno == 0)
+		if (j->partno == CKPT_JOB_HASH)
+			ckpt_upload_hash_job(j->e, &buf, &cap);
+		else if (j->partno == 0)
 			ckpt_upload_begin_job(ck, j->e);
 		else
 			ckpt_upload_part_job(ck, j->e, j->partno, &buf, &cap);

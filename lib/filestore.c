@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -734,8 +735,30 @@ static int filestore_up_part(struct objstore_upload *up, unsigned partno,
 		if (c < 0 && errno == EINTR)
 			continue;
 		if (c <= 0)
-			break; /* EXDEV, EINVAL, ENOSYS...: copy by hand */
+			break; /* EXDEV, EINVAL, ENOSYS...: sendfile, by hand */
 		done += (uint64_t)c;
+	}
+	/* Across file systems (the local copy on another disk or tmpfs)
+	 * copy_file_range is refused; sendfile copies in the kernel too, at
+	 * the file offset of a descriptor of its own (parts run at once). */
+	if (!buf && done < len) {
+		int ofd = openat(fu->dfd, up->id,
+				 O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+
+		while (ofd >= 0 && done < len &&
+		       lseek(ofd, (off_t)(at + done), SEEK_SET) >= 0) {
+			off_t so = (off_t)(off + done);
+			ssize_t c =
+				sendfile(ofd, fd, &so, (size_t)(len - done));
+
+			if (c < 0 && errno == EINTR)
+				continue;
+			if (c <= 0)
+				break;
+			done += (uint64_t)c;
+		}
+		if (ofd >= 0)
+			close(ofd);
 	}
 	while (!ret && done < len) {
 		size_t want = len - done > (1 << 20) ? (1 << 20) : len - done;
@@ -772,6 +795,10 @@ static int filestore_up_part(struct objstore_upload *up, unsigned partno,
 			  partno, up->key, strerror(-ret));
 		return ret;
 	}
+	/* Start writing it to the disk now, so that the commit's fsync
+	 * waits only for the last parts (errors: the fsync reports them). */
+	sync_file_range(fu->fd, (off64_t)at, (off64_t)len,
+			SYNC_FILE_RANGE_WRITE);
 	objstore_count(&up->os->n_bytes_out, len);
 	snprintf(etag, OBJSTORE_ETAG_MAX, "%u", partno);
 	return 0;

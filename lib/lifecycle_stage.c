@@ -13,7 +13,10 @@
  * writer is changing) and C records (published: the local copy is a clean
  * cache, dropped with its record; dstagefs then reads the store). A record
  * that changes between the check and the write is left alone (-ESTALE).
- * No state, no locks: a handle is one thread's.
+ * A local copy open in dstagefs is never dropped, and one dstagefs is
+ * publishing is not published here (the locks of ckpt_i.h, taken without
+ * waiting: -EBUSY, tried again at the next pass). No state: a handle is
+ * one thread's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -245,11 +248,17 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	ret = stage_rec(s, key, ino, 'P', &rec);
 	if (ret)
 		return ret;
-	fd = openat(s->ck.tree_fd, key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(s->ck.tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) || st.st_ino != ino) {
 		ret = -ESTALE;
 		goto out;
 	}
+	/* dstagefs publishing it now (a newer version): skip, try later */
+	ret = ckpt_lock_publish(fd, false);
+	if (!ret)
+		ret = stage_rec(s, key, ino, 'P', &rec);
+	if (ret)
+		goto out;
 	ret = stage_copy(s, fd, (uint64_t)st.st_size, &cfd, sha);
 	if (ret)
 		goto out;
@@ -313,18 +322,32 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 {
 	struct ckpt_rec rec;
 	struct stat st;
-	int ret = stage_rec(s, key, ino, 'C', &rec);
+	int fd, ret = stage_rec(s, key, ino, 'C', &rec);
 
 	if (ret)
 		return ret;
-	if (fstatat(s->ck.tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
-	    st.st_ino != ino)
-		return -ESTALE;
-	if (unlinkat(s->ck.tree_fd, key, 0))
-		return -errno;
+	fd = openat(s->ck.tree_fd, key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) || st.st_ino != ino) {
+		ret = -ESTALE;
+		goto out;
+	}
+	/* Open in dstagefs (read or written): skip it. Holding the lock,
+	 * no open can start using it; the record must still say C. */
+	ret = ckpt_lock_drop(fd);
+	if (!ret)
+		ret = stage_rec(s, key, ino, 'C', &rec);
+	if (ret)
+		goto out;
+	if (unlinkat(s->ck.tree_fd, key, 0)) {
+		ret = -errno;
+		goto out;
+	}
 	ckpt_journal_remove(&s->ck, ino);
 	stage_rmdirs(s, key);
-	return 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	return ret;
 }
 
 int lifecycle_abandoned_list(struct lifecycle_staging *s,

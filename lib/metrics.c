@@ -56,9 +56,18 @@ static const double metrics_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001,
 					 0.05,	 0.1,	  0.25,	  0.5,
 					 1,	 2.5,	  5,	  10 };
 #define METRICS_NB (sizeof(metrics_bounds) / sizeof(metrics_bounds[0]))
+/* A checkpoint's publish: up to 10 minutes (multi-GiB files); at most
+ * METRICS_NB bounds. */
+static const double metrics_bounds_ckpt[] = { 0.01, 0.025, 0.05, 0.1, 0.25,
+					      0.5,  1,	   2.5,	 5,   10,
+					      30,   60,	   120,	 300, 600 };
+_Static_assert(sizeof(metrics_bounds_ckpt) <= sizeof(metrics_bounds),
+	       "a histogram has at most METRICS_NB bounds");
 
 struct metrics_histogram {
 	const char *name, *help;
+	const double *bounds; /* NULL: metrics_bounds */
+	size_t nb; /* bounds' count when set */
 	_Atomic uint64_t bucket[METRICS_NB + 1]; /* not cumulative */
 	_Atomic uint64_t sum_ns;
 };
@@ -76,6 +85,9 @@ static struct metrics_histogram metrics_hists[METRICS_NHIST] = {
 		.name = "dstage_checkpoint_publish_seconds",
 		.help = "Time from a checkpoint file's close (or fsync) to its "
 			"publish in the store",
+		.bounds = metrics_bounds_ckpt,
+		.nb = sizeof(metrics_bounds_ckpt) /
+		      sizeof(metrics_bounds_ckpt[0]),
 	},
 };
 
@@ -131,7 +143,8 @@ void metrics_observe_since(enum metrics_hist h, uint64_t start_ns)
 	ns = metrics_now_ns() - start_ns;
 	s = (double)ns / 1e9;
 	mh = &metrics_hists[h];
-	while (i < METRICS_NB && s > metrics_bounds[i])
+	while (i < (mh->bounds ? mh->nb : METRICS_NB) &&
+	       s > (mh->bounds ? mh->bounds : metrics_bounds)[i])
 		i++;
 	atomic_fetch_add_explicit(&mh->bucket[i], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&mh->sum_ns, ns, memory_order_relaxed);
@@ -230,15 +243,17 @@ void metrics_gauge(struct metrics_buf *b, const char *name, const char *help,
 static void metrics_write_hist(struct metrics_buf *b,
 			       struct metrics_histogram *mh)
 {
+	const double *bounds = mh->bounds ? mh->bounds : metrics_bounds;
+	size_t nb = mh->bounds ? mh->nb : METRICS_NB;
 	uint64_t cum = 0;
 
 	metrics_family(b, mh->name, "histogram", mh->help);
-	for (size_t i = 0; i <= METRICS_NB; i++) {
+	for (size_t i = 0; i <= nb; i++) {
 		cum += atomic_load_explicit(&mh->bucket[i],
 					    memory_order_relaxed);
-		if (i < METRICS_NB)
+		if (i < nb)
 			metrics_printf(b, "%s_bucket{le=\"%g\"} %llu\n",
-				       mh->name, metrics_bounds[i],
+				       mh->name, bounds[i],
 				       (unsigned long long)cum);
 		else
 			metrics_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n",

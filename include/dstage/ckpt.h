@@ -83,6 +83,23 @@ struct objstore *ckpt_objstore(const struct ckpt *ck);
  * Returns 0 or -EINVAL. */
 int ckpt_name_ok(const char *dirkey, const char *name);
 
+/*
+ * Negative lookups: a name found missing (by ckpt_stat and, for a
+ * checkpoint, the lifecycle's archive marker) is remembered for ttl_ms,
+ * so that repeated misses (imports, exists() loops) do not each ask the
+ * store. At most 256 names (the oldest is replaced); every name this node
+ * adds (create, mkdir, rename) forgets them all; other nodes' new names
+ * show once ttl_ms has passed (use the entry timeout).
+ *   gen = ckpt_neg_gen(ck);            before asking the store
+ *   ... the store says -ENOENT ...
+ *   ckpt_neg_add(ck, key, ttl_ms, gen); ignored if a name was added since
+ *   ckpt_neg_find(ck, key)             true: still remembered missing
+ */
+uint64_t ckpt_neg_gen(struct ckpt *ck);
+void ckpt_neg_add(struct ckpt *ck, const char *key, unsigned ttl_ms,
+		  uint64_t gen);
+bool ckpt_neg_find(struct ckpt *ck, const char *key);
+
 /* Attributes of key: the local copy when this node wrote it (and the store
  * has not replaced it since), else the store's object or prefix. */
 int ckpt_stat(struct ckpt *ck, const char *key, struct ckpt_attr *a);

@@ -59,15 +59,16 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
  * record's SHA-256, stored under key (atomically), its SHA-256 sidecar
  * written, and the record becomes C with the store's ETag (unless it
  * changed meanwhile: -ESTALE, the copy stored is still a closed version).
- * Returns 0, -ESTALE (record not P any more, or another file), -EIO (the
- * copy's SHA-256 is not the recorded one), or a store error.
+ * Returns 0, -ESTALE (record not P any more, or another file), -EBUSY
+ * (dstagefs is publishing it), -EIO (the copy's SHA-256 is not the
+ * recorded one), or a store error.
  */
 int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 			      const char *key, ino_t ino);
 
 /* Drop the published local copy key (inode ino, record C): the store has
  * it; then its directories below the job's that are empty now. Returns 0,
- * -ESTALE (not C any more), or -errno. */
+ * -ESTALE (not C any more), -EBUSY (open in dstagefs: kept), or -errno. */
 int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 			   ino_t ino);
 
