@@ -9,9 +9,12 @@
  *   READAHEAD: blocks [b0, b0 + n) of an open object (a reference): filled
  *     if absent (never waiting for blocks others fill), checked if present
  *     and not yet verified. At most CACHE_MAX_JOBS queued; more are dropped.
- *   PREFETCH: a list of objects of one dataset, fetched in order in steps
- *     of window bytes; it stops as soon as a newer prefetch of the dataset
- *     bumps the dataset's pf_gen, or the cache stops.
+ *   PREFETCH: a list of objects of one dataset, fetched in list order,
+ *     up to s3.max_inflight objects at once (CACHE_PREFETCH_MAX at most:
+ *     the worker and helper threads it starts, struct cache_pf), each in
+ *     steps of window / threads bytes, so at most window bytes in flight;
+ *     it stops as soon as a newer prefetch of the dataset bumps the
+ *     dataset's pf_gen, or the cache stops.
  * Sequential detection (cache_access, o->lock): a read that continues the
  * stream doubles the object's window up to cache.readahead_max blocks and
  * queues the blocks past the read; any other read resets it.
@@ -74,33 +77,109 @@ static bool cache_prefetch_current(struct cache *c, const struct cache_job *j)
 	return cur;
 }
 
-static void cache_run_prefetch(struct cache *c, struct cache_job *j)
-{
-	uint64_t step = j->window / c->bs;
+/*
+ * One prefetch, run by its worker and up to CACHE_PREFETCH_MAX - 1 helper
+ * threads it starts: each takes the next list entry (pf->lock, a leaf,
+ * taken under no other lock) and fetches that object in steps of
+ * pf->step blocks, one step in flight per thread, so that all together
+ * hold at most the job's window in flight. A thread that finds the
+ * prefetch replaced or the cache stopping sets pf->stop (pf->lock) and
+ * the others end at their next step.
+ */
+struct cache_pf {
+	struct cache *c;
+	struct cache_job *j;
+	uint64_t step; /* blocks per step, window / threads */
+	pthread_mutex_t lock;
+	size_t next; /* next list entry to take (lock) */
+	bool stop; /* replaced or stopping (lock) */
+};
 
-	if (step < 1)
-		step = 1;
-	for (size_t i = 0; i < j->nobjs; i++) {
+/* Take the next entry: 0, or -ENOENT when the list is done or stopped. */
+static int cache_pf_take(struct cache_pf *pf, size_t *i)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&pf->lock);
+	if (!pf->stop && pf->next < pf->j->nobjs) {
+		*i = pf->next++;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&pf->lock);
+	return ret;
+}
+
+static bool cache_pf_going(struct cache_pf *pf)
+{
+	bool go = cache_prefetch_current(pf->c, pf->j);
+
+	pthread_mutex_lock(&pf->lock);
+	if (!go)
+		pf->stop = true;
+	go = !pf->stop;
+	pthread_mutex_unlock(&pf->lock);
+	return go;
+}
+
+static void *cache_pf_run(void *arg)
+{
+	struct cache_pf *pf = arg;
+	size_t i;
+
+	while (!cache_pf_take(pf, &i)) {
+		const struct cache_object *ob = &pf->j->objs[i];
 		struct cache_obj *o;
 		bool no_space = false;
 
-		if (!j->objs[i].size)
+		if (!ob->size)
 			continue;
-		if (cache_obj_get(c, &j->objs[i], true, &o) || !o)
+		if (cache_obj_get(pf->c, ob, true, &o) || !o)
 			continue;
-		for (uint64_t b = 0; b < o->nblocks && !no_space; b += step) {
-			uint64_t e =
-				b + step < o->nblocks ? b + step : o->nblocks;
+		/* No room (cache.size taken by what is pinned, busy or not
+		 * yet evictable): the rest of this object is not kept. */
+		for (uint64_t b = 0; b < o->nblocks && !no_space;
+		     b += pf->step) {
+			uint64_t e = b + pf->step < o->nblocks ? b + pf->step
+							       : o->nblocks;
 
-			if (!cache_prefetch_current(c, j) ||
+			if (!cache_pf_going(pf) ||
 			    cache_obj_range(o, b, e, true, false, NULL,
 					    &no_space))
 				break;
 		}
 		cache_obj_put(o);
-		if (!cache_prefetch_current(c, j))
+		if (!cache_pf_going(pf))
 			break;
 	}
+	return NULL;
+}
+
+/* Keep up to s3.max_inflight (at most CACHE_PREFETCH_MAX) list entries in
+ * flight, within the job's window. */
+static void cache_run_prefetch(struct cache *c, struct cache_job *j)
+{
+	pthread_t th[CACHE_PREFETCH_MAX];
+	struct cache_pf pf = { .c = c, .j = j };
+	size_t n = c->cfg->s3_max_inflight, started = 0;
+
+	if (n > CACHE_PREFETCH_MAX)
+		n = CACHE_PREFETCH_MAX;
+	if (n > j->nobjs)
+		n = j->nobjs;
+	if (n < 1)
+		n = 1;
+	pf.step = j->window / c->bs / n;
+	if (pf.step < 1)
+		pf.step = 1;
+	pthread_mutex_init(&pf.lock, NULL);
+	/* Helpers that cannot be started leave fewer in flight. */
+	while (started + 1 < n &&
+	       !pthread_create(&th[started], NULL, cache_pf_run, &pf))
+		started++;
+	cache_pf_run(&pf);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&pf.lock);
 }
 
 static void *cache_worker(void *arg)

@@ -137,6 +137,8 @@
 #define CACHE_DROP_SLACK (2u << 20) /* largest page-cache folio expected */
 #define CACHE_DROP_CHUNK (16u << 20) /* drop-behind granularity */
 #define CACHE_MAX_JOBS 64
+/* Most list entries one known-order prefetch fetches at once. */
+#define CACHE_PREFETCH_MAX 32
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */

@@ -313,6 +313,12 @@ class FaultProxy:
         # arrival (time.monotonic()).
         self.throttle_rps = None
         self.throttle_retry_after = None
+        # Forwarded GETs: each waits get_delay seconds first (when set);
+        # active_gets is how many are being served now (self.lock) and
+        # max_active_gets the most at once since start or reset_stats.
+        self.get_delay = None
+        self.active_gets = 0
+        self.max_active_gets = 0
 
     # ---- public API -------------------------------------------------------
     @property
@@ -402,6 +408,7 @@ class FaultProxy:
     def reset_stats(self):
         with self.lock:
             self.log = []
+            self.max_active_gets = self.active_gets
 
     def _over_rate(self, now):
         """With throttle_rps set: True when that many requests were served
@@ -566,10 +573,21 @@ class FaultProxy:
         us.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.lock:
             self.conns.add(us)
+        get = method == "GET"
+        if get:
+            with self.lock:
+                self.active_gets += 1
+                self.max_active_gets = max(self.max_active_gets,
+                                           self.active_gets)
         try:
+            if get and self.get_delay:
+                self._sleep(self.get_delay)
             return self._forward(cs, reader, us, head, method, framing,
                                  expect, client_close, fault, rec)
         finally:
+            if get:
+                with self.lock:
+                    self.active_gets -= 1
             self._forget(us)
             try:
                 us.close()

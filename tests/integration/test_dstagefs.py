@@ -830,3 +830,42 @@ def _prefetch_limits(denv, users, base):
     log = m.log_text()
     assert log.count("uid %d reached" % users.uid(user)) == 1, log
     assert "EDQUOT" in log
+
+
+def test_prefetch_objects_in_flight(faultproxy, tool, tmp_path):
+    """.dstage/prefetch keeps several list entries in flight (up to
+    s3.max_inflight): with every GET held at the proxy, the most GETs seen
+    at once is well above one."""
+    bucket = faultproxy.rgw.make_bucket("fs-pf-inflight")
+    url = "s3://%s/pf/" % bucket
+    n = 16
+    subprocess.run([tool("objstore_tool"), url, "fill", "s/", str(n)],
+                   env=faultproxy.env(), check=True, capture_output=True,
+                   timeout=120)
+    e = Env(tool, tmp_path / "env", extra_env=faultproxy.env(),
+            conf="[s3]\nmax_inflight = 8\n")
+    try:
+        e.catalog("add", "pfi", url)
+        m = e.mount()
+        names = sorted(os.listdir(m.mnt / "datasets/pfi/s"))
+        assert len(names) == n, names
+        total = sum(len("s/" + k) for k in names)
+        faultproxy.reset_stats()
+        faultproxy.get_delay = 0.3
+        with open(m.mnt / ".dstage" / "prefetch", "w") as f:
+            f.write("".join("datasets/pfi/s/%s\n" % k for k in names))
+        deadline = time.time() + 60
+        while m.stats()["bytes_from_source"] < total:
+            assert time.time() < deadline, m.stats()
+            time.sleep(0.1)
+        faultproxy.get_delay = None
+        # One object at a time would never show more than one GET.
+        assert faultproxy.max_active_gets >= 4, faultproxy.max_active_gets
+        gets = faultproxy.count("GET", path="/pf/s/")
+        assert gets >= n, faultproxy.counts()
+        for k in names:
+            assert (m.mnt / "datasets/pfi/s" / k).read_bytes() == \
+                ("s/" + k).encode()
+        assert m.stats()["bytes_from_source"] == total
+    finally:
+        e.cleanup()
