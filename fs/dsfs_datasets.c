@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,11 +47,13 @@
 struct dsfs_datasets_node {
 	struct dsfs_dataset *ds; /* a reference */
 	char *path; /* key of a file, path of a dir ("" for the root) */
-	bool dir;
 	uint64_t size;
 	int64_t mtime;
 	char *etag; /* "" when the source gave none */
+	bool dir;
 	atomic_bool error_logged; /* read errors are logged once per node */
+	/* path and etag point here: one malloc a node, not three */
+	char strs[];
 };
 
 static void dsfs_datasets_node_free(struct dsfs_datasets_node *p)
@@ -58,8 +61,6 @@ static void dsfs_datasets_node_free(struct dsfs_datasets_node *p)
 	if (!p)
 		return;
 	dsfs_dataset_put(p->ds);
-	free(p->path);
-	free(p->etag);
 	free(p);
 }
 
@@ -168,27 +169,37 @@ struct dsfs_datasets_mk {
 
 static struct dsfs_node *dsfs_datasets_make(const struct dsfs_datasets_mk *mk)
 {
-	struct dsfs_datasets_node *p = calloc(1, sizeof(*p));
+	const char *pp = mk->parent_path ? mk->parent_path : "";
+	const char *nm = mk->parent_path ? mk->name : "";
+	size_t lp = strlen(pp), ln = strlen(nm), le = strlen(mk->e->etag);
+	/* "parent/name" (or "name" at the top, "" for the root), etag */
+	size_t len = lp + (lp ? 1 : 0) + ln + 1 + le + 1;
+	struct dsfs_datasets_node *p =
+		malloc(offsetof(struct dsfs_datasets_node, strs) + len);
 	struct dsfs_node *n;
+	char *s;
 
 	if (!p)
 		return NULL;
-	if (!mk->parent_path)
-		p->path = strdup("");
-	else if (!mk->parent_path[0])
-		p->path = strdup(mk->name);
-	else if (asprintf(&p->path, "%s/%s", mk->parent_path, mk->name) < 0)
-		p->path = NULL;
-	p->etag = strdup(mk->e->etag);
+	memset(p, 0, offsetof(struct dsfs_datasets_node, strs));
+	s = p->strs;
+	p->path = s;
+	if (lp) {
+		memcpy(s, pp, lp);
+		s += lp;
+		*s++ = '/';
+	}
+	memcpy(s, nm, ln + 1);
+	s += ln + 1;
+	p->etag = s;
+	memcpy(s, mk->e->etag, le + 1);
 	p->dir = mk->e->is_dir;
 	p->size = mk->e->size;
 	p->mtime = mk->e->mtime;
 	p->ds = mk->ds;
 	dsfs_dataset_get(p->ds);
 	atomic_init(&p->error_logged, false);
-	n = p->path && p->etag
-		    ? dsfs_node_new(&dsfs_datasets_subtree, mk->name, p)
-		    : NULL;
+	n = dsfs_node_new(&dsfs_datasets_subtree, mk->name, p);
 	if (!n)
 		dsfs_datasets_node_free(p);
 	return n;

@@ -19,11 +19,19 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 #include "dsfs_node.h"
 
 #define DSFS_NODES_MIN_BUCKETS 1024
+/* Nodes a bucket (on average) before the tables double: 2 keeps chains
+ * short and the two bucket arrays at 8-16 bytes a node, not 16-32. */
+#define DSFS_NODES_LOAD 2
+/* Nodes forgotten between two malloc_trim calls (see dsfs_nodes_trim). */
+#define DSFS_NODES_TRIM_EVERY 65536
 
 static size_t dsfs_node_hash_ino(fuse_ino_t ino, size_t n)
 {
@@ -63,15 +71,17 @@ int dsfs_nodes_init(struct dsfs_nodes *t)
 struct dsfs_node *dsfs_node_new(const struct dsfs_subtree *sub,
 				const char *name, void *priv)
 {
-	struct dsfs_node *n = calloc(1, sizeof(*n));
+	size_t len = strlen(name);
+	struct dsfs_node *n;
 
+	if (len >= SIZE_MAX - sizeof(*n))
+		return NULL;
+	/* Only the name's bytes past the header, not sizeof's padding. */
+	n = malloc(offsetof(struct dsfs_node, name) + len + 1);
 	if (!n)
 		return NULL;
-	n->name = strdup(name);
-	if (!n->name) {
-		free(n);
-		return NULL;
-	}
+	memset(n, 0, offsetof(struct dsfs_node, name));
+	memcpy(n->name, name, len + 1);
 	n->sub = sub;
 	n->priv = priv;
 	return n;
@@ -79,9 +89,6 @@ struct dsfs_node *dsfs_node_new(const struct dsfs_subtree *sub,
 
 void dsfs_node_free(struct dsfs_node *n)
 {
-	if (!n)
-		return;
-	free(n->name);
 	free(n);
 }
 
@@ -134,7 +141,8 @@ int dsfs_nodes_add_fixed(struct dsfs_nodes *t, fuse_ino_t ino,
 	return 0;
 }
 
-/* Double the buckets when the table is full. Called with t->lock. */
+/* Double the buckets when the table is full (DSFS_NODES_LOAD). Called
+ * with t->lock. */
 static void dsfs_nodes_grow(struct dsfs_nodes *t)
 {
 	size_t n = t->nbuckets * 2;
@@ -253,7 +261,7 @@ int dsfs_nodes_insert(struct dsfs_nodes *t, fuse_ino_t parent,
 	}
 	if (old)
 		dsfs_nodes_unname(t, old);
-	if (t->nnodes >= t->nbuckets)
+	if (t->nnodes >= DSFS_NODES_LOAD * t->nbuckets)
 		dsfs_nodes_grow(t);
 	n->parent = parent;
 	n->ino = t->next_ino++;
@@ -296,6 +304,23 @@ struct dsfs_node *dsfs_nodes_forget(struct dsfs_nodes *t, fuse_ino_t ino,
 	n->next_ino = NULL;
 	dsfs_nodes_unname(t, n);
 	t->nnodes--;
+	t->nforgotten++;
 	pthread_mutex_unlock(&t->lock);
 	return n;
+}
+
+void dsfs_nodes_trim(struct dsfs_nodes *t)
+{
+	bool due;
+
+	pthread_mutex_lock(&t->lock);
+	due = t->nforgotten >= DSFS_NODES_TRIM_EVERY;
+	if (due)
+		t->nforgotten = 0;
+	pthread_mutex_unlock(&t->lock);
+#ifdef __GLIBC__
+	/* Outside the lock: it walks every arena's free lists. */
+	if (due)
+		malloc_trim(0);
+#endif
 }

@@ -49,13 +49,16 @@ struct dsfs_node {
 	fuse_ino_t ino;
 	fuse_ino_t parent; /* inode number of the parent (hash key) */
 	const struct dsfs_subtree *sub;
-	char *name; /* in the parent */
 	void *priv; /* the subtree's */
-	bool fixed; /* registered with dsfs_nodes_add_fixed */
 	uint64_t nlookup; /* nodes.lock */
 	struct dsfs_node *next_ino; /* nodes.lock: ino hash chain */
 	struct dsfs_node *next_name; /* nodes.lock: (parent, name) chain */
+	bool fixed; /* registered with dsfs_nodes_add_fixed */
 	bool named; /* nodes.lock: in the (parent, name) hash */
+	/* In the parent, stored in the node's own allocation: one malloc a
+	 * node, about 60 bytes plus the name (a million looked-up names
+	 * are held until the kernel forgets them). */
+	char name[];
 };
 
 /*
@@ -71,6 +74,7 @@ struct dsfs_nodes {
 	size_t nbuckets; /* lock */
 	size_t nnodes; /* lock */
 	fuse_ino_t next_ino; /* lock: only grows, numbers are never reused */
+	size_t nforgotten; /* lock: nodes forgotten since the last trim */
 };
 
 /* Returns 0 or -ENOMEM. */
@@ -126,5 +130,14 @@ int dsfs_nodes_insert(struct dsfs_nodes *t, fuse_ino_t parent,
  */
 struct dsfs_node *dsfs_nodes_forget(struct dsfs_nodes *t, fuse_ino_t ino,
 				    uint64_t count);
+
+/*
+ * After the caller has freed what FORGETs handed back: once
+ * DSFS_NODES_TRIM_EVERY nodes have been forgotten since the last time,
+ * give the heap's free pages back to the system (malloc_trim; glibc keeps
+ * them otherwise, so the resident set never shrank after the kernel
+ * dropped its inodes). Cheap otherwise: call it after every FORGET.
+ */
+void dsfs_nodes_trim(struct dsfs_nodes *t);
 
 #endif

@@ -333,6 +333,7 @@ static void dsfs_ops_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct dsfs *fs = dsfs_ops_fs(req);
 
 	dsfs_ops_free_node(fs, dsfs_nodes_forget(&fs->nodes, ino, nlookup));
+	dsfs_nodes_trim(&fs->nodes);
 	fuse_reply_none(req);
 }
 
@@ -345,6 +346,7 @@ static void dsfs_ops_forget_multi(fuse_req_t req, size_t count,
 		dsfs_ops_free_node(fs,
 				   dsfs_nodes_forget(&fs->nodes, forgets[i].ino,
 						     forgets[i].nlookup));
+	dsfs_nodes_trim(&fs->nodes);
 	fuse_reply_none(req);
 }
 
