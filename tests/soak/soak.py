@@ -90,6 +90,19 @@ def write_dataset(root, files):
     return {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
 
 
+FLIP = 0x5a  # flip_loop XORs 3 bytes with this
+
+
+def flip_signature(got, want):
+    """True when got differs from want exactly as flip_loop damages a
+    cache file: 1 to 3 contiguous bytes, each XORed with FLIP."""
+    if len(got) != len(want):
+        return False
+    diff = [i for i in range(len(got)) if got[i] != want[i]]
+    return (0 < len(diff) <= 3 and diff[-1] - diff[0] == len(diff) - 1
+            and all(got[i] ^ want[i] == FLIP for i in diff))
+
+
 class Windows:
     """Times when a process was down (kill -9 to ready + GRACE_S)."""
 
@@ -356,6 +369,15 @@ class Soak:
                 n = rnd.choice((1, 511, 4096, 65536, 300000))
                 got = os.pread(f.fileno(), n, off)
                 want = os.pread(s.fileno(), n, off)
+                if got != want and flip_signature(got, want):
+                    # flip_loop's own bytes, read from a block this
+                    # process had verified before the flip landed (one
+                    # check per open, docs/cache.md): the race between
+                    # its "not open" check and its write. Counted, not a
+                    # failure; any other difference is one.
+                    self.count("read a flip under an open object "
+                               "(verified before the flip)")
+                    return
                 if got != want:
                     self.count("BYTES DIFFER")
                     self.fail("%s/%s: %d bytes at %d differ from the "
@@ -474,7 +496,7 @@ class Soak:
                 off = rnd.randrange(0, size - 3)
                 with open(f, "r+b") as fh:
                     b = os.pread(fh.fileno(), 3, off)
-                    os.pwrite(fh.fileno(), bytes(x ^ 0x5a for x in b), off)
+                    os.pwrite(fh.fileno(), bytes(x ^ FLIP for x in b), off)
                     if str(f) in self.open_files():
                         os.pwrite(fh.fileno(), b, off)
                         self.count("cache flip undone (file opened)")
@@ -486,9 +508,18 @@ class Soak:
     def s3_fault_loop(self):
         rnd = random.Random(17)
         kinds = ("503", "500", "reset", "truncate", "bare503", "429")
+        # One fault at a time, on a GET 10-40 GETs after it is armed: a
+        # per-request rate of at most 1 in 11 however light the traffic.
+        # (Arming one every 2 s regardless let one object's consecutive
+        # retries all meet a fault when little else was read: a stage then
+        # failed with its retries spent, which is the client doing its job
+        # against a store failing every request, not what a low fault rate
+        # should test.)
         while not self.stop.wait(2.0):
+            if self.proxy.pending_faults():
+                continue
             self.proxy.add_fault(rnd.choice(kinds), count=1, match="GET",
-                                 seconds=1)
+                                 skip=rnd.randrange(10, 41), seconds=1)
             self.count("s3 faults armed")
             self.proxy.reset_stats()  # its request log would grow
 
