@@ -52,6 +52,7 @@
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "filestore_i.h"
+#include "filestore_io.h"
 
 static struct filestore *fs_of(struct objstore *os)
 {
@@ -410,7 +411,6 @@ static int filestore_get_one(struct filestore *fs, struct objstore_get *rq)
 {
 	char etag[OBJSTORE_ETAG_MAX];
 	struct stat st;
-	size_t done = 0;
 	int fd, ret = filestore_path_key_ok(fs, rq->key);
 
 	if (ret)
@@ -436,59 +436,20 @@ static int filestore_get_one(struct filestore *fs, struct objstore_get *rq)
 		ret = -ERANGE;
 		goto out;
 	}
-	while (done < rq->len) {
-		/* With on_data, in pieces the caller's hash takes while they
-		 * are still in the CPU's cache (a whole 4 MiB block was
-		 * hashed from memory again). */
-		size_t want = rq->len - done;
-
-		if (rq->on_data && want > FILESTORE_PIECE)
-			want = FILESTORE_PIECE;
-		ssize_t r = pread(fd, (char *)rq->buf + done, want,
-				  (off_t)(rq->off + done));
-
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			ret = -errno;
-			log_error("%s: read of '%s' at %llu failed: %s",
-				  fs->base.url, rq->key,
-				  (unsigned long long)(rq->off + done),
-				  strerror(errno));
-			goto out;
-		}
-		if (r == 0)
-			break;
-		if (rq->on_data)
-			rq->on_data(rq->on_data_arg, done,
-				    (char *)rq->buf + done, (size_t)r);
-		done += (size_t)r;
-	}
-	rq->got = done;
-	objstore_count(&fs->base.n_bytes_in, done);
+	ret = filestore_io_read(&fs->base, fd, rq);
 out:
 	close(fd);
 	return ret;
 }
 
-struct fs_batch {
-	struct filestore *fs;
-	struct objstore_get *reqs;
-	size_t n;
-	_Atomic size_t next;
-};
-
-static void *fs_batch_worker(void *arg)
+/* One read of a batch, counted in the source request metrics (0 "ok" or
+ * its errno). */
+static int filestore_get_counted(struct objstore *os, struct objstore_get *rq)
 {
-	struct fs_batch *b = arg;
-	size_t i;
+	int ret = filestore_get_one(fs_of(os), rq);
 
-	while ((i = atomic_fetch_add(&b->next, 1)) < b->n) {
-		b->reqs[i].result = filestore_get_one(b->fs, &b->reqs[i]);
-		/* metrics: a file read ends here (0 "ok" or its errno) */
-		metrics_source_request("GET", b->reqs[i].result);
-	}
-	return NULL;
+	metrics_source_request("GET", ret);
+	return ret;
 }
 
 /* Ranged reads in parallel, s3.max_inflight threads at most: on a parallel
@@ -496,27 +457,7 @@ static void *fs_batch_worker(void *arg)
 static int filestore_get_many(struct objstore *os, struct objstore_get *reqs,
 			      size_t n)
 {
-	struct fs_batch b = { .fs = fs_of(os), .reqs = reqs, .n = n };
-	size_t nthreads = os->cfg->s3_max_inflight;
-	pthread_t tids[64];
-	size_t started = 0;
-
-	if (nthreads > n)
-		nthreads = n;
-	if (nthreads > 64)
-		nthreads = 64;
-	for (size_t i = 1; i < nthreads; i++) {
-		if (pthread_create(&tids[started], NULL, fs_batch_worker, &b))
-			break;
-		started++;
-	}
-	fs_batch_worker(&b);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
-	for (size_t i = 0; i < n; i++)
-		if (reqs[i].result)
-			return reqs[i].result;
-	return 0;
+	return filestore_io_get_parallel(os, reqs, n, filestore_get_counted);
 }
 
 /* ---- put, delete, copy ---- */

@@ -16,10 +16,6 @@
 #include "objstore_backend.h"
 
 #define FILESTORE_TMP_PREFIX ".dstage-tmp."
-/* GET: bytes per read(2) when the caller hashes as they land (on_data):
- * half of this machine's per-core L2. */
-#define FILESTORE_PIECE (256u << 10)
-
 struct stat;
 
 /* Immutable after open. */

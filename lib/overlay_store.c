@@ -18,6 +18,7 @@
 
 #include "dstage/log.h"
 #include "dstage/overlay.h"
+#include "filestore_io.h"
 #include "objstore_backend.h"
 
 struct overlay_store {
@@ -61,7 +62,6 @@ static int overlay_store_get_one(struct overlay_store *s,
 {
 	char etag[OVERLAY_ETAG_MAX];
 	struct stat st;
-	size_t done = 0;
 	int fd, ret;
 
 	objstore_count(&s->base.n_requests, 1);
@@ -85,85 +85,25 @@ static int overlay_store_get_one(struct overlay_store *s,
 		ret = -ESTALE;
 		goto out;
 	}
-	while (done < rq->len) {
-		ssize_t r = pread(fd, (char *)rq->buf + done, rq->len - done,
-				  (off_t)(rq->off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = -errno;
-			log_error("%s: read of '%s' at %llu failed: %s",
-				  s->base.url, rq->key,
-				  (unsigned long long)(rq->off + done),
-				  strerror(errno));
-			goto out;
-		}
-		if (r == 0)
-			break;
-		if (rq->on_data)
-			rq->on_data(rq->on_data_arg, done,
-				    (char *)rq->buf + done, (size_t)r);
-		done += (size_t)r;
-	}
-	rq->got = done;
-	objstore_count(&s->base.n_bytes_in, done);
+	ret = filestore_io_read(&s->base, fd, rq);
 out:
 	close(fd);
 	return ret;
 }
 
-struct overlay_store_batch {
-	struct overlay_store *s;
-	struct objstore_get *reqs;
-	size_t n;
-	_Atomic size_t next;
-};
-
-static void *overlay_store_worker(void *arg)
+static int overlay_store_get_fn(struct objstore *os, struct objstore_get *rq)
 {
-	struct overlay_store_batch *b = arg;
-	size_t i;
-
-	while ((i = atomic_fetch_add(&b->next, 1)) < b->n)
-		b->reqs[i].result = overlay_store_get_one(b->s, &b->reqs[i]);
-	return NULL;
+	return overlay_store_get_one(overlay_store_of(os), rq);
 }
 
 /* Ranged reads in parallel, s3.max_inflight threads at most (the cache
  * asks for a readahead window at once): a parallel file system's latency,
- * not its bandwidth, bounds a single reader. */
+ * not its bandwidth, bounds a single reader. objstore_get_many counts the
+ * failed ones. */
 static int overlay_store_get_many(struct objstore *os,
 				  struct objstore_get *reqs, size_t n)
 {
-	struct overlay_store_batch b = { .s = overlay_store_of(os),
-					 .reqs = reqs,
-					 .n = n };
-	size_t nthreads = os->cfg->s3_max_inflight, started = 0;
-	pthread_t tids[64];
-	int first = 0;
-
-	if (nthreads > n)
-		nthreads = n;
-	if (nthreads > 64)
-		nthreads = 64;
-	for (size_t i = 1; i < nthreads; i++) {
-		if (pthread_create(&tids[started], NULL, overlay_store_worker,
-				   &b))
-			break;
-		started++;
-	}
-	overlay_store_worker(&b);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
-	for (size_t i = 0; i < n; i++) {
-		if (!reqs[i].result)
-			continue;
-		objstore_count(&os->n_errors, 1);
-		if (!first)
-			first = reqs[i].result;
-	}
-	return first;
+	return filestore_io_get_parallel(os, reqs, n, overlay_store_get_fn);
 }
 
 static int overlay_store_head(struct objstore *os, const char *key,
