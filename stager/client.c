@@ -767,6 +767,8 @@ int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	int ret, code;
 	json_t *doc;
 
+	if (adhoc_is_path(o->argv[0]))
+		return adhoc_run(cfg, cmd, o);
 	client_jitter(o->jitter_s);
 	code = client_request(&cl, cmd, &id);
 

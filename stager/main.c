@@ -79,11 +79,14 @@ static const struct stager_cmd stager_cmds[] = {
 	  "Files, bytes, manifest key, cached and verified share and last\n"
 	  "verify of a dataset." },
 	{ "stage", client_submit, STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
-	  STAGER_JSON_OBJECT, 1, 1, "jwbnfFJ", "NAME",
+	  STAGER_JSON_OBJECT, 1, 1, "jwbnfFJ", "NAME|PATH",
 	  "Prewarm the dataset (or --files) into the cache, hashing every "
 	  "file\n"
 	  "as it streams and checking it against the dataset's manifest key\n"
-	  "(SHA256SUMS unless add --manifest chose another).\n"
+	  "(SHA256SUMS unless add --manifest chose another). A PATH (it holds\n"
+	  "a '/') is a directory under a dstagefs mount (dstagefs --over):\n"
+	  "every file is read through the mount, in this process and with\n"
+	  "your rights, so that dstagefs caches it (--parallel, --json).\n"
 	  "  --wait           follow the job: a progress bar on a terminal,\n"
 	  "                   plain lines otherwise; exit 1 if it fails\n"
 	  "  --bandwidth RATE cap, bytes per second (500M, 1G)\n"
@@ -96,11 +99,13 @@ static const struct stager_cmd stager_cmds[] = {
 	  "                   spread out (the Slurm prolog)" },
 	{ "verify", client_submit,
 	  STAGER_NEEDS_DAEMON | STAGER_SUBMIT | STAGER_ALWAYS_WAIT,
-	  STAGER_JSON_OBJECT, 1, 1, "jwscrebnf", "NAME",
+	  STAGER_JSON_OBJECT, 1, 1, "jwscrebnf", "NAME|PATH",
 	  "Check every file's SHA-256 against the dataset's manifest key\n"
 	  "(SHA256SUMS unless add --manifest chose another) or, for files it\n"
 	  "does not list, against the hash recorded when staging. Exit 0 only\n"
-	  "when all match. Always waits.\n"
+	  "when all match. Always waits. A PATH under a dstagefs mount: every\n"
+	  "file read through it and hashed, checked against PATH/SHA256SUMS\n"
+	  "when there is one (mismatched, missing, not listed).\n"
 	  "  --cache     read the cache (default): check each cached block's\n"
 	  "              checksum first, never contacting the source; report\n"
 	  "              each damaged block (key, block, cache file) and the\n"

@@ -114,6 +114,12 @@ struct stager_cmd {
 	const char *help;
 };
 
+/* adhoc.c: stage and verify of a directory under a dstagefs mount (a PATH,
+ * told from a dataset NAME by its '/'), run in this process. */
+bool adhoc_is_path(const char *arg);
+int adhoc_run(const struct dstage_config *cfg, const struct stager_cmd *cmd,
+	      const struct stager_opts *o);
+
 /* client.c: the commands that are requests to the daemon. */
 int client_list(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o);
