@@ -45,6 +45,16 @@ def define_rows(b, warm_rounds):
         L.get("page_cache_epoch_MBps", L.get("page_cache_read_MBps")),
         "page-cache read of local copies of the same files "
         f"(medians of {warm_rounds}, right after)", 0.8)
+    row("overlay_warm", "transparent mode (dstagefs --over), warm read, page "
+        "cache dropped", "MB/s", L.get("overlay_cachefile_MBps"),
+        "the cache's object files read directly after the same drop", 0.9)
+    row("overlay_cold", "transparent mode, cold read (first read fills the "
+        "cache)", "MB/s", L.get("overlay_tree_cold_MBps"),
+        "the tree read directly, page cache dropped (here: local disk)")
+    row("overlay_vs_tree", "transparent mode, warm read against the tree "
+        "itself", "MB/s", L.get("overlay_tree_cold_MBps"),
+        "the tree read directly, page cache dropped (on a cluster: the "
+        "parallel FS)")
     for n in (1, 8):
         row(f"small_cold_{n}", f"small files, cold, {n} reader(s)", "files/s",
             L.get(f"curl_small_get_{n}_fps"), f"curl GETs, {n} kept-alive stream(s)")
