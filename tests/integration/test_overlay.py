@@ -330,6 +330,32 @@ def save_model(obj, path):
             f.write(buf.getvalue())
 
 
+def test_torch_save_lands_in_the_tree_and_loads_back(ov):
+    """A model's state dict saved with torch.save through the overlay is in
+    the tree underneath, byte for byte, and torch.load reads it back from
+    the tree and through the overlay, after a temp + os.replace save too."""
+    torch = pytest.importorskip("torch")
+    os.makedirs(ov.pfs / "ckpt")
+    ov.start()
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    state = model.state_dict()
+    torch.save(state, ov.pfs / "ckpt" / "model.pt")
+    tmp = ov.pfs / "ckpt" / ".model.pt.tmp"
+    torch.save({"step": 9, "model": state}, tmp)
+    os.replace(tmp, ov.pfs / "ckpt" / "step9.pt")
+    assert not ov.exists("ckpt/.model.pt.tmp")
+    for rel, get in (("ckpt/model.pt", lambda d: d),
+                     ("ckpt/step9.pt", lambda d: d["model"])):
+        direct = ov.get(rel)
+        assert direct == (ov.pfs / rel).read_bytes()
+        for src in (io.BytesIO(direct), str(ov.pfs / rel)):
+            back = get(torch.load(src))
+            assert back.keys() == state.keys()
+            assert all(torch.equal(back[k], state[k]) for k in state)
+
+
 def test_writes_land_in_the_tree(ov):
     os.makedirs(ov.pfs / "ckpt")
     ov.start()
