@@ -47,27 +47,28 @@ def cpulist(cpus):
     return ",".join(str(c) for c in cpus)
 
 
-def proc_cpu_s(pid):
-    """utime + stime of a live process (all its threads), seconds; None if
-    it is gone."""
+def _stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (field 3 on);
+    None if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             st = f.read()
     except OSError:
         return None
-    fields = st[st.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / TCK
+    return st[st.rindex(")") + 2:].split()
+
+
+def proc_cpu_s(pid):
+    """utime + stime of a live process (all its threads), seconds; None if
+    it is gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / TCK
 
 
 def proc_faults(pid):
     """Page faults (minor + major) of a live process so far; None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            st = f.read()
-    except OSError:
-        return None
-    fields = st[st.rindex(")") + 2:].split()
-    return int(fields[7]) + int(fields[9])
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[7]) + int(fields[9])
 
 
 def _comm(pid):
