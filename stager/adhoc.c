@@ -81,6 +81,9 @@ struct adhoc {
 
 static struct adhoc *adhoc_walking; /* nftw has no argument pointer */
 
+static void adhoc_note(struct adhoc *a, const char *kind, const char *rel,
+		       const char *why);
+
 static int adhoc_walk_cb(const char *path, const struct stat *st, int type,
 			 struct FTW *ftw)
 {
@@ -88,16 +91,20 @@ static int adhoc_walk_cb(const char *path, const struct stat *st, int type,
 	const char *rel = path + strlen(a->root);
 
 	(void)ftw;
+	while (*rel == '/')
+		rel++;
 	if (type == FTW_DNR || type == FTW_NS) {
-		fprintf(stderr, "stager: %s: cannot be read (%s); skipped\n",
-			path, strerror(errno ? errno : EACCES));
+		const char *why = strerror(errno ? errno : EACCES);
+
 		atomic_fetch_add(&a->errors, 1);
+		adhoc_note(a, "ERROR", *rel ? rel : ".", why);
+		if (!a->first_error[0])
+			snprintf(a->first_error, sizeof(a->first_error),
+				 "%s: %s", *rel ? rel : ".", why);
 		return 0;
 	}
 	if (type != FTW_F || !S_ISREG(st->st_mode))
 		return 0;
-	while (*rel == '/')
-		rel++;
 	if (a->verify && !strcmp(rel, ADHOC_MANIFEST))
 		return 0; /* the manifest does not list itself */
 	if (a->n_files == ADHOC_MAX_FILES) {

@@ -555,10 +555,14 @@ def test_adhoc_path_refusals(ov, users, tmp_path):
     os.chmod(ov.pfs, 0o755)
     ov.put("open.bin", os.urandom(300000), 0o644)
     ov.put("private.bin", os.urandom(300000), 0o600)
+    os.makedirs(ov.pfs / "locked")
+    ov.put("locked/in.bin", os.urandom(300000), 0o644)
+    os.chmod(ov.pfs / "locked", 0o700)  # a directory it cannot list
     r = users.run(u, [ov.tool("stager"), "--config", str(ov.conf), "stage",
                       str(ov.pfs)])
     out = r.stdout.decode()
     assert r.returncode == 1, out
     assert "ERROR private.bin: Permission denied" in out
-    assert "1 file(s) could not be read" in out
+    assert "ERROR locked: Permission denied" in out
+    assert "2 file(s) could not be read" in out
     assert adhoc(ov, "stage", ov.pfs).returncode == 0
