@@ -213,6 +213,49 @@ static void test_bad_file(void)
 	unlink(path);
 }
 
+/*
+ * A cache.dir its owner cannot write (a read-only file system, or mode
+ * 0555 as here): no file is made, the process keeps its own bucket and
+ * its limit still holds. Run as a second uid, since root writes anyway.
+ */
+static void test_read_only_dir(void)
+{
+	char ro[sizeof(dir) + 8];
+	int status = -1;
+	pid_t pid;
+
+	if (geteuid() != 0)
+		return; /* needs a second uid */
+	snprintf(ro, sizeof(ro), "%s/ro", dir);
+	CHECK_INT(mkdir(ro, 0555), 0);
+	CHECK_INT(chown(ro, 65534, 65534), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct ratelimit_shm rs = RATELIMIT_SHM_INITIALIZER;
+		int bad = 0;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(3);
+		bad |= ratelimit_shm_configure(&rs, ro, 1, 0) != -EACCES;
+		bad |= ratelimit_shm_shared(&rs);
+		/* the burst of 1, then the limit: refused in the same ms */
+		bad |= ratelimit_shm_acquire(&rs, 5000, 0) != 0;
+		bad |= ratelimit_shm_acquire(&rs, 5000, 0) == 0;
+		ratelimit_shm_release(&rs);
+		_exit(bad ? 1 : 0);
+	}
+	CHECK(pid > 0);
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(access(ro, F_OK) == 0);
+	{
+		char f[sizeof(ro) + 16];
+		snprintf(f, sizeof(f), "%s/%s", ro, RATELIMIT_SHM_FILE);
+		CHECK(access(f, F_OK) != 0);
+	}
+	rmdir(ro);
+}
+
 int main(void)
 {
 	struct stat st;
@@ -230,6 +273,7 @@ int main(void)
 	test_bad_values();
 	test_other_boot();
 	test_bad_file();
+	test_read_only_dir();
 	rmdir(dir);
 	return check_result();
 }
