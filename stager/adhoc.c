@@ -21,7 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <fts.h>
 #include <inttypes.h>
 #include <linux/magic.h>
 #include <pthread.h>
@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,7 +62,7 @@ struct adhoc_sum {
 };
 
 struct adhoc {
-	const char *root; /* realpath of PATH */
+	char *root; /* realpath of PATH */
 	bool verify;
 	struct adhoc_file *files;
 	size_t n_files, cap_files;
@@ -79,22 +80,21 @@ struct adhoc {
 	char first_error[512];
 };
 
-static struct adhoc *adhoc_walking; /* nftw has no argument pointer */
-
 static void adhoc_note(struct adhoc *a, const char *kind, const char *rel,
 		       const char *why);
 
-static int adhoc_walk_cb(const char *path, const struct stat *st, int type,
-			 struct FTW *ftw)
+/* One entry of the walk: a regular file is listed, a directory that could
+ * not be read is an ERROR line. Returns 0 or -errno (stop the walk). */
+static int adhoc_walk_one(struct adhoc *a, const FTSENT *e)
 {
-	struct adhoc *a = adhoc_walking;
-	const char *rel = path + strlen(a->root);
+	const char *rel = e->fts_path + strlen(a->root);
 
-	(void)ftw;
 	while (*rel == '/')
 		rel++;
-	if (type == FTW_DNR || type == FTW_NS) {
-		const char *why = strerror(errno ? errno : EACCES);
+	if (e->fts_info == FTS_DNR || e->fts_info == FTS_NS ||
+	    e->fts_info == FTS_ERR) {
+		const char *why =
+			strerror(e->fts_errno ? e->fts_errno : EACCES);
 
 		atomic_fetch_add(&a->errors, 1);
 		adhoc_note(a, "ERROR", *rel ? rel : ".", why);
@@ -103,7 +103,7 @@ static int adhoc_walk_cb(const char *path, const struct stat *st, int type,
 				 "%s: %s", *rel ? rel : ".", why);
 		return 0;
 	}
-	if (type != FTW_F || !S_ISREG(st->st_mode))
+	if (e->fts_info != FTS_F || !S_ISREG(e->fts_statp->st_mode))
 		return 0;
 	if (a->verify && !strcmp(rel, ADHOC_MANIFEST))
 		return 0; /* the manifest does not list itself */
@@ -126,9 +126,33 @@ static int adhoc_walk_cb(const char *path, const struct stat *st, int type,
 	a->files[a->n_files].rel = strdup(rel);
 	if (!a->files[a->n_files].rel)
 		return -ENOMEM;
-	a->files[a->n_files++].size = (uint64_t)st->st_size;
-	a->total_bytes += (uint64_t)st->st_size;
+	a->files[a->n_files++].size = (uint64_t)e->fts_statp->st_size;
+	a->total_bytes += (uint64_t)e->fts_statp->st_size;
 	return 0;
+}
+
+/* Walk a->root without following symlinks or leaving its file system.
+ * Returns 0 or -errno. */
+static int adhoc_walk(struct adhoc *a)
+{
+	char *const roots[] = { a->root, NULL };
+	FTS *fts = fts_open(roots, FTS_PHYSICAL | FTS_XDEV | FTS_NOCHDIR, NULL);
+	FTSENT *e;
+	int ret = 0;
+
+	if (!fts)
+		return -errno;
+	while (!ret) {
+		errno = 0;
+		e = fts_read(fts);
+		if (!e) {
+			ret = -errno; /* 0 at the end of the walk */
+			break;
+		}
+		ret = adhoc_walk_one(a, e);
+	}
+	fts_close(fts);
+	return ret;
 }
 
 static int adhoc_sum_cmp(const void *x, const void *y)
@@ -462,12 +486,10 @@ int adhoc_run(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		goto out;
 	}
 	a.root = root;
-	adhoc_walking = &a;
-	ret = nftw(root, adhoc_walk_cb, 32, FTW_PHYS | FTW_MOUNT);
-	adhoc_walking = NULL;
+	ret = adhoc_walk(&a);
 	if (ret) {
 		fprintf(stderr, "stager %s: walking %s: %s\n", cmd->name, root,
-			strerror(ret < 0 ? -ret : errno));
+			strerror(-ret));
 		goto out;
 	}
 	if (a.verify && adhoc_manifest(&a))
