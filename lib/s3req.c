@@ -458,10 +458,16 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 		if (ret)
 			goto out;
 	}
-	/* No 100-continue round trip; no form content type on POST. */
+	/* No 100-continue round trip; no form content type on POST. The
+	 * start of a multipart upload has no body: its Content-Type is the
+	 * object's, the one a single PUT gets (S3's default). */
 	ret = s3_add_header(&rq->hdrs, "Expect:");
 	if (!ret && !strcmp(rq->method, "POST"))
-		ret = s3_add_header(&rq->hdrs, "Content-Type: application/xml");
+		ret = s3_add_header(
+			&rq->hdrs,
+			strcmp(rq->query, "uploads=")
+				? "Content-Type: application/xml"
+				: "Content-Type: binary/octet-stream");
 	if (ret)
 		goto out;
 

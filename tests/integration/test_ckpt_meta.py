@@ -127,6 +127,9 @@ def test_checkpoint_from_overlapped_parts_gets_sha256(tool, tmp_path, rgw):
         h = head(rgw, store.bucket, store.prefix + "job/step-10.bin")
         assert h.get("x-amz-meta-sha256") == sha(data), h
         assert h["etag"].endswith('-5"'), h            # the overlapped parts
+        # the Content-Type a single PUT gets (it was application/xml, the
+        # CreateMultipartUpload request's own), kept by the stamp
+        assert h["content-type"] == "binary/octet-stream", h
         assert "x-amz-meta-sha256" not in m.log_text()
         # The drill restores it and checks it.
         out = tmp_path / "drill"
@@ -201,6 +204,7 @@ def test_multipart_push_gets_sha256(tool, stager_dir, faultproxy):  # noqa: F811
         assert h.get("x-amz-meta-sha256") == \
             hashlib.sha256(body).hexdigest(), h
         assert h["etag"].endswith('-3"'), h
+        assert h["content-type"] == "binary/octet-stream", h
         h = head(faultproxy.rgw, dest.bucket, dest.prefix + "/small.txt")
         assert h.get("x-amz-meta-sha256") == \
             hashlib.sha256(b"small\n").hexdigest(), h
