@@ -220,7 +220,7 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 		const char *sp = memchr(p, ' ', n);
 
 		rq->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-		rq->etag[0] = '\0';
+		rq->etag[0] = rq->meta_sha256_got[0] = '\0';
 		rq->have_cl = rq->have_cr = false;
 		rq->retry_after_ms = 0;
 		if (rq->on_header)
@@ -242,6 +242,9 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	if (nlen == 4 && !strncasecmp(p, "etag", 4)) {
 		if (vlen < sizeof(rq->etag))
 			memcpy(rq->etag, tmp, vlen + 1);
+	} else if (nlen == 17 && !strncasecmp(p, "x-amz-meta-sha256", 17)) {
+		if (vlen == 64 && strspn(tmp, "0123456789abcdef") == 64)
+			memcpy(rq->meta_sha256_got, tmp, 65);
 	} else if (nlen == 14 && !strncasecmp(p, "content-length", 14)) {
 		char *end;
 
@@ -382,7 +385,7 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	rq->resp_len = 0;
 	rq->overflow = false;
 	rq->body_pos = 0;
-	rq->etag[0] = '\0';
+	rq->etag[0] = rq->meta_sha256_got[0] = '\0';
 	rq->have_cl = rq->have_cr = false;
 	rq->last_modified = 0;
 	rq->errbuf[0] = '\0';

@@ -131,6 +131,7 @@ static int s3store_head(struct objstore *os, const char *key,
 		info->size = rq.have_cl ? rq.content_length : 0;
 		info->mtime = rq.last_modified;
 		snprintf(info->etag, sizeof(info->etag), "%s", rq.etag);
+		memcpy(info->sha256, rq.meta_sha256_got, sizeof(info->sha256));
 	} else if (!rq.s3code[0] && (rq.status == 400 || rq.status == 403)) {
 		/* A HEAD answer has no body to say why (SignatureDoesNotMatch,
 		 * AccessDenied, ...): ask with a 1-byte GET, which logs the

@@ -104,6 +104,7 @@ struct s3req {
 	bool overflow;
 	uint64_t body_pos;
 	char etag[OBJSTORE_ETAG_MAX];
+	char meta_sha256_got[65]; /* the answer's x-amz-meta-sha256, or "" */
 	uint64_t content_length;
 	bool have_cl;
 	int64_t last_modified;

@@ -45,6 +45,9 @@ struct objstore_info {
 	uint64_t size;
 	char etag[OBJSTORE_ETAG_MAX]; /* quoted as the server sends it */
 	int64_t mtime; /* seconds since the epoch */
+	/* objstore_head only: the object's x-amz-meta-sha256 (64 lowercase
+	 * hex digits), "" when it has none (always for file://). */
+	char sha256[65];
 };
 
 /* One ranged GET. len bytes from off into buf; if_match may be NULL. */

@@ -139,6 +139,16 @@ def test_checkpoint_from_overlapped_parts_gets_sha256(tool, tmp_path, rgw):
         assert p.returncode == 0, p.stdout + p.stderr
         rep = json.loads(p.stdout)
         assert rep["files"] == 1 and rep["ok"] and rep["bad"] == [], rep
+        # Without its sidecar the drill checks the object's own header.
+        store.rgw.curl("/%s/%s.dstage-sha256/job/step-10.bin" %
+                       (store.bucket, store.prefix), "-X", "DELETE")
+        assert store.get(".dstage-sha256/job/step-10.bin") is None
+        p = subprocess.run([tool("stager"), "drill", "job", "--to",
+                            str(tmp_path / "drill2"), "--json"], env=m.env,
+                           capture_output=True, timeout=300, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        rep = json.loads(p.stdout)
+        assert rep["files"] == 1 and rep["ok"] and rep["bad"] == [], rep
     finally:
         m.stop()
         store.cleanup()
