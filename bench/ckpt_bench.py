@@ -4,7 +4,7 @@ against plain copies of the same bytes to the same store.
 
     bench/ckpt_bench.py [--size-mb N] [--shards N] [--shard-mb N]
                         [--stores dir,s3] [--rgw-env F] [--json OUT]
-                        [--staging DIR]
+                        [--staging DIR] [--no-peers]
 
 --staging DIR puts the mounts' staging directories (the local copies)
 under DIR instead of the work directory. By default they share the disk
@@ -21,7 +21,13 @@ Rows (one process each unless said):
   ckpt_s3       the same to radosgw, vs the project's own multipart client
                 (tests/tools/objstore_tool put: objstore_put_fd)
   ckpt_*_shards N processes writing one shard each at once, vs N copies
-                (cp / objstore_tool put) at once
+                (cp / objstore_tool put) at once (directory store: and vs N
+                `cp` then `sync FILE` at once, the fair variant)
+Peers (--no-peers leaves them out; each skipped when not installed), in
+the ckpt_s3 row: the same N MiB file written into the same bucket by
+  s3fs          `cp` into an s3fs mount of the bucket (its close returns
+                once the file is uploaded; use_cache, parallel_count=8)
+  rclone        `rclone copyto FILE rgw:BUCKET/KEY` (its multipart client)
 Also: close latency (last write returned to close returned) against the
 time to send one part (objstore_tool put of one s3.part_size object).
 
@@ -72,8 +78,9 @@ def log(msg):
 
 class CkptBench:
     def __init__(self, build, work, env, size, shards, shard_size,
-                 staging=None):
+                 staging=None, peers=True):
         self.build, self.work, self.env = build, work, dict(env)
+        self.peers = peers
         self.staging = staging   # parent of the staging dirs (None: work)
         self.size, self.shards, self.shard_size = size, shards, shard_size
         self.mounts = []
@@ -195,9 +202,94 @@ class CkptBench:
         r["shards_cp_s"] = self.parallel(
             [["cp", shard_src, os.path.join(store, "cp", f"s{i}.bin")]
              for i in range(self.shards)])[0]
+        for i in range(self.shards):
+            os.unlink(os.path.join(store, "cp", f"s{i}.bin"))
+        r["shards_cp_sync_s"] = self.parallel(
+            [["sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", shard_src,
+              os.path.join(store, "cp", f"s{i}.bin")]
+             for i in range(self.shards)])[0]
         r["shards_mount_s"] = self.shards_through(ck)
         self.unmount_all()
         shutil.rmtree(store, ignore_errors=True)
+        return r
+
+    # ---- peers writing the same file into the bucket ----
+    def s3fs_write(self, bucket, src):
+        """Seconds for `cp SRC` into an s3fs mount of the bucket (s3fs
+        uploads at close, so cp returns once the object is stored)."""
+        d = tempfile.mkdtemp(prefix="s3fs.", dir=self.work)
+        mnt, cache = os.path.join(d, "mnt"), os.path.join(d, "cache")
+        os.makedirs(mnt)
+        os.makedirs(cache)
+        pw = os.path.join(d, "passwd")
+        with open(os.open(pw, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(f"{self.env['AWS_ACCESS_KEY_ID']}:"
+                    f"{self.env['AWS_SECRET_ACCESS_KEY']}\n")
+        pr = subprocess.Popen(
+            ["s3fs", bucket, mnt, "-f", "-o", f"passwd_file={pw}",
+             "-o", f"url={self.env['AWS_ENDPOINT_URL']}",
+             "-o", "use_path_request_style", "-o", "endpoint=us-east-1",
+             "-o", f"use_cache={cache}", "-o", "parallel_count=8"],
+            env=self.env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        try:
+            for _ in range(300):
+                if pr.poll() is not None:
+                    raise RuntimeError("s3fs exited")
+                if os.path.ismount(mnt):
+                    break
+                time.sleep(0.1)
+            else:
+                raise RuntimeError("s3fs did not mount")
+            os.makedirs(os.path.join(mnt, "peer"), exist_ok=True)
+            dst = os.path.join(mnt, "peer", "s3fs.bin")
+            sec = self.timed(["cp", src, dst])
+            os.unlink(dst)
+            return sec
+        finally:
+            subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+            if pr.poll() is None:
+                pr.terminate()
+            try:
+                pr.wait(60)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+            shutil.rmtree(d, ignore_errors=True)
+
+    def rclone_write(self, bucket, src):
+        """Seconds for `rclone copyto SRC rgw:BUCKET/peer/rclone.bin`."""
+        d = tempfile.mkdtemp(prefix="rclone.", dir=self.work)
+        cfg = os.path.join(d, "rclone.conf")
+        with open(os.open(cfg, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("[rgw]\ntype = s3\nprovider = Ceph\n"
+                    f"access_key_id = {self.env['AWS_ACCESS_KEY_ID']}\n"
+                    f"secret_access_key = {self.env['AWS_SECRET_ACCESS_KEY']}\n"
+                    f"endpoint = {self.env['AWS_ENDPOINT_URL']}\n"
+                    "region = us-east-1\n")
+        # rclone 1.60 fails on AWS_CA_BUNDLE with a plain http endpoint
+        env = {k: v for k, v in self.env.items() if k != "AWS_CA_BUNDLE"}
+        try:
+            return self.timed(["rclone", "--config", cfg, "copyto", src,
+                               f"rgw:{bucket}/peer/rclone.bin"], env=env)
+        finally:
+            subprocess.run(["rclone", "--config", cfg, "deletefile",
+                            f"rgw:{bucket}/peer/rclone.bin"], env=env,
+                           capture_output=True, timeout=300)
+            shutil.rmtree(d, ignore_errors=True)
+
+    def peer_rows(self, bucket, src):
+        r = {}
+        for name, fn in (("s3fs", self.s3fs_write),
+                         ("rclone", self.rclone_write)):
+            if not self.peers:
+                continue
+            if not shutil.which(name):
+                log(f"{name} not installed: its peer figure is left out")
+                continue
+            try:
+                r[f"{name}_s"] = fn(bucket, src)
+            except (RuntimeError, subprocess.SubprocessError) as e:
+                log(f"{name}: {e}: its peer figure is left out")
         return r
 
     # ---- radosgw ----
@@ -214,6 +306,7 @@ class CkptBench:
         r = {}
         r["put_s"] = self.timed([ot, url, "put", "client/ckpt.bin", src])
         self.timed([ot, url, "rm", "client/ckpt.bin"])
+        r.update(self.peer_rows(bucket, src))
         r["part_s"] = min(self.timed([ot, url, "put", "client/part.bin",
                                       part_src]) for _ in range(3))
         ck = self.mount("s3-mount", f"s3://{bucket}/ck/")
@@ -245,27 +338,38 @@ def rows_from(res, size, shards, shard_size):
             continue
         extra = {"close_s": round(r["close_s"], 3),
                  "ratio_time": round(r["mount_s"] / r[base], 3)}
+        peers = {}
         if kind == "dir":
             extra["ratio_time_vs_cp_sync"] = round(r["mount_s"] / r["cp_sync_s"], 3)
         else:
             extra["part_s"] = round(r["part_s"], 3)
+            for name in ("s3fs", "rclone"):
+                if r.get(f"{name}_s"):
+                    # the peer's MB/s, and the mount's time over the peer's
+                    peers[name] = mb / r[f"{name}_s"]
+                    extra[f"ratio_time_vs_{name}"] = round(
+                        r["mount_s"] / r[f"{name}_s"], 3)
         out.append(dict(id=f"ckpt_{kind}", what=f"checkpoint {size // MiB} MiB, "
                         f"1 writer, open to close, {kind} store", unit="MB/s",
                         limit=mb / r[base], limit_what=base_what, target=0.83,
-                        value=mb / r["mount_s"], extra=extra))
+                        value=mb / r["mount_s"], extra=extra, peers=peers))
         sb = "shards_cp_s" if kind == "dir" else "shards_put_s"
+        sextra = {"ratio_time": round(r["shards_mount_s"] / r[sb], 3)}
+        if r.get("shards_cp_sync_s"):
+            sextra["ratio_time_vs_cp_sync"] = round(
+                r["shards_mount_s"] / r["shards_cp_sync_s"], 3)
         out.append(dict(id=f"ckpt_{kind}_shards",
                         what=f"checkpoint {shards} x {shard_size // MiB} MiB shards "
                         f"at once, {kind} store", unit="MB/s", limit=smb / r[sb],
                         limit_what=f"{shards} x " + base_what, target=0.83,
-                        value=smb / r["shards_mount_s"],
-                        extra={"ratio_time": round(r["shards_mount_s"] / r[sb], 3)}))
+                        value=smb / r["shards_mount_s"], extra=sextra,
+                        peers={}))
     return out
 
 
 def run(build, work, env, size, shards, shard_size, stores, make_bucket,
-        staging=None):
-    b = CkptBench(build, work, env, size, shards, shard_size, staging)
+        staging=None, peers=True):
+    b = CkptBench(build, work, env, size, shards, shard_size, staging, peers)
     res = {}
     try:
         if "dir" in stores:
@@ -294,6 +398,8 @@ def main():
                     help="parent of the staging directories (default: the "
                     "work directory, the store's disk); /dev/shm: the fair "
                     "variant")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="leave out s3fs and rclone")
     a = ap.parse_args()
     build = os.path.abspath(os.environ.get("DSTAGE_BUILD_DIR",
                                            os.path.join(REPO, "build")))
@@ -323,7 +429,7 @@ def main():
     try:
         res = run(build, work, env, a.size_mb * MiB, a.shards,
                   a.shard_mb * MiB, a.stores.split(","), make_bucket,
-                  a.staging)
+                  a.staging, not a.no_peers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = rows_from(res, a.size_mb * MiB, a.shards, a.shard_mb * MiB)

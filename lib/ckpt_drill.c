@@ -165,14 +165,24 @@ static int drill_mkparents(const char *path)
 static int drill_recorded(struct objstore *os, const char *key, char *want)
 {
 	char side[4200], buf[256];
+	struct objstore_info oi;
 	size_t got = 0;
 	int ret;
 
 	want[0] = '\0';
 	snprintf(side, sizeof(side), ".dstage-sha256/%s", key);
 	ret = objstore_get(os, side, 0, sizeof(buf) - 1, NULL, buf, &got);
-	if (ret == -ENOENT || ret == -ERANGE)
+	if (ret == -ENOENT || ret == -ERANGE) {
+		/* No sidecar (a recall that lost it, an object stored by
+		 * another tool): the object's own x-amz-meta-sha256. */
+		if (!objstore_head(os, key, &oi) && oi.sha256[0]) {
+			memcpy(want, oi.sha256, 65);
+			log_info("drill: %s has no SHA-256 sidecar: checked "
+				 "against its x-amz-meta-sha256",
+				 key);
+		}
 		return 0;
+	}
 	if (ret)
 		return ret;
 	buf[got] = '\0';

@@ -214,7 +214,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	what = "storing it";
 	/* The rest of an upload sent while it was written, else the whole
 	 * file. The upload is over either way (a failed one aborted). */
-	ret = e ? ckpt_upload_finish(ck, e, key, rec.size) : 1;
+	ret = e ? ckpt_upload_finish(ck, e, key, rec.size, rec.sha) : 1;
 	rec.upload_id[0] = rec.upload_key[0] = '\0';
 	if (ret == 1)
 		ret = objstore_put_fd_sha(ck->os, key, fd, rec.size, rec.sha);

@@ -251,7 +251,7 @@ void ckpt_upload_note(struct ckpt_ent *e, struct ckpt_rec *rec);
  * e->fd, then commit as key. 1: no usable upload (the caller uploads the
  * whole file), 0, or -errno. The upload is over either way. */
 int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
-		       uint64_t size);
+		       uint64_t size, const char *sha);
 /* e: drop queued jobs, wait for running ones, abort an open upload. */
 void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
 

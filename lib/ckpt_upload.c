@@ -210,9 +210,37 @@ void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e)
 	ckpt_upload_reset(e);
 }
 
-int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
-		       uint64_t size)
+/*
+ * x-amz-meta-sha256 on key, just committed from parts begun before its
+ * hash was known, if it is still the version etag. A failure is only
+ * logged: the object is whole and its sidecar holds the hash.
+ */
+static void ckpt_upload_stamp(struct ckpt *ck, const char *key,
+			      const char *etag, const char *sha)
 {
+	int ret = objstore_set_sha256(ck->os, key, etag, sha, NULL);
+
+	if (ret == -EFBIG)
+		log_info("checkpoints: %s is over 5 GiB, more than S3 copies "
+			 "in one request: its SHA-256 is kept in its sidecar "
+			 "only, not as x-amz-meta-sha256",
+			 key);
+	else if (ret == -ESTALE)
+		log_warn("checkpoints: %s was replaced in %s after this node "
+			 "stored it: its SHA-256 is not recorded as "
+			 "x-amz-meta-sha256 on the other version",
+			 key, ckpt_url(ck));
+	else if (ret)
+		log_warn("checkpoints: cannot record the SHA-256 of %s as "
+			 "x-amz-meta-sha256 in %s: %s; the object is stored "
+			 "and its sidecar holds the hash",
+			 key, ckpt_url(ck), strerror(-ret));
+}
+
+int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
+		       uint64_t size, const char *sha)
+{
+	char etag[OBJSTORE_ETAG_MAX] = "";
 	struct objstore_upload *up = e->u.up;
 	uint64_t ps = e->u.ps, n = ps ? (size + ps - 1) / ps : 0;
 	unsigned early = 0;
@@ -241,8 +269,9 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 	if (ret)
 		objstore_upload_abort(up);
 	else
-		ret = objstore_upload_commit(up, size);
+		ret = objstore_upload_commit_etag(up, size, etag);
 	if (!ret) {
+		ckpt_upload_stamp(ck, key, etag, sha);
 		atomic_fetch_add(&ck->n_parts_early, early);
 		log_debug("checkpoints: %s: %u of %" PRIu64 " parts were sent "
 			  "while it was written",

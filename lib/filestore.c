@@ -751,12 +751,13 @@ static void filestore_up_abort(struct objstore_upload *up)
 }
 
 static int filestore_up_commit(struct objstore_upload *up, unsigned nparts,
-			       uint64_t size)
+			       uint64_t size, char etag[OBJSTORE_ETAG_MAX])
 {
 	struct filestore_upload *fu = (struct filestore_upload *)up;
 	int ret = 0;
 
 	(void)nparts;
+	(void)etag; /* "": the caller HEADs when it needs one */
 	objstore_count(&up->os->n_requests, 1);
 	if (ftruncate(fu->fd, (off_t)size))
 		ret = -errno;
@@ -878,6 +879,24 @@ static int filestore_copy(struct objstore *os, const char *src, const char *dst)
 	return ret;
 }
 
+/* A directory has no object metadata to hold a SHA-256 (the callers keep
+ * it in their sidecars and SHA256SUMS): only check that key still holds
+ * etag, as the s3:// form does before it stamps. */
+static int filestore_set_sha256(struct objstore *os, const char *key,
+				const char *etag, const char *sha256,
+				char new_etag[OBJSTORE_ETAG_MAX])
+{
+	struct objstore_info oi = { .key = key };
+	int ret = filestore_head(os, key, &oi);
+
+	(void)sha256;
+	if (!ret && etag && *etag && strcmp(etag, oi.etag))
+		ret = -ESTALE;
+	if (!ret)
+		snprintf(new_etag, OBJSTORE_ETAG_MAX, "%s", oi.etag);
+	return ret;
+}
+
 static void filestore_free(struct objstore *os)
 {
 	struct filestore *fs = fs_of(os);
@@ -899,6 +918,7 @@ static const struct objstore_ops filestore_ops = {
 	.put_buf = filestore_put_buf,
 	.del = filestore_delete,
 	.copy = filestore_copy,
+	.set_sha256 = filestore_set_sha256,
 	.free = filestore_free,
 	.up_begin = filestore_up_begin,
 	.up_part = filestore_up_part,

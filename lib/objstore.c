@@ -368,10 +368,19 @@ int objstore_upload_part_fd(struct objstore_upload *up, unsigned partno, int fd,
 
 int objstore_upload_commit(struct objstore_upload *up, uint64_t size)
 {
+	return objstore_upload_commit_etag(up, size, NULL);
+}
+
+int objstore_upload_commit_etag(struct objstore_upload *up, uint64_t size,
+				char etag[OBJSTORE_ETAG_MAX])
+{
+	char own[OBJSTORE_ETAG_MAX] = "";
 	struct objstore *os;
 	uint64_t n;
 	int ret;
 
+	if (etag)
+		etag[0] = '\0';
 	if (!up)
 		return -EINVAL;
 	os = up->os;
@@ -389,7 +398,10 @@ int objstore_upload_commit(struct objstore_upload *up, uint64_t size)
 			goto bad;
 		}
 	}
-	return objstore_result(os, os->ops->up_commit(up, (unsigned)n, size));
+	ret = os->ops->up_commit(up, (unsigned)n, size, own);
+	if (!ret && etag)
+		memcpy(etag, own, OBJSTORE_ETAG_MAX);
+	return objstore_result(os, ret);
 bad:
 	log_error("%s: upload of '%s': the parts sent do not make an object "
 		  "of %llu bytes (parts of %llu bytes); aborted",
@@ -461,6 +473,25 @@ int objstore_copy(struct objstore *os, const char *src_key, const char *dst_key)
 	if (ret)
 		return ret;
 	return objstore_result(os, os->ops->copy(os, src_key, dst_key));
+}
+
+int objstore_set_sha256(struct objstore *os, const char *key, const char *etag,
+			const char *sha256, char new_etag[OBJSTORE_ETAG_MAX])
+{
+	char own[OBJSTORE_ETAG_MAX] = "";
+	int ret = objstore_check_key(os, key);
+
+	if (new_etag)
+		new_etag[0] = '\0';
+	if (ret)
+		return ret;
+	if (!sha256 || !objstore_sha_ok(sha256))
+		return -EINVAL;
+	ret = os->ops->set_sha256(os, key, etag, sha256, own);
+	if (!ret && new_etag)
+		memcpy(new_etag, own, OBJSTORE_ETAG_MAX);
+	/* a version replaced meanwhile, or too large to copy: expected */
+	return ret == -ESTALE || ret == -EFBIG ? ret : objstore_result(os, ret);
 }
 
 void objstore_get_stats(const struct objstore *os, struct objstore_stats *st)

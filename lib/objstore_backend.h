@@ -31,6 +31,11 @@ struct objstore_ops {
 		       size_t len, const struct objstore_digests *dig);
 	int (*del)(struct objstore *os, const char *key);
 	int (*copy)(struct objstore *os, const char *src, const char *dst);
+	/* objstore_set_sha256: new_etag is never NULL (the front end's
+	 * buffer, "" on entry). */
+	int (*set_sha256)(struct objstore *os, const char *key,
+			  const char *etag, const char *sha256,
+			  char new_etag[OBJSTORE_ETAG_MAX]);
 	void (*free)(struct objstore *os);
 	/* Uploads in parts (objstore_upload_*): arguments checked by the
 	 * front end; part and commit are called with a valid handle. */
@@ -43,9 +48,11 @@ struct objstore_ops {
 		       const void *buf, int fd, uint64_t off, uint64_t len,
 		       const struct objstore_digests *dig,
 		       char etag[OBJSTORE_ETAG_MAX]);
-	/* Publish parts 1..nparts (checked present) as size bytes. */
+	/* Publish parts 1..nparts (checked present) as size bytes; the
+	 * object's ETag into etag when the backend knows it (it is "" on
+	 * entry). */
 	int (*up_commit)(struct objstore_upload *up, unsigned nparts,
-			 uint64_t size);
+			 uint64_t size, char etag[OBJSTORE_ETAG_MAX]);
 	/* Abort and free (also after a failed commit). */
 	void (*up_abort)(struct objstore_upload *up);
 	int (*up_abort_id)(struct objstore *os, const char *key,

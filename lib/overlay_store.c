@@ -209,11 +209,25 @@ static int overlay_store_up_part(struct objstore_upload *up, unsigned partno,
 }
 
 static int overlay_store_up_commit(struct objstore_upload *up, unsigned nparts,
-				   uint64_t size)
+				   uint64_t size, char etag[OBJSTORE_ETAG_MAX])
 {
+	(void)etag;
 	(void)up;
 	(void)nparts;
 	(void)size;
+	return -EROFS;
+}
+
+/* The overlay's source is read-only. */
+static int overlay_store_set_sha256(struct objstore *os, const char *key,
+				    const char *etag, const char *sha256,
+				    char new_etag[OBJSTORE_ETAG_MAX])
+{
+	(void)os;
+	(void)key;
+	(void)etag;
+	(void)sha256;
+	(void)new_etag;
 	return -EROFS;
 }
 
@@ -254,6 +268,7 @@ static const struct objstore_ops overlay_store_ops = {
 	.put_buf = overlay_store_put_buf,
 	.del = overlay_store_del,
 	.copy = overlay_store_copy,
+	.set_sha256 = overlay_store_set_sha256,
 	.free = overlay_store_free_ops,
 	.up_begin = overlay_store_up_begin,
 	.up_part = overlay_store_up_part,

@@ -227,6 +227,40 @@ static void push_part_etag(const struct push_part_job *j, char *etag,
 	snprintf(etag, cap, "\"%s-%u\"", hex, j->nparts);
 }
 
+/*
+ * x-amz-meta-sha256 on f's object, just committed as the version etag (the
+ * hash was not known when its upload began). A failure is only logged: the
+ * object is whole and SHA256SUMS and the catalog hold the hash. A copy
+ * that gives the object a new ETag (AWS) updates etag, which the listing
+ * check compares.
+ */
+static void push_part_stamp(struct push *p, const struct push_file *f,
+			    char *etag, size_t etag_cap)
+{
+	char sha[65], now[OBJSTORE_ETAG_MAX];
+	int ret;
+
+	strutil_hex(f->sha, 32, sha);
+	ret = objstore_set_sha256(p->os, f->key, etag, sha, now);
+	if (!ret && now[0])
+		snprintf(etag, etag_cap, "%s", now);
+	else if (ret == -EFBIG)
+		log_info("push: %s is over 5 GiB, more than S3 copies in one "
+			 "request: its SHA-256 is in SHA256SUMS and the "
+			 "catalog only, not in x-amz-meta-sha256",
+			 f->key);
+	else if (ret == -ESTALE)
+		log_warn("push: %s was replaced in the store after it was "
+			 "uploaded: its SHA-256 is not recorded as "
+			 "x-amz-meta-sha256 on the other version",
+			 f->key);
+	else if (ret)
+		log_warn("push: cannot record the SHA-256 of %s as "
+			 "x-amz-meta-sha256: %s; the object is stored and "
+			 "SHA256SUMS holds the hash",
+			 f->key, strerror(-ret));
+}
+
 int push_part_upload(struct push *p, struct push_file *f, int fd,
 		     const struct stat *st1, char *etag, size_t etag_cap,
 		     const char **what)
@@ -290,6 +324,8 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 	j.up = NULL; /* freed by commit, always */
 	if (ret)
 		*what = "commit";
+	else
+		push_part_stamp(p, f, etag, etag_cap);
 out:
 	objstore_upload_abort(j.up);
 	EVP_MD_CTX_free(j.sha);

@@ -31,7 +31,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,9 +220,11 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 		const char *sp = memchr(p, ' ', n);
 
 		rq->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-		rq->etag[0] = '\0';
+		rq->etag[0] = rq->meta_sha256_got[0] = '\0';
 		rq->have_cl = rq->have_cr = false;
 		rq->retry_after_ms = 0;
+		if (rq->on_header)
+			rq->on_header(rq->on_header_arg, NULL, 0, NULL, 0);
 		return n;
 	}
 	if (!colon)
@@ -232,6 +233,8 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	v = colon + 1;
 	vlen = n - nlen - 1;
 	s3_trim(&v, &vlen);
+	if (rq->on_header)
+		rq->on_header(rq->on_header_arg, p, nlen, v, vlen);
 	if (vlen >= sizeof(tmp))
 		return n;
 	memcpy(tmp, v, vlen);
@@ -239,6 +242,9 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	if (nlen == 4 && !strncasecmp(p, "etag", 4)) {
 		if (vlen < sizeof(rq->etag))
 			memcpy(rq->etag, tmp, vlen + 1);
+	} else if (nlen == 17 && !strncasecmp(p, "x-amz-meta-sha256", 17)) {
+		if (vlen == 64 && strspn(tmp, "0123456789abcdef") == 64)
+			memcpy(rq->meta_sha256_got, tmp, 65);
 	} else if (nlen == 14 && !strncasecmp(p, "content-length", 14)) {
 		char *end;
 
@@ -368,7 +374,7 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 {
 	const struct dstage_config *cfg = st->base.cfg;
 	char amz_date[17], auth[1024], *uri = NULL, *url = NULL;
-	const char *hv[10];
+	const char *hv[10 + S3REQ_XHDR_MAX];
 	char hbuf[10][1200];
 	size_t nh = 0;
 	uint64_t now = now_ms(), left;
@@ -379,7 +385,7 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	rq->resp_len = 0;
 	rq->overflow = false;
 	rq->body_pos = 0;
-	rq->etag[0] = '\0';
+	rq->etag[0] = rq->meta_sha256_got[0] = '\0';
 	rq->have_cl = rq->have_cr = false;
 	rq->last_modified = 0;
 	rq->errbuf[0] = '\0';
@@ -426,6 +432,8 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	if (rq->meta_sha256)
 		HDR("x-amz-meta-sha256:%s", rq->meta_sha256);
 #undef HDR
+	for (size_t i = 0; i < rq->nxhdrs && i < S3REQ_XHDR_MAX; i++)
+		hv[nh++] = rq->xhdrs[i];
 	for (size_t i = 0; i < nh; i++) {
 		ret = s3_add_header(&rq->hdrs, "%s", hv[i]);
 		if (ret)
@@ -453,10 +461,16 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 		if (ret)
 			goto out;
 	}
-	/* No 100-continue round trip; no form content type on POST. */
+	/* No 100-continue round trip; no form content type on POST. The
+	 * start of a multipart upload has no body: its Content-Type is the
+	 * object's, the one a single PUT gets (S3's default). */
 	ret = s3_add_header(&rq->hdrs, "Expect:");
 	if (!ret && !strcmp(rq->method, "POST"))
-		ret = s3_add_header(&rq->hdrs, "Content-Type: application/xml");
+		ret = s3_add_header(
+			&rq->hdrs,
+			strcmp(rq->query, "uploads=")
+				? "Content-Type: application/xml"
+				: "Content-Type: binary/octet-stream");
 	if (ret)
 		goto out;
 
@@ -746,7 +760,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 	}
 	rq->state = REQ_DONE;
 	rq->result = ret;
-	if (ret == -ENOENT && rq->flags & REQ_QUIET_404)
+	if ((ret == -ENOENT && rq->flags & REQ_QUIET_404) ||
+	    (ret == -ESTALE && rq->flags & REQ_QUIET_412))
 		log_debug("s3: %s: %s", what, why);
 	else if (rq->flags & REQ_HEAD && !rq->s3code[0] &&
 		 (rq->status == 400 || rq->status == 403))
@@ -934,100 +949,4 @@ int s3req_init(struct s3store *st, struct s3req *rq, const char *method,
 err:
 	s3req_release(rq);
 	return -ENOMEM;
-}
-
-/* ---- hashing upload bodies ---- */
-
-struct s3req_digest {
-	EVP_MD_CTX *sha, *md5;
-};
-
-static int s3req_digest_init(struct s3req_digest *d, bool sha, bool md5)
-{
-	d->sha = sha ? EVP_MD_CTX_new() : NULL;
-	d->md5 = md5 ? EVP_MD_CTX_new() : NULL;
-	if ((sha &&
-	     (!d->sha || EVP_DigestInit_ex(d->sha, EVP_sha256(), NULL) != 1)) ||
-	    (md5 &&
-	     (!d->md5 || EVP_DigestInit_ex(d->md5, EVP_md5(), NULL) != 1)))
-		return -ENOMEM;
-	return 0;
-}
-
-static int s3req_digest_update(struct s3req_digest *d, const void *p, size_t n)
-{
-	if (d->sha && EVP_DigestUpdate(d->sha, p, n) != 1)
-		return -ENOMEM;
-	if (d->md5 && EVP_DigestUpdate(d->md5, p, n) != 1)
-		return -ENOMEM;
-	return 0;
-}
-
-static int s3req_digest_final(struct s3req_digest *d, char sha[65],
-			      char md5[32])
-{
-	unsigned char md[32];
-
-	if (d->sha) {
-		if (EVP_DigestFinal_ex(d->sha, md, NULL) != 1)
-			return -ENOMEM;
-		strutil_hex(md, 32, sha);
-	}
-	if (d->md5) {
-		if (EVP_DigestFinal_ex(d->md5, md, NULL) != 1)
-			return -ENOMEM;
-		EVP_EncodeBlock((unsigned char *)md5, md, 16); /* 24 + NUL */
-	}
-	return 0;
-}
-
-static void s3req_digest_release(struct s3req_digest *d)
-{
-	EVP_MD_CTX_free(d->sha);
-	EVP_MD_CTX_free(d->md5);
-}
-
-int s3req_hash_buf(const void *buf, size_t len, char sha[65], char md5[32])
-{
-	struct s3req_digest d;
-	int ret = s3req_digest_init(&d, sha, md5);
-
-	if (!ret)
-		ret = s3req_digest_update(&d, buf, len);
-	if (!ret)
-		ret = s3req_digest_final(&d, sha, md5);
-	s3req_digest_release(&d);
-	return ret;
-}
-
-int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char sha[65],
-		  char md5[32])
-{
-	struct s3req_digest d;
-	char *buf = malloc(1 << 20);
-	int ret = s3req_digest_init(&d, sha, md5);
-
-	if (!ret && !buf)
-		ret = -ENOMEM;
-	while (!ret && len) {
-		size_t want = len > (1 << 20) ? (1 << 20) : (size_t)len;
-		ssize_t r = pread(fd, buf, want, (off_t)off);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			ret = r < 0 ? -errno : -EIO;
-			log_error("s3: reading the upload source failed: %s",
-				  r < 0 ? strerror(errno) : "file shrank");
-			break;
-		}
-		ret = s3req_digest_update(&d, buf, (size_t)r);
-		off += (uint64_t)r;
-		len -= (uint64_t)r;
-	}
-	if (!ret)
-		ret = s3req_digest_final(&d, sha, md5);
-	s3req_digest_release(&d);
-	free(buf);
-	return ret;
 }

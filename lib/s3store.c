@@ -28,6 +28,8 @@
 
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "s3copy.h"
+#include "s3hash.h"
 #include "s3store_i.h"
 #include "s3xml.h"
 #include "sigv4.h"
@@ -129,6 +131,7 @@ static int s3store_head(struct objstore *os, const char *key,
 		info->size = rq.have_cl ? rq.content_length : 0;
 		info->mtime = rq.last_modified;
 		snprintf(info->etag, sizeof(info->etag), "%s", rq.etag);
+		memcpy(info->sha256, rq.meta_sha256_got, sizeof(info->sha256));
 	} else if (!rq.s3code[0] && (rq.status == 400 || rq.status == 403)) {
 		/* A HEAD answer has no body to say why (SignatureDoesNotMatch,
 		 * AccessDenied, ...): ask with a 1-byte GET, which logs the
@@ -358,9 +361,9 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
 	sha = lack & OBJSTORE_DIG_SHA256 ? rq.payload_hash : NULL;
 	md5 = lack & OBJSTORE_DIG_MD5 ? rq.content_md5 : NULL;
 	if (lack && buf)
-		ret = s3req_hash_buf(buf, size, sha, md5);
+		ret = s3hash_buf(buf, size, sha, md5);
 	else if (lack)
-		ret = s3req_hash_fd(fd, 0, size, sha, md5);
+		ret = s3hash_fd(fd, 0, size, sha, md5);
 	/* The signed payload hash is the object's SHA-256: record it. */
 	rq.meta_sha256 = rq.payload_hash;
 	if (!ret)
@@ -444,9 +447,9 @@ static int s3_part_init(struct s3store *st, const char *key, const char *id,
 	if (!(s3_digests_use(rq, buf ? dig : NULL) & OBJSTORE_DIG_MD5))
 		ret = 0;
 	else if (buf)
-		ret = s3req_hash_buf(buf, (size_t)len, NULL, rq->content_md5);
+		ret = s3hash_buf(buf, (size_t)len, NULL, rq->content_md5);
 	else
-		ret = s3req_hash_fd(fd, off, len, NULL, rq->content_md5);
+		ret = s3hash_fd(fd, off, len, NULL, rq->content_md5);
 	/* after s3_digests_use: a part's payload is never signed */
 	snprintf(rq->payload_hash, sizeof(rq->payload_hash), "%s",
 		 SIGV4_UNSIGNED_PAYLOAD);
@@ -482,7 +485,7 @@ static int s3_complete_multipart(struct s3store *st, const char *key,
 	rq.flags = REQ_COLLECT | REQ_RESULT_XML;
 	rq.body = body;
 	rq.body_len = strlen(body);
-	s3req_hash_buf(body, rq.body_len, rq.payload_hash, rq.content_md5);
+	s3hash_buf(body, rq.body_len, rq.payload_hash, rq.content_md5);
 	ret = s3req_run(st, &rq, 1);
 	if (ret == -ENOENT && rq.attempt > 1) {
 		/* NoSuchUpload on a retry: the first attempt may have
@@ -565,7 +568,7 @@ static void s3store_up_abort(struct objstore_upload *up)
 }
 
 static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
-			     uint64_t size)
+			     uint64_t size, char etag[OBJSTORE_ETAG_MAX])
 {
 	struct s3store *st = s3_of(up->os);
 	int ret;
@@ -584,6 +587,8 @@ static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 		s3store_up_abort(up);
 		return ret;
 	}
+	/* radosgw answers no <ETag>: the one S3 forms from the parts */
+	s3hash_multipart_etag(up->parts, nparts, etag);
 	s3_up_free(up);
 	return 0;
 }
@@ -688,7 +693,7 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 	int ret;
 
 	if (!sha) {
-		ret = s3req_hash_fd(fd, 0, size, own_sha, NULL);
+		ret = s3hash_fd(fd, 0, size, own_sha, NULL);
 		if (ret)
 			return ret;
 		sha = own_sha;
@@ -775,43 +780,6 @@ static int s3store_delete(struct objstore *os, const char *key)
 	return ret == -ENOENT ? 0 : ret;
 }
 
-static int s3store_copy(struct objstore *os, const char *src, const char *dst)
-{
-	struct s3store *st = s3_of(os);
-	struct objstore_info oi = { 0 };
-	char *full = NULL, *enc = NULL;
-	struct s3req rq;
-	int ret;
-
-	ret = s3store_head(os, src, &oi);
-	if (ret)
-		return ret;
-	if (oi.size > S3_MAX_COPY) {
-		log_error("s3: copy of '%s%s' (%" PRIu64 " bytes) exceeds the "
-			  "5 GiB single-request copy limit",
-			  st->prefix, src, oi.size);
-		return -EFBIG;
-	}
-	ret = s3req_init(st, &rq, "PUT", dst, NULL, 0);
-	if (ret)
-		return ret;
-	full = s3req_strdupf("%s/%s%s", st->bucket, st->prefix, src);
-	enc = full ? sigv4_uri_encode(full, true) : NULL;
-	if (!enc) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	rq.copy_source = enc;
-	enc = NULL;
-	rq.flags = REQ_COLLECT | REQ_RESULT_XML;
-	ret = s3req_run(st, &rq, 1);
-out:
-	s3req_release(&rq);
-	free(full);
-	free(enc);
-	return ret;
-}
-
 static void s3store_free(struct objstore *os)
 {
 	struct s3store *st = s3_of(os);
@@ -842,7 +810,8 @@ static const struct objstore_ops s3store_ops = {
 	.put_fd = s3store_put_fd,
 	.put_buf = s3store_put_buf,
 	.del = s3store_delete,
-	.copy = s3store_copy,
+	.copy = s3copy_object,
+	.set_sha256 = s3copy_set_sha256,
 	.free = s3store_free,
 	.up_begin = s3store_up_begin,
 	.up_part = s3store_up_part,

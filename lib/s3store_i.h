@@ -25,6 +25,7 @@
 #define S3_MAX_ERRBODY (64u << 10) /* largest error body kept */
 #define S3_MAX_PARTS 10000
 #define S3_MAX_COPY (5ULL << 30) /* single-request copy limit */
+#define S3REQ_XHDR_MAX 16 /* struct s3req.xhdrs */
 
 struct s3conn {
 	CURLM *multi;
@@ -57,6 +58,7 @@ enum s3req_flags {
 	REQ_RESULT_XML = 1 << 2, /* a 2xx body may be <Error> */
 	REQ_RANGE = 1 << 3, /* send Range: bytes=off-(off+len-1) */
 	REQ_QUIET_404 = 1 << 4, /* a 404 is an answer, not an error */
+	REQ_QUIET_412 = 1 << 5, /* a failed precondition too (-ESTALE) */
 };
 
 struct s3req {
@@ -78,6 +80,16 @@ struct s3req {
 	char content_md5[32];
 	/* x-amz-meta-sha256 (64 hex digits), NULL for none. */
 	const char *meta_sha256;
+	/* More headers to send and sign, "name:value" with a lower-case
+	 * name, at most S3REQ_XHDR_MAX (the rest are not sent). */
+	const char *const *xhdrs;
+	size_t nxhdrs;
+	/* Optional: called with each header of an answer (name NULL as each
+	 * answer begins, a retry's or after a 100 Continue: forget the
+	 * earlier ones). name and value are not NUL-terminated. */
+	void (*on_header)(void *arg, const char *name, size_t nlen,
+			  const char *val, size_t vlen);
+	void *on_header_arg;
 	void *dst; /* 2xx body goes here (dst_cap bytes), or */
 	size_t dst_cap;
 	/* called on each piece stored in dst (objstore_get's on_data) */
@@ -92,6 +104,7 @@ struct s3req {
 	bool overflow;
 	uint64_t body_pos;
 	char etag[OBJSTORE_ETAG_MAX];
+	char meta_sha256_got[65]; /* the answer's x-amz-meta-sha256, or "" */
 	uint64_t content_length;
 	bool have_cl;
 	int64_t last_modified;
@@ -135,16 +148,5 @@ void s3req_release(struct s3req *rq);
 int s3req_run(struct s3store *st, struct s3req *reqs, size_t n);
 int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 		   unsigned limit);
-
-/*
- * Digests of an upload body for its headers, in one pass: sha (may be NULL)
- * gets the SHA-256 in lowercase hex (x-amz-content-sha256), md5 (may be
- * NULL) the MD5 in base64 (Content-MD5). The body is len bytes of fd at off
- * (s3req_hash_fd) or of buf (s3req_hash_buf). Returns 0, -EIO (read failed
- * or file shrank; logged), -ENOMEM.
- */
-int s3req_hash_fd(int fd, uint64_t off, uint64_t len, char sha[65],
-		  char md5[32]);
-int s3req_hash_buf(const void *buf, size_t len, char sha[65], char md5[32]);
 
 #endif

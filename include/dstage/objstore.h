@@ -45,6 +45,9 @@ struct objstore_info {
 	uint64_t size;
 	char etag[OBJSTORE_ETAG_MAX]; /* quoted as the server sends it */
 	int64_t mtime; /* seconds since the epoch */
+	/* objstore_head only: the object's x-amz-meta-sha256 (64 lowercase
+	 * hex digits), "" when it has none (always for file://). */
+	char sha256[65];
 };
 
 /* One ranged GET. len bytes from off into buf; if_match may be NULL. */
@@ -196,6 +199,16 @@ int objstore_upload_part_fd(struct objstore_upload *up, unsigned partno, int fd,
  */
 int objstore_upload_commit(struct objstore_upload *up, uint64_t size);
 
+/*
+ * objstore_upload_commit, and etag (may be NULL) receives the ETag of the
+ * object just published as the store forms it: S3, "\"<MD5 of the parts'
+ * MD5s>-<parts>\"" (radosgw's CompleteMultipartUpload answers none); ""
+ * when it is not known (parts whose ETags are not MD5s; file://). For
+ * objstore_set_sha256's if-match.
+ */
+int objstore_upload_commit_etag(struct objstore_upload *up, uint64_t size,
+				char etag[OBJSTORE_ETAG_MAX]);
+
 /* Abort the upload (the store drops its parts) and free up. NULL ok. */
 void objstore_upload_abort(struct objstore_upload *up);
 
@@ -286,6 +299,36 @@ int objstore_delete(struct objstore *os, const char *key);
 /* Server-side copy of src_key to dst_key within the store. */
 int objstore_copy(struct objstore *os, const char *src_key,
 		  const char *dst_key);
+
+/*
+ * Record sha256 (64 lowercase hex digits) with key, an object already in
+ * the store, as its x-amz-meta-sha256: for an object uploaded in parts
+ * whose SHA-256 was not known when its upload began. Only while key still
+ * holds the version whose ETag is etag (NULL or "": whatever version a HEAD
+ * finds), so that a version stored by someone else meanwhile never gets a
+ * hash that is not its own.
+ *
+ *   S3        HEAD, then CopyObject of key onto itself with
+ *             x-amz-metadata-directive: REPLACE, conditional on the ETag
+ *             (x-amz-copy-source-if-match, and x-amz-copy-if-match, the
+ *             name radosgw reads), sending again the Content-Type,
+ *             Content-Encoding, Content-Disposition, Content-Language,
+ *             Cache-Control, Expires, storage class and x-amz-meta-* the
+ *             HEAD found. radosgw does it without copying the data and
+ *             keeps the ETag; AWS rewrites the data (up to 5 GiB) and the
+ *             copy may have a new ETag.
+ *   file://   a directory has no object metadata (callers keep the hash in
+ *             their sidecar or SHA256SUMS): only checks that key holds etag.
+ *
+ * new_etag (may be NULL) receives the object's ETag afterwards. Returns 0,
+ * the errors at the top, -ESTALE (key holds another version: unchanged),
+ * -EFBIG (S3: over 5 GiB, CopyObject's limit: unchanged), -EOVERFLOW (S3:
+ * more metadata than a copy carries over, 13 headers of up to 1 KiB:
+ * unchanged), -EROFS (a read-only store). The object's bytes are never
+ * at stake: callers treat a failure as "not recorded with the object".
+ */
+int objstore_set_sha256(struct objstore *os, const char *key, const char *etag,
+			const char *sha256, char new_etag[OBJSTORE_ETAG_MAX]);
 
 /*
  * The S3 storage class (x-amz-storage-class, e.g. GLACIER, STANDARD_IA) of

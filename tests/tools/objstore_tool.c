@@ -43,7 +43,8 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: objstore_tool [--config F] URL "
-		"ls|head|get|cat|put|rm|cp|fill|upload|abort-id|uploads "
+		"ls|head|get|cat|put|rm|cp|fill|upload|abort-id|uploads|"
+		"set-sha256 "
 		"ARGS...\n");
 	return 2;
 }
@@ -335,6 +336,15 @@ int main(int argc, char **argv)
 		}
 	} else if (!strcmp(cmd, "cp") && argc == 2) {
 		ret = objstore_copy(os, argv[0], argv[1]);
+	} else if (!strcmp(cmd, "set-sha256") && argc == 3) {
+		/* KEY ETAG|- SHA256: prints the ETag afterwards */
+		char now[OBJSTORE_ETAG_MAX];
+
+		ret = objstore_set_sha256(os, argv[0],
+					  strcmp(argv[1], "-") ? argv[1] : NULL,
+					  argv[2], now);
+		if (!ret)
+			printf("%s\n", now);
 	} else {
 		ret = usage();
 		goto out_rc;
