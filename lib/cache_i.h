@@ -45,7 +45,8 @@
  *   1. c->evict_lock (mutex): one reservation/eviction at a time per process.
  *   2. c->lock (mutex): the open-object table (c->objs, o->refs, o->link,
  *      c->nobjs, c->nbig, o->inuse_locked), the job queue (c->jobs, c->njobs,
- *      c->stopping) and c->jobs_cv; the dataset table (c->ds). Held across
+ *      c->stopping) and c->jobs_cv; the dataset table (c->ds); the running
+ *      prefetches (c->pfs), their holds (o->pf_hold) and budgets. Held across
  *      these, and no other, blocking calls: one policy lookup (the caller's
  *      policy source, e.g. one catalog query: its own locks come after this
  *      one); in cache_obj_get, the re-take of an idle entry's in-use lock
@@ -139,6 +140,17 @@
 #define CACHE_MAX_JOBS 64
 /* Most list entries one known-order prefetch fetches at once. */
 #define CACHE_PREFETCH_MAX 32
+/* A prefetch runs ahead of its reader by at most 1/CACHE_PF_SHARE of the
+ * cache's capacity (and of its dataset's quota), and by at most
+ * CACHE_PF_HOLD_MAX list entries (half the open objects kept, when fewer). */
+#define CACHE_PF_SHARE 2
+#define CACHE_PF_HOLD_MAX 256
+/* Entries this far behind the furthest one the reader read are let go. */
+#define CACHE_PF_LAG (2 * CACHE_PREFETCH_MAX)
+/* A prefetch whose reader read none of its entries for this long (seconds;
+ * DSTAGE_PREFETCH_IDLE_S overrides) lets them go and ends. */
+#define CACHE_PF_IDLE_S 30
+#define CACHE_PF_TICK_MS 1000 /* longest wait between two looks */
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */
@@ -215,6 +227,9 @@ struct cache_obj {
 	time_t atime;
 	struct cache_land *lands; /* newest first */
 	unsigned nlands;
+	/* c->lock: the prefetch's hold on it (cache_ahead.c), or NULL */
+	struct cache_pf_hold *pf_hold;
+	_Atomic bool pf_held; /* pf_hold is set: read without a lock */
 };
 
 /*
@@ -235,6 +250,9 @@ struct cache_land {
 };
 
 enum cache_job_kind { CACHE_JOB_READAHEAD, CACHE_JOB_PREFETCH };
+
+struct cache_pf; /* a prefetch running (cache_ahead.c) */
+struct cache_pf_hold; /* an entry it fetched for its reader */
 
 struct cache_job {
 	struct cache_job *next;
@@ -275,6 +293,7 @@ struct cache {
 	struct cache_job *jobs, **jobs_tail;
 	size_t njobs;
 	bool stopping;
+	struct cache_pf *pfs; /* prefetches running (cache_ahead.c) */
 	pthread_t pool[CACHE_POOL_THREADS];
 	unsigned npool;
 
