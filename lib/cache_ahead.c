@@ -77,28 +77,36 @@ static int cache_job_push(struct cache *c, struct cache_job *j)
  *
  * An entry of the list goes:
  *
- *   LISTED --take (in list order, within the budget)--> CHARGED (its cost
- *     counted in pf->charged) --object opened--> HELD IN FLIGHT (a struct
- *     cache_pf_hold on o, holding a reference) --fetched--> HELD
- *   HELD IN FLIGHT|HELD --the reader reads its last byte--> (read)
+ *   LISTED --take (in list order, within the budget)--> HELD IN FLIGHT (a
+ *     struct cache_pf_hold, named as the object's file, its cost charged)
+ *     --object opened: the hold keeps a reference, fetched--> HELD
+ *   HELD IN FLIGHT|HELD --a read reaches its last byte--> (read)
  *   HELD (read, or CACHE_PF_LAG entries behind the furthest entry read)
  *     --> released (reference put, cost uncharged)
- *   CHARGED|HELD* --the fetch failed or found no room, the prefetch ends
- *     (list done and all released, replaced, cache stopping, or its reader
- *     idle for pf->idle_ms)--> released
+ *   HELD* --the fetch failed or found no room, the prefetch ends (list
+ *     done and all released, replaced, cache stopping, or its reader idle
+ *     for pf->idle_ms)--> released
+ *   LISTED --another running prefetch holds the same object, or the reader
+ *     already read an entry at or after it--> skipped
  *
  * Invariants:
- *   - pf->charged is the cost of the entries CHARGED or HELD, pf->ncharged
- *     their number; a take leaves pf->charged <= the budget (a share of
- *     cache.size, cache_pf_budget) and pf->ncharged <= pf->max_held, except
- *     that an entry is always taken when nothing is charged (an object
- *     larger than the budget still goes, alone).
- *   - A held object is IN USE (the hold's reference keeps the shared lock
- *     on its in-use byte), so no eviction, of this process or another, can
- *     take it: what the reader has not read yet stays, and a fill that
- *     needs room evicts what was read (or what is not the list's).
- *   - o->pf_hold is set (and o->pf_held true) exactly while a hold of some
- *     prefetch is on o; one hold per object at most.
+ *   - pf->charged is the cost of pf->holds, pf->ncharged their number; a
+ *     take leaves pf->charged <= the budget (a share of cache.size,
+ *     cache_pf_budget) and pf->ncharged <= pf->max_held, except that an
+ *     entry is always taken when nothing is held (an object larger than
+ *     the budget still goes, alone).
+ *   - pf->pos is 1 + the furthest entry of the list a read through the
+ *     cache touched (cache_access looks the object up in pf->keys while
+ *     c->pf_running, the number of prefetches in c->pfs, is not 0); the
+ *     prefetch never takes an entry behind it.
+ *   - A hold exists from the take on, so a read of the entry is seen even
+ *     when it comes before the prefetch opened the object; a hold is
+ *     released only once its fetch is over (landed), by whoever sees it.
+ *   - A held object that was opened is IN USE (the hold's reference keeps
+ *     the shared lock on its in-use byte), so no eviction, of this process
+ *     or another, can take it: what the reader has not read yet stays, and
+ *     a fill that needs room evicts what was read (or what is not the
+ *     list's).
  *   - When the budget is full the takers wait on pf->cv (woken by the
  *     reader, a newer prefetch of the dataset or cache_ahead_stop; at most
  *     CACHE_PF_TICK_MS at a time) instead of evicting anything.
@@ -110,12 +118,18 @@ static int cache_job_push(struct cache *c, struct cache_job *j)
  */
 struct cache_pf_hold {
 	struct cache_pf_hold *next; /* in pf->holds */
-	struct cache_pf *pf;
-	struct cache_obj *o; /* a reference */
+	char name[33]; /* the object's file (cache_obj_name) */
+	struct cache_obj *o; /* a reference once opened, or NULL (c->lock) */
 	size_t idx; /* its list entry */
 	uint64_t cost; /* charged */
-	bool landed; /* fetched (c->lock) */
+	bool landed; /* the fetch is over (c->lock) */
 	bool read; /* its last byte read, or no use keeping it (c->lock) */
+};
+
+/* A list entry found by its object's name (the first 64 bits of it). */
+struct cache_pf_key {
+	uint64_t h;
+	size_t idx;
 };
 
 struct cache_pf {
@@ -125,6 +139,7 @@ struct cache_pf {
 	uint64_t step; /* blocks per step, window / threads */
 	int64_t idle_ms; /* reader idle this long: the prefetch ends */
 	size_t max_held; /* entries charged at once, at most */
+	struct cache_pf_key *keys; /* the list's objects, by key (set first) */
 	pthread_cond_t cv; /* with c->lock */
 	/* c->lock: */
 	size_t next_ent; /* next list entry to take */
@@ -180,6 +195,19 @@ static void cache_pf_wake_all(struct cache *c)
 		pthread_cond_broadcast(&pf->cv);
 }
 
+/* c->lock held: the hold named name, in any running prefetch, or NULL. */
+static struct cache_pf_hold *cache_pf_find(struct cache *c, const char *name,
+					   struct cache_pf **pfp)
+{
+	for (struct cache_pf *pf = c->pfs; pf; pf = pf->next)
+		for (struct cache_pf_hold *h = pf->holds; h; h = h->next)
+			if (!memcmp(h->name, name, 32)) {
+				*pfp = pf;
+				return h;
+			}
+	return NULL;
+}
+
 /* How far ahead of its reader pf may run, bytes: a share of the capacity
  * and of its dataset's quota. Takes c->lock. */
 static uint64_t cache_pf_budget(struct cache_pf *pf)
@@ -204,24 +232,9 @@ static uint64_t cache_pf_cost(const struct cache *c,
 			     CACHE_ALIGN);
 }
 
-/* c->lock held: take h off pf->holds and o; onto *done. */
-static void cache_pf_unhold(struct cache_pf *pf, struct cache_pf_hold **pp,
-			    struct cache_pf_hold **done)
-{
-	struct cache_pf_hold *h = *pp;
-
-	*pp = h->next;
-	pf->charged -= h->cost;
-	pf->ncharged--;
-	h->o->pf_hold = NULL;
-	atomic_store(&h->o->pf_held, false);
-	h->next = *done;
-	*done = h;
-}
-
-/* c->lock held: release the holds that are done with (all when all):
- * fetched and read, or fetched and CACHE_PF_LAG entries behind the reader.
- * Returns them, for cache_pf_put_holds. */
+/* c->lock held: release the holds that are done with (all when all, once
+ * every fetch is over): fetched and read, or fetched and CACHE_PF_LAG
+ * entries behind the reader. Returns them, for cache_pf_put_holds. */
 static struct cache_pf_hold *cache_pf_collect(struct cache_pf *pf, bool all)
 {
 	struct cache_pf_hold **pp = &pf->holds, *done = NULL;
@@ -229,11 +242,16 @@ static struct cache_pf_hold *cache_pf_collect(struct cache_pf *pf, bool all)
 	while (*pp) {
 		struct cache_pf_hold *h = *pp;
 
-		if (all ||
-		    (h->landed && (h->read || h->idx + CACHE_PF_LAG < pf->pos)))
-			cache_pf_unhold(pf, pp, &done);
-		else
+		if (all || (h->landed &&
+			    (h->read || h->idx + CACHE_PF_LAG < pf->pos))) {
+			*pp = h->next;
+			pf->charged -= h->cost;
+			pf->ncharged--;
+			h->next = done;
+			done = h;
+		} else {
 			pp = &h->next;
+		}
 	}
 	if (done)
 		pthread_cond_broadcast(&pf->cv);
@@ -252,24 +270,79 @@ static void cache_pf_put_holds(struct cache_pf_hold *h)
 	}
 }
 
-/* The reader read [off, off + len) of o, which a prefetch holds: it moved
- * on (progress, position), and once it read o's last byte o is let go. */
+static uint64_t cache_pf_hash(const char *name)
+{
+	uint64_t h = 0;
+
+	for (int i = 0; i < 16; i++)
+		h = h << 4 |
+		    (uint64_t)(name[i] <= '9' ? name[i] - '0'
+					      : (name[i] | 0x20) - 'a' + 10);
+	return h;
+}
+
+static int cache_pf_key_cmp(const void *a, const void *b)
+{
+	const struct cache_pf_key *x = a, *y = b;
+
+	if (x->h != y->h)
+		return x->h < y->h ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* The list entry of the object named name, or -ENOENT. */
+static int cache_pf_lookup(const struct cache_pf *pf, const char *name,
+			   size_t *idx)
+{
+	uint64_t h = cache_pf_hash(name);
+	size_t lo = 0, hi = pf->j->nobjs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (pf->keys[mid].h < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == pf->j->nobjs || pf->keys[lo].h != h)
+		return -ENOENT;
+	*idx = pf->keys[lo].idx;
+	return 0;
+}
+
+/* A read of [off, off + len) of o while prefetches run: if o is one of
+ * their entries, its reader moved on (progress, position), and once it
+ * read o's last byte a hold on o is let go. */
 static void cache_pf_read(struct cache_obj *o, uint64_t off, size_t len)
 {
 	struct cache *c = o->c;
-	struct cache_pf_hold *h, *done = NULL;
+	struct cache_pf_hold *done = NULL;
 
 	pthread_mutex_lock(&c->lock);
-	h = o->pf_hold;
-	if (h) {
-		struct cache_pf *pf = h->pf;
+	for (struct cache_pf *pf = c->pfs; pf; pf = pf->next) {
+		struct cache_pf_hold *h, *d;
+		size_t idx;
 
+		if (cache_pf_lookup(pf, o->name, &idx))
+			continue;
 		pf->progress_ms = cache_pf_now_ms();
-		if (h->idx + 1 > pf->pos)
-			pf->pos = h->idx + 1;
-		if (off + len >= o->size)
-			h->read = true;
-		done = cache_pf_collect(pf, false);
+		if (idx + 1 > pf->pos)
+			pf->pos = idx + 1;
+		for (h = pf->holds; h; h = h->next)
+			if (!memcmp(h->name, o->name, 32)) {
+				if (off + len >= o->size)
+					h->read = true;
+				break;
+			}
+		d = cache_pf_collect(pf, false);
+		while (d) {
+			struct cache_pf_hold *next = d->next;
+
+			d->next = done;
+			done = d;
+			d = next;
+		}
 		pthread_cond_broadcast(&pf->cv);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -301,19 +374,23 @@ static int cache_pf_wait(struct cache_pf *pf)
 }
 
 /*
- * Take the next entry in list order once the budget has room for it,
- * charging its cost: 0, or -ENOENT when the list is done or the prefetch
+ * Take the next entry in list order once the budget has room for it: its
+ * hold (charged, listed), or NULL when the list is done or the prefetch
  * stopped.
  */
-static int cache_pf_take(struct cache_pf *pf, size_t *i, uint64_t *cost)
+static struct cache_pf_hold *cache_pf_take(struct cache_pf *pf)
 {
 	struct cache *c = pf->c;
 	const struct cache_job *j = pf->j;
 	uint64_t budget = cache_pf_budget(pf);
-	int ret = -ENOENT;
+	struct cache_pf_hold *h = calloc(1, sizeof(*h)), *ret = NULL;
 
+	if (!h)
+		return NULL;
 	pthread_mutex_lock(&c->lock);
 	while (!pf->stop) {
+		const struct cache_object *ob;
+		struct cache_pf *other;
 		uint64_t k;
 
 		if (!cache_pf_current(c, j)) {
@@ -321,77 +398,54 @@ static int cache_pf_take(struct cache_pf *pf, size_t *i, uint64_t *cost)
 			pthread_cond_broadcast(&pf->cv);
 			break;
 		}
-		while (pf->next_ent < j->nobjs && !j->objs[pf->next_ent].size)
-			pf->next_ent++;
+		if (pf->next_ent < pf->pos)
+			pf->next_ent = pf->pos; /* the reader is past them */
 		if (pf->next_ent >= j->nobjs)
 			break;
-		k = cache_pf_cost(c, &j->objs[pf->next_ent]);
+		ob = &j->objs[pf->next_ent];
+		if (!ob->size) {
+			pf->next_ent++;
+			continue;
+		}
+		cache_obj_name(ob, h->name);
+		if (cache_pf_find(c, h->name, &other)) {
+			pf->next_ent++; /* held already (listed twice) */
+			continue;
+		}
+		k = cache_pf_cost(c, ob);
 		if (!pf->ncharged || (pf->charged + k <= budget &&
 				      pf->ncharged < pf->max_held)) {
-			*i = pf->next_ent++;
-			*cost = k;
+			h->idx = pf->next_ent++;
+			h->cost = k;
+			h->next = pf->holds;
+			pf->holds = h;
 			pf->charged += k;
 			pf->ncharged++;
 			if (pf->charged > pf->peak)
 				pf->peak = pf->charged;
-			ret = 0;
+			ret = h;
 			break;
 		}
 		cache_pf_wait(pf); /* the budget is full: for the reader */
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		free(h);
 	return ret;
 }
 
-/* Hold o (our reference) for the reader as entry i, charged cost: the
- * hold, or NULL when another prefetch holds it already (uncharged). */
-static struct cache_pf_hold *
-cache_pf_hold(struct cache_pf *pf, struct cache_obj *o, size_t i, uint64_t cost)
-{
-	struct cache *c = pf->c;
-	struct cache_pf_hold *h = calloc(1, sizeof(*h));
-
-	pthread_mutex_lock(&c->lock);
-	if (h && !o->pf_hold) {
-		h->pf = pf;
-		h->o = o;
-		h->idx = i;
-		h->cost = cost;
-		h->next = pf->holds;
-		pf->holds = h;
-		o->pf_hold = h;
-		atomic_store(&o->pf_held, true);
-	} else {
-		free(h);
-		h = NULL;
-		pf->charged -= cost;
-		pf->ncharged--;
-		pthread_cond_broadcast(&pf->cv);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return h;
-}
-
-/* Give back an entry's charge (it was not held). */
-static void cache_pf_uncharge(struct cache_pf *pf, uint64_t cost)
-{
-	pthread_mutex_lock(&pf->c->lock);
-	pf->charged -= cost;
-	pf->ncharged--;
-	pthread_cond_broadcast(&pf->cv);
-	pthread_mutex_unlock(&pf->c->lock);
-}
-
-/* The fetch of h's object is over: held for the reader, or released when
- * it was read meanwhile or is not worth keeping (drop). */
+/* The fetch of h's object (o: our reference, or NULL) is over: o held for
+ * the reader, or released when it was read meanwhile or is not worth
+ * keeping (drop). */
 static void cache_pf_landed(struct cache_pf *pf, struct cache_pf_hold *h,
-			    bool drop)
+			    struct cache_obj *o, bool drop)
 {
 	struct cache_pf_hold *done;
 
 	pthread_mutex_lock(&pf->c->lock);
+	h->o = o;
 	h->landed = true;
-	if (drop)
+	if (drop || !o)
 		h->read = true;
 	done = cache_pf_collect(pf, false);
 	pthread_mutex_unlock(&pf->c->lock);
@@ -413,20 +467,17 @@ static bool cache_pf_going(struct cache_pf *pf)
 static void *cache_pf_run(void *arg)
 {
 	struct cache_pf *pf = arg;
-	uint64_t cost;
-	size_t i;
+	struct cache_pf_hold *h;
 
-	while (!cache_pf_take(pf, &i, &cost)) {
-		const struct cache_object *ob = &pf->j->objs[i];
-		struct cache_pf_hold *h;
-		struct cache_obj *o;
+	while ((h = cache_pf_take(pf))) {
+		const struct cache_object *ob = &pf->j->objs[h->idx];
+		struct cache_obj *o = NULL;
 		bool no_space = false, failed = false;
 
 		if (cache_obj_get(pf->c, ob, true, &o) || !o) {
-			cache_pf_uncharge(pf, cost);
+			cache_pf_landed(pf, h, NULL, true);
 			continue;
 		}
-		h = cache_pf_hold(pf, o, i, cost);
 		/* No room (cache.size taken by what is pinned, busy, held
 		 * or not yet evictable): the rest of this object is not
 		 * kept. */
@@ -442,16 +493,12 @@ static void *cache_pf_run(void *arg)
 				break;
 			}
 		}
-		if (!h) {
-			cache_obj_put(o);
-		} else {
-			/* The reader finds it in the file; landed fills
-			 * kept while it waits would hold memory. */
-			pthread_mutex_lock(&o->lock);
-			cache_lands_drop(o);
-			pthread_mutex_unlock(&o->lock);
-			cache_pf_landed(pf, h, no_space || failed);
-		}
+		/* The reader finds it in the file; landed fills kept while
+		 * it waits would hold memory. */
+		pthread_mutex_lock(&o->lock);
+		cache_lands_drop(o);
+		pthread_mutex_unlock(&o->lock);
+		cache_pf_landed(pf, h, o, no_space || failed);
 		if (!cache_pf_going(pf))
 			break;
 	}
@@ -483,6 +530,20 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 	if (pf.max_held < 1)
 		pf.max_held = 1;
 	pf.idle_ms = cache_pf_idle_ms();
+	pf.keys = calloc(j->nobjs, sizeof(*pf.keys));
+	if (!pf.keys) {
+		log_error("cache: prefetch of dataset %s: no memory for its "
+			  "list of %zu entries",
+			  j->dataset, j->nobjs);
+		return;
+	}
+	for (size_t i = 0; i < j->nobjs; i++) {
+		char name[33];
+
+		cache_obj_name(&j->objs[i], name);
+		pf.keys[i] = (struct cache_pf_key){ cache_pf_hash(name), i };
+	}
+	qsort(pf.keys, j->nobjs, sizeof(*pf.keys), cache_pf_key_cmp);
 	pf.progress_ms = cache_pf_now_ms();
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -491,6 +552,7 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 	pthread_mutex_lock(&c->lock);
 	pf.next = c->pfs;
 	c->pfs = &pf;
+	atomic_fetch_add(&c->pf_running, 1);
 	pthread_mutex_unlock(&c->lock);
 	/* Helpers that cannot be started leave fewer in flight. */
 	while (started + 1 < n &&
@@ -512,6 +574,7 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 			*pp = pf.next;
 			break;
 		}
+	atomic_fetch_sub(&c->pf_running, 1);
 	pthread_mutex_unlock(&c->lock);
 	cache_pf_put_holds(done);
 	if (pf.idle)
@@ -524,6 +587,7 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 		  "at most %" PRIu64 " bytes ahead of the reader",
 		  j->dataset, pf.next_ent, j->nobjs, pf.peak);
 	pthread_cond_destroy(&pf.cv);
+	free(pf.keys);
 }
 
 static void *cache_worker(void *arg)
@@ -651,8 +715,8 @@ void cache_access(struct cache_obj *o, uint64_t off, size_t len)
 	if (ra_n)
 		cache_readahead(o, ra_b, ra_n);
 	/* A prefetched entry: its reader moved on (one relaxed load when
-	 * no prefetch holds o). */
-	if (atomic_load_explicit(&o->pf_held, memory_order_relaxed))
+	 * no prefetch runs). */
+	if (atomic_load_explicit(&c->pf_running, memory_order_relaxed))
 		cache_pf_read(o, off, len);
 }
 

@@ -46,7 +46,7 @@
  *   2. c->lock (mutex): the open-object table (c->objs, o->refs, o->link,
  *      c->nobjs, c->nbig, o->inuse_locked), the job queue (c->jobs, c->njobs,
  *      c->stopping) and c->jobs_cv; the dataset table (c->ds); the running
- *      prefetches (c->pfs), their holds (o->pf_hold) and budgets. Held across
+ *      prefetches (c->pfs), their holds and budgets. Held across
  *      these, and no other, blocking calls: one policy lookup (the caller's
  *      policy source, e.g. one catalog query: its own locks come after this
  *      one); in cache_obj_get, the re-take of an idle entry's in-use lock
@@ -227,9 +227,6 @@ struct cache_obj {
 	time_t atime;
 	struct cache_land *lands; /* newest first */
 	unsigned nlands;
-	/* c->lock: the prefetch's hold on it (cache_ahead.c), or NULL */
-	struct cache_pf_hold *pf_hold;
-	_Atomic bool pf_held; /* pf_hold is set: read without a lock */
 };
 
 /*
@@ -294,6 +291,7 @@ struct cache {
 	size_t njobs;
 	bool stopping;
 	struct cache_pf *pfs; /* prefetches running (cache_ahead.c) */
+	_Atomic unsigned pf_running; /* of them: reads look when > 0 */
 	pthread_t pool[CACHE_POOL_THREADS];
 	unsigned npool;
 
