@@ -715,8 +715,11 @@ void cache_access(struct cache_obj *o, uint64_t off, size_t len)
 	if (ra_n)
 		cache_readahead(o, ra_b, ra_n);
 	/* A prefetched entry: its reader moved on (one relaxed load when
-	 * no prefetch runs). */
-	if (atomic_load_explicit(&c->pf_running, memory_order_relaxed))
+	 * no prefetch runs). Looked at on an object's first and last bytes
+	 * and every CACHE_PF_MARK bytes between, not on every read. */
+	if (atomic_load_explicit(&c->pf_running, memory_order_relaxed) &&
+	    (off == 0 || off + len >= o->size ||
+	     off / CACHE_PF_MARK != (off + len - 1) / CACHE_PF_MARK))
 		cache_pf_read(o, off, len);
 }
 

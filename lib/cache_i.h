@@ -151,6 +151,10 @@
  * DSTAGE_PREFETCH_IDLE_S overrides) lets them go and ends. */
 #define CACHE_PF_IDLE_S 30
 #define CACHE_PF_TICK_MS 1000 /* longest wait between two looks */
+/* A read tells the prefetch its reader moved on at an object's first and
+ * last bytes and each time it crosses a multiple of this (at 3 MB/s a
+ * reader of one huge object still shows progress within CACHE_PF_IDLE_S). */
+#define CACHE_PF_MARK (64u << 20)
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */
