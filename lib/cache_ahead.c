@@ -86,8 +86,8 @@ static int cache_job_push(struct cache *c, struct cache_job *j)
  *   HELD* --the fetch failed or found no room, the prefetch ends (list
  *     done and all released, replaced, cache stopping, or its reader idle
  *     for pf->idle_ms)--> released
- *   LISTED --another running prefetch holds the same object, or the reader
- *     already read an entry at or after it--> skipped
+ *   LISTED --listed twice (held already), or the reader already read an
+ *     entry at or after it--> skipped
  *
  * Invariants:
  *   - pf->charged is the cost of pf->holds, pf->ncharged their number; a
@@ -195,16 +195,13 @@ static void cache_pf_wake_all(struct cache *c)
 		pthread_cond_broadcast(&pf->cv);
 }
 
-/* c->lock held: the hold named name, in any running prefetch, or NULL. */
-static struct cache_pf_hold *cache_pf_find(struct cache *c, const char *name,
-					   struct cache_pf **pfp)
+/* c->lock held: pf's hold named name, or NULL. */
+static struct cache_pf_hold *cache_pf_find(const struct cache_pf *pf,
+					   const char *name)
 {
-	for (struct cache_pf *pf = c->pfs; pf; pf = pf->next)
-		for (struct cache_pf_hold *h = pf->holds; h; h = h->next)
-			if (!memcmp(h->name, name, 32)) {
-				*pfp = pf;
-				return h;
-			}
+	for (struct cache_pf_hold *h = pf->holds; h; h = h->next)
+		if (!memcmp(h->name, name, 32))
+			return h;
 	return NULL;
 }
 
@@ -329,12 +326,9 @@ static void cache_pf_read(struct cache_obj *o, uint64_t off, size_t len)
 		pf->progress_ms = cache_pf_now_ms();
 		if (idx + 1 > pf->pos)
 			pf->pos = idx + 1;
-		for (h = pf->holds; h; h = h->next)
-			if (!memcmp(h->name, o->name, 32)) {
-				if (off + len >= o->size)
-					h->read = true;
-				break;
-			}
+		h = cache_pf_find(pf, o->name);
+		if (h && off + len >= o->size)
+			h->read = true;
 		d = cache_pf_collect(pf, false);
 		while (d) {
 			struct cache_pf_hold *next = d->next;
@@ -390,7 +384,6 @@ static struct cache_pf_hold *cache_pf_take(struct cache_pf *pf)
 	pthread_mutex_lock(&c->lock);
 	while (!pf->stop) {
 		const struct cache_object *ob;
-		struct cache_pf *other;
 		uint64_t k;
 
 		if (!cache_pf_current(c, j)) {
@@ -408,7 +401,7 @@ static struct cache_pf_hold *cache_pf_take(struct cache_pf *pf)
 			continue;
 		}
 		cache_obj_name(ob, h->name);
-		if (cache_pf_find(c, h->name, &other)) {
+		if (cache_pf_find(pf, h->name)) {
 			pf->next_ent++; /* held already (listed twice) */
 			continue;
 		}

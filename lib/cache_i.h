@@ -87,7 +87,9 @@
  * bitmap of verified blocks, capped at CACHE_VERIFIED_MAX_BITS; fill buffers
  * of CACHE_BATCH_BYTES per filling thread, up to CACHE_BUSY_BUFS of them kept
  * while fills run and CACHE_FREE_BUFS when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
- * use. Nothing is kept per block of objects nobody reads.
+ * use. Nothing is kept per block of objects nobody reads. A running
+ * known-order prefetch keeps 16 bytes per list entry (its lookup by name)
+ * and one hold per entry it runs ahead with (CACHE_PF_HOLD_MAX at most).
  */
 #ifndef DSTAGE_CACHE_I_H
 #define DSTAGE_CACHE_I_H
