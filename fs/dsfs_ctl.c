@@ -5,8 +5,9 @@
  *   prefetch  (inode 5) writable by everyone: a job writes the paths it
  *             will read next, one per line, in order; on close dstagefs
  *             hands them to cache_prefetch, per dataset, keeping at most
- *             opts.prefetch_window bytes in flight. Reading it gives the
- *             summary of the last list.
+ *             opts.prefetch_window bytes in flight and at most half of
+ *             the cache ahead of the reader (docs/cache.md). Reading it
+ *             gives the summary of the last list.
  *   stats     (inode 6) read-only: cache and file-system counters, "key
  *             value" lines.
  *

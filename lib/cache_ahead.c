@@ -13,8 +13,12 @@
  *     up to s3.max_inflight objects at once (CACHE_PREFETCH_MAX at most:
  *     the worker and helper threads it starts, struct cache_pf), each in
  *     steps of window / threads bytes, so at most window bytes in flight;
- *     it stops as soon as a newer prefetch of the dataset bumps the
- *     dataset's pf_gen, or the cache stops.
+ *     and at most a budget (half of cache.size) ahead of its reader: what
+ *     it fetched is held, safe from eviction, until the reader read it,
+ *     and when the budget is full it waits for the reader instead of
+ *     evicting (struct cache_pf has the states). It stops as soon as a
+ *     newer prefetch of the dataset bumps the dataset's pf_gen, the cache
+ *     stops, or its reader read nothing of it for CACHE_PF_IDLE_S.
  * Sequential detection (cache_access, o->lock): a read that continues the
  * stream doubles the object's window up to cache.readahead_max blocks and
  * queues the blocks past the read; any other read resets it.
@@ -24,12 +28,14 @@
  * joined, queued jobs freed.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cache_i.h"
 #include "dstage/config.h"
+#include "dstage/log.h"
 
 static void cache_job_free(struct cache_job *j)
 {
@@ -64,79 +70,410 @@ static int cache_job_push(struct cache *c, struct cache_job *j)
 	return 0;
 }
 
-static bool cache_prefetch_current(struct cache *c, const struct cache_job *j)
-{
-	struct cache_ds *d;
-	bool cur = false;
-
-	pthread_mutex_lock(&c->lock);
-	for (d = c->ds; d; d = d->next)
-		if (!strcmp(d->name, j->dataset))
-			cur = d->pf_gen == j->gen && !c->stopping;
-	pthread_mutex_unlock(&c->lock);
-	return cur;
-}
-
 /*
- * One prefetch, run by its worker and up to CACHE_PREFETCH_MAX - 1 helper
- * threads it starts: each takes the next list entry (pf->lock, a leaf,
- * taken under no other lock) and fetches that object in steps of
- * pf->step blocks, one step in flight per thread, so that all together
- * hold at most the job's window in flight. A thread that finds the
- * prefetch replaced or the cache stopping sets pf->stop (pf->lock) and
- * the others end at their next step.
+ * One prefetch (struct cache_pf), run by the worker that took the job and
+ * up to CACHE_PREFETCH_MAX - 1 helper threads it starts. Every field marked
+ * c->lock is under c->lock; pf->cv waits with it.
+ *
+ * An entry of the list goes:
+ *
+ *   LISTED --take (in list order, within the budget)--> HELD IN FLIGHT (a
+ *     struct cache_pf_hold, named as the object's file, its cost charged)
+ *     --object opened: the hold keeps a reference, fetched--> HELD
+ *   HELD IN FLIGHT|HELD --a read reaches its last byte--> (read)
+ *   HELD (read, or CACHE_PF_LAG entries behind the furthest entry read)
+ *     --> released (reference put, cost uncharged)
+ *   HELD* --the fetch failed or found no room, the prefetch ends (list
+ *     done and all released, replaced, cache stopping, or its reader idle
+ *     for pf->idle_ms)--> released
+ *   LISTED --listed twice (held already), or the reader already read an
+ *     entry at or after it--> skipped
+ *
+ * Invariants:
+ *   - pf->charged is the cost of pf->holds, pf->ncharged their number; a
+ *     take leaves pf->charged <= the budget (a share of cache.size,
+ *     cache_pf_budget) and pf->ncharged <= pf->max_held, except that an
+ *     entry is always taken when nothing is held (an object larger than
+ *     the budget still goes, alone).
+ *   - pf->pos is 1 + the furthest entry of the list a read through the
+ *     cache touched (cache_access looks the object up in pf->keys while
+ *     c->pf_running, the number of prefetches in c->pfs, is not 0); the
+ *     prefetch never takes an entry behind it.
+ *   - A hold exists from the take on, so a read of the entry is seen even
+ *     when it comes before the prefetch opened the object; a hold is
+ *     released only once its fetch is over (landed), by whoever sees it.
+ *   - A held object that was opened is IN USE (the hold's reference keeps
+ *     the shared lock on its in-use byte), so no eviction, of this process
+ *     or another, can take it: what the reader has not read yet stays, and
+ *     a fill that needs room evicts what was read (or what is not the
+ *     list's).
+ *   - When the budget is full the takers wait on pf->cv (woken by the
+ *     reader, a newer prefetch of the dataset or cache_ahead_stop; at most
+ *     CACHE_PF_TICK_MS at a time) instead of evicting anything.
+ *   - A prefetch ends with no hold: every one is released before its struct
+ *     leaves c->pfs.
+ * Locks: c->lock only, and nothing is taken while holding it here; a
+ * released hold's reference is put (cache_obj_put takes c->lock) after it
+ * was dropped.
  */
+struct cache_pf_hold {
+	struct cache_pf_hold *next; /* in pf->holds */
+	char name[33]; /* the object's file (cache_obj_name) */
+	struct cache_obj *o; /* a reference once opened, or NULL (c->lock) */
+	size_t idx; /* its list entry */
+	uint64_t cost; /* charged */
+	bool landed; /* the fetch is over (c->lock) */
+	bool read; /* its last byte read, or no use keeping it (c->lock) */
+};
+
+/* A list entry found by its object's name (the first 64 bits of it). */
+struct cache_pf_key {
+	uint64_t h;
+	size_t idx;
+};
+
 struct cache_pf {
 	struct cache *c;
 	struct cache_job *j;
+	struct cache_pf *next; /* in c->pfs (c->lock) */
 	uint64_t step; /* blocks per step, window / threads */
-	pthread_mutex_t lock;
-	size_t next; /* next list entry to take (lock) */
-	bool stop; /* replaced or stopping (lock) */
+	int64_t idle_ms; /* reader idle this long: the prefetch ends */
+	size_t max_held; /* entries charged at once, at most */
+	struct cache_pf_key *keys; /* the list's objects, by key (set first) */
+	pthread_cond_t cv; /* with c->lock */
+	/* c->lock: */
+	size_t next_ent; /* next list entry to take */
+	bool stop; /* replaced, stopping or idle */
+	bool idle; /* ended because the reader went idle */
+	uint64_t charged, peak;
+	size_t ncharged;
+	size_t pos; /* 1 + the furthest entry the reader read */
+	int64_t progress_ms; /* when the reader last read an entry */
+	struct cache_pf_hold *holds;
 };
 
-/* Take the next entry: 0, or -ENOENT when the list is done or stopped. */
-static int cache_pf_take(struct cache_pf *pf, size_t *i)
+static int64_t cache_pf_now_ms(void)
 {
-	int ret = -ENOENT;
+	struct timespec ts;
 
-	pthread_mutex_lock(&pf->lock);
-	if (!pf->stop && pf->next < pf->j->nobjs) {
-		*i = pf->next++;
-		ret = 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* DSTAGE_PREFETCH_IDLE_S (seconds, may be fractional) or CACHE_PF_IDLE_S. */
+static int64_t cache_pf_idle_ms(void)
+{
+	const char *v = getenv("DSTAGE_PREFETCH_IDLE_S");
+	char *end = NULL;
+	double s;
+
+	if (!v || !*v)
+		return CACHE_PF_IDLE_S * 1000;
+	s = strtod(v, &end);
+	if (*end || !(s > 0) || s > 86400) {
+		log_warn("cache: DSTAGE_PREFETCH_IDLE_S=%s is not a number of "
+			 "seconds in (0, 86400]: using %d",
+			 v, CACHE_PF_IDLE_S);
+		return CACHE_PF_IDLE_S * 1000;
 	}
-	pthread_mutex_unlock(&pf->lock);
+	return s * 1000 < 1 ? 1 : (int64_t)(s * 1000);
+}
+
+/* c->lock held: whether j is still its dataset's prefetch. */
+static bool cache_pf_current(struct cache *c, const struct cache_job *j)
+{
+	for (struct cache_ds *d = c->ds; d; d = d->next)
+		if (!strcmp(d->name, j->dataset))
+			return d->pf_gen == j->gen && !c->stopping;
+	return false;
+}
+
+/* c->lock held: wake every prefetch's takers (replaced, or stopping). */
+static void cache_pf_wake_all(struct cache *c)
+{
+	for (struct cache_pf *pf = c->pfs; pf; pf = pf->next)
+		pthread_cond_broadcast(&pf->cv);
+}
+
+/* c->lock held: pf's hold named name, or NULL. */
+static struct cache_pf_hold *cache_pf_find(const struct cache_pf *pf,
+					   const char *name)
+{
+	for (struct cache_pf_hold *h = pf->holds; h; h = h->next)
+		if (!memcmp(h->name, name, 32))
+			return h;
+	return NULL;
+}
+
+/* How far ahead of its reader pf may run, bytes: a share of the capacity
+ * and of its dataset's quota. Takes c->lock. */
+static uint64_t cache_pf_budget(struct cache_pf *pf)
+{
+	struct cache_usage u;
+	uint64_t b = atomic_load(&pf->c->capacity) / CACHE_PF_SHARE;
+
+	cache_usage_of(pf->c, pf->j->dataset, &u);
+	if (u.pol.quota && u.pol.quota / CACHE_PF_SHARE < b)
+		b = u.pol.quota / CACHE_PF_SHARE;
+	return b;
+}
+
+/* The disk bytes an entry takes once fetched: blocks, header, records. */
+static uint64_t cache_pf_cost(const struct cache *c,
+			      const struct cache_object *ob)
+{
+	uint64_t nblocks = (ob->size + c->bs - 1) / c->bs;
+
+	return cache_roundup(ob->size, CACHE_ALIGN) +
+	       cache_roundup(CACHE_ALIGN + nblocks * sizeof(struct cache_rec),
+			     CACHE_ALIGN);
+}
+
+/* c->lock held: release the holds that are done with (all when all, once
+ * every fetch is over): fetched and read, or fetched and CACHE_PF_LAG
+ * entries behind the reader. Returns them, for cache_pf_put_holds. */
+static struct cache_pf_hold *cache_pf_collect(struct cache_pf *pf, bool all)
+{
+	struct cache_pf_hold **pp = &pf->holds, *done = NULL;
+
+	while (*pp) {
+		struct cache_pf_hold *h = *pp;
+
+		if (all || (h->landed &&
+			    (h->read || h->idx + CACHE_PF_LAG < pf->pos))) {
+			*pp = h->next;
+			pf->charged -= h->cost;
+			pf->ncharged--;
+			h->next = done;
+			done = h;
+		} else {
+			pp = &h->next;
+		}
+	}
+	if (done)
+		pthread_cond_broadcast(&pf->cv);
+	return done;
+}
+
+/* Put the references of released holds and free them (no lock held). */
+static void cache_pf_put_holds(struct cache_pf_hold *h)
+{
+	while (h) {
+		struct cache_pf_hold *next = h->next;
+
+		cache_obj_put(h->o);
+		free(h);
+		h = next;
+	}
+}
+
+static uint64_t cache_pf_hash(const char *name)
+{
+	uint64_t h = 0;
+
+	for (int i = 0; i < 16; i++)
+		h = h << 4 |
+		    (uint64_t)(name[i] <= '9' ? name[i] - '0'
+					      : (name[i] | 0x20) - 'a' + 10);
+	return h;
+}
+
+static int cache_pf_key_cmp(const void *a, const void *b)
+{
+	const struct cache_pf_key *x = a, *y = b;
+
+	if (x->h != y->h)
+		return x->h < y->h ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* The list entry of the object named name, or -ENOENT. */
+static int cache_pf_lookup(const struct cache_pf *pf, const char *name,
+			   size_t *idx)
+{
+	uint64_t h = cache_pf_hash(name);
+	size_t lo = 0, hi = pf->j->nobjs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (pf->keys[mid].h < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == pf->j->nobjs || pf->keys[lo].h != h)
+		return -ENOENT;
+	*idx = pf->keys[lo].idx;
+	return 0;
+}
+
+/* A read of [off, off + len) of o while prefetches run: if o is one of
+ * their entries, its reader moved on (progress, position), and once it
+ * read o's last byte a hold on o is let go. */
+static void cache_pf_read(struct cache_obj *o, uint64_t off, size_t len)
+{
+	struct cache *c = o->c;
+	struct cache_pf_hold *done = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	for (struct cache_pf *pf = c->pfs; pf; pf = pf->next) {
+		struct cache_pf_hold *h, *d;
+		size_t idx;
+
+		if (cache_pf_lookup(pf, o->name, &idx))
+			continue;
+		pf->progress_ms = cache_pf_now_ms();
+		if (idx + 1 > pf->pos)
+			pf->pos = idx + 1;
+		h = cache_pf_find(pf, o->name);
+		if (h && off + len >= o->size)
+			h->read = true;
+		d = cache_pf_collect(pf, false);
+		while (d) {
+			struct cache_pf_hold *next = d->next;
+
+			d->next = done;
+			done = d;
+			d = next;
+		}
+		pthread_cond_broadcast(&pf->cv);
+	}
+	pthread_mutex_unlock(&c->lock);
+	cache_pf_put_holds(done);
+}
+
+/*
+ * c->lock held: wait for the reader (or a stop) at most CACHE_PF_TICK_MS.
+ * Returns 0, or -ETIMEDOUT when the reader read nothing of the list for
+ * pf->idle_ms (pf->stop and pf->idle are then set).
+ */
+static int cache_pf_wait(struct cache_pf *pf)
+{
+	int64_t now = cache_pf_now_ms(), until = pf->progress_ms + pf->idle_ms;
+	struct timespec ts;
+
+	if (now >= until) {
+		pf->stop = true;
+		pf->idle = true;
+		pthread_cond_broadcast(&pf->cv);
+		return -ETIMEDOUT;
+	}
+	if (until > now + CACHE_PF_TICK_MS)
+		until = now + CACHE_PF_TICK_MS;
+	ts.tv_sec = until / 1000;
+	ts.tv_nsec = (long)(until % 1000) * 1000000;
+	pthread_cond_timedwait(&pf->cv, &pf->c->lock, &ts);
+	return 0;
+}
+
+/*
+ * Take the next entry in list order once the budget has room for it: its
+ * hold (charged, listed), or NULL when the list is done or the prefetch
+ * stopped.
+ */
+static struct cache_pf_hold *cache_pf_take(struct cache_pf *pf)
+{
+	struct cache *c = pf->c;
+	const struct cache_job *j = pf->j;
+	uint64_t budget = cache_pf_budget(pf);
+	struct cache_pf_hold *h = calloc(1, sizeof(*h)), *ret = NULL;
+
+	if (!h)
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	while (!pf->stop) {
+		const struct cache_object *ob;
+		uint64_t k;
+
+		if (!cache_pf_current(c, j)) {
+			pf->stop = true;
+			pthread_cond_broadcast(&pf->cv);
+			break;
+		}
+		if (pf->next_ent < pf->pos)
+			pf->next_ent = pf->pos; /* the reader is past them */
+		if (pf->next_ent >= j->nobjs)
+			break;
+		ob = &j->objs[pf->next_ent];
+		if (!ob->size) {
+			pf->next_ent++;
+			continue;
+		}
+		cache_obj_name(ob, h->name);
+		if (cache_pf_find(pf, h->name)) {
+			pf->next_ent++; /* held already (listed twice) */
+			continue;
+		}
+		k = cache_pf_cost(c, ob);
+		if (!pf->ncharged || (pf->charged + k <= budget &&
+				      pf->ncharged < pf->max_held)) {
+			h->idx = pf->next_ent++;
+			h->cost = k;
+			h->next = pf->holds;
+			pf->holds = h;
+			pf->charged += k;
+			pf->ncharged++;
+			if (pf->charged > pf->peak)
+				pf->peak = pf->charged;
+			ret = h;
+			break;
+		}
+		cache_pf_wait(pf); /* the budget is full: for the reader */
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		free(h);
 	return ret;
+}
+
+/* The fetch of h's object (o: our reference, or NULL) is over: o held for
+ * the reader, or released when it was read meanwhile or is not worth
+ * keeping (drop). */
+static void cache_pf_landed(struct cache_pf *pf, struct cache_pf_hold *h,
+			    struct cache_obj *o, bool drop)
+{
+	struct cache_pf_hold *done;
+
+	pthread_mutex_lock(&pf->c->lock);
+	h->o = o;
+	h->landed = true;
+	if (drop || !o)
+		h->read = true;
+	done = cache_pf_collect(pf, false);
+	pthread_mutex_unlock(&pf->c->lock);
+	cache_pf_put_holds(done);
 }
 
 static bool cache_pf_going(struct cache_pf *pf)
 {
-	bool go = cache_prefetch_current(pf->c, pf->j);
+	bool go;
 
-	pthread_mutex_lock(&pf->lock);
-	if (!go)
+	pthread_mutex_lock(&pf->c->lock);
+	if (!cache_pf_current(pf->c, pf->j))
 		pf->stop = true;
 	go = !pf->stop;
-	pthread_mutex_unlock(&pf->lock);
+	pthread_mutex_unlock(&pf->c->lock);
 	return go;
 }
 
 static void *cache_pf_run(void *arg)
 {
 	struct cache_pf *pf = arg;
-	size_t i;
+	struct cache_pf_hold *h;
 
-	while (!cache_pf_take(pf, &i)) {
-		const struct cache_object *ob = &pf->j->objs[i];
-		struct cache_obj *o;
-		bool no_space = false;
+	while ((h = cache_pf_take(pf))) {
+		const struct cache_object *ob = &pf->j->objs[h->idx];
+		struct cache_obj *o = NULL;
+		bool no_space = false, failed = false;
 
-		if (!ob->size)
+		if (cache_obj_get(pf->c, ob, true, &o) || !o) {
+			cache_pf_landed(pf, h, NULL, true);
 			continue;
-		if (cache_obj_get(pf->c, ob, true, &o) || !o)
-			continue;
-		/* No room (cache.size taken by what is pinned, busy or not
-		 * yet evictable): the rest of this object is not kept. */
+		}
+		/* No room (cache.size taken by what is pinned, busy, held
+		 * or not yet evictable): the rest of this object is not
+		 * kept. */
 		for (uint64_t b = 0; b < o->nblocks && !no_space;
 		     b += pf->step) {
 			uint64_t e = b + pf->step < o->nblocks ? b + pf->step
@@ -144,10 +481,17 @@ static void *cache_pf_run(void *arg)
 
 			if (!cache_pf_going(pf) ||
 			    cache_obj_range(o, b, e, true, false, NULL,
-					    &no_space))
+					    &no_space)) {
+				failed = true;
 				break;
+			}
 		}
-		cache_obj_put(o);
+		/* The reader finds it in the file; landed fills kept while
+		 * it waits would hold memory. */
+		pthread_mutex_lock(&o->lock);
+		cache_lands_drop(o);
+		pthread_mutex_unlock(&o->lock);
+		cache_pf_landed(pf, h, o, no_space || failed);
 		if (!cache_pf_going(pf))
 			break;
 	}
@@ -155,11 +499,14 @@ static void *cache_pf_run(void *arg)
 }
 
 /* Keep up to s3.max_inflight (at most CACHE_PREFETCH_MAX) list entries in
- * flight, within the job's window. */
+ * flight, within the job's window and the budget; then hold what is not
+ * read yet until it is, the prefetch is replaced or the reader idles. */
 static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 {
 	pthread_t th[CACHE_PREFETCH_MAX];
 	struct cache_pf pf = { .c = c, .j = j };
+	struct cache_pf_hold *done;
+	pthread_condattr_t ca;
 	size_t n = c->cfg->s3_max_inflight, started = 0;
 
 	if (n > CACHE_PREFETCH_MAX)
@@ -171,7 +518,35 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 	pf.step = j->window / c->bs / n;
 	if (pf.step < 1)
 		pf.step = 1;
-	pthread_mutex_init(&pf.lock, NULL);
+	pf.max_held = c->max_open / 2 < CACHE_PF_HOLD_MAX ? c->max_open / 2
+							  : CACHE_PF_HOLD_MAX;
+	if (pf.max_held < 1)
+		pf.max_held = 1;
+	pf.idle_ms = cache_pf_idle_ms();
+	pf.keys = calloc(j->nobjs, sizeof(*pf.keys));
+	if (!pf.keys) {
+		log_error("cache: prefetch of dataset %s: no memory for its "
+			  "list of %zu entries",
+			  j->dataset, j->nobjs);
+		return;
+	}
+	for (size_t i = 0; i < j->nobjs; i++) {
+		char name[33];
+
+		cache_obj_name(&j->objs[i], name);
+		pf.keys[i] = (struct cache_pf_key){ cache_pf_hash(name), i };
+	}
+	qsort(pf.keys, j->nobjs, sizeof(*pf.keys), cache_pf_key_cmp);
+	pf.progress_ms = cache_pf_now_ms();
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pf.cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_lock(&c->lock);
+	pf.next = c->pfs;
+	c->pfs = &pf;
+	atomic_fetch_add(&c->pf_running, 1);
+	pthread_mutex_unlock(&c->lock);
 	/* Helpers that cannot be started leave fewer in flight. */
 	while (started + 1 < n &&
 	       !pthread_create(&th[started], NULL, cache_pf_run, &pf))
@@ -179,7 +554,33 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 	cache_pf_run(&pf);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
-	pthread_mutex_destroy(&pf.lock);
+	pthread_mutex_lock(&c->lock);
+	while (pf.holds && !pf.stop) {
+		if (!cache_pf_current(c, j))
+			pf.stop = true;
+		else
+			cache_pf_wait(&pf);
+	}
+	done = cache_pf_collect(&pf, true);
+	for (struct cache_pf **pp = &c->pfs; *pp; pp = &(*pp)->next)
+		if (*pp == &pf) {
+			*pp = pf.next;
+			break;
+		}
+	atomic_fetch_sub(&c->pf_running, 1);
+	pthread_mutex_unlock(&c->lock);
+	cache_pf_put_holds(done);
+	if (pf.idle)
+		log_info("cache: prefetch of dataset %s: its reader read none "
+			 "of the list for %.1f s; stopped at entry %zu of %zu "
+			 "and let go what it held",
+			 j->dataset, pf.idle_ms / 1000.0, pf.next_ent,
+			 j->nobjs);
+	log_debug("cache: prefetch of dataset %s ended at entry %zu of %zu; "
+		  "at most %" PRIu64 " bytes ahead of the reader",
+		  j->dataset, pf.next_ent, j->nobjs, pf.peak);
+	pthread_cond_destroy(&pf.cv);
+	free(pf.keys);
 }
 
 static void *cache_worker(void *arg)
@@ -306,6 +707,13 @@ void cache_access(struct cache_obj *o, uint64_t off, size_t len)
 	 */
 	if (ra_n)
 		cache_readahead(o, ra_b, ra_n);
+	/* A prefetched entry: its reader moved on (one relaxed load when
+	 * no prefetch runs). Looked at on an object's first and last bytes
+	 * and every CACHE_PF_MARK bytes between, not on every read. */
+	if (atomic_load_explicit(&c->pf_running, memory_order_relaxed) &&
+	    (off == 0 || off + len >= o->size ||
+	     off / CACHE_PF_MARK != (off + len - 1) / CACHE_PF_MARK))
+		cache_pf_read(o, off, len);
 }
 
 int cache_prefetch(struct cache *c, const struct cache_object *objs, size_t n,
@@ -344,8 +752,10 @@ int cache_prefetch(struct cache *c, const struct cache_object *objs, size_t n,
 	}
 	pthread_mutex_lock(&c->lock);
 	d = cache_ds_get(c, ds);
-	if (d)
+	if (d) {
 		j->gen = ++d->pf_gen; /* replaces the previous prefetch */
+		cache_pf_wake_all(c); /* its takers may wait for a reader */
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (!d)
 		goto err;
@@ -375,6 +785,7 @@ void cache_ahead_stop(struct cache *c)
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
 	pthread_cond_broadcast(&c->jobs_cv);
+	cache_pf_wake_all(c);
 	pthread_mutex_unlock(&c->lock);
 	for (unsigned i = 0; i < c->npool; i++)
 		pthread_join(c->pool[i], NULL);

@@ -45,7 +45,8 @@
  *   1. c->evict_lock (mutex): one reservation/eviction at a time per process.
  *   2. c->lock (mutex): the open-object table (c->objs, o->refs, o->link,
  *      c->nobjs, c->nbig, o->inuse_locked), the job queue (c->jobs, c->njobs,
- *      c->stopping) and c->jobs_cv; the dataset table (c->ds). Held across
+ *      c->stopping) and c->jobs_cv; the dataset table (c->ds); the running
+ *      prefetches (c->pfs), their holds and budgets. Held across
  *      these, and no other, blocking calls: one policy lookup (the caller's
  *      policy source, e.g. one catalog query: its own locks come after this
  *      one); in cache_obj_get, the re-take of an idle entry's in-use lock
@@ -86,7 +87,9 @@
  * bitmap of verified blocks, capped at CACHE_VERIFIED_MAX_BITS; fill buffers
  * of CACHE_BATCH_BYTES per filling thread, up to CACHE_BUSY_BUFS of them kept
  * while fills run and CACHE_FREE_BUFS when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
- * use. Nothing is kept per block of objects nobody reads.
+ * use. Nothing is kept per block of objects nobody reads. A running
+ * known-order prefetch keeps 16 bytes per list entry (its lookup by name)
+ * and one hold per entry it runs ahead with (CACHE_PF_HOLD_MAX at most).
  */
 #ifndef DSTAGE_CACHE_I_H
 #define DSTAGE_CACHE_I_H
@@ -139,6 +142,21 @@
 #define CACHE_MAX_JOBS 64
 /* Most list entries one known-order prefetch fetches at once. */
 #define CACHE_PREFETCH_MAX 32
+/* A prefetch runs ahead of its reader by at most 1/CACHE_PF_SHARE of the
+ * cache's capacity (and of its dataset's quota), and by at most
+ * CACHE_PF_HOLD_MAX list entries (half the open objects kept, when fewer). */
+#define CACHE_PF_SHARE 2
+#define CACHE_PF_HOLD_MAX 256
+/* Entries this far behind the furthest one the reader read are let go. */
+#define CACHE_PF_LAG (2 * CACHE_PREFETCH_MAX)
+/* A prefetch whose reader read none of its entries for this long (seconds;
+ * DSTAGE_PREFETCH_IDLE_S overrides) lets them go and ends. */
+#define CACHE_PF_IDLE_S 30
+#define CACHE_PF_TICK_MS 1000 /* longest wait between two looks */
+/* A read tells the prefetch its reader moved on at an object's first and
+ * last bytes and each time it crosses a multiple of this (at 3 MB/s a
+ * reader of one huge object still shows progress within CACHE_PF_IDLE_S). */
+#define CACHE_PF_MARK (64u << 20)
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */
@@ -236,6 +254,9 @@ struct cache_land {
 
 enum cache_job_kind { CACHE_JOB_READAHEAD, CACHE_JOB_PREFETCH };
 
+struct cache_pf; /* a prefetch running (cache_ahead.c) */
+struct cache_pf_hold; /* an entry it fetched for its reader */
+
 struct cache_job {
 	struct cache_job *next;
 	enum cache_job_kind kind;
@@ -275,6 +296,8 @@ struct cache {
 	struct cache_job *jobs, **jobs_tail;
 	size_t njobs;
 	bool stopping;
+	struct cache_pf *pfs; /* prefetches running (cache_ahead.c) */
+	_Atomic unsigned pf_running; /* of them: reads look when > 0 */
 	pthread_t pool[CACHE_POOL_THREADS];
 	unsigned npool;
 

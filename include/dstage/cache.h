@@ -331,9 +331,15 @@ bool cache_disk_full(struct cache *c);
 
 /*
  * Known-order prefetch (dstagefs's control file): fetch these objects ahead,
- * in order, keeping at most window bytes in flight. Returns at once; the
+ * in order, keeping at most window bytes in flight and at most half of the
+ * cache's capacity ahead of the reader: what it fetched is kept from
+ * eviction until a read through the cache reaches its last byte, and past
+ * that budget it waits for the reader (docs/cache.md). Returns at once; the
  * work runs on the cache's background threads and is replaced by the next
- * call for the same dataset. objs and their strings are copied.
+ * call for the same dataset; it ends when its reader reads none of it for
+ * 30 s (DSTAGE_PREFETCH_IDLE_S). objs and their strings are copied.
+ * Returns 0, -EINVAL (c NULL, or objs NULL with n), -ENOMEM, or -EBUSY (the
+ * cache is stopping or has no worker thread).
  */
 int cache_prefetch(struct cache *c, const struct cache_object *objs, size_t n,
 		   uint64_t window);
