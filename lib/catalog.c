@@ -8,7 +8,10 @@
  * connection is opened SQLITE_OPEN_NOMUTEX), and nothing in it is shared.
  * What is shared between threads and processes is the database file, and
  * SQLite's WAL locking protects it: every write runs in a BEGIN IMMEDIATE
- * transaction, every multi-statement read in one read transaction.
+ * transaction, every multi-statement read in one read transaction. Writers
+ * share the write lock fairly (catalog_i.h: a waiter polls every
+ * CATALOG_BUSY_POLL_US; a long series of writes holds it for at most about
+ * CATALOG_TX_MAX_MS a transaction and yields between them).
  *
  * Manifest state machine (manifests.state):
  *
@@ -327,6 +330,40 @@ int64_t catalog_now(void)
 	return (int64_t)time(NULL);
 }
 
+int64_t catalog_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* SQLite's busy handler: n is the number of earlier calls in this wait. */
+static int catalog_busy_handler(void *arg, int n)
+{
+	struct catalog_busy *b = arg;
+	int64_t now = catalog_mono_ns();
+
+	if (n == 0)
+		b->since_ns = now;
+	else if (now - b->since_ns >=
+		 (int64_t)CATALOG_BUSY_TIMEOUT_MS * 1000000)
+		return 0; /* give up: SQLITE_BUSY */
+	usleep(CATALOG_BUSY_POLL_US);
+	return 1;
+}
+
+void catalog_busy_init(sqlite3 *db, struct catalog_busy *b)
+{
+	b->since_ns = 0;
+	sqlite3_busy_handler(db, catalog_busy_handler, b);
+}
+
+void catalog_yield(void)
+{
+	usleep(CATALOG_YIELD_US);
+}
+
 /* The cached statement id, reset and ready for binding. */
 int catalog_stmt(struct catalog *cat, enum catalog_st id, sqlite3_stmt **out)
 {
@@ -478,7 +515,7 @@ int catalog_open(const char *path, unsigned flags, struct catalog **out)
 		goto err;
 	}
 	sqlite3_extended_result_codes(cat->db, 1);
-	sqlite3_busy_timeout(cat->db, CATALOG_BUSY_TIMEOUT_MS);
+	catalog_busy_init(cat->db, &cat->busy);
 	if (!ro) {
 		ret = catalog_exec(cat->db, "PRAGMA journal_mode = WAL");
 		if (ret)

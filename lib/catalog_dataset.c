@@ -239,7 +239,8 @@ int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
 	return catalog_dataset_set(cat, name, DS_SET("sums_key"), 0, key, true);
 }
 
-/* Delete one manifest in batches of CATALOG_BATCH rows (autocommit). */
+/* Delete one manifest in batches of CATALOG_BATCH rows (autocommit), letting
+ * the waiting writers in between batches (catalog_yield). */
 static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
 {
 	static const enum catalog_st steps[] = { ST_PURGE_OBJECTS,
@@ -251,13 +252,16 @@ static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
 		ret = catalog_stmt(cat, steps[i], &st);
 		if (ret)
 			return ret;
-		do {
+		for (;;) {
 			sqlite3_bind_int64(st, 1, mf_id);
 			sqlite3_bind_int(st, 2, CATALOG_BATCH);
 			ret = catalog_step_done(cat, st, "purge manifest");
 			if (ret)
 				return ret;
-		} while (sqlite3_changes(cat->db) > 0);
+			if (sqlite3_changes(cat->db) < CATALOG_BATCH)
+				break; /* that was the last batch */
+			catalog_yield();
+		}
 	}
 	ret = catalog_stmt(cat, ST_PURGE_MANIFEST, &st);
 	if (ret)

@@ -57,6 +57,21 @@ int catalog_sqlite_errno(int rc);
 /* Rows per write transaction while registering or purging. */
 #define CATALOG_BATCH 20000
 
+/*
+ * Fair sharing of the write lock (docs/catalog.md, "Writers"). SQLite's
+ * own busy handler sleeps up to 100 ms between tries, so a waiter almost
+ * never sees the microseconds between two transactions of a busy writer and
+ * fails after CATALOG_BUSY_TIMEOUT_MS. Instead:
+ *   - waiters try every CATALOG_BUSY_POLL_US (catalog_busy_init), still for
+ *     at most CATALOG_BUSY_TIMEOUT_MS;
+ *   - a writer that runs many write transactions in a row (registration,
+ *     purge) holds the lock at most about CATALOG_TX_MAX_MS each and sleeps
+ *     CATALOG_YIELD_US (several polls) between them (catalog_yield).
+ */
+#define CATALOG_BUSY_POLL_US 1000
+#define CATALOG_TX_MAX_MS 200
+#define CATALOG_YIELD_US 5000
+
 /* Manifest states (manifests.state); see catalog.c. */
 enum {
 	MF_BUILDING = 0,
@@ -95,11 +110,33 @@ enum catalog_st {
 	ST_COUNT
 };
 
+/* The state of one connection's busy handler: when its current wait
+ * began. Only the thread using the connection touches it. */
+struct catalog_busy {
+	int64_t since_ns;
+};
+
 struct catalog {
 	sqlite3 *db;
 	char *path;
 	sqlite3_stmt *st[ST_COUNT];
+	struct catalog_busy busy;
 };
+
+/*
+ * Make db wait for locks by polling every CATALOG_BUSY_POLL_US for at most
+ * CATALOG_BUSY_TIMEOUT_MS a wait (then SQLITE_BUSY: -EBUSY), with b (which
+ * must live as long as db) as its state. For every connection to the
+ * catalog file, the catalog's own and the job queue's.
+ */
+void catalog_busy_init(sqlite3 *db, struct catalog_busy *b);
+
+/* Between two write transactions of a long series: let the waiting
+ * writers in (sleeps CATALOG_YIELD_US). */
+void catalog_yield(void);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t catalog_mono_ns(void);
 
 /* Log a SQLite failure of db (what, and SQLite's message) and return its
  * -errno (catalog_sqlite_errno). */

@@ -22,8 +22,37 @@
 /* ---- registration ---- */
 
 /*
- * State of one registration. Only the registering thread touches it. Rows
- * are written in transactions of up to CATALOG_BATCH rows.
+ * Listed rows wait in a batch, outside any transaction; a full batch is
+ * written in as few short transactions as it takes (catalog_reg_flush). So
+ * the write lock is never held while the source is listed or read, which
+ * takes most of the time (a stat per file, a request per page), and other
+ * writers (the job queue, requests, audit) get in between batches.
+ */
+#define REG_BATCH_ROWS CATALOG_BATCH
+#define REG_BATCH_BYTES (4u << 20) /* keys, ETags and hashes of a batch */
+#define REG_NONE UINT32_MAX
+
+enum reg_kind {
+	REG_OBJ, /* an object: key, size, etag (aux), mtime */
+	REG_DIR, /* a directory marker "a/b/": key without its '/' */
+	REG_SUM, /* a sums entry: key, its 32-byte hash (aux) */
+};
+
+/* One row of a batch; strings live in the batch's arena. */
+struct catalog_reg_row {
+	uint32_t key; /* offset of the key in the arena */
+	uint32_t len;
+	uint32_t aux; /* offset of the etag (NUL-ended) or hash; REG_NONE */
+	uint32_t kind;
+	int64_t size;
+	int64_t mtime;
+};
+
+/*
+ * State of one registration. Only the registering thread touches it.
+ * Invariants: rows[0..n) and arena[0..used) are the listed rows not yet
+ * written; in_tx only inside catalog_reg_flush and the single-transaction
+ * steps (clashes), never while the source is listed or read.
  */
 struct catalog_reg {
 	struct catalog *cat;
@@ -32,18 +61,28 @@ struct catalog_reg {
 	int64_t mf_id;
 	int64_t now;
 	bool in_tx; /* a batch transaction is open */
-	unsigned batch; /* rows written in it */
+	int64_t tx_start_ns; /* when it began */
 	uint64_t bad;
-	uint64_t bytes; /* sum of the sizes inserted, <= INT64_MAX */
+	uint64_t objects; /* objects written (not the skipped ones) */
+	uint64_t bytes; /* sum of the sizes listed and kept, <= INT64_MAX */
 	bool has_sums;
 	struct objstore_info sums; /* .key points to sums_key */
 	char sums_key[KEYPATH_MAX]; /* the dataset's, read at the start */
 	size_t last_dir_len; /* last directory known to exist */
 	char last_dir[KEYPATH_MAX];
+	/* the batch */
+	struct catalog_reg_row *rows;
+	unsigned n;
+	char *arena;
+	size_t used;
+	/* what the time went on, for the log */
+	unsigned n_tx;
+	int64_t write_ns; /* inside write transactions */
+	int64_t max_tx_ns; /* the longest one */
 };
 
-/* Open a batch transaction if none is open; the manifest must still be
- * BUILDING (else a newer registration or a removal took over). */
+/* Begin a write transaction; the manifest must still be BUILDING (else a
+ * newer registration or a removal took over). */
 static int catalog_reg_begin(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
@@ -56,7 +95,7 @@ static int catalog_reg_begin(struct catalog_reg *r)
 	if (ret)
 		return ret;
 	r->in_tx = true;
-	r->batch = 0;
+	r->tx_start_ns = catalog_mono_ns();
 	ret = catalog_stmt(cat, ST_MF_STATE, &st);
 	if (ret)
 		return ret;
@@ -73,20 +112,20 @@ static int catalog_reg_begin(struct catalog_reg *r)
 	return ret;
 }
 
-/* Count one row of the open batch; commit when the batch is full. */
+/* Commit the open write transaction, if any. */
 static int catalog_reg_commit(struct catalog_reg *r)
 {
+	int64_t held;
+
 	if (!r->in_tx)
 		return 0;
 	r->in_tx = false;
+	held = catalog_mono_ns() - r->tx_start_ns;
+	r->n_tx++;
+	r->write_ns += held;
+	if (held > r->max_tx_ns)
+		r->max_tx_ns = held;
 	return catalog_exec(r->cat->db, "COMMIT");
-}
-
-static int catalog_reg_row(struct catalog_reg *r)
-{
-	if (++r->batch < CATALOG_BATCH)
-		return 0;
-	return catalog_reg_commit(r);
 }
 
 /* Make sure directory path (len bytes, valid) and its ancestors exist. */
@@ -129,22 +168,158 @@ static void catalog_reg_bad(struct catalog_reg *r, const char *key, size_t len,
 		 keypath_printable(key, len, buf, sizeof(buf)), why);
 }
 
+/* Write one object row of the batch (in a transaction). */
+static int catalog_reg_put_obj(struct catalog_reg *r,
+			       const struct catalog_reg_row *w)
+{
+	const char *key = r->arena + w->key;
+	sqlite3_stmt *st = NULL;
+	int ret;
+
+	ret = catalog_stmt(r->cat, ST_OBJ_INSERT, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, r->mf_id);
+	sqlite3_bind_text(st, 2, key, (int)w->len, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, key, (int)keypath_parent_len(key, w->len),
+			  SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, w->size);
+	if (w->aux != REG_NONE)
+		sqlite3_bind_text(st, 5, r->arena + w->aux, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 6, w->mtime);
+	ret = catalog_step_done(r->cat, st, "insert object");
+	if (ret)
+		return ret;
+	if (sqlite3_changes(r->cat->db) == 0) {
+		r->bytes -= (uint64_t)w->size; /* counted when listed */
+		catalog_reg_bad(r, key, w->len, "duplicate key");
+		return 0;
+	}
+	r->objects++;
+	ret = catalog_reg_dir(r, key, keypath_parent_len(key, w->len));
+	if (ret)
+		return ret;
+	if (w->len == strlen(r->sums_key) &&
+	    !memcmp(key, r->sums_key, w->len)) {
+		r->has_sums = true;
+		r->sums.key = r->sums_key;
+		r->sums.size = (uint64_t)w->size;
+		r->sums.mtime = w->mtime;
+		snprintf(r->sums.etag, sizeof(r->sums.etag), "%s",
+			 w->aux != REG_NONE ? r->arena + w->aux : "");
+	}
+	return 0;
+}
+
+/* Write one sums entry of the batch (in a transaction). */
+static int catalog_reg_put_sum(struct catalog_reg *r,
+			       const struct catalog_reg_row *w)
+{
+	const char *name = r->arena + w->key;
+	sqlite3_stmt *st = NULL;
+	char buf[1024];
+	int ret;
+
+	ret = catalog_stmt(r->cat, ST_SUMS_UPDATE, &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, r->mf_id);
+	sqlite3_bind_text(st, 2, name, (int)w->len, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 3, r->arena + w->aux, 32, SQLITE_STATIC);
+	ret = catalog_step_done(r->cat, st, "set expected sha256");
+	if (ret)
+		return ret;
+	if (sqlite3_changes(r->cat->db) == 0)
+		log_warn("catalog: dataset %s: %s names '%s', which is not a "
+			 "file of the dataset",
+			 r->name, r->sums_key,
+			 keypath_printable(name, w->len, buf, sizeof(buf)));
+	return 0;
+}
+
+/*
+ * Write the batch and empty it: in transactions of at most about
+ * CATALOG_TX_MAX_MS each (then commit, yield to the writers waiting, go
+ * on), so that a slow disk or a loaded machine cannot make one batch hold
+ * the write lock for long.
+ */
+static int catalog_reg_flush(struct catalog_reg *r)
+{
+	const int64_t max_ns = (int64_t)CATALOG_TX_MAX_MS * 1000000;
+	int ret = 0;
+
+	for (unsigned i = 0; i < r->n && !ret; i++) {
+		const struct catalog_reg_row *w = &r->rows[i];
+
+		ret = catalog_reg_begin(r);
+		if (ret)
+			break;
+		if (w->kind == REG_OBJ)
+			ret = catalog_reg_put_obj(r, w);
+		else if (w->kind == REG_DIR)
+			ret = catalog_reg_dir(r, r->arena + w->key, w->len);
+		else
+			ret = catalog_reg_put_sum(r, w);
+		if (!ret && i + 1 < r->n && (i & 63) == 63 &&
+		    catalog_mono_ns() - r->tx_start_ns >= max_ns) {
+			ret = catalog_reg_commit(r);
+			catalog_yield();
+		}
+	}
+	if (!ret)
+		ret = catalog_reg_commit(r);
+	r->n = 0;
+	r->used = 0;
+	return ret;
+}
+
+/* Copy len bytes of s (and a NUL) into the arena: its offset. The caller
+ * made room (catalog_reg_room). */
+static uint32_t catalog_reg_copy(struct catalog_reg *r, const void *s,
+				 size_t len)
+{
+	uint32_t off = (uint32_t)r->used;
+
+	memcpy(r->arena + r->used, s, len);
+	r->arena[r->used + len] = '\0';
+	r->used += len + 1;
+	return off;
+}
+
+/* A free row with room for bytes of strings: flushes a full batch. */
+static int catalog_reg_room(struct catalog_reg *r, size_t bytes,
+			    struct catalog_reg_row **out)
+{
+	int ret;
+
+	if (bytes > REG_BATCH_BYTES)
+		return -ENAMETOOLONG; /* no source has keys that long */
+	if (r->n == REG_BATCH_ROWS || r->used + bytes > REG_BATCH_BYTES) {
+		ret = catalog_reg_flush(r);
+		if (ret)
+			return ret;
+	}
+	*out = &r->rows[r->n++];
+	return 0;
+}
+
 static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 {
 	struct catalog_reg *r = arg;
 	const char *key = oi->key, *why;
-	size_t len = strlen(key);
-	sqlite3_stmt *st = NULL;
+	size_t len = strlen(key), elen = strlen(oi->etag);
+	struct catalog_reg_row *w;
 	int ret;
 
-	ret = catalog_reg_begin(r);
-	if (ret)
-		return ret;
 	if (keypath_dir_marker(key, len)) {
-		ret = catalog_reg_dir(r, key, len - 1);
+		ret = catalog_reg_room(r, len, &w);
 		if (ret)
 			return ret;
-		return catalog_reg_row(r);
+		*w = (struct catalog_reg_row){ .kind = REG_DIR,
+					       .len = (uint32_t)len - 1,
+					       .aux = REG_NONE };
+		w->key = catalog_reg_copy(r, key, len - 1);
+		return 0;
 	}
 	if (keypath_check(key, len, &why)) {
 		catalog_reg_bad(r, key, len, why);
@@ -162,34 +337,19 @@ static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 				"INT64_MAX bytes (8 EiB)");
 		return 0;
 	}
-	ret = catalog_stmt(r->cat, ST_OBJ_INSERT, &st);
+	ret = catalog_reg_room(r, len + 1 + elen + 1, &w);
 	if (ret)
 		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	sqlite3_bind_text(st, 2, key, (int)len, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, key, (int)keypath_parent_len(key, len),
-			  SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, (sqlite3_int64)oi->size);
-	if (oi->etag[0])
-		sqlite3_bind_text(st, 5, oi->etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 6, oi->mtime);
-	ret = catalog_step_done(r->cat, st, "insert object");
-	if (ret)
-		return ret;
-	if (sqlite3_changes(r->cat->db) == 0) {
-		catalog_reg_bad(r, key, len, "duplicate key");
-		return 0;
-	}
+	*w = (struct catalog_reg_row){ .kind = REG_OBJ,
+				       .len = (uint32_t)len,
+				       .aux = REG_NONE,
+				       .size = (int64_t)oi->size,
+				       .mtime = oi->mtime };
+	w->key = catalog_reg_copy(r, key, len);
+	if (elen)
+		w->aux = catalog_reg_copy(r, oi->etag, elen);
 	r->bytes += oi->size;
-	ret = catalog_reg_dir(r, key, keypath_parent_len(key, len));
-	if (ret)
-		return ret;
-	if (strcmp(key, r->sums_key) == 0) {
-		r->has_sums = true;
-		r->sums = *oi;
-		r->sums.key = r->sums_key;
-	}
-	return catalog_reg_row(r);
+	return 0;
 }
 
 /*
@@ -201,16 +361,15 @@ static int catalog_reg_clashes(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
 	sqlite3_stmt *st = NULL;
-	int rc, ret, n = 0;
+	uint64_t found = 0, bytes = 0;
+	int rc, ret = 0, n = 0;
 	char buf[1024];
 
-	ret = catalog_reg_begin(r);
-	if (ret)
-		return ret;
+	/* Found with a read (no write lock), one probe per directory. */
 	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT o.path FROM objects o JOIN dirs x"
-				" ON x.manifest_id = o.manifest_id"
-				" AND x.path = o.path WHERE o.manifest_id = ?",
+				"SELECT o.path, o.size FROM dirs x CROSS JOIN"
+				" objects o ON o.manifest_id = x.manifest_id"
+				" AND o.path = x.path WHERE x.manifest_id = ?",
 				-1, &st, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, r->mf_id);
@@ -223,53 +382,52 @@ static int catalog_reg_clashes(struct catalog_reg *r)
 				 r->name,
 				 keypath_printable(p, strlen(p), buf,
 						   sizeof(buf)));
+			found++;
+			bytes += (uint64_t)sqlite3_column_int64(st, 1);
 		}
 	}
-	if (rc != SQLITE_DONE) {
+	if (rc != SQLITE_DONE)
 		ret = catalog_sqlerr(cat->db, rc, "find clashes");
-		goto out;
-	}
+	sqlite3_finalize(st);
+	if (ret || !found)
+		return ret;
+	ret = catalog_reg_begin(r);
+	if (ret)
+		return ret;
 	ret = catalog_exec_id(cat,
 			      "DELETE FROM objects WHERE manifest_id = ?1"
 			      " AND path IN (SELECT path FROM dirs"
 			      " WHERE manifest_id = ?1)",
 			      r->mf_id, &n);
 	if (ret)
-		goto out;
-	r->bad += (uint64_t)n;
-	ret = catalog_reg_commit(r);
-out:
-	sqlite3_finalize(st);
-	return ret;
+		return ret;
+	if ((uint64_t)n != found) {
+		log_error("catalog: dataset %s: %llu file/directory clashes "
+			  "found, %d deleted",
+			  r->name, (unsigned long long)found, n);
+		return -EIO;
+	}
+	r->bad += found;
+	r->objects -= found;
+	r->bytes -= bytes;
+	return catalog_reg_commit(r);
 }
 
 static int catalog_sums_entry(void *arg, const char *name, size_t len,
 			      const unsigned char hash[32], bool binary)
 {
 	struct catalog_reg *r = arg;
-	sqlite3_stmt *st = NULL;
-	char buf[1024];
+	struct catalog_reg_row *w;
 	int ret;
 
 	(void)binary;
-	ret = catalog_reg_begin(r);
+	ret = catalog_reg_room(r, len + 1 + 32 + 1, &w);
 	if (ret)
 		return ret;
-	ret = catalog_stmt(r->cat, ST_SUMS_UPDATE, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	sqlite3_bind_text(st, 2, name, (int)len, SQLITE_STATIC);
-	sqlite3_bind_blob(st, 3, hash, 32, SQLITE_STATIC);
-	ret = catalog_step_done(r->cat, st, "set expected sha256");
-	if (ret)
-		return ret;
-	if (sqlite3_changes(r->cat->db) == 0)
-		log_warn("catalog: dataset %s: %s names '%s', which is not a "
-			 "file of the dataset",
-			 r->name, r->sums_key,
-			 keypath_printable(name, len, buf, sizeof(buf)));
-	return catalog_reg_row(r);
+	*w = (struct catalog_reg_row){ .kind = REG_SUM, .len = (uint32_t)len };
+	w->key = catalog_reg_copy(r, name, len);
+	w->aux = catalog_reg_copy(r, hash, 32);
+	return 0;
 }
 
 static int catalog_sums_bad(void *arg, unsigned long line, const char *why)
@@ -295,7 +453,7 @@ static int catalog_reg_sums(struct catalog_reg *r,
 	if (!ret)
 		ret = sha256sums_finish(p);
 	if (!ret)
-		ret = catalog_reg_commit(r);
+		ret = catalog_reg_flush(r);
 	if (!ret)
 		log_info("catalog: dataset %s: %lu hashes from %s, %lu bad "
 			 "lines",
@@ -390,21 +548,19 @@ static int catalog_reg_start(struct catalog_reg *r)
 static int catalog_reg_flip_tx(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
-	const int64_t ids[] = { r->mf_id, (int64_t)r->bad };
+	/* The counts kept while writing: no scan of the objects. */
+	const int64_t ids[] = { r->mf_id, (int64_t)r->bad, (int64_t)r->objects,
+				(int64_t)r->bytes };
 	int n = 0, ret;
 
 	ret = catalog_reg_retire(r, 1);
 	if (ret)
 		return ret;
-	ret = catalog_exec_ids(
-		cat,
-		"UPDATE manifests SET state = 1, bad_keys = ?2,"
-		" n_objects = (SELECT count(*) FROM objects"
-		"  WHERE manifest_id = ?1),"
-		" n_bytes = (SELECT coalesce(sum(size), 0) FROM objects"
-		"  WHERE manifest_id = ?1)"
-		" WHERE id = ?1 AND state = 0",
-		ids, 2, "make manifest current", &n);
+	ret = catalog_exec_ids(cat,
+			       "UPDATE manifests SET state = 1, bad_keys = ?2,"
+			       " n_objects = ?3, n_bytes = ?4"
+			       " WHERE id = ?1 AND state = 0",
+			       ids, 4, "make manifest current", &n);
 	if (ret)
 		return ret;
 	if (n == 0) {
@@ -429,6 +585,7 @@ static int catalog_reg_flip(struct catalog_reg *r)
 int catalog_register_source(struct catalog *cat, const char *name,
 			    const struct catalog_source *src)
 {
+	int64_t t0 = 0, t1, t2;
 	struct catalog_reg *r;
 	int ret;
 
@@ -438,6 +595,13 @@ int catalog_register_source(struct catalog *cat, const char *name,
 	r->cat = cat;
 	r->name = name;
 	r->now = catalog_now();
+	r->rows = malloc(REG_BATCH_ROWS * sizeof(*r->rows));
+	r->arena = malloc(REG_BATCH_BYTES);
+	if (!r->rows || !r->arena) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	t0 = catalog_mono_ns();
 	ret = catalog_reg_start(r);
 	if (ret)
 		goto out;
@@ -455,7 +619,7 @@ int catalog_register_source(struct catalog *cat, const char *name,
 		goto err;
 	ret = src->list(src->arg, catalog_reg_key, r);
 	if (!ret)
-		ret = catalog_reg_commit(r);
+		ret = catalog_reg_flush(r);
 	if (!ret)
 		ret = catalog_reg_clashes(r);
 	if (!ret && !r->has_sums &&
@@ -469,12 +633,20 @@ int catalog_register_source(struct catalog *cat, const char *name,
 		ret = catalog_reg_sums(r, src);
 	if (!ret)
 		ret = catalog_exec(cat->db, CATALOG_SAFE_PRAGMAS);
+	t1 = catalog_mono_ns();
 	if (!ret)
 		ret = catalog_reg_flip(r);
 	if (ret)
 		goto err;
-	log_info("catalog: dataset %s registered, %llu bad keys", name,
-		 (unsigned long long)r->bad);
+	t2 = catalog_mono_ns();
+	log_info("catalog: dataset %s registered, %llu bad keys (%llu files; "
+		 "%.1f s: listing %.1f, writing %.1f in %u transactions of at "
+		 "most %lld ms, making it current %.1f)",
+		 name, (unsigned long long)r->bad,
+		 (unsigned long long)r->objects, (double)(t2 - t0) / 1e9,
+		 (double)(t1 - t0 - r->write_ns) / 1e9,
+		 (double)r->write_ns / 1e9, r->n_tx,
+		 (long long)(r->max_tx_ns / 1000000), (double)(t2 - t1) / 1e9);
 	/* The old manifest; the new one is already visible. */
 	if (catalog_dataset_purge_dead(cat, r->ds_id))
 		log_warn("catalog: dataset %s: old manifest left for later",
@@ -490,6 +662,8 @@ err:
 			r->mf_id, NULL);
 	catalog_dataset_purge_dead(cat, r->ds_id);
 out:
+	free(r->rows);
+	free(r->arena);
 	free(r);
 	return ret;
 }

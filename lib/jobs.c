@@ -30,6 +30,7 @@
 struct jobs {
 	sqlite3 *db;
 	char *path;
+	struct catalog_busy busy;
 };
 
 static const char *const jobs_names[] = {
@@ -119,7 +120,7 @@ int jobs_open(const char *path, struct jobs **out)
 		ret = jq->db ? jobs_sqlerr(jq, rc, "open") : -ENOMEM;
 		goto err;
 	}
-	sqlite3_busy_timeout(jq->db, CATALOG_BUSY_TIMEOUT_MS);
+	catalog_busy_init(jq->db, &jq->busy);
 	ret = jobs_exec(jq, "PRAGMA foreign_keys = ON;"
 			    "PRAGMA synchronous = FULL");
 	if (ret)
@@ -356,11 +357,34 @@ int jobs_list(struct jobs *jq, unsigned finished, jobs_cb cb, void *arg)
 	return ret;
 }
 
+/* Is any job queued? 1, 0 or -errno. A read: takes no write lock. */
+static int jobs_any_queued(struct jobs *jq)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret;
+
+	ret = jobs_prepare(
+		jq, "SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1", &st);
+	if (ret)
+		return ret;
+	rc = sqlite3_step(st);
+	ret = rc == SQLITE_ROW	  ? 1
+	      : rc == SQLITE_DONE ? 0
+				  : jobs_sqlerr(jq, rc, "claim");
+	sqlite3_finalize(st);
+	return ret;
+}
+
 int jobs_claim(struct jobs *jq, struct jobs_job *j)
 {
 	sqlite3_stmt *st = NULL;
 	int rc, ret;
 
+	/* The dispatcher polls every second: an idle poll must not queue
+	 * for the write lock behind a registration. */
+	ret = jobs_any_queued(jq);
+	if (ret <= 0)
+		return ret ? ret : -ENOENT;
 	ret = jobs_exec(jq, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;

@@ -128,7 +128,8 @@ int jobs_list(struct jobs *jq, unsigned finished, jobs_cb cb, void *arg);
 /*
  * Take the next queued job (highest dataset priority, then oldest) and make
  * it running. Returns 0 with j filled, -ENOENT when none is queued, or an
- * error above.
+ * error above. When none is queued it only reads: it never waits for the
+ * write lock (a dispatcher polls it).
  */
 int jobs_claim(struct jobs *jq, struct jobs_job *j);
 

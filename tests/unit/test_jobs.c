@@ -5,7 +5,9 @@
  * connections claiming concurrently never taking the same job, listing,
  * jobs_last, a verify job's counts (kept with its end; the newest per
  * dataset; a catalog of schema 6 migrated to 7 gets their table), and the
- * proto line format used for job arguments.
+ * proto line format used for job arguments. An idle claim (nothing
+ * queued) while another connection holds the write lock answers -ENOENT
+ * without waiting for the lock.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +33,21 @@ static int count_cb(void *arg, const struct jobs_job *j)
 	(void)j;
 	(*(int *)arg)++;
 	return 0;
+}
+
+/* With another connection holding the catalog's write lock, an idle
+ * claim only reads: -ENOENT, not -EBUSY after the busy bound. */
+static void check_idle_claim_takes_no_lock(struct jobs *jq)
+{
+	struct jobs_job j = { 0 };
+	sqlite3 *db = NULL;
+
+	CHECK(sqlite3_open(dbpath, &db) == SQLITE_OK);
+	CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) ==
+	      SQLITE_OK);
+	CHECK_INT(jobs_claim(jq, &j), -ENOENT);
+	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	sqlite3_close(db);
 }
 
 static void test_basic(void)
@@ -111,6 +128,7 @@ static void test_basic(void)
 	CHECK_INT(j.id, c);
 	jobs_job_release(&j);
 	CHECK_INT(jobs_claim(jq, &j), -ENOENT);
+	check_idle_claim_takes_no_lock(jq);
 	jobs_close(jq);
 	jq = NULL;
 	CHECK_INT(jobs_open(dbpath, &jq), 0);
