@@ -15,6 +15,8 @@
 #include <time.h>
 #include <xxhash.h>
 #ifdef DSTAGE_XXH_DISPATCH
+/* Without this the header turns XXH3_64bits into the dispatch too. */
+#define XXH_DISPATCH_DISABLE_REPLACE
 #include <xxh_x86dispatch.h>
 #endif
 
