@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * bench/xxh3_speed: the block checksum's speed here, as the cache computes
- * it (libxxhash's baseline XXH3_64bits), against the library's dispatching
- * entry point (XXH3_64bits_dispatch, AVX2/AVX-512 where the CPU has them),
+ * bench/xxh3_speed: the block checksum's speed here, libxxhash's baseline
+ * XXH3_64bits against the library's dispatching entry point, which the
+ * cache uses (XXH3_64bits_dispatch, AVX2/AVX-512 where the CPU has them),
  * on 256 KiB pieces (what arrives from the network, hot in the CPU's cache)
  * and on a 1 GiB buffer (read from memory). docs/cache.md quotes it.
  *
@@ -15,6 +15,8 @@
 #include <time.h>
 #include <xxhash.h>
 #ifdef DSTAGE_XXH_DISPATCH
+/* Without this the header turns XXH3_64bits into the dispatch too. */
+#define XXH_DISPATCH_DISABLE_REPLACE
 #include <xxh_x86dispatch.h>
 #endif
 
