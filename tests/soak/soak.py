@@ -103,6 +103,24 @@ def flip_signature(got, want):
             and all(got[i] ^ want[i] == FLIP for i in diff))
 
 
+def describe_diff(got, want):
+    """What a difference looks like, for the report: lengths, where the
+    differing bytes are and what they were XORed with, so that a failure of
+    a long run can be classified afterwards (a flip, a short read, a
+    block of zeros, a block of another object)."""
+    diff = [i for i in range(min(len(got), len(want))) if got[i] != want[i]]
+    out = "got %d bytes, want %d" % (len(got), len(want))
+    if diff:
+        xors = sorted({got[i] ^ want[i] for i in diff[:4096]})
+        out += "; %d differ in [%d, %d]; XOR values %s%s; got %s at %d" % (
+            len(diff), diff[0], diff[-1],
+            ",".join("%02x" % x for x in xors[:8]),
+            "..." if len(xors) > 8 else "",
+            "zeros" if not any(got[diff[0]:diff[-1] + 1]) else
+            got[diff[0]:diff[0] + 16].hex(), diff[0])
+    return out
+
+
 class Windows:
     """Times when a process was down (kill -9 to ready + GRACE_S)."""
 
@@ -381,7 +399,8 @@ class Soak:
                 if got != want:
                     self.count("BYTES DIFFER")
                     self.fail("%s/%s: %d bytes at %d differ from the "
-                              "source" % (name, key, n, off))
+                              "source (%s)" % (name, key, n, off,
+                                               describe_diff(got, want)))
                     return
                 with self.lock:
                     self.reads += 1
