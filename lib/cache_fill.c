@@ -55,19 +55,6 @@ static void cache_copy_out(struct cache_obj *o, uint64_t b, const char *p,
 	memcpy(out->buf + (s - out->off), p + (s - b * o->c->bs), e - s);
 }
 
-/* Mark in *out->landed the blocks of [b0, b0 + n) that the read wants:
- * they stay in the landed fill for cache_land_send_from. */
-static void cache_out_landed(struct cache_obj *o, uint64_t b0, uint64_t n,
-			     const struct cache_out *out)
-{
-	uint64_t first = out->off / o->c->bs, s, e;
-
-	for (uint64_t b = b0; b < b0 + n; b++)
-		if (b >= first && b - first < 32 &&
-		    cache_block_span(o, b, out->off, out->len, &s, &e))
-			*out->landed |= 1u << (b - first);
-}
-
 void cache_log_corrupt(struct cache_obj *o, uint64_t b)
 {
 	cache_count(&o->c->checksum_failures, 1);
@@ -146,19 +133,6 @@ no:
 int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 		    cache_iov_fn fn, void *arg)
 {
-	return cache_land_send_from(o, off, len, NULL, UINT32_MAX, fn, arg);
-}
-
-/*
- * The same for a read whose blocks are partly in buf (which holds the bytes
- * of [off, off + len)): block off / bs + i is taken from a landed fill when
- * bit i of landed is set, from buf otherwise. With a buf, the blocks were
- * counted where they were filled or read: nothing is counted here.
- */
-int cache_land_send_from(struct cache_obj *o, uint64_t off, size_t len,
-			 const char *buf, uint32_t landed, cache_iov_fn fn,
-			 void *arg)
-{
 	struct cache *c = o->c;
 	uint64_t b0 = off / c->bs, b1 = (off + len - 1) / c->bs;
 	struct cache_land *ls[CACHE_IOV_MAX];
@@ -174,12 +148,6 @@ int cache_land_send_from(struct cache_obj *o, uint64_t off, size_t len,
 		uint64_t bstart = b * c->bs, s, e;
 
 		cache_block_span(o, b, off, len, &s, &e);
-		if (buf && !(landed & (1u << (b - b0)))) {
-			ls[n] = NULL;
-			iov[n].iov_base = (char *)buf + (s - off);
-			iov[n].iov_len = e - s;
-			continue;
-		}
 		for (l = o->lands; l; l = l->next)
 			if (b >= l->b0 && b < l->b0 + l->n)
 				break;
@@ -192,8 +160,7 @@ int cache_land_send_from(struct cache_obj *o, uint64_t off, size_t len,
 	}
 	if (n < (int)(b1 - b0 + 1)) {
 		while (n)
-			if (ls[--n])
-				cache_land_unref(o, ls[n]);
+			cache_land_unref(o, ls[--n]);
 		pthread_mutex_unlock(&o->lock);
 		return -EAGAIN;
 	}
@@ -203,8 +170,6 @@ int cache_land_send_from(struct cache_obj *o, uint64_t off, size_t len,
 	for (int i = 0; i < n; i++) {
 		struct cache_land *l = ls[i];
 
-		if (!l)
-			continue;
 		l->left -= iov[i].iov_len < l->left ? iov[i].iov_len : l->left;
 		if (l->left == 0) {
 			/* Every byte went to a reader: the file's pages of it
@@ -220,10 +185,8 @@ int cache_land_send_from(struct cache_obj *o, uint64_t off, size_t len,
 	pthread_mutex_unlock(&o->lock);
 	if (drop_end > drop_off)
 		cache_drop_pages(o, drop_off, drop_end - drop_off);
-	if (!buf) {
-		cache_count_hits(o, (uint64_t)n);
-		cache_count(&c->bytes_from_cache, len);
-	}
+	cache_count_hits(o, (uint64_t)n);
+	cache_count(&c->bytes_from_cache, len);
 	return ret;
 }
 
@@ -561,7 +524,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t len = cache_block_len(o, b0 + i);
 
-		if (out && !out->landed)
+		if (out)
 			cache_copy_out(o, b0 + i, buf + i * c->bs, out);
 		cache_count(fetch[i] ? &c->bytes_from_source
 				     : &c->bytes_from_cache,
@@ -578,20 +541,14 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 			e += cache_block_len(o, b0 + i);
 		uint64_t os, oe;
 
-		if (out && !out->landed && out->len &&
+		if (out && out->len &&
 		    cache_span(s, e, out->off, out->len, &os, &oe)) {
 			used = oe - os;
 			cache_drop_pages(o, os, used);
 		}
-		if (cache_land_publish(o, b0, n, buf, used)) {
+		if (cache_land_publish(o, b0, n, buf, used))
 			buf = NULL;
-			if (out && out->landed)
-				cache_out_landed(o, b0, n, out);
-		}
 	}
-	/* Not landed after all (no room, or not cached): copy, as usual. */
-	for (uint64_t i = 0; buf && out && out->landed && i < n; i++)
-		cache_copy_out(o, b0 + i, buf + i * c->bs, out);
 	ret = (int)n;
 out:
 	for (uint64_t i = 0; i < n; i++)

@@ -328,11 +328,6 @@ struct cache_out {
 	uint64_t off;
 	size_t len;
 	char *buf;
-	/* NULL: every byte wanted is copied into buf. Otherwise a fill whose
-	 * buffer lands hands its blocks over from there instead: bit i of
-	 * *landed set means block off / bs + i (i < 32) is in a landed fill,
-	 * not in buf (cache_read_iov, cache_land_send_from). */
-	uint32_t *landed;
 };
 
 /* A cache_iov_fn that copies into dst (nothing to do for bytes already
@@ -494,9 +489,6 @@ void cache_lands_drop(struct cache_obj *o);
 /* ---- layer 4: cache_fill.c ---- */
 int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 		    cache_iov_fn fn, void *arg);
-int cache_land_send_from(struct cache_obj *o, uint64_t off, size_t len,
-			 const char *buf, uint32_t landed, cache_iov_fn fn,
-			 void *arg);
 int cache_sink_copy(void *arg, const struct iovec *iov, int n);
 int cache_obj_dfd(struct cache_obj *o);
 void cache_log_corrupt(struct cache_obj *o, uint64_t b);

@@ -10,10 +10,7 @@
  *   CACHE_READ_DIRECT and all present -> one O_DIRECT batch, no copy;
  *   all in landed fills (waiting for this process's fills in flight) ->
  *   handed over from memory, no copy;
- *   otherwise cache_obj_range (layer 4): present blocks into the caller's
- *   buffer, absent ones filled and, when their fill lands, handed over
- *   from its buffer (no copy; read back into the buffer if that land went
- *   before the hand-over).
+ *   otherwise cache_obj_range (layer 4) into the caller's buffer.
  * cache_read_fd only ever serves verified, present, not landed blocks; it
  * answers -EAGAIN for anything else, and the caller takes cache_read_iov.
  */
@@ -178,7 +175,6 @@ static int cache_read_iov_timed(struct cache *c, const struct cache_object *obj,
 	struct cache_obj *o = NULL;
 	struct cache_out out;
 	struct iovec v;
-	uint32_t landed = 0;
 	bool no_space = false;
 	ssize_t got;
 	int ret;
@@ -213,25 +209,9 @@ static int cache_read_iov_timed(struct cache *c, const struct cache_object *obj,
 		if (ret != -EAGAIN)
 			goto out;
 	} while (cache_wait_fills(o, off, len));
-	/* Blocks this read fills are handed over from the fill's buffer,
-	 * which lands, rather than copied into buf (at most CACHE_IOV_MAX:
-	 * one iovec each); the rest are read into buf. */
 	out = (struct cache_out){ .off = off, .len = len, .buf = buf };
-	if ((off + len - 1) / c->bs - off / c->bs < CACHE_IOV_MAX)
-		out.landed = &landed;
 	ret = cache_obj_range(o, off / c->bs, (off + len - 1) / c->bs + 1, true,
 			      false, &out, &no_space);
-	if (ret == 0 && landed) {
-		ret = cache_land_send_from(o, off, len, buf, landed, fn, arg);
-		if (ret != -EAGAIN)
-			goto out;
-		/* Its landed fill went (taken by another reader, displaced)
-		 * before we sent it: the blocks are present, read them. */
-		out.landed = NULL;
-		ret = cache_obj_range(o, off / c->bs,
-				      (off + len - 1) / c->bs + 1, true, false,
-				      &out, &no_space);
-	}
 	if (ret == 0) {
 		v = (struct iovec){ buf, len };
 		ret = fn(arg, &v, 1);
