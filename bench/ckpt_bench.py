@@ -72,6 +72,17 @@ print(json.dumps({"open_to_close": t2 - t0, "write": t1 - t0,
 """ % CHUNK
 
 
+def stop(pr):
+    """Terminate pr if it still runs; kill it after 60 s."""
+    if pr.poll() is None:
+        pr.terminate()
+    try:
+        pr.wait(60)
+    except subprocess.TimeoutExpired:
+        pr.kill()
+        pr.wait()
+
+
 def log(msg):
     print(f"[ckpt_bench] {msg}", file=sys.stderr, flush=True)
 
@@ -150,12 +161,7 @@ class CkptBench:
 
     def unmount_all(self):
         for pr in self.procs:
-            if pr.poll() is None:
-                pr.terminate()
-                try:
-                    pr.wait(60)
-                except subprocess.TimeoutExpired:
-                    pr.kill()
+            stop(pr)
         for m in self.mounts:
             subprocess.run(["fusermount3", "-uz", m], capture_output=True)
         for d in self.staging_dirs:
@@ -248,12 +254,7 @@ class CkptBench:
             return sec
         finally:
             subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
-            if pr.poll() is None:
-                pr.terminate()
-            try:
-                pr.wait(60)
-            except subprocess.TimeoutExpired:
-                pr.kill()
+            stop(pr)
             shutil.rmtree(d, ignore_errors=True)
 
     def rclone_write(self, bucket, src):
