@@ -42,12 +42,14 @@ bytes, the samples' ranges) is printed, and written as JSON with --json.
 """
 import argparse
 import hashlib
+import fcntl
 import json
 import os
 import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -91,6 +93,38 @@ def write_dataset(root, files):
 
 
 FLIP = 0x5a  # flip_loop XORs 3 bytes with this
+
+
+# lib/cache_i.h: the header's fixed part (magic, version, block size, object
+# size, data offset) and the OFD lock byte of block b, CACHE_LOCK_BLOCK + b.
+CACHE_HDR = struct.Struct("<8sIIQQ")
+CACHE_LOCK_BLOCK = (1 << 62) + 1
+
+
+def block_lock(fh, off):
+    """Take, without waiting, the lock a fill holds on the block whose data
+    holds byte off of the cache file fh (none is needed outside the blocks'
+    data). A fill writes its blocks with O_DIRECT; a buffered write into the
+    same pages while that write runs may leave the page cache holding what
+    the disk had before it (a hole's zeros), and writeback then puts those
+    stale bytes on disk under a valid record, which the filling process
+    itself never checks again (it wrote them). Disk damage does not race a
+    write like that; the flip must not either. The lock is a POSIX record
+    lock, which conflicts with the cache's OFD locks, and goes with fh."""
+    hdr = os.pread(fh.fileno(), CACHE_HDR.size, 0)
+    if len(hdr) < CACHE_HDR.size:
+        return True
+    magic, _, bs, _, data_off = CACHE_HDR.unpack(hdr)
+    if magic != b"DSTGOBJ1" or not bs or off + 3 <= data_off:
+        return True
+    first = max(off - data_off, 0) // bs
+    last = (off + 2 - data_off) // bs
+    try:
+        fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB, last - first + 1,
+                    CACHE_LOCK_BLOCK + first)
+    except OSError:
+        return False
+    return True
 
 
 def flip_signature(got, want):
@@ -514,6 +548,9 @@ class Soak:
                     continue
                 off = rnd.randrange(0, size - 3)
                 with open(f, "r+b") as fh:
+                    if not block_lock(fh, off):
+                        self.count("cache flip skipped (block being filled)")
+                        continue
                     b = os.pread(fh.fileno(), 3, off)
                     os.pwrite(fh.fileno(), bytes(x ^ FLIP for x in b), off)
                     if str(f) in self.open_files():

@@ -36,3 +36,46 @@ def test_soak_short(tmp_path):
     p = subprocess.run(cmd, capture_output=True, timeout=secs + 600)
     assert p.returncode == 0, (p.stdout.decode(errors="replace")[-6000:] +
                                p.stderr.decode(errors="replace")[-3000:])
+
+
+def _soak_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "soak", REPO / "tests" / "soak" / "soak.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_flip_waits_for_a_fill_of_its_block(tmp_path):
+    """The soak's flip must not write a block while a fill holds it: the
+    fill's O_DIRECT write and a buffered write into the same pages can
+    leave stale bytes in the page cache (soak.py, block_lock). A fill holds
+    the OFD lock of byte CACHE_LOCK_BLOCK + b (lib/cache_i.h)."""
+    import fcntl
+    import struct
+    soak = _soak_module()
+    bs, data_off = 65536, 8192
+    path = tmp_path / "obj"
+    hdr = soak.CACHE_HDR.pack(b"DSTGOBJ1", 1, bs, 3 * bs, data_off)
+    path.write_bytes(hdr + bytes(data_off + 3 * bs - len(hdr)))
+    filler = os.open(path, os.O_RDWR)
+    try:
+        flock = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET,
+                            soak.CACHE_LOCK_BLOCK + 1, 1, 0)
+        fcntl.fcntl(filler, fcntl.F_OFD_SETLK, flock)
+        cases = [(100, True),  # the header: no block's data
+                 (data_off + 10, True),  # block 0
+                 (data_off + bs + 10, False),  # block 1, being filled
+                 (data_off + bs - 1, False),  # its 3 bytes reach block 1
+                 (data_off + 2 * bs, True)]  # block 2
+        for off, free in cases:
+            with open(path, "r+b") as fh:
+                assert soak.block_lock(fh, off) is free, off
+        unlock = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET,
+                             soak.CACHE_LOCK_BLOCK + 1, 1, 0)
+        fcntl.fcntl(filler, fcntl.F_OFD_SETLK, unlock)
+        with open(path, "r+b") as fh:
+            assert soak.block_lock(fh, data_off + bs + 10)
+    finally:
+        os.close(filler)
