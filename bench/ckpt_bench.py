@@ -89,9 +89,13 @@ def log(msg):
 
 class CkptBench:
     def __init__(self, build, work, env, size, shards, shard_size,
-                 staging=None, peers=True):
+                 staging=None, peers=True, gc=None):
         self.build, self.work, self.env = build, work, dict(env)
         self.peers = peers
+        # called after every deletion of what a phase wrote: bench/run's
+        # store_gc (a memstore keeps a deleted object's tail until radosgw
+        # collects it)
+        self.gc = gc or (lambda: None)
         self.staging = staging   # parent of the staging dirs (None: work)
         self.size, self.shards, self.shard_size = size, shards, shard_size
         self.mounts = []
@@ -291,6 +295,7 @@ class CkptBench:
                 r[f"{name}_s"] = fn(bucket, src)
             except (RuntimeError, subprocess.SubprocessError) as e:
                 log(f"{name}: {e}: its peer figure is left out")
+            self.gc()
         return r
 
     # ---- radosgw ----
@@ -307,6 +312,7 @@ class CkptBench:
         r = {}
         r["put_s"] = self.timed([ot, url, "put", "client/ckpt.bin", src])
         self.timed([ot, url, "rm", "client/ckpt.bin"])
+        self.gc()
         r.update(self.peer_rows(bucket, src))
         r["part_s"] = min(self.timed([ot, url, "put", "client/part.bin",
                                       part_src]) for _ in range(3))
@@ -314,11 +320,13 @@ class CkptBench:
         w = self.write_through(os.path.join(ck, "ckpt.bin"), self.size)
         r.update(mount_s=w["open_to_close"], close_s=w["close"])
         os.unlink(os.path.join(ck, "ckpt.bin"))
+        self.gc()
         r["shards_put_s"] = self.parallel(
             [[ot, url, "put", f"client/s{i}.bin", shard_src]
              for i in range(self.shards)])[0]
         for i in range(self.shards):
             self.timed([ot, url, "rm", f"client/s{i}.bin"])
+        self.gc()
         r["shards_mount_s"] = self.shards_through(ck)
         for i in range(self.shards):
             os.unlink(os.path.join(ck, f"shard{i}.bin"))
@@ -369,8 +377,8 @@ def rows_from(res, size, shards, shard_size):
 
 
 def run(build, work, env, size, shards, shard_size, stores, make_bucket,
-        staging=None, peers=True):
-    b = CkptBench(build, work, env, size, shards, shard_size, staging, peers)
+        staging=None, peers=True, gc=None):
+    b = CkptBench(build, work, env, size, shards, shard_size, staging, peers, gc)
     res = {}
     try:
         if "dir" in stores:
