@@ -93,8 +93,8 @@ class CkptBench:
         self.build, self.work, self.env = build, work, dict(env)
         self.peers = peers
         # called after every deletion of what a phase wrote: bench/run's
-        # store_gc (a memstore keeps a deleted object's tail until radosgw
-        # collects it)
+        # store_gc (radosgw keeps a deleted object's tail until it collects
+        # it, 2 h by default)
         self.gc = gc or (lambda: None)
         self.staging = staging   # parent of the staging dirs (None: work)
         self.size, self.shards, self.shard_size = size, shards, shard_size

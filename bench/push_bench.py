@@ -74,7 +74,7 @@ class PushBench:
                            env=self.env, capture_output=True, timeout=900)
         gc = getattr(self.b, "store_gc", None)
         if gc:
-            gc()  # the memstore's room for the next phase
+            gc()  # the store's room for the next phase
 
     def timed(self, cmds, cwd=None):
         """Run cmds one after the other; seconds, or None on a failure."""

@@ -302,3 +302,16 @@ def test_proxy_stops_promptly_with_a_stalled_request(rgw, obj):
         if c.poll() is None:
             c.kill()
             c.wait()
+
+
+def test_rgw_refuses_an_unknown_object_store(tmp_path):
+    """DSTAGE_RGW_OBJECTSTORE is memstore or bluestore; anything else is
+    refused before a ceph.conf is written (one without an object store
+    would start an OSD on Ceph's default)."""
+    d = tmp_path / "rgw"
+    p = subprocess.run([RGW_SCRIPT, "start", str(d)], capture_output=True, text=True,
+                       env=dict(os.environ, DSTAGE_RGW_OBJECTSTORE="filestore"),
+                       timeout=60)
+    assert p.returncode == 1
+    assert "DSTAGE_RGW_OBJECTSTORE must be memstore or bluestore" in p.stderr
+    assert not (d / "ceph.conf").exists()
