@@ -72,6 +72,11 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 		ret = ckpt_open(fs->cfg, &st->ck);
 		if (ret)
 			return ret;
+		if (asprintf(&st->cache_label, "checkpoints:%s",
+			     ckpt_url(st->ck)) < 0) {
+			st->cache_label = NULL;
+			return -ENOMEM;
+		}
 	}
 	return dsfs_nodes_add_fixed(&fs->nodes, DSFS_INO_CHECKPOINTS,
 				    DSFS_INO_ROOT, &dsfs_ckpt_subtree,
@@ -85,6 +90,7 @@ static void dsfs_ckpt_destroy(struct dsfs *fs)
 	if (!st)
 		return;
 	ckpt_free(st->ck);
+	free(st->cache_label);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	fs->sub_state[DSFS_SUB_CKPT] = NULL;

@@ -11,16 +11,21 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dsfs_cacheread.h"
 #include "dsfs_ckpt.h"
 #include "dsfs_ckpt_i.h"
 #include "dsfs_opts.h"
+#include "dstage/cache.h"
 #include "dstage/ckpt.h"
+#include "dstage/keypath.h"
+#include "dstage/objstore.h"
 #include "dstage/log.h"
 
 /*
@@ -244,19 +249,64 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 	return dsfs_ckpt_file_handle_new(who, f, fi);
 }
 
+/*
+ * A file only the store has (another node's): through the block cache,
+ * as datasets are, under st->cache_label. Each version (ETag) is fetched
+ * once per node, checked block by block on every later read, and kept
+ * for the next reader until evicted. 1 when the caller must read it
+ * another way (no cache, or a version without an ETag), else 0 (r
+ * answered) or -EIO / -ENOMEM.
+ */
+static int dsfs_ckpt_file_read_cached(struct dsfs *fs, struct ckpt_file *f,
+				      size_t size, off_t off,
+				      struct dsfs_reply_read *r)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct ckpt_remote rem;
+	/* Copies: f may be closed (RELEASE) as soon as the reply is out. */
+	char key[KEYPATH_MAX], etag[OBJSTORE_ETAG_MAX];
+	struct cache_object obj = { .key = key, .etag = etag };
+	int ret;
+
+	if (!fs->cache || !st->cache_label || ckpt_file_remote(f, &rem))
+		return 1;
+	if ((uint64_t)off >= rem.size || !size)
+		return 0; /* the dispatcher answers an empty read */
+	if (size > rem.size - (uint64_t)off)
+		size = (size_t)(rem.size - (uint64_t)off);
+	snprintf(key, sizeof(key), "%s", rem.key);
+	snprintf(etag, sizeof(etag), "%s", rem.etag);
+	obj.dataset = st->cache_label;
+	obj.os = rem.os;
+	obj.size = rem.size;
+	atomic_fetch_add_explicit(&fs->ctr.reads, 1, memory_order_relaxed);
+	ret = dsfs_cacheread_reply(fs, &obj, (uint64_t)off, size, r);
+	if (!ret)
+		return 0;
+	atomic_fetch_add_explicit(&fs->ctr.read_errors, 1,
+				  memory_order_relaxed);
+	log_error("checkpoints: cannot read %s at %lld from %s: %s%s", key,
+		  (long long)off, ckpt_url(st->ck), strerror(-ret),
+		  ret == -ESTALE ? " (replaced in the store since it was "
+				   "opened: open it again)"
+				 : "");
+	return ret == -ENOMEM ? -ENOMEM : -EIO;
+}
+
 int dsfs_ckpt_file_read(struct dsfs *fs, struct dsfs_caller *who,
 			struct dsfs_node *n, struct fuse_file_info *fi,
 			size_t size, off_t off, struct dsfs_reply_read *r)
 {
-	int fd = ckpt_file_fd(dsfs_ckpt_file_fh(fi));
+	struct ckpt_file *f = dsfs_ckpt_file_fh(fi);
+	int fd = ckpt_file_fd(f);
 	struct ckpt_attr a;
 	ssize_t got;
 	char *buf;
+	int ret;
 
-	(void)fs;
 	(void)who;
 	(void)n;
-	if (fd >= 0 && !ckpt_file_attr(dsfs_ckpt_file_fh(fi), &a)) {
+	if (fd >= 0 && !ckpt_file_attr(f, &a)) {
 		/* A local copy: spliced from it, never past its end. */
 		if ((uint64_t)off >= a.size)
 			return 0;
@@ -264,10 +314,15 @@ int dsfs_ckpt_file_read(struct dsfs *fs, struct dsfs_caller *who,
 			size = (size_t)(a.size - (uint64_t)off);
 		return dsfs_reply_read_fd(r, fd, off, size, 0);
 	}
+	if (off < 0)
+		return -EINVAL;
+	ret = dsfs_ckpt_file_read_cached(fs, f, size, off, r);
+	if (ret <= 0)
+		return ret;
 	buf = malloc(size ? size : 1);
 	if (!buf)
 		return -ENOMEM;
-	got = ckpt_file_pread(dsfs_ckpt_file_fh(fi), buf, size, off);
+	got = ckpt_file_pread(f, buf, size, off);
 	if (got >= 0)
 		dsfs_reply_read_buf(r, buf, (size_t)got);
 	free(buf);

@@ -24,6 +24,11 @@ struct dsfs_ckpt_pn {
 
 struct dsfs_ckpt {
 	struct ckpt *ck; /* NULL: no store configured (read-only) */
+	/* The block cache's dataset for other nodes' files:
+	 * "checkpoints:<store URL>" (no dataset name has a ':' and a '/',
+	 * so it meets none of theirs, nor their pins and quotas). Immutable
+	 * after init; NULL without a store. */
+	char *cache_label;
 	pthread_mutex_t lock;
 	struct dsfs_ckpt_pn top;
 };

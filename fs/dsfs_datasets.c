@@ -34,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dsfs_cacheread.h"
 #include "dsfs_dataset.h"
 #include "dsfs_datasets.h"
 #include "dsfs_opts.h"
@@ -593,38 +594,6 @@ static void dsfs_datasets_release(struct dsfs *fs, struct dsfs_caller *who,
 	free((void *)(uintptr_t)fi->fh);
 }
 
-/* Per-thread copy buffer for reads that cannot be spliced. */
-static pthread_key_t dsfs_datasets_buf_key;
-static pthread_once_t dsfs_datasets_buf_once = PTHREAD_ONCE_INIT;
-
-struct dsfs_datasets_tbuf {
-	size_t len;
-	char data[];
-};
-
-static void dsfs_datasets_buf_key_make(void)
-{
-	pthread_key_create(&dsfs_datasets_buf_key, free);
-}
-
-static void *dsfs_datasets_thread_buf(size_t len)
-{
-	struct dsfs_datasets_tbuf *b;
-
-	pthread_once(&dsfs_datasets_buf_once, dsfs_datasets_buf_key_make);
-	b = pthread_getspecific(dsfs_datasets_buf_key);
-	if (b && b->len >= len)
-		return b->data;
-	free(b);
-	pthread_setspecific(dsfs_datasets_buf_key, NULL);
-	b = malloc(sizeof(*b) + len);
-	if (!b)
-		return NULL;
-	b->len = len;
-	pthread_setspecific(dsfs_datasets_buf_key, b);
-	return b->data;
-}
-
 static void dsfs_datasets_read_error(struct dsfs *fs,
 				     struct dsfs_datasets_node *p, off_t off,
 				     size_t len, int err)
@@ -638,22 +607,6 @@ static void dsfs_datasets_read_error(struct dsfs *fs,
 		  p->ds->name, p->path, len, (long long)off, strerror(-err));
 }
 
-/* cache_read_iov's receiver: the bytes go out as they are (no copy when
- * they are in memory already). */
-struct dsfs_datasets_rdr {
-	struct dsfs_reply_read *r;
-	unsigned long long bytes;
-};
-
-static int dsfs_datasets_reply_iov(void *arg, const struct iovec *iov, int n)
-{
-	struct dsfs_datasets_rdr *rd = arg;
-
-	for (int i = 0; i < n; i++)
-		rd->bytes += iov[i].iov_len;
-	return dsfs_reply_read_iov(rd->r, iov, n);
-}
-
 static int dsfs_datasets_read(struct dsfs *fs, struct dsfs_caller *who,
 			      struct dsfs_node *n, struct fuse_file_info *fi,
 			      size_t size, off_t off, struct dsfs_reply_read *r)
@@ -661,9 +614,7 @@ static int dsfs_datasets_read(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_datasets_node *p = n->priv;
 	struct dsfs_datasets_file *f =
 		(struct dsfs_datasets_file *)(uintptr_t)fi->fh;
-	struct dsfs_datasets_rdr rd = { .r = r };
 	uint64_t uoff = (uint64_t)off;
-	void *buf;
 	int ret;
 
 	(void)who;
@@ -672,40 +623,12 @@ static int dsfs_datasets_read(struct dsfs *fs, struct dsfs_caller *who,
 	if (size > p->size - uoff)
 		size = (size_t)(p->size - uoff);
 	atomic_fetch_add_explicit(&fs->ctr.reads, 1, memory_order_relaxed);
-	if (fs->opts->splice) {
-		/* f may be freed once the reply is out (RELEASE). */
-		uint64_t fd_off, obj_size = f->obj.size;
-		int fd;
-
-		if (cache_read_fd(fs->cache, &f->obj, uoff, size, &fd,
-				  &fd_off) == 0) {
-			dsfs_reply_read_fd(r, fd, (off_t)fd_off, size,
-					   FUSE_BUF_SPLICE_MOVE);
-			/* The mount's page cache has them now (keep_cache):
-			 * drop the cache file's copy (cache_set_drop_behind). */
-			cache_read_fd_done(fs->cache, obj_size, fd, fd_off,
-					   uoff, size);
-			close(fd);
-			atomic_fetch_add_explicit(&fs->ctr.splice_replies, 1,
-						  memory_order_relaxed);
-			atomic_fetch_add_explicit(&fs->ctr.read_bytes, size,
-						  memory_order_relaxed);
-			return 0;
-		}
-	}
-	buf = dsfs_datasets_thread_buf(size);
-	if (!buf)
-		return -ENOMEM;
-	ret = cache_read_iov(fs->cache, &f->obj, uoff, size, buf, 0,
-			     dsfs_datasets_reply_iov, &rd);
-	if (!r->sent) {
+	/* f may be freed once the reply is out (RELEASE); p is the node's. */
+	ret = dsfs_cacheread_reply(fs, &f->obj, uoff, size, r);
+	if (ret) {
 		dsfs_datasets_read_error(fs, p, off, size, ret);
 		return ret == -ENOMEM ? -ENOMEM : -EIO;
 	}
-	atomic_fetch_add_explicit(&fs->ctr.copy_replies, 1,
-				  memory_order_relaxed);
-	atomic_fetch_add_explicit(&fs->ctr.read_bytes, rd.bytes,
-				  memory_order_relaxed);
 	return 0;
 }
 

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dsfs_cacheread.h"
 #include "dsfs_opts.h"
 #include "dsfs_overlay_i.h"
 #include "dstage/cache.h"
@@ -185,42 +186,11 @@ int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
 
 /* Each worker thread's read buffer, grown to the largest read it served,
  * freed when the thread exits. */
-static pthread_key_t dsfs_ovl_buf_key;
-static pthread_once_t dsfs_ovl_buf_once = PTHREAD_ONCE_INIT;
-
-struct dsfs_ovl_tbuf {
-	size_t len;
-	char data[];
-};
-
-static void dsfs_ovl_buf_key_make(void)
-{
-	pthread_key_create(&dsfs_ovl_buf_key, free);
-}
-
-static char *dsfs_ovl_thread_buf(size_t len)
-{
-	struct dsfs_ovl_tbuf *b;
-
-	pthread_once(&dsfs_ovl_buf_once, dsfs_ovl_buf_key_make);
-	b = pthread_getspecific(dsfs_ovl_buf_key);
-	if (b && b->len >= len)
-		return b->data;
-	free(b);
-	pthread_setspecific(dsfs_ovl_buf_key, NULL);
-	b = malloc(sizeof(*b) + (len ? len : 1));
-	if (!b)
-		return NULL;
-	b->len = len;
-	pthread_setspecific(dsfs_ovl_buf_key, b);
-	return b->data;
-}
-
 /* One read directly from the descriptor, answered from a thread buffer. */
 static int dsfs_ovl_read_direct(struct dsfs_ovl_file *f, size_t size, off_t off,
 				struct dsfs_reply_read *r)
 {
-	char *buf = dsfs_ovl_thread_buf(size);
+	char *buf = dsfs_cacheread_buf(size);
 	size_t done = 0;
 
 	if (!buf)
@@ -240,11 +210,6 @@ static int dsfs_ovl_read_direct(struct dsfs_ovl_file *f, size_t size, off_t off,
 	return dsfs_reply_read_buf(r, buf, done);
 }
 
-static int dsfs_ovl_reply_iov(void *arg, const struct iovec *iov, int n)
-{
-	return dsfs_reply_read_iov(arg, iov, n);
-}
-
 int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 		  struct fuse_file_info *fi, size_t size, off_t off,
 		  struct dsfs_reply_read *r)
@@ -259,7 +224,6 @@ int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 		.size = f->size,
 	};
 	uint64_t uoff = (uint64_t)off;
-	void *buf;
 	int ret;
 
 	(void)who;
@@ -273,26 +237,8 @@ int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 		return 0;
 	if (size > f->size - uoff)
 		size = (size_t)(f->size - uoff);
-	if (fs->opts->splice) {
-		uint64_t fd_off;
-		int fd;
-
-		if (cache_read_fd(fs->cache, &obj, uoff, size, &fd, &fd_off) ==
-		    0) {
-			dsfs_reply_read_fd(r, fd, (off_t)fd_off, size,
-					   FUSE_BUF_SPLICE_MOVE);
-			cache_read_fd_done(fs->cache, obj.size, fd, fd_off,
-					   uoff, size);
-			close(fd);
-			return 0;
-		}
-	}
-	buf = dsfs_ovl_thread_buf(size);
-	if (!buf)
-		return -ENOMEM;
-	ret = cache_read_iov(fs->cache, &obj, uoff, size, buf, 0,
-			     dsfs_ovl_reply_iov, r);
-	if (r->sent)
+	ret = dsfs_cacheread_reply(fs, &obj, uoff, size, r);
+	if (!ret)
 		return 0;
 	/* The file changed or moved since it was opened, or the cache
 	 * failed: the descriptor still has the bytes. */

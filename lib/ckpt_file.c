@@ -678,6 +678,20 @@ bool ckpt_file_writable(const struct ckpt_file *f)
 	return f->write;
 }
 
+int ckpt_file_remote(const struct ckpt_file *f, struct ckpt_remote *r)
+{
+	const struct ckpt_ent *e = f->e;
+
+	/* fd and etag are fixed once opened from the store: e is private. */
+	if (e->fd >= 0 || !e->etag[0])
+		return -ENOENT;
+	r->os = f->ck->os;
+	r->key = e->key;
+	r->etag = e->etag;
+	r->size = e->rsize;
+	return 0;
+}
+
 int ckpt_file_attr(struct ckpt_file *f, struct ckpt_attr *a)
 {
 	struct stat st;

@@ -40,6 +40,7 @@
 struct dstage_config;
 struct ckpt;
 struct ckpt_file;
+struct objstore;
 
 struct ckpt_attr {
 	bool dir;
@@ -151,6 +152,26 @@ int ckpt_file_attr(struct ckpt_file *f, struct ckpt_attr *a);
 int ckpt_file_fd(const struct ckpt_file *f);
 /* Whether f was opened for writing. */
 bool ckpt_file_writable(const struct ckpt_file *f);
+
+/* A file read from the store (another node's, or one this node no longer
+ * holds a copy of): the version it was opened at. The strings are f's:
+ * valid until f is closed. */
+struct ckpt_remote {
+	struct objstore *os; /* ckpt_objstore() */
+	const char *key; /* its key in os */
+	const char *etag; /* the version opened (never "") */
+	uint64_t size;
+};
+
+/*
+ * Where f's bytes come from when it has no local copy, for a reader that
+ * serves them through the block cache (dstagefs: each version is fetched
+ * once, checked block by block, and kept for the next reader). Returns 0,
+ * or -ENOENT when f is read from its local copy (ckpt_file_fd) or the
+ * store gave the version no ETag (then ckpt_file_pread reads it, with no
+ * cache: a version that cannot be named cannot be cached).
+ */
+int ckpt_file_remote(const struct ckpt_file *f, struct ckpt_remote *r);
 /*
  * Publish what was written, if anything changed since the last publish:
  * returns 0 only once the whole content is in the store under the file's

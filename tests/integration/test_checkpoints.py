@@ -400,6 +400,69 @@ def test_other_nodes_files_listed_and_read(mount, store):
              "the store's version")
 
 
+def mount_stats(mnt):
+    out = {}
+    for line in (Path(mnt) / ".dstage" / "stats").read_text().splitlines():
+        k, v = line.split()
+        out[k] = int(v)
+    return out
+
+
+def drop_caches():
+    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"],
+                   check=False)
+
+
+def flip_cached_data_byte(cache_dir, size, at):
+    """Flip a bit at byte `at` of the data of the one cache object file of
+    at least size bytes (an object file's data is its tail)."""
+    objs = [p for p in (Path(cache_dir) / "objects").glob("*/*")
+            if p.is_file() and p.stat().st_size >= size]
+    assert len(objs) == 1, objs
+    pos = objs[0].stat().st_size - size + at
+    with open(objs[0], "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+def test_other_nodes_files_read_through_the_cache(mount, store):
+    """A file only the store has (another node's checkpoint) is read
+    through the verified block cache: fetched once, served from the cache
+    on the next open, and a byte flipped in the cache file is caught by its
+    block checksum in a new dstagefs, counted and fetched again: the reader
+    never sees it."""
+    data = os.urandom((9 << 20) + 4321)       # 3 blocks of 4 MiB
+    store.put("other/step-3/model.pt", data)
+    p = mount.ck / "other" / "step-3" / "model.pt"
+    s0 = mount_stats(mount.mnt)
+    assert p.read_bytes() == data
+    s1 = mount_stats(mount.mnt)
+    assert s1["bytes_from_source"] - s0["bytes_from_source"] >= len(data)
+    assert s1["fs_reads"] > s0["fs_reads"]
+
+    # Opened again (checkpoint files keep no page cache across opens, and
+    # the page cache is dropped too): nothing more from the store.
+    drop_caches()
+    assert sha(p.read_bytes()) == sha(data)
+    s2 = mount_stats(mount.mnt)
+    assert s2["bytes_from_source"] == s1["bytes_from_source"], (s1, s2)
+    assert s2["bytes_from_cache"] - s1["bytes_from_cache"] >= len(data)
+
+    # A flipped byte in the cache file: a new dstagefs checks each block
+    # before it serves it, so it fetches that block again.
+    mount.stop()
+    flip_cached_data_byte(mount.tmp / "cache", len(data), (5 << 20) + 77)
+    drop_caches()
+    mount.start()
+    assert sha(p.read_bytes()) == sha(data)
+    s3 = mount_stats(mount.mnt)
+    assert s3["checksum_failures"] == 1, s3
+    assert s3["bytes_from_source"] == 4 << 20, s3   # that block alone
+    assert "failed its checksum" in mount.log_text()
+
+
 # ---- real clients ----
 
 def run_py(code, *args, timeout=300):
