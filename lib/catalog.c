@@ -207,6 +207,18 @@ static const char *const catalog_migrations[] = {
 	" missing INTEGER NOT NULL,"
 	" mismatched INTEGER NOT NULL,"
 	" repaired INTEGER NOT NULL);",
+
+	/* 7 -> 8: what this node published into checkpoint stores, with
+	 * the SHA-256 of what was written (catalog_ckpt.c): a record the
+	 * store itself cannot rewrite, for the drill. */
+	"CREATE TABLE checkpoint_files("
+	" store TEXT NOT NULL,"
+	" key TEXT NOT NULL,"
+	" sha256 TEXT NOT NULL,"
+	" size INTEGER NOT NULL,"
+	" etag TEXT NOT NULL DEFAULT '',"
+	" published INTEGER NOT NULL,"
+	" PRIMARY KEY(store, key)) WITHOUT ROWID;",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==

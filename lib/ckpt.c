@@ -89,6 +89,12 @@ static int ckpt_subdir(int dfd, const char *name, int *out)
 
 int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 {
+	return ckpt_open_ex(cfg, NULL, out);
+}
+
+int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
+		 struct ckpt **out)
+{
 	pthread_mutexattr_t ma;
 	struct ckpt *ck;
 	int dfd = -1, ret;
@@ -102,6 +108,8 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 	if (!ck)
 		return -ENOMEM;
 	ck->cfg = cfg;
+	if (h)
+		ck->hooks = *h;
 	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
 	pthread_mutexattr_init(&ma);

@@ -193,6 +193,29 @@ static int drill_recorded(struct objstore *os, const char *key, char *want)
 	return 0;
 }
 
+/* Whether this node's catalog recorded key's current version (same
+ * ETag) with another SHA-256 than got. */
+static bool drill_catalog_differs(struct objstore *os,
+				  const struct ckpt_drill_opts *o,
+				  const char *key, const char *got)
+{
+	char sha[65], etag[OBJSTORE_ETAG_MAX];
+	struct objstore_info oi;
+
+	if (!o->recorded ||
+	    o->recorded(o->recorded_arg, objstore_url(os), key, sha, etag,
+			sizeof(etag)) ||
+	    objstore_head(os, key, &oi) || strcmp(oi.etag, etag))
+		return false;
+	if (!strcmp(sha, got))
+		return false;
+	log_error("drill: %s hashes to %s, but this node recorded %s when it "
+		  "published that version (ETag %s): the store changed its "
+		  "bytes and its SHA-256 record together",
+		  key, got, sha, etag);
+	return true;
+}
+
 /* Restore key (size bytes) to path, hashing it into got. */
 static int drill_restore(struct objstore *os, const char *key, uint64_t size,
 			 const char *path, char *buf, char *got)
@@ -379,6 +402,8 @@ int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 			f->problem = "no recorded SHA-256";
 		else if (strcmp(f->want, f->got))
 			f->problem = "differs";
+		else if (drill_catalog_differs(os, o, k, f->got))
+			f->problem = "differs from the catalog's record";
 		if (f->problem)
 			r->nbad++;
 	}

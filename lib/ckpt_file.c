@@ -234,6 +234,9 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 	rec.state = 'C';
 	ckpt_journal_write(ck, ino, &rec, false);
+	if (ck->hooks.published)
+		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), key, rec.sha,
+				    rec.size, rec.etag);
 	atomic_fetch_add(&ck->n_published, 1);
 	atomic_fetch_add(&ck->n_published_bytes, rec.size);
 	metrics_ckpt_publish(0, rec.size, t0);

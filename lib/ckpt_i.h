@@ -135,6 +135,7 @@ struct ckpt_file {
 struct ckpt {
 	const struct dstage_config *cfg;
 	struct objstore *os;
+	struct ckpt_hooks hooks; /* immutable after open */
 	char *staging; /* staging_dir */
 	int tree_fd, journal_fd, abandoned_fd; /* O_DIRECTORY (*at calls) */
 	uint64_t limit; /* checkpoints.staging_size */

@@ -98,6 +98,8 @@ int ckpt_unlink(struct ckpt *ck, const char *key)
 	pthread_mutex_unlock(&ck->lock);
 	ckpt_local_remove(ck, key, open);
 	ret = ckpt_store_delete(ck, key);
+	if (!ret && ck->hooks.removed)
+		ck->hooks.removed(ck->hooks.arg, ckpt_url(ck), key);
 	if (e) {
 		pthread_mutex_unlock(&e->lock);
 		ckpt_ent_put(ck, e);
@@ -191,6 +193,12 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 		ckpt_journal_write(ck, st.st_ino, &rec, false);
 	}
+	if (ck->hooks.renamed)
+		ck->hooks.renamed(ck->hooks.arg, ckpt_url(ck), from, to);
+	/* The copy is another version in the store (its own ETag). */
+	if (local && rec.state == 'C' && ck->hooks.published)
+		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), to, rec.sha,
+				    rec.size, rec.etag);
 	pthread_mutex_lock(&ck->lock);
 	if (e) {
 		char *k = strdup(to);
@@ -365,6 +373,10 @@ int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
 		}
 	}
 	ckpt_neg_clear(ck);
-	return fa.dir ? ckpt_rename_dir(ck, from, to)
-		      : ckpt_rename_file(ck, from, to);
+	if (!fa.dir)
+		return ckpt_rename_file(ck, from, to);
+	ret = ckpt_rename_dir(ck, from, to);
+	if (!ret && ck->hooks.renamed)
+		ck->hooks.renamed(ck->hooks.arg, ckpt_url(ck), from, to);
+	return ret;
 }

@@ -31,6 +31,7 @@
 
 #include "ckpt_i.h"
 #include "dstage/config.h"
+#include "dstage/catalog.h"
 #include "dstage/lifecycle_stage.h"
 #include "dstage/log.h"
 
@@ -237,7 +238,7 @@ out:
 }
 
 int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
-			      const char *key, ino_t ino)
+			      struct catalog *cat, const char *key, ino_t ino)
 {
 	struct ckpt_rec rec, now;
 	struct objstore_info oi;
@@ -292,6 +293,12 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 	rec.state = 'C';
 	ret = ckpt_journal_write(&s->ck, ino, &rec, true);
+	if (!ret && cat &&
+	    catalog_ckpt_record(cat, objstore_url(os), key, rec.sha, rec.size,
+				rec.etag))
+		log_warn("checkpoints: %s is published to %s, but its SHA-256 "
+			 "could not be recorded in the catalog",
+			 key, objstore_url(os));
 out:
 	if (fd >= 0)
 		close(fd);

@@ -118,7 +118,8 @@ static int dl_scan_cb(void *arg, const struct lifecycle_local *l)
 
 /* One pass: scan, drop entries that are gone, try those that are due. */
 static void dl_retry_pass(struct daemon_lifecycle *dl,
-			  struct lifecycle_staging *stg, struct objstore *os)
+			  struct lifecycle_staging *stg, struct objstore *os,
+			  struct catalog *cat)
 {
 	unsigned interval = dl->d->cfg->ckpt_retry_ms;
 	struct dl_scan s = { .dl = dl,
@@ -152,7 +153,7 @@ static void dl_retry_pass(struct daemon_lifecycle *dl,
 			continue;
 		copy = *e;
 		pthread_mutex_unlock(&dl->lock);
-		ret = os ? lifecycle_staging_publish(stg, os, copy.key,
+		ret = os ? lifecycle_staging_publish(stg, os, cat, copy.key,
 						     copy.ino)
 			 : -ENOENT;
 		pthread_mutex_lock(&dl->lock);
@@ -265,8 +266,11 @@ static void *dl_thread(void *arg)
 			if (stg && !os &&
 			    objstore_open(cfg->ckpt_store, cfg, &os))
 				os = NULL;
+			if (stg && !cat &&
+			    catalog_open(cfg->catalog_path, 0, &cat))
+				cat = NULL;
 			if (stg)
-				dl_retry_pass(dl, stg, os);
+				dl_retry_pass(dl, stg, os, cat);
 		}
 		if (cfg->ckpt_lifecycle_ms && now >= next_lc) {
 			struct lifecycle_run_opts o = {

@@ -12,8 +12,11 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "dstage/catalog.h"
 #include "dstage/ckpt_drill.h"
+#include "dstage/config.h"
 #include "jsonout.h"
 #include "stager.h"
 
@@ -72,6 +75,20 @@ out:
 	return ret;
 }
 
+/* ckpt_drill_opts.recorded from this node's catalog. */
+static int drill_recorded(void *arg, const char *store, const char *key,
+			  char sha256[65], char *etag, size_t etag_len)
+{
+	struct catalog_ckpt c;
+	int ret = catalog_ckpt_get(arg, store, key, &c);
+
+	if (ret)
+		return ret;
+	memcpy(sha256, c.sha256, 65);
+	snprintf(etag, etag_len, "%s", c.etag);
+	return 0;
+}
+
 int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o)
 {
@@ -79,6 +96,7 @@ int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 				     .step = o->step,
 				     .to = o->to };
 	struct ckpt_drill_report r;
+	struct catalog *cat = NULL;
 	int ret, code;
 
 	(void)cmd;
@@ -87,7 +105,14 @@ int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 				"or new scratch directory\n");
 		return CLI_EXIT_USAGE;
 	}
+	/* This node's records too, when it has a catalog to read. */
+	if (cfg->catalog_path && !access(cfg->catalog_path, R_OK) &&
+	    !catalog_open(cfg->catalog_path, CATALOG_READONLY, &cat)) {
+		d.recorded = drill_recorded;
+		d.recorded_arg = cat;
+	}
 	ret = ckpt_drill(cfg, &d, &r);
+	catalog_close(cat);
 	if (ret) {
 		fprintf(stderr, "stager drill %s: %s\n", d.job, strerror(-ret));
 		return ret == -ENOENT			  ? CLI_EXIT_NOENT

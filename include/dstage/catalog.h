@@ -45,7 +45,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 7
+#define CATALOG_SCHEMA_VERSION 8
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*
@@ -291,5 +291,36 @@ int catalog_lifecycle_remove(struct catalog *cat, int64_t id,
 			     struct lifecycle_rule *removed);
 int catalog_lifecycle_list(struct catalog *cat, struct lifecycle_rule **out,
 			   size_t *n);
+
+/*
+ * What this node published into a checkpoint store (schema 8): one row per
+ * (store URL, key), the SHA-256 and size of the content written, the ETag
+ * the store gave it and when. Written by whoever published (dstagefs, the
+ * stager daemon's retry), moved by renames, dropped with the file; read by
+ * the recovery drill, which then needs no record from the store itself.
+ */
+struct catalog_ckpt {
+	char sha256[65]; /* hex */
+	uint64_t size;
+	char etag[OBJSTORE_ETAG_MAX]; /* "" when the store gave none */
+	int64_t published; /* seconds since the epoch */
+};
+
+/* Insert or replace key's row. 0, -EINVAL (a key or hash out of bounds:
+ * KEYPATH_KEY_MAX bytes, 64 hex digits), or an error above. */
+int catalog_ckpt_record(struct catalog *cat, const char *store, const char *key,
+			const char *sha256, uint64_t size, const char *etag);
+/* key's row into *out: 0, -ENOENT (none), or an error above. */
+int catalog_ckpt_get(struct catalog *cat, const char *store, const char *key,
+		     struct catalog_ckpt *out);
+/* Drop key's row and every row below "key/" (a removed directory). 0 (also
+ * when there was none) or an error above. */
+int catalog_ckpt_forget(struct catalog *cat, const char *store,
+			const char *key);
+/* Rename key from to to, and every row below "from/" to below "to/", over
+ * what to had, in one transaction. 0 (also when there was none), -EINVAL,
+ * or an error above. */
+int catalog_ckpt_rename(struct catalog *cat, const char *store,
+			const char *from, const char *to);
 
 #endif

@@ -70,6 +70,31 @@ struct ckpt_stats {
  */
 int ckpt_open(const struct dstage_config *cfg, struct ckpt **out);
 
+/*
+ * What the caller records of the store's contents as this node changes
+ * them (lib/catalog_ckpt.c's table, through dstagefs). Each may be NULL.
+ * Called from any thread once the store has the change, possibly with
+ * ckpt's own locks held: a hook must not call into ckpt, and any lock it
+ * takes must be a leaf. store is the store's URL (ckpt_url).
+ *   published: key's whole content is in the store, its SHA-256 (hex) and
+ *              size as written, the ETag the store gave it ("" unknown);
+ *   renamed:   a file or a directory (and all below it) moved from -> to;
+ *   removed:   a file unlinked.
+ */
+struct ckpt_hooks {
+	void (*published)(void *arg, const char *store, const char *key,
+			  const char *sha256, uint64_t size, const char *etag);
+	void (*renamed)(void *arg, const char *store, const char *from,
+			const char *to);
+	void (*removed)(void *arg, const char *store, const char *key);
+	void *arg;
+};
+
+/* ckpt_open with hooks (copied; NULL: none), in force from the recovery
+ * at open on. Errors as ckpt_open. */
+int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
+		 struct ckpt **out);
+
 /* Accepts NULL. Open files must have been closed. */
 void ckpt_free(struct ckpt *ck);
 

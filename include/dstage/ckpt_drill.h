@@ -7,7 +7,8 @@
  * of digits; without numbers the newest upload) or the one named, restores
  * every object of it into a scratch directory, and checks each file's
  * SHA-256 against the one recorded when it was published (the sidecar
- * ".dstage-sha256/<key>", docs/checkpoints.md). A file that differs, has no
+ * ".dstage-sha256/<key>", docs/checkpoints.md), and against this node's
+ * catalog record of it where the caller gives one (o->recorded). A file that differs, has no
  * recorded hash, or is recorded but gone from the store is a failure.
  */
 #ifndef DSTAGE_CKPT_DRILL_H
@@ -24,6 +25,17 @@ struct ckpt_drill_opts {
 	const char *job; /* required */
 	const char *step; /* a step number or a checkpoint name; NULL: newest */
 	const char *to; /* scratch directory: made, must be empty if present */
+	/*
+	 * May be NULL. What this node recorded when it published key to store
+	 * (the catalog's checkpoint_files): 0 with sha256 (hex) and etag
+	 * filled, or -ENOENT. A file whose version in the store is the one
+	 * recorded (same ETag) must also hash to the recorded SHA-256, whatever
+	 * the store's own records say ("differs from the catalog's record":
+	 * the store changed the bytes and their sidecar together).
+	 */
+	int (*recorded)(void *arg, const char *store, const char *key,
+			char sha256[65], char *etag, size_t etag_len);
+	void *recorded_arg;
 };
 
 struct ckpt_drill_file {

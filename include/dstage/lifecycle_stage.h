@@ -27,6 +27,7 @@
 struct dstage_config;
 struct objstore;
 struct lifecycle_staging;
+struct catalog;
 
 /* Open cfg's checkpoints.staging_dir (it must exist). */
 int lifecycle_staging_open(const struct dstage_config *cfg,
@@ -59,12 +60,15 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
  * record's SHA-256, stored under key (atomically), its SHA-256 sidecar
  * written, and the record becomes C with the store's ETag (unless it
  * changed meanwhile: -ESTALE, the copy stored is still a closed version).
+ * Once published, the SHA-256, size and ETag are recorded in cat (may
+ * be NULL; catalog_ckpt_record under os's URL; a failure there is logged,
+ * not returned: the store has the file).
  * Returns 0, -ESTALE (record not P any more, or another file), -EBUSY
  * (dstagefs is publishing it), -EIO (the copy's SHA-256 is not the
  * recorded one), or a store error.
  */
 int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
-			      const char *key, ino_t ino);
+			      struct catalog *cat, const char *key, ino_t ino);
 
 /* Drop the published local copy key (inode ino, record C): the store has
  * it; then its directories below the job's that are empty now. Returns 0,

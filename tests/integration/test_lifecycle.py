@@ -383,6 +383,17 @@ def test_retry_job_publishes_after_the_store_returns(tool, tmp_path,
         rec = [p.read_text() for p in (m.staging / "journal").iterdir()
                if not p.name.startswith(".")]
         assert any(r.startswith("C ") and "rj/x.bin" in r for r in rec), rec
+        # and the daemon recorded its SHA-256 in its catalog
+        import sqlite3
+        db = sqlite3.connect("file:%s?mode=ro" % (d.root / "catalog.db"),
+                             uri=True)
+        try:
+            row = db.execute("SELECT sha256, size FROM checkpoint_files"
+                             " WHERE store = ? AND key = ?",
+                             (m.store.url, "rj/x.bin")).fetchone()
+        finally:
+            db.close()
+        assert row == (sha(data), len(data)), row
     finally:
         d.stop()
 
