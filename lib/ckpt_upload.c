@@ -212,8 +212,10 @@ void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e)
 
 /*
  * x-amz-meta-sha256 on key, just committed from parts begun before its
- * hash was known, if it is still the version etag. A failure is only
- * logged: the object is whole and its sidecar holds the hash.
+ * hash was known, if it is still the version etag (a copy onto itself, in
+ * parts above s3.copy_threshold: the ETag may change, and the publish
+ * records the one a HEAD finds afterwards). A failure is only logged: the
+ * object is whole and its sidecar holds the hash.
  */
 static void ckpt_upload_stamp(struct ckpt *ck, const char *key,
 			      const char *etag, const char *sha)
@@ -221,8 +223,8 @@ static void ckpt_upload_stamp(struct ckpt *ck, const char *key,
 	int ret = objstore_set_sha256(ck->os, key, etag, sha, NULL);
 
 	if (ret == -EFBIG)
-		log_info("checkpoints: %s is over 5 GiB, more than S3 copies "
-			 "in one request: its SHA-256 is kept in its sidecar "
+		log_info("checkpoints: %s is larger than S3 copies, even in "
+			 "10,000 parts: its SHA-256 is kept in its sidecar "
 			 "only, not as x-amz-meta-sha256",
 			 key);
 	else if (ret == -ESTALE)

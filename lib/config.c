@@ -93,6 +93,12 @@ static const struct config_key config_keys[] = {
 	  "objects this large go up as multipart uploads" },
 	{ "s3.part_size", CT_SIZE, OFF(s3_part_size), "16M", 5 << 20,
 	  5ULL << 30, "multipart part size" },
+	{ "s3.copy_threshold", CT_SIZE, OFF(s3_copy_threshold), "5G", 5 << 20,
+	  5ULL << 30,
+	  "server-side copies larger than this go in parts (UploadPartCopy); "
+	  "at most 5G, what one CopyObject may copy" },
+	{ "s3.copy_part_size", CT_SIZE, OFF(s3_copy_part_size), "512M", 5 << 20,
+	  5ULL << 30, "part size of a copy in parts" },
 	{ "s3.connect_timeout", CT_DURATION, OFF(s3_connect_timeout_ms), "5s",
 	  1, 0, "TCP/TLS connect timeout" },
 	{ "s3.low_speed_time", CT_DURATION, OFF(s3_low_speed_time_ms), "15s",

@@ -245,9 +245,9 @@ static void push_part_stamp(struct push *p, const struct push_file *f,
 	if (!ret && now[0])
 		snprintf(etag, etag_cap, "%s", now);
 	else if (ret == -EFBIG)
-		log_info("push: %s is over 5 GiB, more than S3 copies in one "
-			 "request: its SHA-256 is in SHA256SUMS and the "
-			 "catalog only, not in x-amz-meta-sha256",
+		log_info("push: %s is larger than S3 copies, even in 10,000 "
+			 "parts: its SHA-256 is in SHA256SUMS and the catalog "
+			 "only, not in x-amz-meta-sha256",
 			 f->key);
 	else if (ret == -ESTALE)
 		log_warn("push: %s was replaced in the store after it was "

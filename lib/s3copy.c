@@ -14,6 +14,13 @@
  * x-amz-copy-if-match, the name radosgw reads): a version someone else
  * stored meanwhile is never stamped with a hash that is not its own.
  *
+ * Above s3.copy_threshold (at most 5 GiB, what one CopyObject may copy)
+ * both go in parts (s3copy_mp.c): the metadata a single copy would give
+ * the new object goes with the CreateMultipartUpload instead. For a copy
+ * onto itself that is what the HEAD found plus the new x-amz-meta-sha256;
+ * for a copy to another key, the source's own metadata (which CopyObject's
+ * default COPY directive keeps), its x-amz-meta-sha256 included.
+ *
  * Stateless: each call builds its requests and runs them with s3req.c.
  */
 #include <ctype.h>
@@ -25,8 +32,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "dstage/config.h"
 #include "dstage/log.h"
 #include "s3copy.h"
+#include "s3copy_mp.h"
+#include "s3mpu.h"
 #include "s3store_i.h"
 #include "sigv4.h"
 
@@ -48,6 +58,10 @@ struct s3copy_meta {
 	char *hdrs[S3COPY_KEEP_MAX]; /* "name:value", lower-case names */
 	size_t n;
 	bool overflow; /* more, or longer, than we carry: refuse */
+	/* A copy to another key (what COPY keeps): x-amz-meta-sha256 is
+	 * carried, the storage class is not (a new object's is the
+	 * handle's, or the store's default). Else a copy onto itself. */
+	bool to_other;
 };
 
 static void s3copy_meta_release(struct s3copy_meta *m)
@@ -58,11 +72,16 @@ static void s3copy_meta_release(struct s3copy_meta *m)
 	m->overflow = false;
 }
 
-static bool s3copy_keeps(const char *name, size_t nlen)
+static bool s3copy_keeps(const struct s3copy_meta *m, const char *name,
+			 size_t nlen)
 {
 	if (nlen > 11 && !strncasecmp(name, "x-amz-meta-", 11))
-		return !(nlen == 17 &&
+		return m->to_other ||
+		       !(nlen == 17 &&
 			 !strncasecmp(name, "x-amz-meta-sha256", 17));
+	if (m->to_other && nlen == 19 &&
+	    !strncasecmp(name, "x-amz-storage-class", 19))
+		return false;
 	for (size_t i = 0; i < sizeof(s3copy_kept) / sizeof(s3copy_kept[0]);
 	     i++)
 		if (strlen(s3copy_kept[i]) == nlen &&
@@ -79,10 +98,13 @@ static void s3copy_on_header(void *arg, const char *name, size_t nlen,
 	char *h;
 
 	if (!name) {
+		bool to_other = m->to_other;
+
 		s3copy_meta_release(m);
+		m->to_other = to_other;
 		return;
 	}
-	if (!s3copy_keeps(name, nlen))
+	if (!s3copy_keeps(m, name, nlen))
 		return;
 	if (m->n == S3COPY_KEEP_MAX || vlen > S3COPY_VALUE_MAX ||
 	    memchr(val, '\n', vlen) || memchr(val, '\r', vlen)) {
@@ -152,54 +174,42 @@ static int s3copy_init(struct s3store *st, const char *src, const char *dst,
 int s3copy_object(struct objstore *os, const char *src, const char *dst)
 {
 	struct s3store *st = (struct s3store *)os;
+	struct s3copy_meta m = { .to_other = true };
 	struct objstore_info oi = { 0 };
 	struct s3req rq;
 	int ret;
 
-	ret = s3copy_head(st, src, &oi, NULL);
+	ret = s3copy_head(st, src, &oi, &m);
 	if (ret)
-		return ret;
-	if (oi.size > S3_MAX_COPY) {
-		log_error("s3: copy of '%s%s' (%" PRIu64 " bytes) exceeds the "
-			  "5 GiB single-request copy limit",
-			  st->prefix, src, oi.size);
-		return -EFBIG;
+		goto out;
+	if (oi.size > os->cfg->s3_copy_threshold) {
+		if (m.overflow) {
+			log_error("s3: '%s%s' has more metadata than a copy "
+				  "in parts carries over (%d headers of up to "
+				  "%d bytes)",
+				  st->prefix, src, S3COPY_KEEP_MAX,
+				  S3COPY_VALUE_MAX);
+			ret = -EOVERFLOW;
+			goto out;
+		}
+		ret = s3copy_mp_run(st, src, dst, oi.size, oi.etag, NULL,
+				    (const char *const *)m.hdrs, m.n, NULL);
+		if (ret == -ESTALE)
+			log_error("s3: copy of '%s%s' to '%s%s' in parts: the "
+				  "source was replaced during the copy (it no "
+				  "longer has ETag %s); '%s%s' is unchanged",
+				  st->prefix, src, st->prefix, dst, oi.etag,
+				  st->prefix, dst);
+		goto out;
 	}
 	ret = s3copy_init(st, src, dst, &rq);
 	if (ret)
-		return ret;
+		goto out;
 	ret = s3req_run(st, &rq, 1);
 	s3req_release(&rq);
+out:
+	s3copy_meta_release(&m);
 	return ret;
-}
-
-/* The <ETag> of a CopyObjectResult, quoted as a HEAD gives it ("" when
- * there is none). AWS sends it as &quot;...&quot;, radosgw bare. */
-static void s3copy_result_etag(const char *xml, size_t len,
-			       char etag[OBJSTORE_ETAG_MAX])
-{
-	const char *a, *b;
-	char v[OBJSTORE_ETAG_MAX - 2]; /* room for the quotes */
-	size_t n = 0;
-
-	etag[0] = '\0';
-	a = xml ? strstr(xml, "<ETag>") : NULL;
-	b = a ? strstr(a, "</ETag>") : NULL;
-	if (!b || b > xml + len)
-		return;
-	for (a += 6; a < b && n + 1 < sizeof(v); a++) {
-		if (*a == '&' && !strncmp(a, "&quot;", 6)) {
-			a += 5;
-			continue;
-		}
-		if (*a == '"')
-			continue;
-		v[n++] = *a;
-	}
-	v[n] = '\0';
-	if (n)
-		snprintf(etag, OBJSTORE_ETAG_MAX, "\"%.*s\"",
-			 OBJSTORE_ETAG_MAX - 3, v);
 }
 
 int s3copy_set_sha256(struct objstore *os, const char *key, const char *etag,
@@ -222,15 +232,22 @@ int s3copy_set_sha256(struct objstore *os, const char *key, const char *etag,
 		ret = -ESTALE;
 		goto out;
 	}
-	if (oi.size > S3_MAX_COPY) {
-		ret = -EFBIG;
-		goto out;
-	}
 	if (m.overflow) {
 		log_error("s3: '%s%s' has more metadata than a copy onto "
 			  "itself carries over (%d headers of up to %d bytes)",
 			  st->prefix, key, S3COPY_KEEP_MAX, S3COPY_VALUE_MAX);
 		ret = -EOVERFLOW;
+		goto out;
+	}
+	/* the handle's class is sent by s3req when it has one */
+	for (size_t i = 0; i < m.n; i++)
+		if (!(st->base.storage_class &&
+		      !strncmp(m.hdrs[i], "x-amz-storage-class:", 20)))
+			hv[nh++] = m.hdrs[i];
+	if (oi.size > os->cfg->s3_copy_threshold) {
+		/* the metadata goes with the upload's create */
+		ret = s3copy_mp_run(st, key, key, oi.size, oi.etag, sha256, hv,
+				    nh, new_etag);
 		goto out;
 	}
 	ret = s3copy_init(st, key, key, &rq);
@@ -241,18 +258,15 @@ int s3copy_set_sha256(struct objstore *os, const char *key, const char *etag,
 	hv[nh++] = "x-amz-metadata-directive:REPLACE";
 	hv[nh++] = im1;
 	hv[nh++] = im2;
-	for (size_t i = 0; i < m.n; i++)
-		/* the handle's class is sent by s3req when it has one */
-		if (!(st->base.storage_class &&
-		      !strncmp(m.hdrs[i], "x-amz-storage-class:", 20)))
-			hv[nh++] = m.hdrs[i];
 	rq.xhdrs = hv;
 	rq.nxhdrs = nh;
 	rq.meta_sha256 = sha256;
 	rq.flags |= REQ_QUIET_412;
 	ret = s3req_run(st, &rq, 1);
 	if (!ret && new_etag) {
-		s3copy_result_etag(rq.resp, rq.resp_len, new_etag);
+		/* radosgw keeps the ETag and may name none */
+		if (s3mpu_result_etag(rq.resp, rq.resp_len, new_etag))
+			new_etag[0] = '\0';
 		if (!new_etag[0])
 			snprintf(new_etag, OBJSTORE_ETAG_MAX, "%s", oi.etag);
 	}

@@ -370,6 +370,17 @@ static void s3_describe(struct s3store *st, const struct s3req *rq, char *buf,
 		 rq->query[0] ? "?" : "", rq->query);
 }
 
+/* Whether rq->xhdrs has a header name (lower-case). */
+static bool s3_xhdrs_have(const struct s3req *rq, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < rq->nxhdrs && i < S3REQ_XHDR_MAX; i++)
+		if (!strncmp(rq->xhdrs[i], name, n) && rq->xhdrs[i][n] == ':')
+			return true;
+	return false;
+}
+
 static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 {
 	const struct dstage_config *cfg = st->base.cfg;
@@ -463,9 +474,11 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	}
 	/* No 100-continue round trip; no form content type on POST. The
 	 * start of a multipart upload has no body: its Content-Type is the
-	 * object's, the one a single PUT gets (S3's default). */
+	 * object's, the one a single PUT gets (S3's default), unless xhdrs
+	 * names it (a copy in parts; sent once, as signed). */
 	ret = s3_add_header(&rq->hdrs, "Expect:");
-	if (!ret && !strcmp(rq->method, "POST"))
+	if (!ret && !strcmp(rq->method, "POST") &&
+	    !s3_xhdrs_have(rq, "content-type"))
 		ret = s3_add_header(
 			&rq->hdrs,
 			strcmp(rq->query, "uploads=")

@@ -7,6 +7,9 @@
  * request engine in s3req.c: a single GET is a batch of one; get_many and
  * multipart parts are larger batches. This file builds the batches and
  * reads their answers; s3req.c sends, signs, judges and retries them.
+ * The requests that begin, complete and abort a multipart upload are in
+ * s3mpu.c (shared with the copies in parts of s3copy_mp.c), the copies in
+ * s3copy.c.
  *
  * Everything in struct s3store is immutable after open except the
  * connection pool (s3store.pool_lock, a leaf lock, see s3req.c) and the
@@ -30,6 +33,7 @@
 #include "dstage/log.h"
 #include "s3copy.h"
 #include "s3hash.h"
+#include "s3mpu.h"
 #include "s3store_i.h"
 #include "s3xml.h"
 #include "sigv4.h"
@@ -376,50 +380,6 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
 
 /* ---- multipart uploads (objstore_upload_*) ---- */
 
-static int s3_abort_multipart(struct s3store *st, const char *key,
-			      const char *upload_id)
-{
-	const char *kv[2] = { "uploadId", upload_id };
-	struct s3req rq;
-	int ret = s3req_init(st, &rq, "DELETE", key, kv, 1);
-
-	if (ret)
-		return ret;
-	rq.flags = REQ_QUIET_404;
-	ret = s3req_run(st, &rq, 1);
-	s3req_release(&rq);
-	if (ret && ret != -ENOENT)
-		log_error("s3: could not abort multipart upload of '%s%s' "
-			  "(upload %s): parts may linger until a lifecycle "
-			  "rule removes them",
-			  st->prefix, key, upload_id);
-	return ret == -ENOENT ? 0 : ret;
-}
-
-/* CreateMultipartUpload of key, x-amz-meta-sha256 from sha (may be NULL). */
-static int s3_create_multipart(struct s3store *st, const char *key,
-			       const char *sha, char **upload_id)
-{
-	const char *kv[2] = { "uploads", "" };
-	struct s3req rq;
-	int ret = s3req_init(st, &rq, "POST", key, kv, 1);
-
-	if (ret)
-		return ret;
-	rq.flags = REQ_COLLECT;
-	rq.meta_sha256 = sha;
-	ret = s3req_run(st, &rq, 1);
-	if (!ret && s3xml_parse_upload_id(rq.resp ? rq.resp : "", rq.resp_len,
-					  upload_id)) {
-		log_error("s3: no UploadId in the answer to initiating a "
-			  "multipart upload of '%s%s'",
-			  st->prefix, key);
-		ret = -EIO;
-	}
-	s3req_release(&rq);
-	return ret;
-}
-
 /*
  * Set rq up as UploadPart partno of upload id: len bytes from buf, or from
  * fd at off. The body is signed as UNSIGNED-PAYLOAD and guarded by its
@@ -458,53 +418,6 @@ static int s3_part_init(struct s3store *st, const char *key, const char *id,
 	return ret;
 }
 
-/* CompleteMultipartUpload of parts[0..n) as size bytes. */
-static int s3_complete_multipart(struct s3store *st, const char *key,
-				 const char *id,
-				 const struct objstore_part *parts, size_t n,
-				 uint64_t size)
-{
-	const char *kv[2] = { "uploadId", id };
-	const char **etags = calloc(n, sizeof(*etags));
-	char *body = NULL;
-	struct s3req rq;
-	int ret;
-
-	if (!etags)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		etags[i] = parts[i].etag;
-	body = s3xml_build_complete(etags, n);
-	free(etags);
-	if (!body)
-		return -ENOMEM;
-	ret = s3req_init(st, &rq, "POST", key, kv, 1);
-	if (ret)
-		goto out;
-	/* A 200 may still carry <Error>. */
-	rq.flags = REQ_COLLECT | REQ_RESULT_XML;
-	rq.body = body;
-	rq.body_len = strlen(body);
-	s3hash_buf(body, rq.body_len, rq.payload_hash, rq.content_md5);
-	ret = s3req_run(st, &rq, 1);
-	if (ret == -ENOENT && rq.attempt > 1) {
-		/* NoSuchUpload on a retry: the first attempt may have
-		 * completed it and lost the answer. Trust the size. */
-		struct objstore_info oi = { 0 };
-
-		if (!s3store_head(&st->base, key, &oi) && oi.size == size) {
-			log_warn("s3: '%s%s': upload completed by an earlier "
-				 "attempt",
-				 st->prefix, key);
-			ret = 0;
-		}
-	}
-	s3req_release(&rq);
-out:
-	free(body);
-	return ret;
-}
-
 static void s3_up_free(struct objstore_upload *up)
 {
 	objstore_upload_release(up);
@@ -524,7 +437,7 @@ static int s3store_up_begin(struct objstore *os, const char *key,
 		free(up);
 		return -ENOMEM;
 	}
-	ret = s3_create_multipart(s3_of(os), key, sha256, &up->id);
+	ret = s3mpu_create(s3_of(os), key, sha256, NULL, 0, &up->id);
 	if (ret) {
 		free(up->key);
 		free(up);
@@ -563,7 +476,7 @@ static int s3store_up_part(struct objstore_upload *up, unsigned partno,
 
 static void s3store_up_abort(struct objstore_upload *up)
 {
-	s3_abort_multipart(s3_of(up->os), up->key, up->id);
+	s3mpu_abort(s3_of(up->os), up->key, up->id);
 	s3_up_free(up);
 }
 
@@ -581,8 +494,8 @@ static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 		s3store_up_abort(up);
 		return ret;
 	}
-	ret = s3_complete_multipart(st, up->key, up->id, up->parts, nparts,
-				    size);
+	ret = s3mpu_complete(st, up->key, up->id, up->parts, nparts, size, NULL,
+			     NULL, NULL);
 	if (ret) {
 		s3store_up_abort(up);
 		return ret;
@@ -596,7 +509,7 @@ static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 static int s3store_up_abort_id(struct objstore *os, const char *key,
 			       const char *id)
 {
-	return s3_abort_multipart(s3_of(os), key, id);
+	return s3mpu_abort(s3_of(os), key, id);
 }
 
 /* ListMultipartUploads under the prefix, page by page (key-marker,
@@ -698,7 +611,7 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 			return ret;
 		sha = own_sha;
 	}
-	ret = s3_create_multipart(st, key, sha, &upload_id);
+	ret = s3mpu_create(st, key, sha, NULL, 0, &upload_id);
 	if (ret)
 		return ret;
 	parts = calloc(nparts, sizeof(*parts));
@@ -732,11 +645,12 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 		done[i].len = parts[i].body_len;
 		memcpy(done[i].etag, parts[i].etag, sizeof(done[i].etag));
 	}
-	ret = s3_complete_multipart(st, key, upload_id, done, nparts, size);
+	ret = s3mpu_complete(st, key, upload_id, done, nparts, size, NULL, NULL,
+			     NULL);
 	if (!ret)
 		goto out;
 abort:
-	s3_abort_multipart(st, key, upload_id);
+	s3mpu_abort(st, key, upload_id);
 out:
 	if (parts)
 		for (size_t i = 0; i < nparts; i++)

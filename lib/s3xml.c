@@ -635,9 +635,10 @@ int s3xml_parse_complete(const char *body, size_t len, char **etag,
 		goto out;
 	}
 	if (!s3xml_is(root, "CompleteMultipartUploadResult") &&
-	    !s3xml_is(root, "CopyObjectResult")) {
-		log_error("s3xml: not a CompleteMultipartUploadResult or "
-			  "CopyObjectResult");
+	    !s3xml_is(root, "CopyObjectResult") &&
+	    !s3xml_is(root, "CopyPartResult")) {
+		log_error("s3xml: not a CompleteMultipartUploadResult, "
+			  "CopyObjectResult or CopyPartResult");
 		r = -EINVAL;
 		goto out;
 	}

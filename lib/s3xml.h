@@ -100,8 +100,9 @@ int s3xml_parse_error(const char *body, size_t len, struct s3xml_error *out);
 int s3xml_parse_upload_id(const char *body, size_t len, char **upload_id);
 
 /*
- * A CompleteMultipartUploadResult or CopyObjectResult, which S3 may answer
- * with status 200 and an <Error> body instead. Returns:
+ * A CompleteMultipartUploadResult, CopyObjectResult or CopyPartResult (the
+ * answer to UploadPartCopy), which S3 may answer with status 200 and an
+ * <Error> body instead. Returns:
  *   0        *etag malloc'd: the ETag as sent, possibly "" (radosgw may
  *            answer an empty <ETag>; an absent one is "" too)
  *   -EIO     the body is an <Error>; err (may be NULL) filled, logged

@@ -52,6 +52,10 @@ struct dstage_config {
 	unsigned s3_max_inflight; /* s3.max_inflight, ranged GETs at once */
 	uint64_t s3_multipart_threshold; /* s3.multipart_threshold, bytes */
 	uint64_t s3_part_size; /* s3.part_size, bytes */
+	/* s3.copy_threshold: server-side copies larger than this go as
+	 * multipart copies (UploadPartCopy); 5 MiB..5 GiB, bytes */
+	uint64_t s3_copy_threshold;
+	uint64_t s3_copy_part_size; /* s3.copy_part_size, 5 MiB..5 GiB */
 	unsigned s3_connect_timeout_ms; /* s3.connect_timeout */
 	unsigned s3_low_speed_time_ms; /* s3.low_speed_time */
 	unsigned s3_max_attempts; /* s3.max_attempts */

@@ -296,7 +296,18 @@ int objstore_upload_part_ex(struct objstore_upload *up, unsigned partno,
 /* Delete key. Deleting a missing key succeeds (as S3 does). */
 int objstore_delete(struct objstore *os, const char *key);
 
-/* Server-side copy of src_key to dst_key within the store. */
+/*
+ * Server-side copy of src_key to dst_key within the store, with src_key's
+ * metadata (x-amz-meta-sha256 included). S3: CopyObject; above
+ * s3.copy_threshold (at most 5 GiB, CopyObject's limit) a copy in parts
+ * (CreateMultipartUpload with the metadata a HEAD found, UploadPartCopy
+ * of s3.copy_part_size ranges several at once, CompleteMultipartUpload;
+ * aborted on any failure, dst_key unchanged). Returns 0, the errors at
+ * the top, -ESTALE (S3: src_key was replaced during a copy in parts),
+ * -EFBIG (S3: more than 10,000 parts of 5 GiB), -EOVERFLOW (S3: src_key
+ * has more metadata than a copy in parts carries over, 13 headers of up
+ * to 1 KiB), -EROFS (a read-only store).
+ */
 int objstore_copy(struct objstore *os, const char *src_key,
 		  const char *dst_key);
 
@@ -315,14 +326,16 @@ int objstore_copy(struct objstore *os, const char *src_key,
  *             Content-Encoding, Content-Disposition, Content-Language,
  *             Cache-Control, Expires, storage class and x-amz-meta-* the
  *             HEAD found. radosgw does it without copying the data and
- *             keeps the ETag; AWS rewrites the data (up to 5 GiB) and the
- *             copy may have a new ETag.
+ *             keeps the ETag; AWS rewrites the data and the copy may have
+ *             a new ETag. Above s3.copy_threshold (at most 5 GiB) a copy
+ *             in parts onto itself, as objstore_copy: the new object has
+ *             a new ETag ("...-N", N the parts).
  *   file://   a directory has no object metadata (callers keep the hash in
  *             their sidecar or SHA256SUMS): only checks that key holds etag.
  *
  * new_etag (may be NULL) receives the object's ETag afterwards. Returns 0,
  * the errors at the top, -ESTALE (key holds another version: unchanged),
- * -EFBIG (S3: over 5 GiB, CopyObject's limit: unchanged), -EOVERFLOW (S3:
+ * -EFBIG (S3: more than 10,000 parts of 5 GiB: unchanged), -EOVERFLOW (S3:
  * more metadata than a copy carries over, 13 headers of up to 1 KiB:
  * unchanged), -EROFS (a read-only store). The object's bytes are never
  * at stake: callers treat a failure as "not recorded with the object".

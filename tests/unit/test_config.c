@@ -36,6 +36,8 @@ static void clear_env(void)
 	unsetenv("DSTAGE_S3_ENDPOINT");
 	unsetenv("DSTAGE_S3_REGION");
 	unsetenv("DSTAGE_CACHE_SIZE");
+	unsetenv("DSTAGE_S3_COPY_THRESHOLD");
+	unsetenv("DSTAGE_S3_COPY_PART_SIZE");
 }
 
 static void test_sizes(void)
@@ -246,6 +248,62 @@ static void test_bad_values(void)
 	clear_env();
 }
 
+/* s3.copy_threshold and s3.copy_part_size: 5 MiB to 5 GiB (what one
+ * CopyObject, and one UploadPartCopy, may copy), from file and environment;
+ * a refusal names the key and the range. */
+static void test_copy_keys(void)
+{
+	static const char *const keys[] = { "s3.copy_threshold",
+					    "s3.copy_part_size" };
+	struct dstage_config *cfg = NULL;
+	char err[512];
+
+	clear_env();
+	CHECK_INT(config_defaults(&cfg), 0);
+	if (!cfg)
+		return;
+	CHECK_INT(cfg->s3_copy_threshold, 5ULL << 30);
+	CHECK_INT(cfg->s3_copy_part_size, 512ULL << 20);
+	for (size_t i = 0; i < 2; i++) {
+		CHECK_INT(config_set(cfg, keys[i], "5M", err, sizeof(err)), 0);
+		CHECK_INT(config_set(cfg, keys[i], "5G", err, sizeof(err)), 0);
+		err[0] = '\0';
+		CHECK_INT(config_set(cfg, keys[i], "6G", err, sizeof(err)),
+			  -EINVAL);
+		CHECK(strstr(err, keys[i]) != NULL);
+		CHECK(strstr(err, "from 5242880 to 5368709120") != NULL);
+		err[0] = '\0';
+		CHECK_INT(config_set(cfg, keys[i], "4M", err, sizeof(err)),
+			  -EINVAL);
+		CHECK(strstr(err, keys[i]) != NULL);
+	}
+	CHECK_INT(cfg->s3_copy_threshold, 5ULL << 30);
+	CHECK_INT(cfg->s3_copy_part_size, 5ULL << 30);
+	config_free(cfg);
+	expect_bad("[s3]\ncopy_threshold = 1M\n", "bad.conf:2",
+		   "s3.copy_threshold");
+	expect_bad("[s3]\ncopy_part_size = 10G\n", "bad.conf:2",
+		   "s3.copy_part_size");
+
+	/* The environment, as the integration tests set them. */
+	setenv("DSTAGE_S3_COPY_THRESHOLD", "5M", 1);
+	setenv("DSTAGE_S3_COPY_PART_SIZE", "6M", 1);
+	cfg = NULL;
+	CHECK_INT(config_load(NULL, &cfg, err, sizeof(err)), 0);
+	if (cfg) {
+		CHECK_INT(cfg->s3_copy_threshold, 5ULL << 20);
+		CHECK_INT(cfg->s3_copy_part_size, 6ULL << 20);
+		config_free(cfg);
+	}
+	setenv("DSTAGE_S3_COPY_THRESHOLD", "8G", 1);
+	cfg = NULL;
+	CHECK_INT(config_load(NULL, &cfg, err, sizeof(err)), -EINVAL);
+	CHECK(cfg == NULL);
+	CHECK(strstr(err, "DSTAGE_S3_COPY_THRESHOLD") != NULL);
+	CHECK(strstr(err, "s3.copy_threshold") != NULL);
+	clear_env();
+}
+
 /* Lines past libinih's default 200 bytes are read whole. */
 static void test_long_line(void)
 {
@@ -369,6 +427,7 @@ int main(void)
 	test_defaults_without_file();
 	test_file_and_env();
 	test_bad_values();
+	test_copy_keys();
 	test_long_line();
 	test_dump_roundtrip();
 	test_security_keys();

@@ -366,6 +366,11 @@ static void test_complete(void)
 		"<CopyObjectResult><LastModified>2009-10-28T22:32:00"
 		"</LastModified><ETag>&quot;9b2cf535f27731c974343645a3985328"
 		"&quot;</ETag></CopyObjectResult>";
+	static const char part[] =
+		XMLDECL "<CopyPartResult xmlns=\"http://s3.amazonaws.com/doc/"
+			"2006-03-01/\"><LastModified>2024-01-02T03:04:05.000Z"
+			"</LastModified><ETag>5f363e0e58a95f06cbe9bbc662c5dfb6"
+			"</ETag></CopyPartResult>";
 	static const char err200[] = XMLDECL
 		"\n\n\n<Error><Code>InternalError</Code>"
 		"<Message>We encountered an internal error. Please try again."
@@ -387,6 +392,10 @@ static void test_complete(void)
 	free(etag);
 	CHECK_INT(s3xml_parse_complete(copy, strlen(copy), &etag, NULL), 0);
 	CHECK_STR(etag, "\"9b2cf535f27731c974343645a3985328\"");
+	free(etag);
+	/* UploadPartCopy's answer; radosgw sends the ETag bare */
+	CHECK_INT(s3xml_parse_complete(part, strlen(part), &etag, NULL), 0);
+	CHECK_STR(etag, "5f363e0e58a95f06cbe9bbc662c5dfb6");
 	free(etag);
 	etag = NULL;
 	CHECK_INT(s3xml_parse_complete(err200, strlen(err200), &etag, &e),
