@@ -622,6 +622,8 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	if (ret == -ENOSPC || ret == -EDQUOT)
 		log_warn("checkpoints: the staging disk of %s is full: %s",
 			 ck->staging, strerror(-ret));
+	else if (w > 0)
+		ckpt_upload_pace(e);
 out:
 	pthread_mutex_unlock(&e->lock);
 	return ret ? ret : w;

@@ -84,6 +84,7 @@ struct ckpt_upstate {
 	struct ckpt_part *parts;
 	unsigned cap;
 	unsigned busy; /* jobs queued or running for this entry */
+	unsigned parts_out; /* of which parts (the writer's pace) */
 	bool cancel; /* drop queued jobs */
 	pthread_cond_t cond; /* with the entry's lock: busy fell */
 };
@@ -237,6 +238,10 @@ void ckpt_upload_stop(struct ckpt *ck);
  * parts the writer has passed (past s3.multipart_threshold). */
 void ckpt_upload_wrote(struct ckpt *ck, struct ckpt_ent *e, uint64_t off,
 		       uint64_t len);
+/* e (its lock held, released while waiting): wait while more than
+ * CKPT_PACE_PARTS of e's parts are queued or in flight (a writer ahead of
+ * the store is held to its speed; ckpt_upload.c). */
+void ckpt_upload_pace(struct ckpt_ent *e);
 /* e: after a truncate from old to size bytes. */
 void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size);
 /* e: hash [hashed, hash_end) behind the writer: queues a job when a

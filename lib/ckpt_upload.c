@@ -18,6 +18,12 @@
  *   OPEN/FAILED --ckpt_upload_finish (the publish)--> IDLE, committed
  *               --ckpt_upload_drain (last close, unlink)--> IDLE, aborted
  *
+ * Pace: a write waits (ckpt_upload_pace, the entry's lock released in
+ * the wait) while more than CKPT_PACE_PARTS of its file's parts are queued
+ * or in flight: a writer faster than the store is held to the store's
+ * speed, which costs it nothing overall (the close would wait for the
+ * backlog), and the close then waits for about one part and the commit.
+ *
  * Invariant: nothing reaches the final key before ckpt_upload_finish
  * commits, and that runs only inside the publish (close or fsync), after
  * the content is final and its SHA-256 recorded. A part job reads the
@@ -49,6 +55,11 @@
 #include "dstage/log.h"
 
 #define CKPT_UPLOADERS 4
+/* Parts of one file queued or in flight before its writer waits (about a
+ * round of the uploaders): a writer faster than the store stays about one
+ * part ahead of it, so its close waits for the tail, not for a backlog the
+ * size of the file. */
+#define CKPT_PACE_PARTS CKPT_UPLOADERS
 #define CKPT_MAX_PARTS 10000 /* S3's limit */
 #define CKPT_JOB_HASH UINT_MAX /* a job that hashes behind the writer */
 #define CKPT_HASH_CHUNK (4u << 20)
@@ -155,7 +166,15 @@ void ckpt_upload_wrote(struct ckpt *ck, struct ckpt_ent *e, uint64_t off,
 		if (ckpt_upload_queue(ck, e, k + 1))
 			return;
 		e->u.parts[k].busy = true;
+		e->u.parts_out++;
 	}
+}
+
+void ckpt_upload_pace(struct ckpt_ent *e)
+{
+	while ((e->u.state == CKPT_UP_OPEN || e->u.state == CKPT_UP_STARTING) &&
+	       !e->u.cancel && e->u.parts_out > CKPT_PACE_PARTS)
+		pthread_cond_wait(&e->u.cond, &e->lock);
 }
 
 void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size)
@@ -391,6 +410,7 @@ sent:
 	}
 done:
 	e->u.parts[partno - 1].busy = false;
+	e->u.parts_out--;
 	e->u.busy--;
 	pthread_cond_broadcast(&e->u.cond);
 	pthread_mutex_unlock(&e->lock);

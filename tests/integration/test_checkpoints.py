@@ -1054,6 +1054,43 @@ def test_upload_overlaps_writing_and_rewrites_are_resent(tool, tmp_path,
         m.stop()
 
 
+def test_writer_ahead_of_a_slow_store_is_paced(tool, tmp_path, faultproxy,
+                                               proxied_store):
+    """A writer faster than the store is held to about one round of parts
+    ahead of it (CKPT_PACE_PARTS, 4, in flight or queued), so the close waits for
+    the tail and the commit, not for a backlog the size of the file: when
+    its last write returns, all but the last few parts have been sent
+    (without the pace, about 4 of 16, the rest still queued)."""
+    st = proxied_store
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    try:
+        (m.ck / "pace").mkdir()
+        nparts = 16                                  # 8 MiB parts
+        data = os.urandom(1 << 20)
+        # Every part answers 0.2 s late: the store is the slow side.
+        faultproxy.add_fault("stall", count=1000, match="PUT",
+                             seconds=0.2)
+        faultproxy.reset_stats()
+        fd = os.open(m.ck / "pace" / "big.bin", os.O_CREAT | os.O_WRONLY)
+        try:
+            for i in range(nparts * 8):
+                os.write(fd, data)
+            parts = [r for r in faultproxy.requests()
+                     if r["method"] == "PUT" and "partNumber=" in r["query"]]
+        finally:
+            os.close(fd)
+        faultproxy.clear_faults()
+        # Parts passed: 16 (the last one passes with the last byte);
+        # at most 4 + 1 may be still queued or not yet begun.
+        assert len(parts) >= nparts - 5, len(parts)
+        m.check_published("pace/big.bin",
+                          sha(data * (nparts * 8)))
+        assert open_uploads(st) == []
+    finally:
+        m.stop()
+
+
 def test_kill9_mid_overlapped_upload_aborts_it(tool, tmp_path, store):
     """dstagefs killed while parts of an unfinished file are in the store:
     nothing under the final name, and the restart aborts the upload (S3:
