@@ -292,7 +292,8 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 	else
 		ret = objstore_upload_commit_etag(up, size, etag);
 	if (!ret) {
-		ckpt_upload_stamp(ck, key, etag, sha);
+		if (ck->cfg->ckpt_stamp_sha256)
+			ckpt_upload_stamp(ck, key, etag, sha);
 		atomic_fetch_add(&ck->n_parts_early, early);
 		log_debug("checkpoints: %s: %u of %" PRIu64 " parts were sent "
 			  "while it was written",

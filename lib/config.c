@@ -138,6 +138,11 @@ static const struct config_key config_keys[] = {
 	  "1h", 0, 0,
 	  "the stager daemon applies the lifecycle rules this often; 0: only "
 	  "on demand (stager lifecycle run)" },
+	{ "checkpoints.stamp_sha256", CT_BOOL, OFF(ckpt_stamp_sha256), "true",
+	  0, 0,
+	  "after an upload in parts, copy the object onto itself to set "
+	  "x-amz-meta-sha256 (radosgw copies no data; AWS rewrites it): "
+	  "false leaves the hash in the sidecar and the catalog only" },
 	{ "checkpoints.abandoned_keep", CT_DURATION,
 	  OFF(ckpt_abandoned_keep_ms), "168h", 0, 0,
 	  "lifecycle removes files of killed writers (staging_dir/abandoned/) "

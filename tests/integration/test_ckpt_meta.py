@@ -154,6 +154,41 @@ def test_checkpoint_from_overlapped_parts_gets_sha256(tool, tmp_path, rgw):
         store.cleanup()
 
 
+def test_stamp_turned_off_leaves_sidecar_and_catalog(tool, tmp_path, rgw):
+    """checkpoints.stamp_sha256 = false (AWS rewrites the data of a copy
+    onto itself): no x-amz-meta-sha256 on an object from overlapped parts,
+    the sidecar and the catalog hold its hash, and the drill passes."""
+    store = S3Store(rgw)
+    m = Ckpt(tool, tmp_path / "m", store,
+             env=dict(store.env, DSTAGE_CHECKPOINTS_STAMP_SHA256="false"))
+    m.start()
+    try:
+        (m.ck / "job").mkdir()
+        data = os.urandom(36 << 20)                   # 5 parts of 8 MiB
+        os.close(write_overlapped(m, "step-11.bin", data))
+        m.check_published("job/step-11.bin", sha(data))
+        h = head(rgw, store.bucket, store.prefix + "job/step-11.bin")
+        assert "x-amz-meta-sha256" not in h, h
+        assert h["etag"].endswith('-5"'), h
+        import sqlite3
+        db = sqlite3.connect("file:%s?mode=ro" % (m.tmp / "catalog.db"),
+                             uri=True)
+        try:
+            row = db.execute("SELECT sha256 FROM checkpoint_files WHERE"
+                             " key = ?", ("job/step-11.bin",)).fetchone()
+        finally:
+            db.close()
+        assert row == (sha(data),), row
+        p = subprocess.run([tool("stager"), "drill", "job", "--to",
+                            str(tmp_path / "drill"), "--json"], env=m.env,
+                           capture_output=True, timeout=300, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert json.loads(p.stdout)["ok"]
+    finally:
+        m.stop()
+        store.cleanup()
+
+
 def test_checkpoint_replaced_before_the_stamp_is_not_stamped(
         tool, tmp_path, faultproxy):
     """The object is replaced between CompleteMultipartUpload and the copy
