@@ -413,20 +413,6 @@ def drop_caches():
                    check=False)
 
 
-def flip_cached_data_byte(cache_dir, size, at):
-    """Flip a bit at byte `at` of the data of the one cache object file of
-    at least size bytes (an object file's data is its tail)."""
-    objs = [p for p in (Path(cache_dir) / "objects").glob("*/*")
-            if p.is_file() and p.stat().st_size >= size]
-    assert len(objs) == 1, objs
-    pos = objs[0].stat().st_size - size + at
-    with open(objs[0], "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)
-        f.seek(pos)
-        f.write(bytes([b[0] ^ 0x01]))
-
-
 def test_other_nodes_files_read_through_the_cache(mount, store):
     """A file only the store has (another node's checkpoint) is read
     through the verified block cache: fetched once, served from the cache
@@ -453,7 +439,8 @@ def test_other_nodes_files_read_through_the_cache(mount, store):
     # A flipped byte in the cache file: a new dstagefs checks each block
     # before it serves it, so it fetches that block again.
     mount.stop()
-    flip_cached_data_byte(mount.tmp / "cache", len(data), (5 << 20) + 77)
+    from test_guards import flip_cache_byte
+    flip_cache_byte(mount.tmp / "cache", len(data), (5 << 20) + 77)
     drop_caches()
     mount.start()
     assert sha(p.read_bytes()) == sha(data)
@@ -463,11 +450,12 @@ def test_other_nodes_files_read_through_the_cache(mount, store):
     assert "failed its checksum" in mount.log_text()
 
 
-def catalog_rows(m):
+def catalog_rows(m, db_path=None):
     """This node's catalog record of what it published: {key: (sha, size)}
-    for m's store."""
+    for m's store (m's catalog, or the one at db_path)."""
     import sqlite3
-    db = sqlite3.connect("file:%s?mode=ro" % (m.tmp / "catalog.db"),
+    db = sqlite3.connect("file:%s?mode=ro" % (db_path or
+                                              m.tmp / "catalog.db"),
                          uri=True)
     try:
         return {k: (s, n) for k, s, n in db.execute(

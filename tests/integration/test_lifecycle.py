@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, S3Store, sha, wait_for, writer
+from test_checkpoints import (Ckpt, DirStore, S3Store, catalog_rows, sha,
+                              wait_for, writer)
 from test_stager import Stager
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -384,16 +385,8 @@ def test_retry_job_publishes_after_the_store_returns(tool, tmp_path,
                if not p.name.startswith(".")]
         assert any(r.startswith("C ") and "rj/x.bin" in r for r in rec), rec
         # and the daemon recorded its SHA-256 in its catalog
-        import sqlite3
-        db = sqlite3.connect("file:%s?mode=ro" % (d.root / "catalog.db"),
-                             uri=True)
-        try:
-            row = db.execute("SELECT sha256, size FROM checkpoint_files"
-                             " WHERE store = ? AND key = ?",
-                             (m.store.url, "rj/x.bin")).fetchone()
-        finally:
-            db.close()
-        assert row == (sha(data), len(data)), row
+        rows = catalog_rows(m, d.root / "catalog.db")
+        assert rows["rj/x.bin"] == (sha(data), len(data)), rows
     finally:
         d.stop()
 
