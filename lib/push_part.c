@@ -8,13 +8,16 @@
  *
  *   1. takes the next part number (lock);
  *   2. preads the part into its own buffer (part_size bytes);
- *   3. waits for its turn (turn == its part), feeds the buffer into the
- *      file's SHA-256 (which only the member whose turn it is touches, so
- *      the hash is of the bytes in file order), passes the turn on;
- *   4. takes the part's MD5 from the same buffer and sends it with
+ *   3. takes the part's MD5 from the buffer and sends it with
  *      objstore_upload_part_ex: Content-MD5 from that MD5, signed
  *      UNSIGNED-PAYLOAD, no hash pass in the client; the store's ETag for
- *      the part is checked against the MD5 there (-EBADMSG).
+ *      the part is checked against the MD5 there (-EBADMSG);
+ *   4. waits for its turn (turn == its part), feeds the same, unchanged
+ *      buffer into the file's SHA-256 (which only the member whose turn it
+ *      is touches, so the hash is of the bytes in file order), passes the
+ *      turn on. After the send, so that a part whose turn has not come
+ *      (an earlier part is still on its way) does not hold its own send
+ *      back.
  *
  * So the bytes sent are the bytes hashed, read from the file once, with
  * the SHA-256 serial (it must be) and the MD5s and sends in parallel.
@@ -161,8 +164,6 @@ static void push_part_member(struct push_part_job *j, unsigned char *buf)
 			push_part_fail(j, ret, "read");
 			return;
 		}
-		if (push_part_sha(j, i, buf, len))
-			return; /* another member failed, or ENOMEM (set) */
 		if (EVP_Digest(buf, (size_t)len, dig.md5, &mdlen, EVP_md5(),
 			       NULL) != 1) {
 			push_part_fail(j, -ENOMEM, "hash");
@@ -175,6 +176,10 @@ static void push_part_member(struct push_part_job *j, unsigned char *buf)
 			push_part_fail(j, ret, "upload");
 			return;
 		}
+		/* After the send: a member whose part waits for its turn in
+		 * the SHA-256 does not hold its send back. */
+		if (push_part_sha(j, i, buf, len))
+			return; /* another member failed, or ENOMEM (set) */
 	}
 }
 
