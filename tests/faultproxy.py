@@ -18,6 +18,11 @@ response head when the body is empty or of unknown length):
   reset_request    reset the client connection after reading the request head
                    (upstream never sees the request: an upload that never
                    landed)
+  reset_upload     forward the request head and `nbytes` of its body
+                   (default: half of a Content-Length body) upstream, then
+                   reset the client connection and close upstream's: an
+                   upload cut in the middle of its body (a part the store
+                   saw begin and never end)
   truncate         forward, relay `nbytes` of the body, then close cleanly
                    (FIN) although Content-Length promised more
   stall            hold `seconds` (default 30) before the response head, or
@@ -91,7 +96,8 @@ PIECE = 256 * 1024            # relay granularity
 IDLE_TIMEOUT = 120.0          # seconds a socket may sit silent
 DRAIN_LIMIT = 1 << 30         # most request-body bytes we discard
 
-KINDS = ("503", "500", "reset", "reset_request", "truncate", "stall",
+KINDS = ("503", "500", "reset", "reset_request", "reset_upload",
+         "truncate", "stall",
          "length_long", "length_short", "corrupt", "bare502", "bare503",
          "bare504", "html502", "html503", "html504", "429",
          "corrupt_request", "etag")
@@ -629,8 +635,16 @@ class FaultProxy:
                 flip = (fault.nbytes if fault.nbytes is not None
                         else framing[1] // 2)
                 flip = min(max(flip, 0), framing[1] - 1)
+            cut = None
+            if fault is not None and fault.kind == "reset_upload":
+                cut = (fault.nbytes if fault.nbytes is not None else
+                       framing[1] // 2 if framing[0] == "length" else 0)
             at = 0
             for piece in body_pieces(reader, framing):
+                if cut is not None and at + len(piece) > cut:
+                    us.sendall(piece[:max(cut - at, 0)])
+                    self._reset(cs)
+                    return False       # the caller closes upstream's
                 if flip is not None and at <= flip < at + len(piece):
                     b = bytearray(piece)
                     b[flip - at] ^= 0x01

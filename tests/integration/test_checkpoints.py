@@ -777,6 +777,50 @@ def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy,
         m.stop()
 
 
+@pytest.mark.parametrize("kind", ["stall", "reset_upload"])
+def test_s3_stall_or_cut_part_error_then_retry(tool, tmp_path, faultproxy,
+                                             proxied_store, kind):
+    """A store that stops answering (stall: every PUT held 30 s before its
+    answer) or that loses parts in the middle of their bodies
+    (reset_upload): fsync returns EIO within the client's bounds, no hang,
+    nothing under the final name, one log line naming the file; once the
+    store answers again, the next fsync publishes exactly the bytes
+    written and no upload in parts is left open."""
+    st = proxied_store
+    m = Ckpt(tool, tmp_path / "m", st, conf="[s3]\nlow_speed_time = 1s\n")
+    m.start()
+    try:
+        (m.ck / "s").mkdir()
+        data = os.urandom(20 << 20)            # 3 parts of 8 MiB
+        faultproxy.add_fault(kind, count=1000, match="PUT",
+                             seconds=30 if kind == "stall" else None)
+        fd = os.open(m.ck / "s" / "a.bin", os.O_CREAT | os.O_WRONLY)
+        try:
+            t = time.monotonic()
+            for off in range(0, len(data), 1 << 20):
+                os.pwrite(fd, data[off:off + (1 << 20)], off)
+            with pytest.raises(OSError) as ei:
+                os.fsync(fd)
+            assert ei.value.errno == errno.EIO
+            # Bounded by s3.low_speed_time, max_attempts and deadline
+            # (10 s), not by the store's 30 s silence.
+            assert time.monotonic() - t < 25
+            assert faultproxy.count("PUT") > 0
+            assert st.get("s/a.bin") is None
+            assert "s/a.bin" in m.log_text()
+            faultproxy.clear_faults()
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        m.check_published("s/a.bin", sha(data))
+        assert catalog_rows(m)["s/a.bin"] == (sha(data), len(data))
+        wait_for(lambda: open_uploads(st) == [], 30, "no open upload")
+        no_partials(st)
+    finally:
+        faultproxy.clear_faults()
+        m.stop()
+
+
 def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
                                                proxied_store):
     """dstagefs dies while a multipart upload is stalled: the final key

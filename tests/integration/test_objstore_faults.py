@@ -199,6 +199,32 @@ def test_corrupted_upload_body_refused_and_retried(proxied, tmp_path, size):
     assert out.read_bytes() == data
 
 
+def test_upload_cut_mid_body_retried(proxied, tmp_path):
+    """The connection of the first UploadPart is reset half-way through
+    its body (the store saw the part begin and never end): the client
+    retries that part and the stored object is exactly the file."""
+    store, direct, proxy = proxied
+    data = random.Random(5).randbytes(11 * 1024 * 1024)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    direct.run("rm", "cut")     # the bucket is named after the test
+    proxy.add_fault("reset_upload", count=1, match="PUT",
+                    path="partNumber=1&")
+    p = store.run("put", "cut", str(src), check=False,
+                  env={"DSTAGE_S3_PART_SIZE": "5M",
+                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    assert p.returncode == 0, p.stderr.decode()
+    assert not proxy.pending_faults()
+    part1 = [r for r in proxy.requests() if "partNumber=1&" in r["target"]]
+    # cut, then sent again (by the client's retry, or by libcurl's own
+    # fresh connect when a reused connection dies before any answer)
+    assert part1[0]["fault"] == "reset_upload" and part1[0]["status"] is None
+    assert len(part1) >= 2 and part1[-1]["status"] == 200
+    out = tmp_path / "back"
+    direct.run("cat", "cut", "4M", str(out))
+    assert out.read_bytes() == data
+
+
 def test_corrupted_upload_body_every_time_fails_cleanly(proxied, tmp_path):
     """Every attempt damaged: an error (EIO), no object under the key and
     no multipart upload left open."""
