@@ -2,36 +2,49 @@
 /*
  * push_part: a large file pushed to s3:// in parts, each byte read once.
  *
- * A crew of threads (the worker that took the file and up to
- * PUSH_PART_CREW - 1 helpers, as many as the push's part budget allows)
- * takes parts in order. A member:
+ * Two roles. The worker that took the file is its reader: it takes the
+ * parts in file order, preads each into a buffer, feeds it into the file's
+ * SHA-256 (in order, by construction), takes the part's MD5 from the same
+ * buffer and queues it as ready. Senders, helper threads from the push's
+ * shared budget (p->part_helpers, s3.max_inflight threads for the whole
+ * push), take ready parts and send them with objstore_upload_part_ex:
+ * Content-MD5 from that MD5, signed UNSIGNED-PAYLOAD, no hash pass in the
+ * client; the store's ETag for the part is checked against the MD5 there
+ * (-EBADMSG). A sent part's buffer goes back to the file's pool.
  *
- *   1. takes the next part number (lock);
- *   2. preads the part into its own buffer (part_size bytes);
- *   3. takes the part's MD5 from the buffer and sends it with
- *      objstore_upload_part_ex: Content-MD5 from that MD5, signed
- *      UNSIGNED-PAYLOAD, no hash pass in the client; the store's ETag for
- *      the part is checked against the MD5 there (-EBADMSG);
- *   4. waits for its turn (turn == its part), feeds the same, unchanged
- *      buffer into the file's SHA-256 (which only the member whose turn it
- *      is touches, so the hash is of the bytes in file order), passes the
- *      turn on. After the send, so that a part whose turn has not come
- *      (an earlier part is still on its way) does not hold its own send
- *      back.
+ * Why a reader ahead of the senders: when every member both hashed and
+ * sent, the members' parts finished together (the store serves its
+ * connections fairly), then all of them hashed their next part at once on
+ * the same cores, with nothing on the wire until the slowest was done: the
+ * parts went up in waves with the store idle between them (about 0.7 of
+ * the store's PUT rate here). Now a part is hashed while others are on
+ * their way, and a sender that finishes finds the next one ready.
  *
- * So the bytes sent are the bytes hashed, read from the file once, with
- * the SHA-256 serial (it must be) and the MD5s and sends in parallel.
- * After the crew: one more byte past the size and a second fstat tell a
- * file that grew or moved while it was read (-EAGAIN: the upload is
+ * The reader starts up to PUSH_PART_CREW senders and, between parts, one
+ * more whenever the budget has one and at least two parts are left to
+ * read; senders give their place back when the file's last part is sent.
+ * So a file that starts when the budget is spent (the last of several
+ * large files) grows its crew as the others finish. A reader with no
+ * sender at all (the budget spent by other files) sends its parts itself.
+ * The pool holds at most 2 buffers per sender, plus one (push_part_bufs):
+ * enough for every sender to find its next part ready.
+ *
+ * After the senders: one more byte past the size and a second fstat tell
+ * a file that grew or moved while it was read (-EAGAIN: the upload is
  * aborted, nothing is published); else the upload is committed and the
  * ETag S3 forms (the MD5 of the parts' MD5s, "-N") is the expected one.
  *
- * State machine of a struct push_part_job: RUN (members take parts) ->
- * DONE (next == nparts and every member returned) or FAILED (err set: the
- * members stop taking parts; the ones waiting for their turn wake and
- * leave). Invariants: turn <= next; sha is touched only by the member
- * whose part == turn; md5s[i] only by the member that took part i.
- * lock (a leaf) protects next, turn and err.
+ * State machine of a struct push_part_job: RUN (the reader reads, the
+ * senders send) -> READ (the reader has queued the last part; senders
+ * drain the queue and leave) -> DONE (every sender returned), or FAILED
+ * (err set: the reader stops reading, senders leave without taking more;
+ * queued buffers are freed at the end). Invariants: a buffer is in exactly
+ * one place (the reader's hands, the ready queue, a sender's hands or the
+ * free list) and nbufs counts them all; sha and next are the reader's
+ * alone; md5s[i] is written by the reader before part i is queued, and
+ * read after the senders are joined; helpers[] and nhelpers are the
+ * reader's (it alone starts and joins them). lock (a leaf) protects
+ * ready, nready, free, nfree, nbufs, senders, read_done, err and what.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -50,7 +63,20 @@
 #include "push_i.h"
 #include "strutil.h"
 
-#define PUSH_PART_CREW 4 /* most parts of one file in flight */
+#define PUSH_PART_CREW 4 /* senders started with the file */
+#define PUSH_PART_MAX_HELPERS 256 /* s3.max_inflight's own bound */
+
+struct push_part_job;
+
+struct push_part_helper {
+	struct push_part_job *j;
+	pthread_t t;
+};
+
+struct push_part_ready {
+	unsigned i; /* part number, from 0 */
+	unsigned char *buf;
+};
 
 struct push_part_job {
 	struct push *p;
@@ -60,13 +86,22 @@ struct push_part_job {
 	uint64_t part_size;
 	unsigned nparts;
 	pthread_mutex_t lock; /* a leaf */
-	pthread_cond_t cond; /* turn moved or err set */
-	unsigned next; /* lock: the next part to take, from 0 */
-	unsigned turn; /* lock: the part whose bytes go into sha next */
+	pthread_cond_t cond; /* queue or pool moved, read_done or err set */
+	struct push_part_ready *ready; /* lock: FIFO of parts to send */
+	unsigned ready_head, nready; /* lock */
+	unsigned char **free; /* lock: buffers no one holds */
+	unsigned nfree; /* lock */
+	unsigned nbufs; /* lock: buffers allocated */
+	unsigned senders; /* lock: started */
+	bool read_done; /* lock: the last part is queued */
 	int err; /* lock: the first error */
 	const char *what; /* lock: the step that failed */
-	EVP_MD_CTX *sha; /* the member whose part == turn */
-	unsigned char (*md5s)[16]; /* [i]: part i's, by its member */
+	unsigned qcap; /* size of ready[] and free[] */
+	EVP_MD_CTX *sha; /* the reader's */
+	unsigned char (*md5s)[16]; /* [i]: part i's, by the reader */
+	struct push_part_helper *helpers; /* the reader's */
+	unsigned nhelpers; /* the reader's: started */
+	unsigned cap; /* most senders for this file */
 };
 
 static int64_t push_part_ns(const struct timespec *t)
@@ -81,15 +116,22 @@ bool push_moved(const struct stat *a, const struct stat *b)
 	       push_part_ns(&a->st_ctim) != push_part_ns(&b->st_ctim);
 }
 
-static void push_part_fail(struct push_part_job *j, int err, const char *what)
+/* With lock held: record the first error and wake every waiter. */
+static void push_part_fail_locked(struct push_part_job *j, int err,
+				  const char *what)
 {
-	pthread_mutex_lock(&j->lock);
 	if (!j->err) {
 		j->err = err;
 		j->what = what;
 	}
 	pthread_cond_broadcast(&j->cond);
-	pthread_mutex_unlock(&j->lock);
+}
+
+/* With lock held: buf goes back to the pool. */
+static void push_part_put_locked(struct push_part_job *j, unsigned char *buf)
+{
+	j->free[j->nfree++] = buf;
+	pthread_cond_broadcast(&j->cond);
 }
 
 /* len bytes of fd at off into buf; -EAGAIN when the file ends first. */
@@ -113,87 +155,90 @@ static int push_part_read(int fd, unsigned char *buf, uint64_t len,
 	return 0;
 }
 
-/* Step 3: wait for part i's turn, hash, pass the turn on. */
-static int push_part_sha(struct push_part_job *j, unsigned i,
-			 const unsigned char *buf, uint64_t len)
+static uint64_t push_part_len(const struct push_part_job *j, unsigned i)
 {
-	int ret;
+	uint64_t off = (uint64_t)i * j->part_size;
 
-	pthread_mutex_lock(&j->lock);
-	while (j->turn != i && !j->err)
-		pthread_cond_wait(&j->cond, &j->lock);
-	ret = j->err;
-	pthread_mutex_unlock(&j->lock);
-	if (ret)
-		return ret;
-	ret = EVP_DigestUpdate(j->sha, buf, (size_t)len) == 1 ? 0 : -ENOMEM;
-	pthread_mutex_lock(&j->lock);
-	j->turn++;
-	if (ret && !j->err) {
-		j->err = ret;
-		j->what = "hash";
-	}
-	pthread_cond_broadcast(&j->cond);
-	pthread_mutex_unlock(&j->lock);
-	return ret;
+	return j->f->size - off < j->part_size ? j->f->size - off
+					       : j->part_size;
 }
 
-static void push_part_member(struct push_part_job *j, unsigned char *buf)
+/* The most buffers the file's pool holds: two per sender (one on the
+ * wire, one ready), and the one the reader fills. */
+static unsigned push_part_bufs(const struct push_part_job *j)
+{
+	return 2 * j->senders + 1;
+}
+
+/* The reader's next buffer: a free one, a new one within the bound, or
+ * wait for a sender to give one back. NULL on a failure (set, or ENOMEM
+ * set here). */
+static unsigned char *push_part_buffer(struct push_part_job *j)
+{
+	unsigned char *buf = NULL;
+
+	pthread_mutex_lock(&j->lock);
+	while (!j->err && !j->nfree && j->nbufs >= push_part_bufs(j))
+		pthread_cond_wait(&j->cond, &j->lock);
+	if (j->err)
+		goto out;
+	if (j->nfree) {
+		buf = j->free[--j->nfree];
+		goto out;
+	}
+	j->nbufs++;
+	pthread_mutex_unlock(&j->lock);
+	buf = malloc((size_t)j->part_size);
+	pthread_mutex_lock(&j->lock);
+	if (!buf) {
+		j->nbufs--;
+		push_part_fail_locked(j, -ENOMEM, "buffer");
+	}
+out:
+	pthread_mutex_unlock(&j->lock);
+	return buf;
+}
+
+/* Send part i from buf; on a failure set err. The buffer goes back. */
+static void push_part_send(struct push_part_job *j, unsigned i,
+			   unsigned char *buf)
 {
 	struct objstore_digests dig = { .flags = OBJSTORE_DIG_MD5 };
-	uint64_t size = j->f->size;
+	int ret;
 
-	for (;;) {
-		unsigned i;
-		uint64_t off, len;
-		unsigned int mdlen = 0;
-		int ret;
-
-		pthread_mutex_lock(&j->lock);
-		i = j->next;
-		if (j->err || i >= j->nparts) {
-			pthread_mutex_unlock(&j->lock);
-			return;
-		}
-		j->next++;
-		pthread_mutex_unlock(&j->lock);
-		off = (uint64_t)i * j->part_size;
-		len = size - off < j->part_size ? size - off : j->part_size;
-		ret = push_part_read(j->fd, buf, len, off);
-		if (ret) {
-			push_part_fail(j, ret, "read");
-			return;
-		}
-		if (EVP_Digest(buf, (size_t)len, dig.md5, &mdlen, EVP_md5(),
-			       NULL) != 1) {
-			push_part_fail(j, -ENOMEM, "hash");
-			return;
-		}
-		memcpy(j->md5s[i], dig.md5, 16);
-		ret = objstore_upload_part_ex(j->up, i + 1, buf, (size_t)len,
-					      &dig);
-		if (ret) {
-			push_part_fail(j, ret, "upload");
-			return;
-		}
-		/* After the send: a member whose part waits for its turn in
-		 * the SHA-256 does not hold its send back. */
-		if (push_part_sha(j, i, buf, len))
-			return; /* another member failed, or ENOMEM (set) */
-	}
+	memcpy(dig.md5, j->md5s[i], 16);
+	ret = objstore_upload_part_ex(j->up, i + 1, buf,
+				      (size_t)push_part_len(j, i), &dig);
+	pthread_mutex_lock(&j->lock);
+	if (ret)
+		push_part_fail_locked(j, ret, "upload");
+	push_part_put_locked(j, buf);
+	pthread_mutex_unlock(&j->lock);
 }
 
-struct push_part_helper {
-	struct push_part_job *j;
-	unsigned char *buf;
-	pthread_t t;
-};
-
-static void *push_part_helper_run(void *arg)
+static void *push_part_sender(void *arg)
 {
 	struct push_part_helper *h = arg;
+	struct push_part_job *j = h->j;
 
-	push_part_member(h->j, h->buf);
+	pthread_mutex_lock(&j->lock);
+	for (;;) {
+		struct push_part_ready r;
+
+		while (!j->err && !j->nready && !j->read_done)
+			pthread_cond_wait(&j->cond, &j->lock);
+		if (j->err || !j->nready)
+			break; /* failed, or every part sent or on its way */
+		r = j->ready[j->ready_head];
+		j->ready_head = (j->ready_head + 1) % j->qcap;
+		j->nready--;
+		pthread_mutex_unlock(&j->lock);
+		push_part_send(j, r.i, r.buf);
+		pthread_mutex_lock(&j->lock);
+	}
+	pthread_mutex_unlock(&j->lock);
+	/* its place goes back at once, to a file still being read */
+	atomic_fetch_add(&j->p->part_helpers, 1);
 	return NULL;
 }
 
@@ -210,6 +255,81 @@ static unsigned push_part_take(struct push *p, unsigned want)
 			return take;
 	}
 	return 0;
+}
+
+/* Start up to want more senders, as the budget and j->cap allow. Only the
+ * reader calls this. A sender whose thread cannot be had gives its place
+ * back; the file goes on with fewer. */
+static void push_part_grow(struct push_part_job *j, unsigned want)
+{
+	unsigned took;
+
+	if (j->nhelpers >= j->cap)
+		return;
+	if (want > j->cap - j->nhelpers)
+		want = j->cap - j->nhelpers;
+	took = push_part_take(j->p, want);
+	for (unsigned k = 0; k < took; k++) {
+		struct push_part_helper *h = &j->helpers[j->nhelpers];
+
+		h->j = j;
+		if (pthread_create(&h->t, NULL, push_part_sender, h)) {
+			atomic_fetch_add(&j->p->part_helpers, took - k);
+			return;
+		}
+		j->nhelpers++;
+		pthread_mutex_lock(&j->lock);
+		j->senders++;
+		pthread_mutex_unlock(&j->lock);
+	}
+}
+
+/* The reader: every part in order, read, hashed and queued (or sent here
+ * when the file has no sender). Stops at the first failure. */
+static void push_part_reader(struct push_part_job *j)
+{
+	for (unsigned i = 0; i < j->nparts; i++) {
+		uint64_t len = push_part_len(j, i);
+		unsigned int mdlen = 0;
+		const char *what = "read";
+		unsigned char *buf;
+		int ret;
+
+		if (j->nparts - i >= 2)
+			push_part_grow(j, j->nhelpers ? 1 : PUSH_PART_CREW);
+		buf = push_part_buffer(j);
+		if (!buf)
+			break;
+		ret = push_part_read(j->fd, buf, len,
+				     (uint64_t)i * j->part_size);
+		if (!ret && (EVP_DigestUpdate(j->sha, buf, (size_t)len) != 1 ||
+			     EVP_Digest(buf, (size_t)len, j->md5s[i], &mdlen,
+					EVP_md5(), NULL) != 1)) {
+			what = "hash";
+			ret = -ENOMEM;
+		}
+		pthread_mutex_lock(&j->lock);
+		if (ret || j->err) {
+			push_part_fail_locked(j, ret, what);
+			push_part_put_locked(j, buf);
+			pthread_mutex_unlock(&j->lock);
+			break;
+		}
+		if (!j->nhelpers) {
+			pthread_mutex_unlock(&j->lock);
+			push_part_send(j, i, buf);
+			continue;
+		}
+		j->ready[(j->ready_head + j->nready) % j->qcap] =
+			(struct push_part_ready){ .i = i, .buf = buf };
+		j->nready++;
+		pthread_cond_broadcast(&j->cond);
+		pthread_mutex_unlock(&j->lock);
+	}
+	pthread_mutex_lock(&j->lock);
+	j->read_done = true;
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
 }
 
 /* The ETag S3 forms for the parts: MD5 of their MD5s, "-N" (no parts:
@@ -271,9 +391,7 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 		     const char **what)
 {
 	struct push_part_job j = { .p = p, .f = f, .fd = fd };
-	struct push_part_helper helpers[PUSH_PART_CREW - 1];
-	unsigned char *buf = NULL, extra;
-	unsigned want, took = 0, started = 0;
+	unsigned char extra;
 	unsigned int len = 0;
 	struct stat st2;
 	int ret;
@@ -288,33 +406,22 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 	pthread_cond_init(&j.cond, NULL);
 	j.sha = EVP_MD_CTX_new();
 	j.md5s = calloc(j.nparts ? j.nparts : 1, sizeof(*j.md5s));
-	buf = malloc((size_t)j.part_size);
-	if (!j.sha || !j.md5s || !buf ||
+	j.cap = j.nparts < PUSH_PART_MAX_HELPERS ? j.nparts
+						 : PUSH_PART_MAX_HELPERS;
+	j.helpers = calloc(j.cap ? j.cap : 1, sizeof(*j.helpers));
+	/* room for every buffer the pool may hold (push_part_bufs) */
+	j.qcap = 2 * j.cap + 1;
+	j.ready = calloc(j.qcap, sizeof(*j.ready));
+	j.free = calloc(j.qcap, sizeof(*j.free));
+	if (!j.sha || !j.md5s || !j.helpers || !j.ready || !j.free ||
 	    EVP_DigestInit_ex(j.sha, EVP_sha256(), NULL) != 1) {
 		*what = "buffer";
 		ret = -ENOMEM;
 		goto out;
 	}
-	want = j.nparts < PUSH_PART_CREW ? j.nparts : PUSH_PART_CREW;
-	took = want > 1 ? push_part_take(p, want - 1) : 0;
-	for (; started < took; started++) {
-		struct push_part_helper *h = &helpers[started];
-
-		h->j = &j;
-		h->buf = malloc((size_t)j.part_size);
-		if (!h->buf)
-			break;
-		if (pthread_create(&h->t, NULL, push_part_helper_run, h)) {
-			free(h->buf);
-			break;
-		}
-	}
-	push_part_member(&j, buf);
-	for (unsigned i = 0; i < started; i++) {
-		pthread_join(helpers[i].t, NULL);
-		free(helpers[i].buf);
-	}
-	atomic_fetch_add(&p->part_helpers, took);
+	push_part_reader(&j);
+	for (unsigned i = 0; i < j.nhelpers; i++)
+		pthread_join(j.helpers[i].t, NULL);
 	ret = j.err;
 	*what = j.what;
 	/* grown, shrunk or written while read: not published */
@@ -334,8 +441,14 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 out:
 	objstore_upload_abort(j.up);
 	EVP_MD_CTX_free(j.sha);
+	for (unsigned k = 0; j.ready && k < j.nready; k++)
+		free(j.ready[(j.ready_head + k) % j.qcap].buf); /* failed */
+	for (unsigned k = 0; j.free && k < j.nfree; k++)
+		free(j.free[k]);
+	free(j.ready);
+	free(j.free);
 	free(j.md5s);
-	free(buf);
+	free(j.helpers);
 	pthread_cond_destroy(&j.cond);
 	pthread_mutex_destroy(&j.lock);
 	return ret;
