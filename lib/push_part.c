@@ -4,13 +4,20 @@
  *
  * Two roles. The worker that took the file is its reader: it takes the
  * parts in file order, preads each into a buffer, feeds it into the file's
- * SHA-256 (in order, by construction), takes the part's MD5 from the same
- * buffer and queues it as ready. Senders, helper threads from the push's
- * shared budget (p->part_helpers, s3.max_inflight threads for the whole
- * push), take ready parts and send them with objstore_upload_part_ex:
- * Content-MD5 from that MD5, signed UNSIGNED-PAYLOAD, no hash pass in the
- * client; the store's ETag for the part is checked against the MD5 there
- * (-EBADMSG). A sent part's buffer goes back to the file's pool.
+ * SHA-256 (in order, by construction) and queues it as ready. Senders,
+ * helper threads from the push's shared budget (p->part_helpers,
+ * s3.max_inflight threads for the whole push), take ready parts and send
+ * them with objstore_upload_part_ex: Content-MD5 from the part's MD5,
+ * signed UNSIGNED-PAYLOAD, no hash pass in the client; the store's ETag for
+ * the part is checked against the MD5 there (-EBADMSG). A sent part's
+ * buffer goes back to the file's pool.
+ *
+ * Who takes a part's MD5 (from the same buffer): the reader, for the
+ * oldest queued part without one, whenever it would otherwise wait for a
+ * buffer (the store is the bound: every MD5 is taken ahead, off the
+ * senders' way); else the sender that takes the part (the reader is the
+ * bound: the MD5s run in parallel on the senders, and the reader's serial
+ * work is the read and the SHA-256 alone).
  *
  * Why a reader ahead of the senders: when every member both hashed and
  * sent, the members' parts finished together (the store serves its
@@ -38,13 +45,16 @@
  * senders send) -> READ (the reader has queued the last part; senders
  * drain the queue and leave) -> DONE (every sender returned), or FAILED
  * (err set: the reader stops reading, senders leave without taking more;
- * queued buffers are freed at the end). Invariants: a buffer is in exactly
- * one place (the reader's hands, the ready queue, a sender's hands or the
- * free list) and nbufs counts them all; sha and next are the reader's
- * alone; md5s[i] is written by the reader before part i is queued, and
- * read after the senders are joined; helpers[] and nhelpers are the
- * reader's (it alone starts and joins them). lock (a leaf) protects
- * ready, nready, free, nfree, nbufs, senders, read_done, err and what.
+ * queued buffers are freed at the end). A queued part: waiting (no MD5),
+ * hashing (the reader takes its MD5: busy, no sender takes it), ready
+ * (has its MD5); a sender takes a waiting or ready one, the oldest first.
+ * Invariants: a buffer is in exactly one place (the reader's hands, the
+ * queue, a sender's hands or the free list) and nbufs counts them all; sha
+ * is the reader's alone; md5s[i] is written by whoever holds part i (the
+ * reader while it is busy, or its sender), and read after the senders are
+ * joined; helpers[] and nhelpers are the reader's (it alone starts and
+ * joins them). lock (a leaf) protects queue, nqueue, free, nfree, nbufs,
+ * senders, read_done, err, what and the queued parts' flags.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -73,9 +83,11 @@ struct push_part_helper {
 	pthread_t t;
 };
 
-struct push_part_ready {
+struct push_part_queued {
 	unsigned i; /* part number, from 0 */
 	unsigned char *buf;
+	bool md5; /* md5s[i] is taken */
+	bool busy; /* the reader is taking it */
 };
 
 struct push_part_job {
@@ -87,8 +99,8 @@ struct push_part_job {
 	unsigned nparts;
 	pthread_mutex_t lock; /* a leaf */
 	pthread_cond_t cond; /* queue or pool moved, read_done or err set */
-	struct push_part_ready *ready; /* lock: FIFO of parts to send */
-	unsigned ready_head, nready; /* lock */
+	struct push_part_queued *queue; /* lock: parts read, not yet sent */
+	unsigned nqueue; /* lock */
 	unsigned char **free; /* lock: buffers no one holds */
 	unsigned nfree; /* lock */
 	unsigned nbufs; /* lock: buffers allocated */
@@ -96,9 +108,9 @@ struct push_part_job {
 	bool read_done; /* lock: the last part is queued */
 	int err; /* lock: the first error */
 	const char *what; /* lock: the step that failed */
-	unsigned qcap; /* size of ready[] and free[] */
+	unsigned qcap; /* size of queue[] and free[] */
 	EVP_MD_CTX *sha; /* the reader's */
-	unsigned char (*md5s)[16]; /* [i]: part i's, by the reader */
+	unsigned char (*md5s)[16]; /* [i]: part i's, by its holder */
 	struct push_part_helper *helpers; /* the reader's */
 	unsigned nhelpers; /* the reader's: started */
 	unsigned cap; /* most senders for this file */
@@ -170,6 +182,51 @@ static unsigned push_part_bufs(const struct push_part_job *j)
 	return 2 * j->senders + 1;
 }
 
+/* Part i's MD5 from buf into md5s[i]; 0 or -ENOMEM. */
+static int push_part_md5(struct push_part_job *j, unsigned i,
+			 const unsigned char *buf)
+{
+	unsigned int mdlen = 0;
+
+	return EVP_Digest(buf, (size_t)push_part_len(j, i), j->md5s[i], &mdlen,
+			  EVP_md5(), NULL) == 1
+		       ? 0
+		       : -ENOMEM;
+}
+
+/* With lock held, by the reader while it would wait for a buffer: take
+ * the MD5 of the oldest queued part without one (lock dropped meanwhile;
+ * no sender takes a busy part). false when there was none. */
+static bool push_part_md5_ahead(struct push_part_job *j)
+{
+	struct push_part_queued *q = NULL;
+	unsigned char *buf;
+	unsigned i;
+	int ret;
+
+	for (unsigned k = 0; k < j->nqueue; k++)
+		if (!j->queue[k].md5 && (!q || j->queue[k].i < q->i))
+			q = &j->queue[k];
+	if (!q)
+		return false;
+	q->busy = true;
+	i = q->i;
+	buf = q->buf;
+	pthread_mutex_unlock(&j->lock);
+	ret = push_part_md5(j, i, buf);
+	pthread_mutex_lock(&j->lock);
+	/* a busy part stays queued, though others' removals may move it */
+	for (unsigned k = 0; k < j->nqueue; k++)
+		if (j->queue[k].i == i) {
+			j->queue[k].busy = false;
+			j->queue[k].md5 = !ret;
+		}
+	if (ret)
+		push_part_fail_locked(j, ret, "hash");
+	pthread_cond_broadcast(&j->cond);
+	return true;
+}
+
 /* The reader's next buffer: a free one, a new one within the bound, or
  * wait for a sender to give one back. NULL on a failure (set, or ENOMEM
  * set here). */
@@ -179,7 +236,8 @@ static unsigned char *push_part_buffer(struct push_part_job *j)
 
 	pthread_mutex_lock(&j->lock);
 	while (!j->err && !j->nfree && j->nbufs >= push_part_bufs(j))
-		pthread_cond_wait(&j->cond, &j->lock);
+		if (!push_part_md5_ahead(j))
+			pthread_cond_wait(&j->cond, &j->lock);
 	if (j->err)
 		goto out;
 	if (j->nfree) {
@@ -216,6 +274,24 @@ static void push_part_send(struct push_part_job *j, unsigned i,
 	pthread_mutex_unlock(&j->lock);
 }
 
+/* With lock held: the oldest queued part no one is busy with, out of the
+ * queue, or NULL. */
+static struct push_part_queued *push_part_next(struct push_part_job *j,
+					       struct push_part_queued *out)
+{
+	unsigned best = j->nqueue;
+
+	for (unsigned k = 0; k < j->nqueue; k++)
+		if (!j->queue[k].busy &&
+		    (best == j->nqueue || j->queue[k].i < j->queue[best].i))
+			best = k;
+	if (best == j->nqueue)
+		return NULL;
+	*out = j->queue[best];
+	j->queue[best] = j->queue[--j->nqueue];
+	return out;
+}
+
 static void *push_part_sender(void *arg)
 {
 	struct push_part_helper *h = arg;
@@ -223,19 +299,30 @@ static void *push_part_sender(void *arg)
 
 	pthread_mutex_lock(&j->lock);
 	for (;;) {
-		struct push_part_ready r;
+		struct push_part_queued q;
+		int ret = 0;
 
-		while (!j->err && !j->nready && !j->read_done)
+		while (!j->err && !push_part_next(j, &q)) {
+			if (j->read_done && !j->nqueue)
+				goto out; /* every part sent or on its way */
 			pthread_cond_wait(&j->cond, &j->lock);
-		if (j->err || !j->nready)
-			break; /* failed, or every part sent or on its way */
-		r = j->ready[j->ready_head];
-		j->ready_head = (j->ready_head + 1) % j->qcap;
-		j->nready--;
+		}
+		if (j->err)
+			break;
 		pthread_mutex_unlock(&j->lock);
-		push_part_send(j, r.i, r.buf);
+		if (!q.md5)
+			ret = push_part_md5(j, q.i, q.buf);
+		if (!ret) {
+			push_part_send(j, q.i, q.buf);
+		} else {
+			pthread_mutex_lock(&j->lock);
+			push_part_fail_locked(j, ret, "hash");
+			push_part_put_locked(j, q.buf);
+			pthread_mutex_unlock(&j->lock);
+		}
 		pthread_mutex_lock(&j->lock);
 	}
+out:
 	pthread_mutex_unlock(&j->lock);
 	/* its place goes back at once, to a file still being read */
 	atomic_fetch_add(&j->p->part_helpers, 1);
@@ -290,7 +377,6 @@ static void push_part_reader(struct push_part_job *j)
 {
 	for (unsigned i = 0; i < j->nparts; i++) {
 		uint64_t len = push_part_len(j, i);
-		unsigned int mdlen = 0;
 		const char *what = "read";
 		unsigned char *buf;
 		int ret;
@@ -302,9 +388,11 @@ static void push_part_reader(struct push_part_job *j)
 			break;
 		ret = push_part_read(j->fd, buf, len,
 				     (uint64_t)i * j->part_size);
-		if (!ret && (EVP_DigestUpdate(j->sha, buf, (size_t)len) != 1 ||
-			     EVP_Digest(buf, (size_t)len, j->md5s[i], &mdlen,
-					EVP_md5(), NULL) != 1)) {
+		if (!ret && EVP_DigestUpdate(j->sha, buf, (size_t)len) != 1) {
+			what = "hash";
+			ret = -ENOMEM;
+		}
+		if (!ret && !j->nhelpers && push_part_md5(j, i, buf)) {
 			what = "hash";
 			ret = -ENOMEM;
 		}
@@ -320,15 +408,17 @@ static void push_part_reader(struct push_part_job *j)
 			push_part_send(j, i, buf);
 			continue;
 		}
-		j->ready[(j->ready_head + j->nready) % j->qcap] =
-			(struct push_part_ready){ .i = i, .buf = buf };
-		j->nready++;
+		j->queue[j->nqueue++] =
+			(struct push_part_queued){ .i = i, .buf = buf };
 		pthread_cond_broadcast(&j->cond);
 		pthread_mutex_unlock(&j->lock);
 	}
 	pthread_mutex_lock(&j->lock);
 	j->read_done = true;
 	pthread_cond_broadcast(&j->cond);
+	/* nothing left to read: take the MD5s the senders have not reached */
+	while (!j->err && push_part_md5_ahead(j))
+		;
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -411,9 +501,9 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 	j.helpers = calloc(j.cap ? j.cap : 1, sizeof(*j.helpers));
 	/* room for every buffer the pool may hold (push_part_bufs) */
 	j.qcap = 2 * j.cap + 1;
-	j.ready = calloc(j.qcap, sizeof(*j.ready));
+	j.queue = calloc(j.qcap, sizeof(*j.queue));
 	j.free = calloc(j.qcap, sizeof(*j.free));
-	if (!j.sha || !j.md5s || !j.helpers || !j.ready || !j.free ||
+	if (!j.sha || !j.md5s || !j.helpers || !j.queue || !j.free ||
 	    EVP_DigestInit_ex(j.sha, EVP_sha256(), NULL) != 1) {
 		*what = "buffer";
 		ret = -ENOMEM;
@@ -441,11 +531,11 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 out:
 	objstore_upload_abort(j.up);
 	EVP_MD_CTX_free(j.sha);
-	for (unsigned k = 0; j.ready && k < j.nready; k++)
-		free(j.ready[(j.ready_head + k) % j.qcap].buf); /* failed */
+	for (unsigned k = 0; j.queue && k < j.nqueue; k++)
+		free(j.queue[k].buf); /* read, not sent: after a failure */
 	for (unsigned k = 0; j.free && k < j.nfree; k++)
 		free(j.free[k]);
-	free(j.ready);
+	free(j.queue);
 	free(j.free);
 	free(j.md5s);
 	free(j.helpers);

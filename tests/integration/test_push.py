@@ -695,3 +695,37 @@ def test_etag_other_than_md5_sent_is_an_error(tool, stager_dir,  # noqa: F811
         assert dest.get("odd.bin") == body
     finally:
         s.stop()
+
+
+def test_budget_spent_readers_send_their_own_parts(tool, stager_dir,  # noqa: F811,E501
+                                                   rgw_dests):
+    """s3.max_inflight 1: one sender for the whole push. Of three large
+    files pushed at once (--parallel 3) two start with no sender at all:
+    their readers send their own parts, or take the sender when the first
+    file gives it back. Every file arrives whole, in parts, with its
+    SHA-256; nothing waits for a sender that never comes."""
+    dest = rgw_dests()
+    src = stager_dir / "src"
+    src.mkdir()
+    bodies = {"l%d.bin" % i: os.urandom(11 * MiB + i) for i in range(3)}
+    for k, v in bodies.items():
+        (src / k).write_bytes(v)
+    s = Stager(tool("stager"), stager_dir, env=dest.env)
+    with open(s.cfg, "a") as f:  # 3 parts of 5 MiB each, one sender
+        f.write("[s3]\nmultipart_threshold = 5M\npart_size = 5M\n"
+                "max_inflight = 1\n")
+    s.start()
+    try:
+        p = push(s, str(src), dest.url, "--name", "bs", "--parallel", "3",
+                 "--verify", timeout=60)
+        assert p.returncode == 0, text(p)
+        assert "verify bs: done: 4 files" in text(p), text(p)
+        sums = dest.get("SHA256SUMS").decode()
+        for k, v in bodies.items():
+            assert "%s  %s\n" % (hashlib.sha256(v).hexdigest(), k) in sums
+            assert dest.get(k) == v, k
+            h = dest.rgw.curl("/%s/%s/%s" % (dest.bucket, dest.prefix, k),
+                              "-I").stdout.decode()
+            assert '-3"' in h, h                  # the ETag of 3 parts
+    finally:
+        s.stop()
