@@ -3,7 +3,6 @@ the client and radosgw): every fault is retried to success or ends in a clear
 error, and no wrong byte is ever returned."""
 import hashlib
 import random
-import subprocess
 import time
 
 import pytest
@@ -171,6 +170,28 @@ def test_no_retry_on_client_errors(proxied):
 
 # ---- a body damaged on its way to the store (Content-MD5)
 
+def put_with_fault(proxied, tmp_path, key, size, kind, count, path):
+    """objstore_tool put of size random bytes (5 MiB parts above 5 MiB)
+    through the proxy, with `count` faults of `kind` armed on the PUTs
+    whose target holds `path`; (the process, the bytes)."""
+    store, direct, proxy = proxied
+    data = random.Random(size).randbytes(size)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    direct.run("rm", key)       # the bucket is named after the test
+    proxy.add_fault(kind, count=count, match="PUT", path=path)
+    p = store.run("put", key, str(src), check=False,
+                  env={"DSTAGE_S3_PART_SIZE": "5M",
+                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    return p, data
+
+
+def stored_bytes(direct, key, tmp_path):
+    out = tmp_path / "back"
+    direct.run("cat", key, "4M", str(out))
+    return out.read_bytes()
+
+
 @pytest.mark.parametrize("size", [1_000_000, 11 * 1024 * 1024])
 def test_corrupted_upload_body_refused_and_retried(proxied, tmp_path, size):
     """The proxy flips one bit of the first upload body (a single PUT, or
@@ -178,15 +199,9 @@ def test_corrupted_upload_body_refused_and_retried(proxied, tmp_path, size):
     radosgw must refuse it (BadDigest), the client retries, and the stored
     object is exactly the file. Without Content-MD5 the part would be
     stored damaged and the comparison below fails."""
-    store, direct, proxy = proxied
-    data = random.Random(size).randbytes(size)
-    src = tmp_path / "src"
-    src.write_bytes(data)
-    direct.run("rm", "up")      # the bucket is named after the test
-    proxy.add_fault("corrupt_request", count=1, match="PUT", path="/up")
-    p = store.run("put", "up", str(src), check=False,
-                  env={"DSTAGE_S3_PART_SIZE": "5M",
-                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    _, direct, proxy = proxied
+    p, data = put_with_fault(proxied, tmp_path, "up", size,
+                             "corrupt_request", 1, "/up")
     assert p.returncode == 0, p.stderr.decode()
     assert not proxy.pending_faults()
     err = p.stderr.decode()
@@ -194,25 +209,16 @@ def test_corrupted_upload_body_refused_and_retried(proxied, tmp_path, size):
     if size > 5 * 1024 * 1024:
         assert "BadDigest" in err, err   # parts: Content-MD5 alone
     assert stats(p)["retries"] >= 1
-    out = tmp_path / "back"
-    direct.run("cat", "up", "4M", str(out))
-    assert out.read_bytes() == data
+    assert stored_bytes(direct, "up", tmp_path) == data
 
 
 def test_upload_cut_mid_body_retried(proxied, tmp_path):
     """The connection of the first UploadPart is reset half-way through
     its body (the store saw the part begin and never end): the client
     retries that part and the stored object is exactly the file."""
-    store, direct, proxy = proxied
-    data = random.Random(5).randbytes(11 * 1024 * 1024)
-    src = tmp_path / "src"
-    src.write_bytes(data)
-    direct.run("rm", "cut")     # the bucket is named after the test
-    proxy.add_fault("reset_upload", count=1, match="PUT",
-                    path="partNumber=1&")
-    p = store.run("put", "cut", str(src), check=False,
-                  env={"DSTAGE_S3_PART_SIZE": "5M",
-                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    _, direct, proxy = proxied
+    p, data = put_with_fault(proxied, tmp_path, "cut", 11 * 1024 * 1024,
+                             "reset_upload", 1, "partNumber=1&")
     assert p.returncode == 0, p.stderr.decode()
     assert not proxy.pending_faults()
     part1 = [r for r in proxy.requests() if "partNumber=1&" in r["target"]]
@@ -220,24 +226,15 @@ def test_upload_cut_mid_body_retried(proxied, tmp_path):
     # fresh connect when a reused connection dies before any answer)
     assert part1[0]["fault"] == "reset_upload" and part1[0]["status"] is None
     assert len(part1) >= 2 and part1[-1]["status"] == 200
-    out = tmp_path / "back"
-    direct.run("cat", "cut", "4M", str(out))
-    assert out.read_bytes() == data
+    assert stored_bytes(direct, "cut", tmp_path) == data
 
 
 def test_corrupted_upload_body_every_time_fails_cleanly(proxied, tmp_path):
     """Every attempt damaged: an error (EIO), no object under the key and
     no multipart upload left open."""
     store, direct, proxy = proxied
-    data = random.Random(3).randbytes(11 * 1024 * 1024)
-    src = tmp_path / "src"
-    src.write_bytes(data)
-    direct.run("rm", "bad")     # the bucket is named after the test
-    proxy.add_fault("corrupt_request", count=100, match="PUT",
-                    path="partNumber=1&")
-    p = store.run("put", "bad", str(src), check=False,
-                  env={"DSTAGE_S3_PART_SIZE": "5M",
-                       "DSTAGE_S3_MULTIPART_THRESHOLD": "5M"})
+    p, _ = put_with_fault(proxied, tmp_path, "bad", 11 * 1024 * 1024,
+                          "corrupt_request", 100, "partNumber=1&")
     assert p.returncode == 1
     assert "BadDigest" in p.stderr.decode()
     assert "EIO" in p.stderr.decode().splitlines()[-1]
