@@ -22,7 +22,8 @@ response head when the body is empty or of unknown length):
                    (default: half of a Content-Length body) upstream, then
                    reset the client connection and close upstream's: an
                    upload cut in the middle of its body (a part the store
-                   saw begin and never end)
+                   saw begin and never end); a body no longer than that
+                   passes whole
   truncate         forward, relay `nbytes` of the body, then close cleanly
                    (FIN) although Content-Length promised more
   stall            hold `seconds` (default 30) before the response head, or
