@@ -54,7 +54,7 @@
  * reader while it is busy, or its sender), and read after the senders are
  * joined; helpers[] and nhelpers are the reader's (it alone starts and
  * joins them). lock (a leaf) protects queue, nqueue, free, nfree, nbufs,
- * senders, read_done, err, what and the queued parts' flags.
+ * read_done, err, what and the queued parts' flags.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -104,7 +104,6 @@ struct push_part_job {
 	unsigned char **free; /* lock: buffers no one holds */
 	unsigned nfree; /* lock */
 	unsigned nbufs; /* lock: buffers allocated */
-	unsigned senders; /* lock: started */
 	bool read_done; /* lock: the last part is queued */
 	int err; /* lock: the first error */
 	const char *what; /* lock: the step that failed */
@@ -176,10 +175,10 @@ static uint64_t push_part_len(const struct push_part_job *j, unsigned i)
 }
 
 /* The most buffers the file's pool holds: two per sender (one on the
- * wire, one ready), and the one the reader fills. */
+ * wire, one ready), and the one the reader fills. The reader's alone. */
 static unsigned push_part_bufs(const struct push_part_job *j)
 {
-	return 2 * j->senders + 1;
+	return 2 * j->nhelpers + 1;
 }
 
 /* Part i's MD5 from buf into md5s[i]; 0 or -ENOMEM. */
@@ -365,9 +364,6 @@ static void push_part_grow(struct push_part_job *j, unsigned want)
 			return;
 		}
 		j->nhelpers++;
-		pthread_mutex_lock(&j->lock);
-		j->senders++;
-		pthread_mutex_unlock(&j->lock);
 	}
 }
 
