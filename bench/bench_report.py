@@ -149,6 +149,7 @@ def markdown(res):
             out.append(f"| {k} | {v} |")
     out += cpu_markdown(res)
     out += prefetch_markdown(res)
+    out += push_markdown(res)
     mem = res.get("memory") or {}
     if mem:
         out.append("")
@@ -184,10 +185,12 @@ def cpu_value(row, system):
 
 
 def cpu_rows(res):
-    """Rows that carry a CPU-per-GiB figure (cold and stage rows)."""
+    """Rows that carry a CPU-per-GiB figure (cold and stage rows; the push
+    rows have a table of their own)."""
     return [r for r in res["rows"]
-            if r.get("limit_cpu_s_per_GiB") is not None
-            or any(cpu_value(r, s) is not None for s in SYSTEMS)]
+            if not r["id"].startswith("push_")
+            and (r.get("limit_cpu_s_per_GiB") is not None
+                 or any(cpu_value(r, s) is not None for s in SYSTEMS))]
 
 
 def cpu_markdown(res):
@@ -229,6 +232,59 @@ def prefetch_markdown(res):
         out.append(f"| {r['id'].split('_')[1]} | {fmt_num(v)} | {fmt_num(d.get('no_list_fps'))} "
                    f"| {fmt_num(d.get('x_no_list'))} | {fmt_num(lim)} "
                    f"| {fmt_ratio(v / lim if v is not None and lim else None)} |")
+    return out
+
+
+PUSH_SYSTEMS = ("dstage", "aws+sha256sum", "rclone --checksum")
+
+
+def push_markdown(res):
+    """The push rows with every client's rate, time and CPU: the client's
+    (push and its daemon; awscli and sha256sum; rclone) and the store's,
+    per GiB for large files and per file for small ones. Where every
+    client runs at the store's rate, the client's CPU per unit is what
+    each would cost a node whose store is not the bound."""
+    rows = [r for r in res["rows"] if r["id"].startswith("push_")]
+    if not rows:
+        return []
+    out = ["", "Push (`stager push` against the step by hand; client CPU: the "
+           "client's processes, store CPU: radosgw + ceph-osd + ceph-mon in the "
+           "same phase):", "",
+           "| row | client | rate | seconds | client CPU | store CPU "
+           "| dstage's rate / this | this client's CPU / dstage's |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        per_file = r["unit"] == "files/s"
+        key, unit = (("cpu_ms_per_file", "ms/file") if per_file
+                     else ("cpu_s_per_GiB", "s/GiB"))
+        skey = "store_" + key
+        d = r["systems"].get("dstage") or {}
+        for sname in PUSH_SYSTEMS:
+            e = r["systems"].get(sname)
+            if not e:
+                continue
+            v = e.get("value")
+            rate = (fmt_num(d.get("value") / v)
+                    if v and d.get("value") is not None and sname != "dstage"
+                    else "")
+            cpu_x = (fmt_num(e.get(key) / d.get(key))
+                     if e.get(key) and d.get(key) and sname != "dstage" else "")
+            cpu = e.get(key)
+            scpu = e.get(skey)
+            out.append("| " + " | ".join([
+                r["id"], sname, f"{fmt_num(v)} {r['unit']}",
+                fmt_num(e.get("seconds")),
+                "n/a" if cpu is None else f"{fmt_num(cpu)} {unit}",
+                "n/a" if scpu is None else f"{fmt_num(scpu)} {unit}",
+                rate, cpu_x]) + " |")
+        lim = r.get("limit")
+        if lim:
+            out.append("| " + " | ".join([
+                r["id"], f"limit: {r.get('limit_what', '')}",
+                f"{fmt_num(lim)} {r['unit']}", "",
+                "n/a" if r.get("limit_cpu_s_per_GiB") is None
+                else f"{fmt_num(r['limit_cpu_s_per_GiB'])} s/GiB", "",
+                "", ""]) + " |")
     return out
 
 

@@ -61,6 +61,7 @@ class PushBench:
         self.env.pop("AWS_CA_BUNDLE", None)
         self.bucket = "bench"
         self.n = 0
+        self.limit_cpu = (None, None)
 
     def prefix(self, what):
         self.n += 1
@@ -76,9 +77,13 @@ class PushBench:
         if gc:
             gc()  # the store's room for the next phase
 
-    def timed(self, cmds, cwd=None):
-        """Run cmds one after the other; seconds, or None on a failure."""
+    def timed(self, cmds, cwd=None, pids=()):
+        """Run cmds one after the other: (seconds, CPU seconds of the
+        client (the commands, and pids: the stager daemon), CPU seconds of
+        the store), or None on a failure."""
         self.b.drop_caches()
+        store = getattr(self.b, "store_pids", list)()
+        c0, s0 = _child_cpu() + _cpu(pids), _cpu(store)
         t = time.monotonic()
         for c in cmds:
             p = subprocess.run(c, env=self.env, cwd=cwd, capture_output=True,
@@ -88,12 +93,15 @@ class PushBench:
                     f"push bench: {' '.join(c[:3])} failed: "
                     f"{p.stderr.decode(errors='replace')[-300:]}")
                 return None
-        return time.monotonic() - t
+        t = time.monotonic() - t
+        return (t, _child_cpu() + _cpu(pids) - c0,
+                _cpu(store) - s0 if store else None)
 
-    def dstage(self, src, conf):
+    def dstage(self, src, conf, daemon=None):
         pre = self.prefix("dstage")
         s = self.timed([[self.b.stager, "--config", conf, "push", src,
-                         f"s3://{self.bucket}/{pre}/", "--name", pre]])
+                         f"s3://{self.bucket}/{pre}/", "--name", pre]],
+                       pids=[daemon] if daemon else ())
         self.clear(pre)
         return s
 
@@ -149,6 +157,8 @@ class PushBench:
                 errs.append(p.stderr)
 
         self.b.drop_caches()
+        store = getattr(self.b, "store_pids", list)()
+        c0, s0 = _child_cpu(), _cpu(store)
         t = time.monotonic()
         th = [threading.Thread(target=put, args=j) for j in jobs]
         for x in th:
@@ -156,6 +166,9 @@ class PushBench:
         for x in th:
             x.join()
         s = time.monotonic() - t
+        g = total / 2**30
+        self.limit_cpu = (round((_child_cpu() - c0) / g, 3),
+                          round((_cpu(store) - s0) / g, 3) if store else None)
         self.clear(pre)
         return None if errs else total / s / 1e6
 
@@ -176,28 +189,54 @@ class PushBench:
             lim = self.curl_put_limit(big_files)
             b.limits["curl_8_parallel_put_MBps"] = None if lim is None \
                 else round(lim, 1)
-            b.row("push_large", "push large files to the store, hashed "
-                  "(local files cold)", "MB/s", lim,
-                  "curl, 8 parallel PUTs (no hashing; store elsewhere)", 0.9)
+            b.limits["curl_8_parallel_put_cpu_s_per_GiB"] = self.limit_cpu[0]
+            b.limits["curl_8_parallel_put_store_cpu_s_per_GiB"] = \
+                self.limit_cpu[1]
+            r = b.row("push_large", "push large files to the store, hashed "
+                      "(local files cold)", "MB/s", lim,
+                      "curl, 8 parallel PUTs (no hashing; store elsewhere)",
+                      0.9)
+            r["limit_cpu_s_per_GiB"] = self.limit_cpu[0]
             b.row("push_small", "push small files to the store, hashed "
                   "(local files cold)", "files/s")
             for rid, src, files, unit in (
                     ("push_large", big, big_files, big_bytes / 1e6),
                     ("push_small", small, small_files, len(small_files))):
-                for system, fn in (("dstage", lambda s: self.dstage(s, conf)),
+                nbytes = _size(files)
+                for system, fn in (("dstage",
+                                    lambda s: self.dstage(s, conf, dpr.pid)),
                                    ("aws+sha256sum", self.aws_sha),
                                    ("rclone --checksum", self.rclone)):
-                    s = fn(src)
-                    if s is None:
+                    r = fn(src)
+                    if r is None:
                         b.put(rid, system, None, why="not run or failed")
                         continue
+                    s, cpu, scpu = r
                     b.put(rid, system, unit / s, seconds=round(s, 2),
-                          files=len(files))
+                          files=len(files), **_cpu_fields(cpu, scpu, nbytes,
+                                                          len(files)))
                     log(f"{system}: {rid} {unit / s:.1f} "
-                        f"{'MB/s' if rid == 'push_large' else 'files/s'}")
+                        f"{'MB/s' if rid == 'push_large' else 'files/s'}, "
+                        f"client {cpu:.1f} CPU-s, store "
+                        f"{'n/a' if scpu is None else f'{scpu:.1f}'} CPU-s")
         finally:
             b.stop("stager-push", dpr)
             getattr(b, "mode", lambda m: None)("shared")
+
+
+def _cpu_fields(cpu, scpu, nbytes, nfiles):
+    """The CPU figures of one push phase for the results: per GiB sent and
+    per 1,000 files, of the client (cpu) and of the store (scpu)."""
+    g = nbytes / 2**30
+    out = {"cpu_s": round(cpu, 2),
+           "cpu_s_per_GiB": round(cpu / g, 3) if g else None,
+           "cpu_ms_per_file": round(cpu * 1000 / nfiles, 3) if nfiles else None}
+    if scpu is not None:
+        out.update(store_cpu_s=round(scpu, 2),
+                   store_cpu_s_per_GiB=round(scpu / g, 3) if g else None,
+                   store_cpu_ms_per_file=(round(scpu * 1000 / nfiles, 3)
+                                          if nfiles else None))
+    return out
 
 
 def run(b, log):
