@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -139,6 +140,29 @@ static bool dsfs_already_mounted(const char *mp)
 	return found;
 }
 
+/*
+ * The cache keeps a quarter of the process's descriptors as idle open
+ * objects (a small file read again after its pages were dropped then
+ * costs one disk read, not three): raise the soft RLIMIT_NOFILE towards
+ * DSFS_MAIN_NOFILE within the hard limit, as a shell's 1024 would leave
+ * room for only 256.
+ */
+#define DSFS_MAIN_NOFILE 65536
+
+static void dsfs_main_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= DSFS_MAIN_NOFILE ||
+	    rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur =
+		rl.rlim_max < DSFS_MAIN_NOFILE ? rl.rlim_max : DSFS_MAIN_NOFILE;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		log_warn("cannot raise RLIMIT_NOFILE to %llu: %s",
+			 (unsigned long long)rl.rlim_cur, strerror(errno));
+}
+
 static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 {
 	struct fuse_args *args = &o->fuse_args;
@@ -236,6 +260,7 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, &oldsigs);
+	dsfs_main_fd_limit();
 	ret = cachepol_open(cfg, &pol);
 	if (!ret)
 		ret = cache_open(cfg, cachepol_source(pol), &cache);

@@ -168,6 +168,9 @@ int cache_open(const struct dstage_config *cfg,
 	}
 	pthread_cond_init(&c->jobs_cv, NULL);
 	c->jobs_tail = &c->jobs;
+	ret = cache_obj_table_init(c);
+	if (ret)
+		goto err;
 
 	if (mkdir(cfg->cache_dir, CACHE_DIR_MODE) && errno != EEXIST) {
 		ret = -errno;
@@ -234,6 +237,7 @@ void cache_close(struct cache *c)
 		return;
 	cache_ahead_stop(c);
 	cache_obj_close_all(c);
+	free(c->buckets);
 	cache_ds_free_all(c);
 	if (c->objects_fd >= 0)
 		close(c->objects_fd);

@@ -43,8 +43,9 @@
  *
  * Locks, in the order they may be taken:
  *   1. c->evict_lock (mutex): one reservation/eviction at a time per process.
- *   2. c->lock (mutex): the open-object table (c->objs, o->refs, o->link,
- *      c->nobjs, c->nbig, o->inuse_locked), the job queue (c->jobs, c->njobs,
+ *   2. c->lock (mutex): the open-object table (c->buckets, o->hnext,
+ *      c->idle_old/new, o->idle_prev/next, o->refs, c->nobjs, c->nbig,
+ *      o->inuse_locked), the job queue (c->jobs, c->njobs,
  *      c->stopping) and c->jobs_cv; the dataset table (c->ds); the running
  *      prefetches (c->pfs), their holds and budgets. Held across
  *      these, and no other, blocking calls: one policy lookup (the caller's
@@ -120,7 +121,7 @@
  * descriptor keeps the file's inode and directory entry in memory, so a
  * small file read again after the page cache was dropped costs one disk
  * read, not three (objects/xx, the inode, the file). */
-#define CACHE_MAX_OPEN_SMALL 1024
+#define CACHE_MAX_OPEN_SMALL 8192
 #define CACHE_VERIFIED_MAX_BITS (1u << 22)
 #define CACHE_BATCH_BYTES (16u << 20)
 #define CACHE_MAX_BATCH 64
@@ -209,9 +210,10 @@ struct cache_usage {
 /* An object version open in this process. */
 struct cache_obj {
 	struct cache *c;
-	struct cache_obj *next; /* in c->objs; c->lock */
+	struct cache_obj *hnext; /* in its chain of c->buckets; c->lock */
+	/* in c->idle_old..c->idle_new while refs == 0; c->lock */
+	struct cache_obj *idle_prev, *idle_next;
 	unsigned refs; /* c->lock */
-	uint64_t used_at; /* c->lock: for closing idle entries */
 	char name[33]; /* hex hash */
 	char *dataset, *key, *etag;
 	struct cache_ds *ds; /* set before the object is listed; its counters */
@@ -287,11 +289,15 @@ struct cache {
 	pthread_mutex_t evict_lock;
 	pthread_mutex_t lock;
 	pthread_cond_t jobs_cv;
-	struct cache_obj *objs;
+	/* The open objects, chained by the first hex digits of their name
+	 * (nbuckets, a power of two, set at open), and the idle ones among
+	 * them from the least recently used (idle_old) to the most. */
+	struct cache_obj **buckets;
+	size_t nbuckets;
+	struct cache_obj *idle_old, *idle_new;
 	size_t nobjs;
 	size_t nbig; /* of them, larger than CACHE_SMALL_AHEAD */
 	size_t max_open; /* set at open: CACHE_MAX_OPEN_SMALL or fewer */
-	uint64_t tick;
 	struct cache_ds *ds;
 	struct cache_job *jobs, **jobs_tail;
 	size_t njobs;
@@ -469,6 +475,7 @@ void cache_buf_put(struct cache *c, char *p);
 void cache_buf_trim(struct cache *c);
 
 /* ---- layer 3: cache_obj.c ---- */
+int cache_obj_table_init(struct cache *c);
 void cache_obj_trim_all(struct cache *c);
 void cache_obj_close_all(struct cache *c);
 int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,

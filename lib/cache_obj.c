@@ -4,7 +4,7 @@
  * object versions open in this process, their files, their claims and the
  * lifecycle of their landed fills. Calls layers 1 and 2.
  *
- * An open object (struct cache_obj) in c->objs (c->lock):
+ * An open object (struct cache_obj) in c->buckets (c->lock):
  *
  *   (none) --cache_obj_get: file opened or created, in-use byte shared-
  *            locked--> IN USE (refs > 0)
@@ -19,7 +19,8 @@
  *
  * Invariants: an IN USE object holds the shared lock on CACHE_LOCK_INUSE of
  * a file that was linked when it was taken (o->inuse_locked); an IDLE one
- * holds no lock and no landed fill. A block is in o->claims while a thread
+ * holds no lock and no landed fill, and is on the idle list (c->idle_old
+ * .. c->idle_new, in the order the entries went idle) exactly while IDLE. A block is in o->claims while a thread
  * of this process fills or verifies it; cache_claim then also holds the
  * block's OFD lock (exclusive across processes).
  *
@@ -256,36 +257,120 @@ static bool cache_obj_big(const struct cache_obj *o)
 	return o->size > CACHE_SMALL_AHEAD;
 }
 
-/* c->lock held: take o out of c->objs (pp points at it) and free it. */
-static void cache_obj_unlink(struct cache *c, struct cache_obj **pp)
+/*
+ * The open-object table (c->lock held throughout): a chained hash on the
+ * name (hex digits of a hash already, so its first 16 are the bucket),
+ * and the idle entries in the order they went idle, so that a lookup and
+ * closing the least recently used idle entry cost the same with 8,192
+ * entries open as with 8 (a list walked on every open cost ~3 walks of
+ * the whole table per new small file once it was full).
+ */
+int cache_obj_table_init(struct cache *c)
 {
-	struct cache_obj *o = *pp;
+	size_t n = 64;
 
-	*pp = o->next;
+	while (n < c->max_open)
+		n <<= 1;
+	c->buckets = calloc(n, sizeof(*c->buckets));
+	if (!c->buckets)
+		return -ENOMEM;
+	c->nbuckets = n;
+	return 0;
+}
+
+static struct cache_obj **cache_obj_bucket(struct cache *c, const char *name)
+{
+	uint64_t h = 0;
+
+	for (int i = 0; i < 16 && name[i]; i++) {
+		char ch = name[i];
+
+		h = h << 4 |
+		    (uint64_t)(ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
+	}
+	return &c->buckets[h & (c->nbuckets - 1)];
+}
+
+static struct cache_obj *cache_obj_find(struct cache *c, const char *name)
+{
+	struct cache_obj *o = *cache_obj_bucket(c, name);
+
+	while (o && strcmp(o->name, name))
+		o = o->hnext;
+	return o;
+}
+
+/* o goes idle: the most recently used end. */
+static void cache_idle_add(struct cache *c, struct cache_obj *o)
+{
+	o->idle_next = NULL;
+	o->idle_prev = c->idle_new;
+	if (c->idle_new)
+		c->idle_new->idle_next = o;
+	else
+		c->idle_old = o;
+	c->idle_new = o;
+}
+
+static void cache_idle_del(struct cache *c, struct cache_obj *o)
+{
+	if (o->idle_prev)
+		o->idle_prev->idle_next = o->idle_next;
+	else
+		c->idle_old = o->idle_next;
+	if (o->idle_next)
+		o->idle_next->idle_prev = o->idle_prev;
+	else
+		c->idle_new = o->idle_prev;
+	o->idle_prev = o->idle_next = NULL;
+}
+
+static void cache_obj_link(struct cache *c, struct cache_obj *o)
+{
+	struct cache_obj **b = cache_obj_bucket(c, o->name);
+
+	o->hnext = *b;
+	*b = o;
+	c->nobjs++;
+	if (cache_obj_big(o))
+		c->nbig++;
+}
+
+/* Take o out of the table (and of the idle list: it is idle or being
+ * dropped by its only user) and free it. */
+static void cache_obj_unlink(struct cache *c, struct cache_obj *o)
+{
+	struct cache_obj **pp = cache_obj_bucket(c, o->name);
+
+	while (*pp != o) {
+		BUG_ON(!*pp);
+		pp = &(*pp)->hnext;
+	}
+	*pp = o->hnext;
+	if (!o->refs)
+		cache_idle_del(c, o);
 	c->nobjs--;
 	if (cache_obj_big(o))
 		c->nbig--;
 	cache_obj_free(o);
 }
 
-/* c->lock held: close the least recently used idle entries while more than
- * c->max_open are open, or more than CACHE_MAX_OPEN large ones (all idle
- * ones if all). Walks the table only when over a limit. */
+/* Close the least recently used idle entries while more than c->max_open
+ * are open, or more than CACHE_MAX_OPEN large ones (all idle ones if all). */
 static void cache_trim_idle(struct cache *c, bool all)
 {
 	for (;;) {
-		bool big = !all && c->nbig > CACHE_MAX_OPEN;
-		struct cache_obj **pp, **victim = NULL;
+		struct cache_obj *v = c->idle_old;
 
-		if (!all && !big && c->nobjs <= c->max_open)
+		if (!all && c->nbig > CACHE_MAX_OPEN) {
+			while (v && !cache_obj_big(v))
+				v = v->idle_next;
+		} else if (!all && c->nobjs <= c->max_open) {
 			return;
-		for (pp = &c->objs; *pp; pp = &(*pp)->next)
-			if (!(*pp)->refs && (!big || cache_obj_big(*pp)) &&
-			    (!victim || (*pp)->used_at < (*victim)->used_at))
-				victim = pp;
-		if (!victim)
+		}
+		if (!v)
 			return;
-		cache_obj_unlink(c, victim);
+		cache_obj_unlink(c, v);
 	}
 }
 
@@ -308,18 +393,15 @@ void cache_obj_close_all(struct cache *c)
  * Returns 0, or -EBUSY when it is in use. */
 int cache_obj_forget(struct cache *c, const char *name)
 {
-	struct cache_obj **pp;
+	struct cache_obj *o;
 	int ret = 0;
 
 	pthread_mutex_lock(&c->lock);
-	for (pp = &c->objs; *pp; pp = &(*pp)->next)
-		if (!strcmp((*pp)->name, name))
-			break;
-	if (*pp && (*pp)->refs) {
+	o = cache_obj_find(c, name);
+	if (o && o->refs)
 		ret = -EBUSY;
-	} else if (*pp) {
-		cache_obj_unlink(c, pp);
-	}
+	else if (o)
+		cache_obj_unlink(c, o);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -339,12 +421,10 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 	*op = NULL;
 	cache_obj_name(obj, name);
 	pthread_mutex_lock(&c->lock);
-	for (o = c->objs; o; o = o->next)
-		if (!strcmp(o->name, name))
-			break;
+	o = cache_obj_find(c, name);
 	if (o) {
-		o->refs++;
-		o->used_at = ++c->tick;
+		if (!o->refs++)
+			cache_idle_del(c, o);
 		/* An idle entry's store may be gone with the caller that
 		 * opened it (a finished stager job frees its own): fetch
 		 * through this caller's. */
@@ -363,14 +443,10 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 				o->inuse_locked = true;
 			} else {
 				/* Evicted: forget this entry, open afresh. */
-				struct cache_obj **pp;
-
 				if (ret == 0)
 					cache_ofd_unlock(o->fd,
 							 CACHE_LOCK_INUSE);
-				for (pp = &c->objs; *pp != o; pp = &(*pp)->next)
-					;
-				cache_obj_unlink(c, pp);
+				cache_obj_unlink(c, o);
 				o = NULL;
 			}
 		}
@@ -422,9 +498,7 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 	o->refs = 1;
 
 	pthread_mutex_lock(&c->lock);
-	for (other = c->objs; other; other = other->next)
-		if (!strcmp(other->name, name))
-			break;
+	other = cache_obj_find(c, name);
 	if (other) {
 		/* Another thread opened it first: use that one. Our
 		 * descriptor's shared lock goes away with it. */
@@ -432,13 +506,8 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		cache_obj_free(o);
 		return cache_obj_get(c, obj, create, op);
 	}
-	o->used_at = ++c->tick;
 	o->ds = cache_ds_entry(c, o->dataset); /* NULL: counted in all only */
-	o->next = c->objs;
-	c->objs = o;
-	c->nobjs++;
-	if (cache_obj_big(o))
-		c->nbig++;
+	cache_obj_link(c, o);
 	cache_trim_idle(c, false);
 	pthread_mutex_unlock(&c->lock);
 	*op = o;
@@ -469,6 +538,8 @@ void cache_obj_put(struct cache_obj *o)
 		cache_ofd_unlock(o->fd, CACHE_LOCK_INUSE);
 		o->inuse_locked = false;
 	}
+	if (o->refs == 0)
+		cache_idle_add(c, o);
 	cache_trim_idle(c, false);
 	pthread_mutex_unlock(&c->lock);
 }

@@ -162,3 +162,10 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	ssize_t w = write(STDERR_FILENO, line, n);
 	(void)w;
 }
+
+void log_bug(const char *file, int line, const char *what)
+{
+	log_error("BUG at %s:%d: %s (a broken invariant; aborting)", file, line,
+		  what);
+	abort();
+}

@@ -197,7 +197,9 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 {
 	struct metrics_http *h = NULL;
 	struct sockaddr_storage ss;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
+	/* poll or epoll, never select(): dstagefs keeps thousands of idle
+	 * cache files open, so a scrape's socket may be past FD_SETSIZE. */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
 	bool loopback = false;
 	socklen_t len = 0;
 	int fd = -1, ret;

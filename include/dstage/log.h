@@ -44,6 +44,18 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 const char *log_cause(void);
 void log_cause_clear(void);
 
+/*
+ * A broken invariant (BUG_ON): logs where and what at error level, then
+ * aborts. Never returns. For states the code's own locks and counts rule
+ * out, not for anything input, a store or the disk can cause.
+ */
+_Noreturn void log_bug(const char *file, int line, const char *what);
+#define BUG_ON(cond)                                        \
+	do {                                                \
+		if (__builtin_expect(!!(cond), 0))          \
+			log_bug(__FILE__, __LINE__, #cond); \
+	} while (0)
+
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)

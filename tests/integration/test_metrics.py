@@ -18,6 +18,7 @@ Everything runs on 127.0.0.1; each test is bounded in time.
 """
 import json
 import os
+import resource
 import re
 import shutil
 import socket
@@ -367,6 +368,38 @@ def test_prometheus_scrapes_dstagefs_and_stager(node, tmp_path):
             p.kill()
             p.wait(5)
     assert time.time() - t0 < 60
+
+
+def test_scrape_with_descriptors_past_fd_setsize(tool, tmp_path):
+    """dstagefs keeps up to 8,192 idle cache files open, so its metrics
+    socket and every scrape's connection may be numbered past FD_SETSIZE
+    (1024), which a select()-based server refuses. The daemon here starts
+    holding 1,100 descriptors: its listening socket and connections all
+    come after them, and three scrapes must each be served."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("RLIMIT_NOFILE's hard limit is under 2048")
+    n = Node(tool, tmp_path)
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        log = open(tmp_path / "st" / "daemon.log", "ab")
+        n.procs.append(subprocess.Popen(
+            [tool("stager"), "--config", n.conf("st"), "daemon"],
+            env=n.env, stdout=log, stderr=log, pass_fds=fds,
+            preexec_fn=lambda: resource.setrlimit(
+                resource.RLIMIT_NOFILE, (max(soft, 2048), hard))))
+        log.close()
+    finally:
+        for fd in fds:
+            os.close(fd)
+    try:
+        wait_for(lambda: n.stager("list", check=False).returncode == 0,
+                 "the stager daemon")
+        for _ in range(3):
+            _, names = n.scrape(n.st_port)
+            assert any(x.startswith("dstage_") for x in names), names
+    finally:
+        n.stop()
 
 
 # ------------------------------------------------------- listen and limits

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -910,6 +912,120 @@ static void test_drop_behind_chunks(void)
 	free(data);
 }
 
+/*
+ * The object files this process holds open (readlink of /proc/self/fd),
+ * as a sorted list of at most max paths; returns how many.
+ */
+static size_t open_objects(char (*paths)[400], size_t max)
+{
+	char objs[400], link[300], *target = malloc(400);
+	size_t n = 0, olen;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	snprintf(objs, sizeof(objs), "%s/objects/", cachedir);
+	olen = strlen(objs);
+	while (d && target && (de = readdir(d))) {
+		ssize_t r;
+		size_t i;
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", de->d_name);
+		r = readlink(link, target, 399);
+		if (r <= 0)
+			continue;
+		target[r] = '\0';
+		if (strncmp(target, objs, olen) || !strchr(target + olen, '/'))
+			continue;
+		for (i = 0; i < n && strcmp(paths[i], target); i++)
+			;
+		if (i == n && n < max)
+			strcpy(paths[n++], target);
+	}
+	if (d)
+		closedir(d);
+	free(target);
+	qsort(paths, n, sizeof(*paths),
+	      (int (*)(const void *, const void *))strcmp);
+	return n;
+}
+
+/* The one path in a (n) that b (m) lacks, or NULL. */
+static const char *only_in(char (*a)[400], size_t n, char (*b)[400], size_t m)
+{
+	const char *found = NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t j = 0;
+
+		while (j < m && strcmp(a[i], b[j]))
+			j++;
+		if (j == m) {
+			if (found)
+				return NULL;
+			found = a[i];
+		}
+	}
+	return found;
+}
+
+/*
+ * The open-object table: with RLIMIT_NOFILE at 512 the cache keeps 128
+ * idle objects open, the least recently used closed first. 300 objects
+ * read: exactly 128 files stay open; the 128 newest read again open
+ * nothing; the oldest read again opens its file and closes the one that
+ * went idle first, which is the next one reopened.
+ */
+#define OT_N 300
+#define OT_KEEP 128
+static void test_open_table(void)
+{
+	static struct cache_object obj[OT_N];
+	static char keys[OT_N][32], etags[OT_N][OBJSTORE_ETAG_MAX];
+	static char before[OT_N][400], after[OT_N][400], again[OT_N][400];
+	char *data[OT_N];
+	struct rlimit saved, rl;
+	struct cache *c;
+	size_t n0, n1, n2;
+	const char *closed, *opened;
+
+	CHECK_INT(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	rl = saved;
+	rl.rlim_cur = 4 * OT_KEEP;
+	CHECK_INT(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	c = open_cache();
+	for (unsigned i = 0; i < OT_N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "ot/%03u", i);
+		obj[i] = (struct cache_object){ 0 };
+		data[i] = put_src(keys[i], 3000 + i, &obj[i], etags[i]);
+		CHECK(read_eq(c, &obj[i], data[i], 0, obj[i].size));
+	}
+	n0 = open_objects(before, OT_N);
+	CHECK_INT((int)n0, OT_KEEP);
+	for (unsigned i = OT_N - OT_KEEP; i < OT_N; i++)
+		CHECK(read_eq(c, &obj[i], data[i], 0, obj[i].size));
+	n1 = open_objects(after, OT_N);
+	CHECK_INT((int)n1, OT_KEEP);
+	CHECK(only_in(before, n0, after, n1) == NULL);
+	/* The oldest, closed long ago: opened again, and the first of the
+	 * newest (idle the longest now) closed for it. */
+	CHECK(read_eq(c, &obj[0], data[0], 0, obj[0].size));
+	n2 = open_objects(again, OT_N);
+	CHECK_INT((int)n2, OT_KEEP);
+	closed = only_in(after, n1, again, n2);
+	opened = only_in(again, n2, after, n1);
+	CHECK(closed && opened);
+	CHECK(read_eq(c, &obj[OT_N - OT_KEEP], data[OT_N - OT_KEEP], 0,
+		      obj[OT_N - OT_KEEP].size));
+	n1 = open_objects(after, OT_N);
+	CHECK(closed && only_in(after, n1, again, n2) &&
+	      !strcmp(only_in(after, n1, again, n2), closed));
+	cache_close(c);
+	CHECK_INT((int)open_objects(after, OT_N), 0);
+	CHECK_INT(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	for (unsigned i = 0; i < OT_N; i++)
+		free(data[i]);
+}
+
 int main(void)
 {
 	struct cachetest_saved saved;
@@ -937,6 +1053,7 @@ int main(void)
 	test_direct_and_drop_behind();
 	test_drop_behind_chunks();
 	test_read_iov();
+	test_open_table();
 
 	/* A cache created with another block size is refused. */
 	struct cache *c = NULL;
