@@ -122,6 +122,11 @@
  * small file read again after the page cache was dropped costs one disk
  * read, not three (objects/xx, the inode, the file). */
 #define CACHE_MAX_OPEN_SMALL 8192
+/* ... and of those small idle ones at most this many bytes: an idle
+ * descriptor of a file another process evicted keeps its space until it
+ * is closed, so this bounds what the disk may hold beyond the capacity
+ * (as 1,024 objects of at most 1 MiB did before the table grew). */
+#define CACHE_IDLE_SMALL_BYTES (1ull << 30)
 #define CACHE_VERIFIED_MAX_BITS (1u << 22)
 #define CACHE_BATCH_BYTES (16u << 20)
 #define CACHE_MAX_BATCH 64
@@ -295,6 +300,7 @@ struct cache {
 	struct cache_obj **buckets;
 	size_t nbuckets;
 	struct cache_obj *idle_old, *idle_new;
+	uint64_t idle_small_bytes; /* the sizes of the idle small ones */
 	size_t nobjs;
 	size_t nbig; /* of them, larger than CACHE_SMALL_AHEAD */
 	size_t max_open; /* set at open: CACHE_MAX_OPEN_SMALL or fewer */

@@ -310,6 +310,8 @@ static void cache_idle_add(struct cache *c, struct cache_obj *o)
 	else
 		c->idle_old = o;
 	c->idle_new = o;
+	if (!cache_obj_big(o))
+		c->idle_small_bytes += o->size;
 }
 
 static void cache_idle_del(struct cache *c, struct cache_obj *o)
@@ -323,6 +325,8 @@ static void cache_idle_del(struct cache *c, struct cache_obj *o)
 	else
 		c->idle_new = o->idle_prev;
 	o->idle_prev = o->idle_next = NULL;
+	if (!cache_obj_big(o))
+		c->idle_small_bytes -= o->size;
 }
 
 static void cache_obj_link(struct cache *c, struct cache_obj *o)
@@ -355,19 +359,30 @@ static void cache_obj_unlink(struct cache *c, struct cache_obj *o)
 	cache_obj_free(o);
 }
 
+/* The least recently used idle entry that is large (big) or small. */
+static struct cache_obj *cache_idle_oldest(struct cache *c, bool big)
+{
+	struct cache_obj *v = c->idle_old;
+
+	while (v && cache_obj_big(v) != big)
+		v = v->idle_next;
+	return v;
+}
+
 /* Close the least recently used idle entries while more than c->max_open
- * are open, or more than CACHE_MAX_OPEN large ones (all idle ones if all). */
+ * are open, more than CACHE_MAX_OPEN large ones, or the small idle ones
+ * hold more than CACHE_IDLE_SMALL_BYTES (all idle ones if all). */
 static void cache_trim_idle(struct cache *c, bool all)
 {
 	for (;;) {
-		struct cache_obj *v = c->idle_old;
+		struct cache_obj *v = all ? c->idle_old : NULL;
 
-		if (!all && c->nbig > CACHE_MAX_OPEN) {
-			while (v && !cache_obj_big(v))
-				v = v->idle_next;
-		} else if (!all && c->nobjs <= c->max_open) {
-			return;
-		}
+		if (!v && c->nbig > CACHE_MAX_OPEN)
+			v = cache_idle_oldest(c, true);
+		if (!v && c->idle_small_bytes > CACHE_IDLE_SMALL_BYTES)
+			v = cache_idle_oldest(c, false);
+		if (!v && c->nobjs > c->max_open)
+			v = c->idle_old;
 		if (!v)
 			return;
 		cache_obj_unlink(c, v);
