@@ -84,7 +84,7 @@
  * memory instead of reading the file back. Only PRESENT, verified bytes
  * land, so a landed fill is just a faster copy of what the file holds.
  *
- * Memory: per open object (at most CACHE_MAX_OPEN idle ones are kept) a
+ * Memory: per open object (idle ones kept: see CACHE_MAX_OPEN_SMALL) a
  * bitmap of verified blocks, capped at CACHE_VERIFIED_MAX_BITS; fill buffers
  * of CACHE_BATCH_BYTES per filling thread, up to CACHE_BUSY_BUFS of them kept
  * while fills run and CACHE_FREE_BUFS when idle; landed fills, at most CACHE_LAND_BYTES, only for objects in
