@@ -9,7 +9,7 @@ The model, stepped every dt seconds over arrays of N nodes (numpy):
 - A node has `requests` requests to send (`extra` metadata requests, then one
   GET per object part: ceil(object_size / part_size) per object), each
   moving `object_size / parts` bytes.
-- Its token buckets (lib/ratelimit.c, shared by the node's processes): req
+- Its token buckets (lib/objstore/ratelimit.c, shared by the node's processes): req
   tokens refill at the current rate up to max(1, rate) (one second's worth),
   byte tokens at byte_limit up to byte_limit (a larger request waits for a
   full bucket and leaves it in debt). 0 leaves a bucket out.
@@ -20,7 +20,7 @@ The model, stepped every dt seconds over arrays of N nodes (numpy):
   answers 503 SlowDown with Retry-After: retry_after. A throttled node
   halves its rate (at most once a second, never below limit / 16), holds
   every request for retry_after, and recovers by limit / 10 per second (the
-  AIMD of lib/ratelimit.c). Throttled requests are sent again.
+  AIMD of lib/objstore/ratelimit.c). Throttled requests are sent again.
 
 Outputs: the request rate the store sees (peak over any 1 s, mean over the
 staging), the 503s, and each node's time-to-staged (from t = 0 to its last
@@ -41,7 +41,7 @@ import sys
 
 import numpy as np
 
-RECOVER_S = 10.0  # lib/ratelimit.c RATELIMIT_RECOVER_S
+RECOVER_S = 10.0  # lib/objstore/ratelimit.c RATELIMIT_RECOVER_S
 FLOOR_DIV = 16.0  # RATELIMIT_FLOOR_DIV
 CUT_GAP_S = 1.0  # RATELIMIT_CUT_GAP_MS
 

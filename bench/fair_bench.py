@@ -21,7 +21,7 @@ setups (a fresh cache each), run after the main dstage phases.
                  limit is curl with as many streams as the read has in
                  flight: PREFETCH_STREAMS for 1 reader (one prefetch job is
                  run by one cache worker, one object at a time:
-                 lib/cache_ahead.c cache_run_prefetch), 8 for 8 readers.
+                 lib/cache/cache_ahead.c cache_run_prefetch), 8 for 8 readers.
 
 Every figure carries its CPU-seconds per GiB (pinning.Meter).
 """
@@ -35,7 +35,7 @@ import time
 from pinning import Meter
 
 MiB = 1 << 20
-PREFETCH_STREAMS = 1  # lib/cache_ahead.c: one worker runs a dataset's list, in order
+PREFETCH_STREAMS = 1  # lib/cache/cache_ahead.c: one worker runs a dataset's list, in order
 
 
 class Setup:

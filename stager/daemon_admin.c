@@ -3,7 +3,7 @@
  * daemon_admin: the daemon's requests for cachectl (docs/cachectl.md), rows
  * of daemon_req.c's table: cache status, a dataset's pin, quota and
  * priority, the cache policy (capacity and watermarks kept in the catalog's
- * policy table), eviction, garbage collection (lib/cachegc.c) and the
+ * policy table), eviction, garbage collection (lib/glue/cachegc.c) and the
  * audit trail. daemon_admin_audit is the
  * one writer of audit records, for these requests and stager's.
  *

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * daemon_jobs: the daemon's running jobs. One dispatcher thread claims
- * queued jobs from the catalog (lib/jobs.c) and starts a thread per job
+ * queued jobs from the catalog (lib/catalog/jobs.c) and starts a thread per job
  * (runner.c), at most DAEMON_MAX_JOBS at once; a finished job moves to a
  * ring of DAEMON_RECENT recent ones for late watchers.
  *

@@ -5,7 +5,7 @@
  * (daemon_lifecycle_start/_stop) that
  *   - runs the publish-retry job: every checkpoints.retry_interval it
  *     scans the staging journal for closed files the store refused (P
- *     records) and publishes each (lib/lifecycle_stage.c), backing off
+ *     records) and publishes each (lib/lifecycle/lifecycle_stage.c), backing off
  *     from retry_interval to 64 times it per file while the store fails;
  *   - applies the lifecycle rules every checkpoints.lifecycle_interval.
  * `stager jobs` shows the retry entries and the abandoned files (rows

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * push: `stager push LOCAL_DIR URL`, the command-line side of lib/push.c.
+ * push: `stager push LOCAL_DIR URL`, the command-line side of lib/push/push.c.
  *
  *   1. the dataset NAME (--name, else the directory's name) and whether it,
  *      or any dataset, is registered from URL: one `list` to the daemon

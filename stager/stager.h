@@ -9,7 +9,7 @@
  *   runner.c   running stage and verify jobs (workers, hashing)
  *   sched.c    request slots shared by priority; per-job bandwidth caps
  *   local.c    commands that need no daemon: ls, bench
- *   push.c     push: upload a directory (lib/push.c), then add, stage and
+ *   push.c     push: upload a directory (lib/push/push.c), then add, stage and
  *              verify through client.c
  *
  * docs/stager.md describes the commands, the protocol and the exit codes.

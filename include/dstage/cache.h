@@ -83,7 +83,7 @@ struct cache_limits {
 };
 
 /*
- * Where the cache takes policies from (lib/cachepol.c reads the catalog).
+ * Where the cache takes policies from (lib/glue/cachepol.c reads the catalog).
  * lookup fills *p for a dataset and returns 0, -ENOENT (no such dataset:
  * no pin, quota or priority) or another -errno (the cache keeps the last
  * policy it had). It is called from any thread of the cache, at most once
@@ -263,7 +263,7 @@ int cache_dir_recover(struct cache *c);
 int cache_object_drop(struct cache *c, const struct cache_object *obj);
 
 /*
- * Garbage collection (cachectl gc, lib/cachegc.c decides what goes): one
+ * Garbage collection (cachectl gc, lib/glue/cachegc.c decides what goes): one
  * regular file under cache.dir's objects/. object is true when it is an
  * object file of this cache, whole: its header checks out (magic, version,
  * block size, checksum) and names the object its file name is the hash of;

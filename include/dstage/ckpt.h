@@ -72,7 +72,7 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out);
 
 /*
  * What the caller records of the store's contents as this node changes
- * them (lib/catalog_ckpt.c's table, through dstagefs). Each may be NULL.
+ * them (lib/catalog/catalog_ckpt.c's table, through dstagefs). Each may be NULL.
  * Called from any thread once the store has the change, possibly with
  * ckpt's own locks held: a hook must not call into ckpt, and any lock it
  * takes must be a leaf. store is the store's URL (ckpt_url).

@@ -22,7 +22,7 @@
 #define RATELIMIT_FLOOR_MIN 0.5
 /* ratelimit_bucket_sanitize takes a time more than this ahead of the
  * caller's clock for garbage (and resets it); less is a process that read
- * the clock later than the caller (lib/ratelimit_shm.c resets another
+ * the clock later than the caller (lib/objstore/ratelimit_shm.c resets another
  * boot's times by its boot id). */
 #define RATELIMIT_SKEW_MAX_MS 60000u
 /* Recovery after a cut: the rate grows by max / RATELIMIT_RECOVER_S per
@@ -31,8 +31,8 @@
 
 /*
  * The buckets and the AIMD rate, without a lock: fixed-width fields only, so
- * lib/ratelimit_shm.c can keep one in a file mapped by every process of the
- * node. See lib/ratelimit.c for the state and invariants.
+ * lib/objstore/ratelimit_shm.c can keep one in a file mapped by every process of the
+ * node. See lib/objstore/ratelimit.c for the state and invariants.
  */
 struct ratelimit_bucket {
 	double req_max; /* configured requests/s, 0: unlimited */
@@ -104,7 +104,7 @@ double ratelimit_rate(struct ratelimit *rl);
 
 /*
  * The same operations on a bare bucket, for callers that hold their own lock
- * (lib/ratelimit_shm.c): ratelimit_configure, ratelimit_acquire and
+ * (lib/objstore/ratelimit_shm.c): ratelimit_configure, ratelimit_acquire and
  * ratelimit_throttled are these under rl->lock.
  */
 void ratelimit_bucket_configure(struct ratelimit_bucket *b, double req_per_s,

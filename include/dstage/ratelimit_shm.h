@@ -24,7 +24,7 @@
 
 struct ratelimit_shm_file;
 
-/* See lib/ratelimit_shm.c for the state and invariants. Every field under
+/* See lib/objstore/ratelimit_shm.c for the state and invariants. Every field under
  * lock, taken before the file's lock (the only order). */
 struct ratelimit_shm {
 	pthread_mutex_t lock;

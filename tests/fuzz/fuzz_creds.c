@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * fuzz_creds: the credentials file reader (creds_load in lib/creds.c, over
+ * fuzz_creds: the credentials file reader (creds_load in lib/objstore/creds.c, over
  * libinih through inifile.c) on any file content, as the dstage
  * credentials file (mode 0600) and as the profile named by the input's
  * first byte. The environment's AWS_* variables are cleared first and HOME
@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "creds.h"
+#include "objstore/creds.h"
 #include "dstage/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

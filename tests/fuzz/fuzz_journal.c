@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * fuzz_journal: the checkpoint journal's record reader (ckpt_journal_read in
- * lib/ckpt_journal.c) on any file content. The input is written as the
+ * lib/ckpt/ckpt_journal.c) on any file content. The input is written as the
  * record journal/1 of a staging directory under /dev/shm.
  *
  * Checks: a record that reads has state W, P or C and NUL-terminated fields
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 #include "dstage/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

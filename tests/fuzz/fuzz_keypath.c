@@ -14,7 +14,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The rules, written differently from lib/keypath.c. */
+/* The rules, written differently from lib/util/keypath.c. */
 static int slow_check(const char *k, size_t len)
 {
 	size_t seg = 0;

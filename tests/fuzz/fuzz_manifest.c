@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * fuzz_manifest: the catalog's manifest import (catalog_register_source in
- * lib/catalog_register.c) from a listing and a SHA256SUMS file that are
+ * lib/catalog/catalog_register.c) from a listing and a SHA256SUMS file that are
  * both the input's, into a real SQLite catalog (one file under /dev/shm,
  * one dataset registered again by every input).
  *
@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "catalog_i.h"
+#include "catalog/catalog_i.h"
 #include "dstage/catalog.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "dstage/log.h"
-#include "s3xml.h"
+#include "objstore/s3xml.h"
 
 #define FUZZ_MAX_PARTS 64
 

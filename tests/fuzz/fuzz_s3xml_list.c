@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dstage/log.h"
-#include "s3xml.h"
+#include "objstore/s3xml.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

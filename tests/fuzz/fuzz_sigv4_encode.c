@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "dstage/log.h"
-#include "sigv4.h"
+#include "objstore/sigv4.h"
 
 #define FUZZ_MAX_LINES 16
 

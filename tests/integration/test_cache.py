@@ -1,4 +1,4 @@
-"""Integration tests of the block cache (lib/cache.c) through
+"""Integration tests of the block cache (lib/cache/cache.c) through
 tests/tools/cache_tool, against radosgw and file:// sources: bytes equal the
 source, kill -9 during fills, a flipped byte, 2 processes x 8 threads
 fetching each block once, a small tmpfs that fills up (pins, quotas,
@@ -545,7 +545,7 @@ def test_direct_writes_refused_at_write_time(tool, file_source, tmp_path,
 
 # ---- Issue 12: the cache kept from other local users ----
 
-LOCK_INUSE = 1 << 62  # lib/cache_i.h: CACHE_LOCK_INUSE
+LOCK_INUSE = 1 << 62  # lib/cache/cache_i.h: CACHE_LOCK_INUSE
 LOCK_BLOCK = LOCK_INUSE + 1  # + block number
 
 

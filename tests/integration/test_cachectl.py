@@ -629,7 +629,7 @@ def ofd_lock(fd, byte, kind):
     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, fl)
 
 
-INUSE = 1 << 62  # CACHE_LOCK_INUSE (lib/cache_i.h); block b: INUSE + 1 + b
+INUSE = 1 << 62  # CACHE_LOCK_INUSE (lib/cache/cache_i.h); block b: INUSE + 1 + b
 
 
 def test_gc_safe_with_concurrent_reader(gcenv):

@@ -1,4 +1,4 @@
-"""Integration tests of <mount>/checkpoints/ (fs/dsfs_ckpt.c over lib/ckpt*.c)
+"""Integration tests of <mount>/checkpoints/ (fs/dsfs_ckpt.c over lib/ckpt/)
 on real FUSE mounts, with a directory store (file://) and radosgw (s3://,
 the `rgw` fixture; faults through the `faultproxy` fixture).
 
@@ -952,7 +952,7 @@ def test_staging_dir_writable_by_others_refused(tool, tmp_path):
         m.stop()
 
 
-# ---- recovery drill (lib/ckpt_drill.c through `stager drill`) ---------------
+# ---- recovery drill (lib/ckpt/ckpt_drill.c through `stager drill`) ---------------
 
 def drill(tool, m, tmp, *args):
     p = subprocess.run([tool("stager"), "drill"] + [str(a) for a in args],
@@ -1016,7 +1016,7 @@ def test_drill_restores_newest_and_finds_tampering(tool, mount, store,
     assert rc == 2, err                 # usage: not an empty directory
 
 
-# ---- the overlapped upload (lib/ckpt_upload.c) ----
+# ---- the overlapped upload (lib/ckpt/ckpt_upload.c) ----
 
 OVERLAP_CONF = "[s3]\nmultipart_threshold = 8M\npart_size = 8M\n"
 

@@ -1,5 +1,5 @@
 """The staging directory shared by dstagefs and the stager daemon's
-lifecycle and retry job (lib/ckpt_journal.c's locks, lib/lifecycle_stage.c):
+lifecycle and retry job (lib/ckpt/ckpt_journal.c's locks, lib/lifecycle/lifecycle_stage.c):
 
 * a published local copy open in dstagefs is not dropped by a lifecycle
   run (flock: dstagefs holds it shared from open to the last close, the

@@ -164,9 +164,9 @@ def doc_keys():
 
 
 def parser_keys():
-    """The keys the configuration parser knows (lib/*.c key table)."""
+    """The keys the configuration parser knows (lib/format/config.c key table)."""
     keys = set()
-    for f in (REPO / "lib").glob("*.c"):
+    for f in (REPO / "lib").rglob("*.c"):
         keys |= set(re.findall(r'\{\s*"([a-z0-9_]+\.[a-z0-9_]+)",\s*CT_',
                                f.read_text()))
     assert len(keys) > 20, \

@@ -560,7 +560,7 @@ def test_status_only_errors_give_up_clearly(proxied, kind, method):
 
 def cache_layout(path):
     """(data_off, rec_off, block_size) of a cache object file
-    (lib/cache_i.h's struct cache_hdr)."""
+    (lib/cache/cache_i.h's struct cache_hdr)."""
     import struct
     h = Path(path).read_bytes()[:64]
     bs, = struct.unpack_from("<I", h, 12)

@@ -1,4 +1,4 @@
-"""Integration tests of the checkpoint lifecycle (lib/lifecycle*.c,
+"""Integration tests of the checkpoint lifecycle (lib/lifecycle/, lib/format/lifecycle.c,
 stager/daemon_lifecycle.c, `stager lifecycle`, `cachectl lifecycle`) and of
 the stager daemon's publish-retry job, against a real dstagefs mount and a
 running daemon that share a staging directory and a store (a directory, and

@@ -1,4 +1,4 @@
-"""Integration tests of the object-store client (lib/objstore.c, s3store.c,
+"""Integration tests of the object-store client (lib/objstore/objstore.c, s3store.c,
 filestore.c) through tests/tools/objstore_tool, against a real radosgw and a
 real directory, and through the fault-injecting proxy."""
 import hashlib

@@ -20,7 +20,7 @@ MiB = 1 << 20
 CACHE = 32 * MiB
 OBJ = MiB  # one block (cache.block_size 4M): one GET per object
 N = 96  # 3 x the cache
-# What one entry is charged (lib/cache_ahead.c, cache_pf_cost): its bytes
+# What one entry is charged (lib/cache/cache_ahead.c, cache_pf_cost): its bytes
 # and a page of header and records; the budget is half the cache.
 COST = OBJ + 8192
 AHEAD = (CACHE // 2) // COST

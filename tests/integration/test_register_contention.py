@@ -1,4 +1,4 @@
-"""Registration shares the catalog's write lock (lib/catalog_register.c;
+"""Registration shares the catalog's write lock (lib/catalog/catalog_register.c;
 docs/catalog.md, "Writers"): while a large dataset registers from a store
 that lists slowly, the daemon's other writers (requests that add and remove
 a dataset or queue a stage job, the job dispatcher, the audit trail) never
@@ -22,7 +22,7 @@ import urllib.parse
 from test_stager import Stager
 
 PAGE = 1000
-FAST_PAGES = 20  # one batch of CATALOG_BATCH (lib/catalog_i.h) keys
+FAST_PAGES = 20  # one batch of CATALOG_BATCH (lib/catalog/catalog_i.h) keys
 SLOW_PAGES = 20
 PAGE_DELAY_S = 0.35  # a slow page: 7 s for the second batch
 N_KEYS = (FAST_PAGES + SLOW_PAGES) * PAGE

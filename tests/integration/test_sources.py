@@ -1,4 +1,4 @@
-"""file:// sources are confined beneath their root (lib/filestore.c): links
+"""file:// sources are confined beneath their root (lib/objstore/filestore.c): links
 out of the tree, FIFOs, devices and sockets are skipped at listing and
 refused at reads, quickly, both with openat2 and with the per-component
 fallback; and through a real mount with allow_other, a second uid sees
@@ -354,7 +354,7 @@ def test_one_key_limit_1024_bytes(tool, tmp_path):
 
 
 def test_long_log_lines_keep_their_reason(tool, tmp_path):
-    """lib/log.c: a message longer than a line loses its middle, never its
+    """lib/util/log.c: a message longer than a line loses its middle, never its
     end (the reason and the fix), and says how much was cut. Here a file://
     root of ~2.4 KiB and a key of ~1 KiB make a ~6 KiB message."""
     root = tmp_path
@@ -386,7 +386,7 @@ def test_long_log_lines_keep_their_reason(tool, tmp_path):
     assert b"bytes cut" not in p.stderr
 
 
-# ---- the catalog's files (lib/catalog_file.c) -------------------------------
+# ---- the catalog's files (lib/catalog/catalog_file.c) -------------------------------
 
 def catalog_tool(tool, db, *args, env=None, timeout=60):
     e = dict(os.environ, DSTAGE_LOG_LEVEL="info")

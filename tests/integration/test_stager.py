@@ -1,4 +1,4 @@
-"""Integration tests of the stager (stager/, lib/jobs.c, lib/proto.c): a real
+"""Integration tests of the stager (stager/, lib/catalog/jobs.c, lib/format/proto.c): a real
 daemon on a Unix socket, file:// and radosgw sources, the real block cache.
 
 Covered: add/stage/verify with a correct SHA256SUMS (exit 0); a corrupted

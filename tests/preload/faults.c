@@ -88,7 +88,7 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 
 /* ---- DSTAGE_SYNC_TRACE ---- */
 
-/* The cache file's layout (lib/cache_i.h): struct cache_hdr is 64 bytes,
+/* The cache file's layout (lib/cache/cache_i.h): struct cache_hdr is 64 bytes,
  * the strings follow, the records start at the next 4 KiB. */
 #define TRACE_HDR 64
 #define TRACE_REC_MAGIC 0x4b4c4231u

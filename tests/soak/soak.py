@@ -95,7 +95,7 @@ def write_dataset(root, files):
 FLIP = 0x5a  # flip_loop XORs 3 bytes with this
 
 
-# lib/cache_i.h: the header's fixed part (magic, version, block size, object
+# lib/cache/cache_i.h: the header's fixed part (magic, version, block size, object
 # size, data offset) and the OFD lock byte of block b, CACHE_LOCK_BLOCK + b.
 CACHE_HDR = struct.Struct("<8sIIQQ")
 CACHE_LOCK_BLOCK = (1 << 62) + 1

@@ -51,7 +51,7 @@ def test_flip_waits_for_a_fill_of_its_block(tmp_path):
     """The soak's flip must not write a block while a fill holds it: the
     fill's O_DIRECT write and a buffered write into the same pages can
     leave stale bytes in the page cache (soak.py, block_lock). A fill holds
-    the OFD lock of byte CACHE_LOCK_BLOCK + b (lib/cache_i.h)."""
+    the OFD lock of byte CACHE_LOCK_BLOCK + b (lib/cache/cache_i.h)."""
     import fcntl
     import struct
     soak = _soak_module()

@@ -46,7 +46,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
-#include "objstore_backend.h"
+#include "objstore/objstore_backend.h"
 
 static unsigned slow_us;
 static const struct objstore_ops *real_ops;

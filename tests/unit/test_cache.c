@@ -31,7 +31,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
-#include "uring.h"
+#include "util/uring.h"
 
 #define BS 4096u
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_cache_lands: reads stay exact while the caps on landed fills
- * (lib/cache.c: CACHE_LAND_MAX, 8 per open object; CACHE_LAND_BYTES,
+ * (lib/cache/cache.c: CACHE_LAND_MAX, 8 per open object; CACHE_LAND_BYTES,
  * 256 MiB in all, each land charged a whole fill buffer, CACHE_BATCH_BYTES)
  * push lands out, or keep them from landing, under readers that use them.
  *
@@ -44,7 +44,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
-#include "uring.h"
+#include "util/uring.h"
 
 #define KIB 1024u
 #define MIB (1024u * KIB)

@@ -294,7 +294,7 @@ static int run_child(void (*fn)(unsigned), unsigned i)
 }
 
 /* Flip a bit of a byte of dataset ds's cache file: byte at of its data, or
- * (rec) of its block records. The header (lib/cache_i.h's struct
+ * (rec) of its block records. The header (lib/cache/cache_i.h's struct
  * cache_hdr) has the data's offset at 24, the lengths of the dataset name,
  * key and ETag at 32 and the name at 64; the records start at the first
  * 4 KiB boundary after the strings, 16 bytes each, the check word last. */

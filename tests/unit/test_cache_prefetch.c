@@ -2,7 +2,7 @@
 /*
  * test_cache_prefetch: known-order prefetch (cache_prefetch) within the
  * cache's space, through the cache API over a file:// store
- * (lib/cache_ahead.c, docs/cache.md "Space: the prefetch stays ahead of its
+ * (lib/cache/cache_ahead.c, docs/cache.md "Space: the prefetch stays ahead of its
  * reader").
  *
  *  - stream: a list of 3 x cache.size, read in list order with cache_read:

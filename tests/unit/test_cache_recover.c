@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * test_cache_recover: cache_dir_recover (lib/cache_read.c), the path a
+ * test_cache_recover: cache_dir_recover (lib/cache/cache_read.c), the path a
  * running process takes when its cache.dir, objects/ or identity file went
  * away under it. Recreating a directory is a moment in which another user
  * may have put their own in its place, so the guard that matters is the

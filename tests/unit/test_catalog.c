@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "catalog_i.h"
+#include "catalog/catalog_i.h"
 #include "check.h"
 #include "dstage/config.h"
 #include "dstage/keypath.h"

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "catalog_i.h"
+#include "catalog/catalog_i.h"
 #include "check.h"
 #include "dstage/log.h"
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "creds.h"
+#include "objstore/creds.h"
 
 #define SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 #define TOKEN "FQoGZXIvYXdzEXAMPLETOKEN"

@@ -18,7 +18,7 @@
 
 #include <sqlite3.h>
 
-#include "catalog_i.h"
+#include "catalog/catalog_i.h"
 #include "check.h"
 #include "dstage/catalog.h"
 #include "dstage/jobs.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * test_lifecycle: lib/lifecycle.c (rule checks, step numbers, plans with an
+ * test_lifecycle: lib/format/lifecycle.c (rule checks, step numbers, plans with an
  * injected clock) and the catalog's rule table (schema 6), migrated from a
  * real schema-5 catalog file made by the program before it
  * (tests/data/catalog-v5.db).

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "push_i.h"
+#include "push/push_i.h"
 
 static void file_rec(struct push_file *f, char *key, uint64_t size,
 		     enum push_state st, unsigned char fill)

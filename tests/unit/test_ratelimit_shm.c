@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "ratelimit_shm_i.h"
+#include "objstore/ratelimit_shm_i.h"
 
 static char dir[] = "/tmp/dstage-rlshm-XXXXXX";
 static char path[sizeof(dir) + 16];

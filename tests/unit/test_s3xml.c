@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "s3xml.h"
+#include "objstore/s3xml.h"
 
 #define XMLDECL "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 #define S3NS " xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\""

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "sigv4.h"
+#include "objstore/sigv4.h"
 
 #define AK "AKIAIOSFODNN7EXAMPLE"
 #define SK "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -6,7 +6,7 @@
  * built would let a caller's input add headers to the request (header
  * injection) or change what the signature covers. test_sigv4.c checks the
  * signatures and a few refusals; scripts/test --coverage showed the rest of
- * lib/sigv4.c's checks (sigv4_hdr_parse, sigv4_check, sigv4_field_ok,
+ * lib/objstore/sigv4.c's checks (sigv4_hdr_parse, sigv4_check, sigv4_field_ok,
  * sigv4_amz_date_ok) taken by no test (issue 21). One row a refusal; each
  * changes one field of a request that signs.
  */
@@ -17,7 +17,7 @@
 
 #include "check.h"
 #include "dstage/log.h"
-#include "sigv4.h"
+#include "objstore/sigv4.h"
 
 #define AK "AKIAIOSFODNN7EXAMPLE"
 #define SK "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

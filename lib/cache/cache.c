@@ -1,0 +1,565 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cache.c, layer 7 of the cache (lib/cache/cache_i.h draws all seven and has the
+ * lock order): open, close and the figures. Calls layers 1 to 5.
+ *
+ * Lifecycle: cache_open checks cache.dir (owned by this process's euid,
+ * not writable by group or others: refused otherwise, naming the fix),
+ * creates what is missing (0700 directories, 0600 files), tightens the modes
+ * of an older cache (one log line), checks the identity file's block size,
+ * scans objects/ for the usage figures, then starts the workers (layer 5).
+ * cache_close stops the workers, then closes every open object (all idle by
+ * then: no caller may use the cache during or after cache_close).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_i.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+
+/* The bound of OFD lock waits: DSTAGE_CACHE_LOCK_TIMEOUT (seconds, may be
+ * fractional) or CACHE_LOCK_WAIT_S. */
+static unsigned cache_lock_wait_ms(void)
+{
+	const char *v = getenv("DSTAGE_CACHE_LOCK_TIMEOUT");
+	char *end = NULL;
+	double s;
+
+	if (!v || !*v)
+		return CACHE_LOCK_WAIT_S * 1000;
+	s = strtod(v, &end);
+	if (*end || !(s > 0) || s > 86400) {
+		log_warn("cache: DSTAGE_CACHE_LOCK_TIMEOUT=%s is not a number "
+			 "of "
+			 "seconds in (0, 86400]: using %d",
+			 v, CACHE_LOCK_WAIT_S);
+		return CACHE_LOCK_WAIT_S * 1000;
+	}
+	return s * 1000 < 1 ? 1 : (unsigned)(s * 1000);
+}
+
+/*
+ * cache.dir (open as fd) must be this process's and writable by nobody
+ * else: anyone who can write it could replace object files or plant
+ * links. Returns 0 or -EACCES (logged with the fix). A looser read mode
+ * is tightened (counted in *t).
+ */
+static int cache_dir_check(const char *path, int fd, struct cache_modes *t)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (st.st_uid != geteuid()) {
+		log_error("cache: cache.dir %s is owned by uid %u, not by this "
+			  "process's uid %u: another user could change the "
+			  "cache under it; chown %u %s (and chmod 0700 it), "
+			  "or set cache.dir to a directory of this user",
+			  path, (unsigned)st.st_uid, (unsigned)geteuid(),
+			  (unsigned)geteuid(), path);
+		return -EACCES;
+	}
+	if (st.st_mode & 022) {
+		log_error("cache: cache.dir %s is writable by %s (mode %04o): "
+			  "other users could plant or remove files in it; "
+			  "chmod go-w %s (the cache makes it 0700)",
+			  path,
+			  (st.st_mode & 022) == 022 ? "group and others"
+			  : st.st_mode & 002	    ? "others"
+						    : "group",
+			  (unsigned)(st.st_mode & 07777), path);
+		return -EACCES;
+	}
+	if (st.st_mode & 077) {
+		if (fchmod(fd, CACHE_DIR_MODE))
+			t->failed++;
+		else
+			t->dirs++;
+	}
+	return 0;
+}
+
+/* Give the identity file and objects/ the cache's modes (counted in *t). */
+static void cache_tighten_top(struct cache *c, struct cache_modes *t)
+{
+	struct stat st;
+
+	if (!fstatat(c->dir_fd, CACHE_ID_FILE, &st, AT_SYMLINK_NOFOLLOW) &&
+	    S_ISREG(st.st_mode) && (st.st_mode & 077)) {
+		if (fchmodat(c->dir_fd, CACHE_ID_FILE, CACHE_FILE_MODE, 0))
+			t->failed++;
+		else
+			t->files++;
+	}
+	if (!fstat(c->objects_fd, &st) && (st.st_mode & 077)) {
+		if (fchmod(c->objects_fd, CACHE_DIR_MODE))
+			t->failed++;
+		else
+			t->dirs++;
+	}
+}
+
+/* Idle open objects kept: a quarter of the descriptors the process may
+ * open (an object may hold two), CACHE_MAX_OPEN at least. */
+static size_t cache_max_open(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur / 4 >= CACHE_MAX_OPEN_SMALL)
+		return CACHE_MAX_OPEN_SMALL;
+	return rl.rlim_cur / 4 > CACHE_MAX_OPEN ? rl.rlim_cur / 4
+						: CACHE_MAX_OPEN;
+}
+
+int cache_open(const struct dstage_config *cfg,
+	       const struct cache_policy_source *pol, struct cache **out)
+{
+	struct cache_modes t = { 0 };
+	struct cache *c;
+	int ret;
+
+	*out = NULL;
+	if (!cfg || !cfg->cache_dir || !cfg->cache_block_size ||
+	    (cfg->cache_block_size & (cfg->cache_block_size - 1)) ||
+	    cfg->cache_block_size < CACHE_ALIGN)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->cfg = cfg;
+	if (pol)
+		c->pol = *pol;
+	c->bs = cfg->cache_block_size;
+	c->dir_fd = c->objects_fd = -1;
+	c->capacity = cfg->cache_size;
+	c->high = cfg->cache_size / 100 * cfg->cache_high_watermark;
+	c->low = cfg->cache_size / 100 * cfg->cache_low_watermark;
+	c->batch = CACHE_BATCH_BYTES / c->bs;
+	if (c->batch < 1)
+		c->batch = 1;
+	if (c->batch > CACHE_MAX_BATCH)
+		c->batch = CACHE_MAX_BATCH;
+	c->lock_wait_ms = cache_lock_wait_ms();
+	c->max_open = cache_max_open();
+	/* As many buffers as the workers and the landed fills can hold. */
+	c->busy_bufs = CACHE_POOL_THREADS +
+		       CACHE_LAND_BYTES / ((uint64_t)c->batch * c->bs);
+	if (c->busy_bufs > CACHE_BUSY_BUFS)
+		c->busy_bufs = CACHE_BUSY_BUFS;
+	c->release_idle = cache_obj_trim_all;
+	pthread_mutex_init(&c->evict_lock, NULL);
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->buf_lock, NULL);
+	{
+		const char *v = getenv("DSTAGE_NO_DIRECT");
+
+		c->no_direct = v && *v && strcmp(v, "0") != 0;
+	}
+	pthread_cond_init(&c->jobs_cv, NULL);
+	c->jobs_tail = &c->jobs;
+	ret = cache_obj_table_init(c);
+	if (ret)
+		goto err;
+
+	if (mkdir(cfg->cache_dir, CACHE_DIR_MODE) && errno != EEXIST) {
+		ret = -errno;
+		log_error("cache: cannot create cache.dir %s: %s",
+			  cfg->cache_dir, strerror(errno));
+		goto err;
+	}
+	c->dir_fd = open(cfg->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dir_fd < 0) {
+		ret = -errno;
+		log_error("cache: cannot open cache.dir %s: %s", cfg->cache_dir,
+			  strerror(errno));
+		goto err;
+	}
+	ret = cache_dir_check(cfg->cache_dir, c->dir_fd, &t);
+	if (ret)
+		goto err;
+	ret = cache_identity(c);
+	if (ret) {
+		if (ret != -EINVAL)
+			log_error("cache: %s: cannot read or write %s: %s",
+				  cfg->cache_dir, CACHE_ID_FILE,
+				  strerror(-ret));
+		goto err;
+	}
+	if (mkdirat(c->dir_fd, "objects", CACHE_DIR_MODE) && errno != EEXIST) {
+		ret = -errno;
+		goto err;
+	}
+	c->objects_fd = openat(c->dir_fd, "objects",
+			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->objects_fd < 0) {
+		ret = -errno;
+		goto err;
+	}
+	cache_tighten_top(c, &t);
+	ret = cache_scan_all(c, &t);
+	if (ret)
+		goto err;
+	if (t.dirs || t.files)
+		log_warn("cache: %s: modes tightened: %u director%s to %04o "
+			 "and %u file%s to %04o were readable by other users",
+			 cfg->cache_dir, t.dirs, t.dirs == 1 ? "y" : "ies",
+			 CACHE_DIR_MODE, t.files, t.files == 1 ? "" : "s",
+			 CACHE_FILE_MODE);
+	if (t.failed)
+		log_warn("cache: %s: the modes of %u entries could not be "
+			 "tightened (owned by another user?): chmod -R go-rwx "
+			 "%s",
+			 cfg->cache_dir, t.failed, cfg->cache_dir);
+	ret = cache_ahead_start(c);
+	if (ret)
+		goto err;
+	*out = c;
+	return 0;
+err:
+	cache_close(c);
+	return ret;
+}
+
+void cache_close(struct cache *c)
+{
+	if (!c)
+		return;
+	cache_ahead_stop(c);
+	cache_obj_close_all(c);
+	free(c->buckets);
+	cache_ds_free_all(c);
+	if (c->objects_fd >= 0)
+		close(c->objects_fd);
+	if (c->dir_fd >= 0)
+		close(c->dir_fd);
+	while (c->nfree_bufs)
+		free(c->free_bufs[--c->nfree_bufs]);
+	pthread_mutex_destroy(&c->buf_lock);
+	pthread_cond_destroy(&c->jobs_cv);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->evict_lock);
+	free(c);
+}
+
+uint32_t cache_block_size(const struct cache *c)
+{
+	return c->bs;
+}
+
+void cache_set_drop_behind(struct cache *c, bool on)
+{
+	if (c)
+		c->drop_behind = on;
+}
+
+bool cache_disk_full(struct cache *c)
+{
+	return c && atomic_load(&c->last_nospace_disk);
+}
+
+void cache_get_stats(struct cache *c, struct cache_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (!c)
+		return;
+	st->capacity = atomic_load(&c->capacity);
+	st->used = atomic_load(&c->used);
+	st->pinned = atomic_load(&c->pinned);
+	st->hits = atomic_load(&c->hits);
+	st->misses = atomic_load(&c->misses);
+	st->bytes_from_cache = atomic_load(&c->bytes_from_cache);
+	st->bytes_from_source = atomic_load(&c->bytes_from_source);
+	st->fetches = atomic_load(&c->fetches);
+	st->checksum_failures = atomic_load(&c->checksum_failures);
+	st->evictions = atomic_load(&c->evictions);
+	st->streamed = atomic_load(&c->streamed);
+	st->disk_full = atomic_load(&c->disk_full);
+	st->land_limit = CACHE_LAND_BYTES;
+	st->land_bytes = atomic_load(&c->land_bytes);
+	st->land_peak = atomic_load(&c->land_peak);
+	st->lands_refused = atomic_load(&c->lands_refused);
+	st->lands_displaced = atomic_load(&c->lands_displaced);
+}
+
+int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
+{
+	struct cache_ds_copy {
+		char *name;
+		bool restricted;
+		uint64_t hits, misses;
+	} *v = NULL;
+	size_t n = 0, i = 0;
+	int ret = 0;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (struct cache_ds *d = c->ds; d; d = d->next)
+		n++;
+	v = n ? calloc(n, sizeof(*v)) : NULL;
+	/* c->ds is newest first: fill from the end for first-seen order. */
+	for (struct cache_ds *d = c->ds; v && d; d = d->next) {
+		struct cache_ds_copy *e = &v[n - ++i];
+
+		e->name = strdup(d->name);
+		e->restricted = d->pol.restricted;
+		e->hits = atomic_load_explicit(&d->hits, memory_order_relaxed);
+		e->misses =
+			atomic_load_explicit(&d->misses, memory_order_relaxed);
+		if (!e->name)
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (n && !v)
+		return -ENOMEM;
+	for (i = 0; i < n && !ret; i++)
+		ret = fn(arg, v[i].name, v[i].restricted, v[i].hits,
+			 v[i].misses);
+	for (i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+	return ret;
+}
+
+/* ---- garbage collection (cachectl gc) ---- */
+
+#define CACHE_GC_STRS_MAX 16384 /* a header's strings, at most */
+
+/* Read fd's header as an object (strings in *strs, freed by the caller)
+ * and check it whole against name. 0, -EUCLEAN (not an object file of this
+ * cache, or not the one its name says), or -ENOMEM. */
+static int cache_gc_hdr(struct cache *c, int fd, const char *name,
+			struct cache_object *obj, char **strs)
+{
+	struct cache_hdr h;
+	uint64_t data_off, rec_off;
+	char want[33], *p;
+	size_t dl, kl, el;
+	int ret;
+
+	*strs = NULL;
+	if (cache_pread_all(fd, &h, sizeof(h), 0) ||
+	    memcmp(h.magic, CACHE_OBJ_MAGIC, 8) ||
+	    h.version != CACHE_OBJ_VERSION || h.block_size != c->bs ||
+	    (uint64_t)h.ds_len + h.key_len + h.etag_len > CACHE_GC_STRS_MAX ||
+	    !h.key_len)
+		return -EUCLEAN;
+	dl = h.ds_len;
+	kl = h.key_len;
+	el = h.etag_len;
+	p = malloc(dl + kl + el + 3);
+	if (!p)
+		return -ENOMEM;
+	if (cache_pread_all(fd, p, dl, CACHE_HDR_FIXED) ||
+	    cache_pread_all(fd, p + dl + 1, kl, CACHE_HDR_FIXED + dl) ||
+	    cache_pread_all(fd, p + dl + kl + 2, el,
+			    CACHE_HDR_FIXED + dl + kl)) {
+		free(p);
+		return -EUCLEAN;
+	}
+	p[dl] = p[dl + 1 + kl] = p[dl + kl + 2 + el] = '\0';
+	*obj = (struct cache_object){
+		.dataset = p,
+		.key = p + dl + 1,
+		.etag = p + dl + kl + 2,
+		.size = h.size,
+	};
+	*strs = p;
+	/* The whole header, checksum included, as cache_obj_get checks it;
+	 * and the name must be this object's (not a renamed file). */
+	ret = cache_hdr_check(c, fd, obj, &data_off, &rec_off);
+	if (ret == -ENOMEM)
+		return ret;
+	cache_obj_name(obj, want);
+	if (ret || strlen(name) != 33 || memcmp(name, want, 2) ||
+	    strcmp(name + 3, want + 2))
+		return -EUCLEAN;
+	return 0;
+}
+
+/* Describe the file name (at dfd/entry) and hand it to fn. */
+static int cache_gc_one(struct cache *c, int dfd, const char *entry,
+			const char *name, cache_gc_fn fn, void *arg)
+{
+	struct cache_gc_file f = { .name = name };
+	struct cache_object obj;
+	struct stat st;
+	char *strs = NULL;
+	int fd, ret;
+
+	fd = openat(dfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* gone meanwhile, or a link: not ours to judge */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return 0;
+	}
+	f.bytes = (uint64_t)st.st_blocks * 512;
+	f.mtime = (int64_t)st.st_mtime;
+	ret = cache_gc_hdr(c, fd, name, &obj, &strs);
+	close(fd);
+	if (ret == -ENOMEM)
+		return ret;
+	if (!ret) {
+		f.object = true;
+		f.dataset = obj.dataset;
+		f.key = obj.key;
+		f.etag = obj.etag;
+		f.size = obj.size;
+	}
+	ret = fn(arg, &f);
+	free(strs);
+	return ret;
+}
+
+int cache_gc_list(struct cache *c, cache_gc_fn fn, void *arg)
+{
+	struct dirent *de;
+	DIR *top;
+	int tfd, ret = 0;
+
+	if (!c || !fn)
+		return -EINVAL;
+	tfd = openat(c->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (tfd < 0)
+		return -errno;
+	top = fdopendir(tfd);
+	if (!top) {
+		close(tfd);
+		return -errno;
+	}
+	while (!ret && (de = readdir(top))) {
+		struct dirent *fe;
+		DIR *sub;
+		int sfd;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		sfd = openat(tfd, de->d_name,
+			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sfd < 0) {
+			/* A stray file directly in objects/. */
+			if (errno == ENOTDIR)
+				ret = cache_gc_one(c, tfd, de->d_name,
+						   de->d_name, fn, arg);
+			continue;
+		}
+		if (strlen(de->d_name) != 2) {
+			close(sfd); /* not one of ours: left alone */
+			continue;
+		}
+		sub = fdopendir(sfd);
+		if (!sub) {
+			close(sfd);
+			continue;
+		}
+		while (!ret && (fe = readdir(sub))) {
+			char name[2 + 1 + NAME_MAX + 1];
+
+			if (!strcmp(fe->d_name, ".") ||
+			    !strcmp(fe->d_name, ".."))
+				continue;
+			snprintf(name, sizeof(name), "%.2s/%s", de->d_name,
+				 fe->d_name);
+			ret = cache_gc_one(c, sfd, fe->d_name, name, fn, arg);
+		}
+		closedir(sub);
+	}
+	closedir(top);
+	return ret;
+}
+
+/* Whether some process holds a fill lock on a block of fd. */
+static bool cache_gc_filling(int fd)
+{
+	struct flock fl = {
+		.l_type = F_WRLCK,
+		.l_whence = SEEK_SET,
+		.l_start = CACHE_LOCK_BLOCK,
+		.l_len = 0, /* every block */
+	};
+
+	if (fcntl(fd, F_OFD_GETLK, &fl))
+		return true; /* cannot tell: keep it */
+	return fl.l_type != F_UNLCK;
+}
+
+int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
+{
+	const char *slash = name ? strchr(name, '/') : NULL;
+	char ds[4096], objname[33];
+	struct stat st;
+	uint64_t atime;
+	bool counted;
+	int fd = -1, ret = 0;
+
+	*freed = 0;
+	if (!c || !name || !*name || strstr(name, "..") ||
+	    (slash && (slash - name != 2 || strchr(slash + 1, '/'))))
+		return -EINVAL;
+	/* This process's own entry: in use (-EBUSY), or idle (closed). */
+	if (slash && strlen(name) == 33) {
+		memcpy(objname, name, 2);
+		memcpy(objname + 2, name + 3, 31);
+		ret = cache_obj_forget(c, objname);
+		if (ret)
+			return ret;
+	}
+	pthread_mutex_lock(&c->evict_lock);
+	fd = openat(c->objects_fd, name,
+		    O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		ret = errno == ELOOP ? -EINVAL : -errno;
+		goto out;
+	}
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	/* The evictor's protocol: the in-use byte exclusively, at once or
+	 * not at all; then no fill may be in flight either. */
+	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
+			   name) ||
+	    cache_gc_filling(fd)) {
+		ret = -EBUSY;
+		goto out;
+	}
+	if (fstat(fd, &st) || st.st_nlink == 0) {
+		ret = -ENOENT;
+		goto out;
+	}
+	/* Scans count the files of an object's name whose header has the
+	 * magic (cache_scan): un-count such a file. */
+	counted = slash && strlen(name) == 33 &&
+		  cache_file_info(fd, ds, sizeof(ds), &atime) == 0;
+	if (unlinkat(c->objects_fd, name, 0)) {
+		ret = -errno;
+		goto out;
+	}
+	*freed = (uint64_t)st.st_blocks * 512;
+	if (counted) {
+		cache_count_sub(&c->used, *freed);
+		cache_ds_add_used(c, ds, -(int64_t)*freed);
+	}
+	log_info("cache: gc removed %s (%" PRIu64 " bytes)", name, *freed);
+out:
+	if (fd >= 0)
+		close(fd); /* and with it the locks */
+	pthread_mutex_unlock(&c->evict_lock);
+	return ret;
+}

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * catalog_i: what the catalog's files share, and the internals the tests
+ * and the job queue (lib/catalog/jobs.c) use. Not a public header.
+ *
+ * The catalog is four files, calls going one way (down this list),
+ *   catalog_register.c  registration: listing a source into a new manifest
+ *   catalog_dataset.c   datasets, manifests' removal, lookup and readdir
+ *   catalog.c           open/close, migrations, statements, policy, audit
+ *   catalog_file.c      the file's modes, its directory, its lock holders
+ * and beside them catalog_blocks.c (the blocks table, for cachectl gc),
+ * which calls catalog.c.
+ * The state machines and invariants are at the top of catalog.c.
+ */
+#ifndef DSTAGE_CATALOG_I_H
+#define DSTAGE_CATALOG_I_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dstage/catalog.h"
+#include "dstage/objstore.h"
+#include "dstage/sha256sums.h"
+
+/* Where registration gets its keys and the bytes of its sums key from. */
+struct catalog_source {
+	/* List every key in byte order, calling cb as objstore_list does
+	 * (stop and return cb's value when it returns non-zero). */
+	int (*list)(void *arg, objstore_list_cb cb, void *cb_arg);
+	/* Feed the whole object oi->key (as listed) to p with
+	 * sha256sums_feed; the caller calls sha256sums_finish. */
+	int (*read)(void *arg, const struct objstore_info *oi,
+		    struct sha256sums_parser *p);
+	void *arg;
+};
+
+/* catalog_register() with an arbitrary source. Same contract. */
+int catalog_register_source(struct catalog *cat, const char *name,
+			    const struct catalog_source *src);
+
+/*
+ * Migrate the schema of db from its user_version up to version `to` (at most
+ * CATALOG_SCHEMA_VERSION), in one transaction. Tests use it to build a
+ * catalog of an earlier version. Returns 0 or -errno.
+ */
+int catalog_migrate(sqlite3 *db, int to);
+
+/*
+ * The -errno for a SQLite result code, for every module that talks to the
+ * catalog file: BUSY/LOCKED/PROTOCOL -EBUSY, FULL -ENOSPC, CANTOPEN/PERM/READONLY/AUTH
+ * -EACCES, NOMEM -ENOMEM, CORRUPT/NOTADB -EUCLEAN, others -EIO; 0 for
+ * OK/ROW/DONE.
+ */
+int catalog_sqlite_errno(int rc);
+
+/* Rows per write transaction while registering or purging. */
+#define CATALOG_BATCH 20000
+
+/*
+ * Fair sharing of the write lock (docs/catalog.md, "Writers"). SQLite's
+ * own busy handler sleeps up to 100 ms between tries, so a waiter almost
+ * never sees the microseconds between two transactions of a busy writer and
+ * fails after CATALOG_BUSY_TIMEOUT_MS. Instead:
+ *   - waiters try every CATALOG_BUSY_POLL_US (catalog_busy_init), still for
+ *     at most CATALOG_BUSY_TIMEOUT_MS;
+ *   - a writer that runs many write transactions in a row (registration,
+ *     purge) holds the lock at most about CATALOG_TX_MAX_MS each and sleeps
+ *     CATALOG_YIELD_US (several polls) between them (catalog_yield).
+ */
+#define CATALOG_BUSY_POLL_US 1000
+#define CATALOG_TX_MAX_MS 200
+#define CATALOG_YIELD_US 5000
+
+/* Manifest states (manifests.state); see catalog.c. */
+enum {
+	MF_BUILDING = 0,
+	MF_CURRENT = 1,
+	MF_DEAD = 2,
+};
+
+/* Every connection runs with these, except while building a manifest. */
+#define CATALOG_SAFE_PRAGMAS \
+	"PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 1000"
+#define CATALOG_BULK_PRAGMAS \
+	"PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0"
+
+#define DS_COLS                                                            \
+	"d.id, d.name, d.source, d.state, d.pinned, d.quota, d.priority, " \
+	"d.owner_group, d.created, coalesce(m.version, 0), "               \
+	"coalesce(m.bad_keys, 0), coalesce(m.n_objects, 0), "              \
+	"coalesce(m.n_bytes, 0), coalesce(m.created, 0), d.sums_key "      \
+	"FROM datasets d LEFT JOIN manifests m "                           \
+	"ON m.dataset_id = d.id AND m.state = 1 "
+
+/* Cached statements, prepared on first use. */
+enum catalog_st {
+	ST_LOOKUP,
+	ST_READDIR,
+	ST_DS_GET,
+	ST_DS_ID,
+	ST_MF_STATE,
+	ST_OBJ_INSERT,
+	ST_DIR_INSERT,
+	ST_SUMS_UPDATE,
+	ST_PURGE_OBJECTS,
+	ST_PURGE_DIRS,
+	ST_PURGE_MANIFEST,
+	ST_DEAD_MANIFEST,
+	ST_COUNT
+};
+
+/* The state of one connection's busy handler: when its current wait
+ * began. Only the thread using the connection touches it. */
+struct catalog_busy {
+	int64_t since_ns;
+};
+
+struct catalog {
+	sqlite3 *db;
+	char *path;
+	sqlite3_stmt *st[ST_COUNT];
+	struct catalog_busy busy;
+};
+
+/*
+ * Make db wait for locks by polling every CATALOG_BUSY_POLL_US for at most
+ * CATALOG_BUSY_TIMEOUT_MS a wait (then SQLITE_BUSY: -EBUSY), with b (which
+ * must live as long as db) as its state. For every connection to the
+ * catalog file, the catalog's own and the job queue's.
+ */
+void catalog_busy_init(sqlite3 *db, struct catalog_busy *b);
+
+/* Between two write transactions of a long series: let the waiting
+ * writers in (sleeps CATALOG_YIELD_US). */
+void catalog_yield(void);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t catalog_mono_ns(void);
+
+/* Log a SQLite failure of db (what, and SQLite's message) and return its
+ * -errno (catalog_sqlite_errno). */
+int catalog_sqlerr(sqlite3 *db, int rc, const char *what);
+
+/* sqlite3_exec of sql; 0 or the logged -errno. */
+int catalog_exec(sqlite3 *db, const char *sql);
+
+/* Roll back the open transaction of db, if any. */
+void catalog_rollback(sqlite3 *db);
+
+/* Seconds since the epoch. */
+int64_t catalog_now(void);
+
+/* The cached statement id of cat, reset and ready for binding; 0 or the
+ * logged -errno of its preparation. */
+int catalog_stmt(struct catalog *cat, enum catalog_st id, sqlite3_stmt **out);
+
+/* Reset st and clear its bindings. */
+void catalog_stmt_done(sqlite3_stmt *st);
+
+/* Step st, which returns no rows (or one ignored row), then reset it. */
+int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what);
+
+/* Run sql with ?1 bound to id; *changes (may be NULL) gets the rows
+ * changed. 0 or the logged -errno. */
+int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
+		    int *changes);
+
+/* The same with ids[0..n) bound to ?1..?n, what naming the statement in
+ * the error. */
+int catalog_exec_ids(struct catalog *cat, const char *sql, const int64_t *ids,
+		     int n, const char *what, int *changes);
+
+/*
+ * In a transaction: the id and state of dataset name, or -ENOENT. With
+ * sums_key (KEYPATH_MAX bytes), also its sums key, which must pass
+ * keypath_check (-EUCLEAN: the row was changed behind the catalog's back).
+ */
+int catalog_dataset_id(struct catalog *cat, const char *name, int64_t *id,
+		       int *state, char *sums_key);
+
+/* Purge every DEAD manifest of a dataset, in batches. 0 or -errno. */
+int catalog_dataset_purge_dead(struct catalog *cat, int64_t ds_id);
+
+/*
+ * The directory of catalog path: refused when writable by group or others
+ * or owned by a user other than the caller and root. Returns 0, -EACCES
+ * (logged with the path and the fix), -ENOTDIR, or stat's -errno.
+ */
+int catalog_file_check_dir(const char *path);
+
+/*
+ * With create, make path at mode 0600 when it is missing. Then check
+ * path, path-wal and path-shm (missing ones are fine): regular files, not
+ * links, of the caller or root; a mode looser than 0640 is tightened to
+ * 0600 (logged). Returns 0, -ELOOP, -EINVAL, -EACCES (logged) or -errno.
+ */
+int catalog_file_guard(const char *path, bool create);
+
+/* Log the POSIX locks other processes hold on path and on path-shm that
+ * block SQLite, each with the holder's pid and command. */
+void catalog_file_log_holders(const char *path);
+
+#endif
