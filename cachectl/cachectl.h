@@ -67,10 +67,8 @@ int conn_call(struct conn *cn, conn_row_cb cb, void *arg);
 int conn_result(struct conn *cn);
 /* Close (accepts a never-opened, zeroed cn). */
 void conn_close(struct conn *cn);
-/* Field k of the row ("" when absent), or as a number (0 when absent). */
+/* Field k of the row ("" when absent). */
 const char *conn_get(struct conn *cn, const char *k);
-uint64_t conn_u64(struct conn *cn, const char *k);
-int64_t conn_i64(struct conn *cn, const char *k);
 
 /* cmds.c: the commands. */
 /* lifecycle.c: `cachectl lifecycle`, o->argv from the command's name on

@@ -70,19 +70,3 @@ const char *conn_get(struct conn *cn, const char *k)
 {
 	return proto_get(&cn->pc.msg, k) ?: "";
 }
-
-uint64_t conn_u64(struct conn *cn, const char *k)
-{
-	uint64_t v = 0;
-
-	proto_get_u64(&cn->pc.msg, k, &v);
-	return v;
-}
-
-int64_t conn_i64(struct conn *cn, const char *k)
-{
-	int64_t v = 0;
-
-	proto_get_i64(&cn->pc.msg, k, &v);
-	return v;
-}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dsfs_ckpt: a subtree, checkpoints\/ (empty and read-only until the checkpoint store lands).
+ * dsfs_ckpt: a subtree, checkpoints\/: writable, written through to the
+ * checkpoint store by lib/ckpt/ (docs/checkpoints.md).
  * See dsfs_ckpt.c for its state and dsfs_subtree.h for the hooks.
  */
 #ifndef DSFS_CKPT_H

@@ -5,10 +5,11 @@
  * calls the node's subtree hook (struct dsfs_subtree, dsfs_subtree.h) and
  * turns its 0 / -errno into the one FUSE reply. A hook a subtree leaves
  * NULL gets the default written next to it in dsfs_subtree.h: EROFS for
- * every modification (the dataset view, the root and checkpoints/ are
- * read-only), ENOTSUP for reading extended attributes, EISDIR/ENOTDIR
- * where a file or directory operation meets the other kind. A writable
- * subtree fills in its hooks; this file does not change.
+ * every modification (the dataset view, the root and .dstage/ are
+ * read-only; checkpoints/ and the overlay fill in their write hooks),
+ * ENOTSUP for reading extended attributes, EISDIR/ENOTDIR where a file or
+ * directory operation meets the other kind. A writable subtree fills in
+ * its hooks; this file does not change.
  *
  * Stateless apart from the open handles. The fi->fh the kernel holds is a
  * struct dsfs_handle, kept on fs->handles (fs->handle_lock, a leaf lock)

@@ -49,15 +49,6 @@ struct ckpt_attr {
 	bool local; /* served from this node's local copy */
 };
 
-/* Counters for .dstage/stats; monotonic except pending. */
-struct ckpt_stats {
-	uint64_t published; /* files published */
-	uint64_t published_bytes;
-	uint64_t publish_errors; /* failed publishes (each logged) */
-	uint64_t recovered; /* published after a restart or a retry */
-	uint64_t pending; /* closed files waiting for a retry (now) */
-};
-
 /*
  * Open the checkpoint store of cfg (checkpoints.store must be set): open the
  * store, make or check staging_dir (0700, owned by this user, writable by
@@ -218,7 +209,5 @@ void ckpt_retry(struct ckpt *ck);
 
 /* Staging space as statfs reports it (bounded by staging_size). */
 int ckpt_statfs(struct ckpt *ck, struct statvfs *sv);
-
-void ckpt_get_stats(struct ckpt *ck, struct ckpt_stats *st);
 
 #endif

@@ -50,9 +50,4 @@ void overlay_store_free(struct objstore *os);
  * hex, quoted), into out (OVERLAY_ETAG_MAX bytes). */
 void overlay_store_etag(const struct stat *st, char *out, size_t len);
 
-/* Reads of the underlying files this store made (cache fills), and their
- * bytes: counters since open. */
-void overlay_store_counts(const struct objstore *os, uint64_t *reads,
-			  uint64_t *bytes);
-
 #endif

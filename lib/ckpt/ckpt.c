@@ -452,14 +452,3 @@ int ckpt_statfs(struct ckpt *ck, struct statvfs *sv)
 		sv->f_bavail = sv->f_bfree;
 	return 0;
 }
-
-void ckpt_get_stats(struct ckpt *ck, struct ckpt_stats *st)
-{
-	st->published = atomic_load(&ck->n_published);
-	st->published_bytes = atomic_load(&ck->n_published_bytes);
-	st->publish_errors = atomic_load(&ck->n_errors);
-	st->recovered = atomic_load(&ck->n_recovered);
-	pthread_mutex_lock(&ck->lock);
-	st->pending = ck->pending;
-	pthread_mutex_unlock(&ck->lock);
-}

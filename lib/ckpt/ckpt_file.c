@@ -237,8 +237,6 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	if (ck->hooks.published)
 		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), key, rec.sha,
 				    rec.size, rec.etag);
-	atomic_fetch_add(&ck->n_published, 1);
-	atomic_fetch_add(&ck->n_published_bytes, rec.size);
 	metrics_ckpt_publish(0, rec.size, t0);
 	ckpt_unlock_publish(fd);
 	free(side);
@@ -246,7 +244,6 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 err:
 	ckpt_unlock_publish(fd);
 	free(side);
-	atomic_fetch_add(&ck->n_errors, 1);
 	metrics_ckpt_publish(ret, 0, 0);
 	/* The local copy must outlive a crash: it is all there is. */
 	fsync(fd);

@@ -167,8 +167,6 @@ struct ckpt {
 	} neg[CKPT_NEG_MAX];
 	unsigned neg_next; /* neg_lock: the slot replaced next */
 	uint64_t neg_gen; /* neg_lock: bumped when this node adds a name */
-	atomic_ullong n_parts_early; /* parts sent before the close */
-	atomic_ullong n_published, n_published_bytes, n_errors, n_recovered;
 };
 
 /* A journal record. */

@@ -63,11 +63,9 @@ static void ckpt_republish(struct ckpt *ck, ino_t ino,
 	pthread_mutex_unlock(&ck->lock);
 	pthread_mutex_unlock(&ck->open_lock);
 	ret = ckpt_ent_publish(ck, e, rec->sha);
-	if (!ret) {
-		atomic_fetch_add(&ck->n_recovered, 1);
+	if (!ret)
 		log_info("checkpoints: %s published to %s (retried)", rec->key,
 			 ckpt_url(ck));
-	}
 	ckpt_ent_put(ck, e); /* a failure leaves it P: counted pending */
 }
 

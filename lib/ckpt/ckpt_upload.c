@@ -296,7 +296,6 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 	if (!ret) {
 		if (ck->cfg->ckpt_stamp_sha256)
 			ckpt_upload_stamp(ck, key, etag, sha);
-		atomic_fetch_add(&ck->n_parts_early, early);
 		log_debug("checkpoints: %s: %u of %" PRIu64 " parts were sent "
 			  "while it was written",
 			  key, early, n);

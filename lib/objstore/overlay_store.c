@@ -328,10 +328,3 @@ void overlay_store_free(struct objstore *os)
 	free(s->base.url);
 	free(s);
 }
-
-void overlay_store_counts(const struct objstore *os, uint64_t *reads,
-			  uint64_t *bytes)
-{
-	*reads = atomic_load(&os->n_requests);
-	*bytes = atomic_load(&os->n_bytes_in);
-}

@@ -56,11 +56,6 @@ int ratelimit_shm_lock_file(struct ratelimit_shm *rs)
 	return rs->fd < 0 ? -EBADF : rlshm_lock_fd(rs->fd, F_WRLCK);
 }
 
-int ratelimit_shm_unlock_file(struct ratelimit_shm *rs)
-{
-	return rs->fd < 0 ? -EBADF : rlshm_lock_fd(rs->fd, F_UNLCK);
-}
-
 static void rlshm_close(struct ratelimit_shm *rs)
 {
 	if (rs->map)

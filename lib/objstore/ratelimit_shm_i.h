@@ -31,9 +31,8 @@ struct ratelimit_shm_file {
 	struct ratelimit_bucket slot[2];
 };
 
-/* Take and drop the file's lock (an OFD lock on its first byte): for tests
+/* Take the file's lock (an OFD lock on its first byte) and keep it: for tests
  * that kill a process while it holds it. 0 or -errno from fcntl. */
 int ratelimit_shm_lock_file(struct ratelimit_shm *rs);
-int ratelimit_shm_unlock_file(struct ratelimit_shm *rs);
 
 #endif

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cachetest.h: what the unit tests over a cache on a file:// store share
- * (test_cache.c, test_pinned.c): the configuration they run under and a
- * way to find the file the cache keeps for an object. Include after
- * check.h.
+ * (test_cache.c, test_cache_direct.c, test_pinned.c): the configuration
+ * they run under, source objects of random bytes, a checked read, and ways
+ * to find the file the cache keeps for an object. Include after check.h.
  */
 #ifndef DSTAGE_TEST_CACHETEST_H
 #define DSTAGE_TEST_CACHETEST_H
@@ -15,6 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "dstage/cache.h"
 #include "dstage/config.h"
 #include "dstage/objstore.h"
 
@@ -84,6 +88,104 @@ static inline int cachetest_obj_file(const char *cachedir, const char *ds,
 	}
 	globfree(&g);
 	return fd;
+}
+
+/* Open (read-only) the one object file of the cache at dir; -1, a failed
+ * check, when the cache holds none or several. */
+static inline int cachetest_sole_obj_file(const char *dir)
+{
+	char pat[400];
+	glob_t g;
+	int fd = -1;
+
+	snprintf(pat, sizeof(pat), "%s/objects/*/*", dir);
+	CHECK_INT(glob(pat, 0, NULL, &g), 0);
+	CHECK_INT(g.gl_pathc, 1);
+	if (g.gl_pathc == 1)
+		fd = open(g.gl_pathv[0], O_RDONLY);
+	CHECK(fd >= 0);
+	globfree(&g);
+	return fd;
+}
+
+/* xorshift64 over *state: the tests' reproducible random bytes. */
+static inline uint64_t cachetest_rnd(uint64_t *state)
+{
+	*state ^= *state << 13;
+	*state ^= *state >> 7;
+	*state ^= *state << 17;
+	return *state;
+}
+
+/*
+ * Write a source object of size random bytes (from *rnd) under key in os
+ * and describe it in obj (dataset "ds" unless set; etag: a buffer of
+ * OBJSTORE_ETAG_MAX bytes that obj points to); returns its bytes
+ * (malloc'ed).
+ */
+static inline char *cachetest_put_src(struct objstore *os, uint64_t *rnd,
+				      const char *key, size_t size,
+				      struct cache_object *obj, char *etag)
+{
+	char *data = malloc(size ? size : 1);
+	struct objstore_info oi;
+
+	for (size_t i = 0; i < size; i++)
+		data[i] = (char)cachetest_rnd(rnd);
+	CHECK_INT(objstore_put_buf(os, key, data, size), 0);
+	CHECK_INT(objstore_head(os, key, &oi), 0);
+	snprintf(etag, OBJSTORE_ETAG_MAX, "%s", oi.etag);
+	obj->os = os;
+	obj->key = key;
+	obj->etag = etag;
+	obj->size = size;
+	if (!obj->dataset)
+		obj->dataset = "ds";
+	return data;
+}
+
+/* cache_read of [off, off + len) gives want's bytes (short at the end). */
+static inline bool cachetest_read_eq(struct cache *c,
+				     const struct cache_object *obj,
+				     const char *want, uint64_t off, size_t len)
+{
+	char *buf = malloc(len + 1);
+	size_t exp = off >= obj->size
+			     ? 0
+			     : (len > obj->size - off ? obj->size - off : len);
+	ssize_t r = cache_read(c, obj, off, len, buf);
+	bool ok = r == (ssize_t)exp && !memcmp(buf, want + off, exp);
+
+	if (!ok)
+		fprintf(stderr, "read %llu+%zu: got %zd, expected %zu\n",
+			(unsigned long long)off, len, r, exp);
+	free(buf);
+	return ok;
+}
+
+/* Whether fills will write with O_DIRECT in dir: not with
+ * DSTAGE_NO_DIRECT=1, nor on a filesystem that refuses it (the cache then
+ * writes buffered). */
+static inline bool cachetest_direct_writes(const char *dir)
+{
+	char p[320];
+	void *b = NULL;
+	bool ok = false;
+	int fd;
+
+	if (getenv("DSTAGE_NO_DIRECT"))
+		return false;
+	snprintf(p, sizeof(p), "%s/dio-probe", dir);
+	fd = open(p, O_CREAT | O_RDWR | O_DIRECT, 0600);
+	if (fd >= 0 && posix_memalign(&b, 4096, 4096) == 0) {
+		memset(b, 0, 4096);
+		ok = pwrite(fd, b, 4096, 0) == 4096;
+	}
+	free(b);
+	if (fd >= 0)
+		close(fd);
+	unlink(p);
+	return ok;
 }
 
 #endif

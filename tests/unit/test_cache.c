@@ -15,11 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/magic.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -43,31 +40,14 @@ static uint64_t rnd_state = 88172645463325252ULL;
 
 static uint64_t rnd(void)
 {
-	rnd_state ^= rnd_state << 13;
-	rnd_state ^= rnd_state >> 7;
-	rnd_state ^= rnd_state << 17;
-	return rnd_state;
+	return cachetest_rnd(&rnd_state);
 }
 
 /* Write a source object of size bytes; returns its bytes (malloc'ed). */
 static char *put_src(const char *key, size_t size, struct cache_object *obj,
 		     char *etag)
 {
-	char *data = malloc(size ? size : 1);
-	struct objstore_info oi;
-
-	for (size_t i = 0; i < size; i++)
-		data[i] = (char)rnd();
-	CHECK_INT(objstore_put_buf(os, key, data, size), 0);
-	CHECK_INT(objstore_head(os, key, &oi), 0);
-	strcpy(etag, oi.etag);
-	obj->os = os;
-	obj->key = key;
-	obj->etag = etag;
-	obj->size = size;
-	if (!obj->dataset)
-		obj->dataset = "ds";
-	return data;
+	return cachetest_put_src(os, &rnd_state, key, size, obj, etag);
 }
 
 /* Policies of the caches opened, closed at the end (main). */
@@ -89,18 +69,7 @@ static struct cache *open_cache(void)
 static bool read_eq(struct cache *c, const struct cache_object *obj,
 		    const char *want, uint64_t off, size_t len)
 {
-	char *buf = malloc(len + 1);
-	size_t exp = off >= obj->size
-			     ? 0
-			     : (len > obj->size - off ? obj->size - off : len);
-	ssize_t r = cache_read(c, obj, off, len, buf);
-	bool ok = r == (ssize_t)exp && !memcmp(buf, want + off, exp);
-
-	if (!ok)
-		fprintf(stderr, "read %llu+%zu: got %zd, expected %zu\n",
-			(unsigned long long)off, len, r, exp);
-	free(buf);
-	return ok;
+	return cachetest_read_eq(c, obj, want, off, len);
 }
 
 static void test_ranges(void)
@@ -666,28 +635,10 @@ static void test_eviction(void)
 	*cfg = saved;
 }
 
-/* Whether fills will write with O_DIRECT here: not with DSTAGE_NO_DIRECT=1,
- * nor on a filesystem that refuses it (the cache then writes buffered). */
+/* Whether fills will write with O_DIRECT here (cachetest.h). */
 static bool direct_writes(void)
 {
-	char p[320];
-	void *b = NULL;
-	bool ok = false;
-	int fd;
-
-	if (getenv("DSTAGE_NO_DIRECT"))
-		return false;
-	snprintf(p, sizeof(p), "%s/dio-probe", tmp);
-	fd = open(p, O_CREAT | O_RDWR | O_DIRECT, 0600);
-	if (fd >= 0 && posix_memalign(&b, 4096, 4096) == 0) {
-		memset(b, 0, 4096);
-		ok = pwrite(fd, b, 4096, 0) == 4096;
-	}
-	free(b);
-	if (fd >= 0)
-		close(fd);
-	unlink(p);
-	return ok;
+	return cachetest_direct_writes(tmp);
 }
 
 static int iov_sink_fail(void *arg, const struct iovec *iov, int n)
@@ -747,168 +698,6 @@ static void test_read_iov(void)
 	cache_close(c);
 	free(got);
 	free(buf);
-	free(data);
-}
-
-/* Pages of fd's last len bytes resident in the page cache. */
-static size_t resident_tail(int fd, size_t len)
-{
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 0, span, npages;
-	unsigned char vec[256];
-	struct stat st;
-	off_t start;
-	void *m;
-
-	if (fstat(fd, &st) || (size_t)st.st_size < len)
-		return (size_t)-1;
-	start = (off_t)(((size_t)st.st_size - len) / pg * pg);
-	span = (size_t)st.st_size - (size_t)start;
-	npages = (span + pg - 1) / pg;
-	if (npages > sizeof(vec))
-		return (size_t)-1;
-	m = mmap(NULL, span, PROT_READ, MAP_SHARED, fd, start);
-	if (m == MAP_FAILED)
-		return (size_t)-1;
-	if (mincore(m, span, vec) == 0)
-		for (size_t i = 0; i < npages; i++)
-			n += vec[i] & 1;
-	munmap(m, span);
-	return n;
-}
-
-/* Open (read-only) the one object file of the cache at dir; -1, a failed
- * check, when the cache holds none or several. */
-static int sole_obj_file(const char *dir)
-{
-	char pat[400];
-	glob_t g;
-	int fd = -1;
-
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", dir);
-	CHECK_INT(glob(pat, 0, NULL, &g), 0);
-	CHECK_INT(g.gl_pathc, 1);
-	if (g.gl_pathc == 1)
-		fd = open(g.gl_pathv[0], O_RDONLY);
-	CHECK(fd >= 0);
-	globfree(&g);
-	return fd;
-}
-
-/*
- * Fills write block data with O_DIRECT (none of it lands in the page
- * cache), unless DSTAGE_NO_DIRECT=1 (then it does); bytes read back equal
- * the source, the padded last block included. With drop-behind, bytes a
- * read got from the cache file leave the page cache.
- */
-static void test_direct_and_drop_behind(void)
-{
-	struct cache_object obj = { 0 };
-	char etag[128], dir[320], *saved = cfg->cache_dir;
-	size_t size = 40 * BS + 5;
-	char *data = put_src("direct.bin", size, &obj, etag);
-	bool direct = direct_writes();
-	struct statfs sf;
-	struct cache *c;
-	int fd;
-
-	snprintf(dir, sizeof(dir), "%s/cache-direct", tmp);
-	cfg->cache_dir = dir;
-	c = open_cache();
-	CHECK_INT(cache_fetch(c, &obj, 0, 0, NULL, NULL), 0);
-	fd = sole_obj_file(dir);
-	if (fd >= 0 && statfs(dir, &sf) == 0 && sf.f_type != TMPFS_MAGIC) {
-		size_t res = resident_tail(fd, 32 * BS);
-
-		if (direct)
-			CHECK_INT(res, 0);
-		else
-			CHECK(res > 0 && res != (size_t)-1);
-		/* Read it back (from disk when direct): the same bytes. */
-		CHECK(read_eq(c, &obj, data, 0, size));
-		CHECK(resident_tail(fd, 32 * BS) > 0);
-		cache_close(c);
-
-		/* Drop-behind: what a read took leaves the page cache. */
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-		c = open_cache();
-		cache_set_drop_behind(c, true);
-		CHECK(read_eq(c, &obj, data, 8 * BS, 32 * BS + 5));
-		CHECK_INT(resident_tail(fd, 32 * BS), 0);
-	}
-	if (fd >= 0)
-		close(fd);
-	cache_close(c);
-	cfg->cache_dir = saved;
-	free(data);
-}
-
-/* Pages of [off, off + len) of fd in the page cache; -1 on error. */
-static long resident_range(int fd, uint64_t off, uint64_t len)
-{
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE), npages = (len + pg - 1) / pg;
-	unsigned char *vec = malloc(npages ? npages : 1);
-	long n = -1;
-	void *m;
-
-	if (!vec || off % pg)
-		goto out;
-	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-	if (m == MAP_FAILED)
-		goto out;
-	if (mincore(m, len, vec) == 0)
-		for (size_t i = n = 0; i < npages; i++)
-			n += vec[i] & 1;
-	munmap(m, len);
-out:
-	free(vec);
-	return n;
-}
-
-/*
- * Drop-behind goes by 16 MiB chunks, one behind the stream (a per-request
- * POSIX_FADV_DONTNEED cost a warm read 40% of its speed), and the rest at
- * the object's end.
- */
-static void test_drop_behind_chunks(void)
-{
-	struct cache_object obj = { 0 };
-	char etag[128], dir[320], *saved = cfg->cache_dir;
-	const uint64_t mib = 1 << 20;
-	size_t size = 40 * mib;
-	char *data = put_src("chunks.bin", size, &obj, etag);
-	uint64_t data_off = 0;
-	struct statfs sf;
-	struct cache *c;
-	int fd;
-
-	snprintf(dir, sizeof(dir), "%s/cache-chunks", tmp);
-	cfg->cache_dir = dir;
-	c = open_cache();
-	CHECK_INT(cache_fetch(c, &obj, 0, 0, NULL, NULL), 0);
-	cache_close(c);
-	fd = sole_obj_file(dir);
-	if (fd >= 0 && statfs(dir, &sf) == 0 && sf.f_type != TMPFS_MAGIC) {
-		CHECK(pread(fd, &data_off, 8, 24) == 8);
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-		c = open_cache();
-		cache_set_drop_behind(c, true);
-		for (uint64_t off = 0; off < 35 * mib; off += mib)
-			CHECK(read_eq(c, &obj, data, off, mib));
-		/* Past 32 MiB: the first chunk went, the second stays. (A
-		 * folio straddling the start of the data, up to 2 MiB, stays
-		 * with the header and records.) */
-		CHECK_INT(resident_range(fd, data_off + 2 * mib, 12 * mib), 0);
-		CHECK(resident_range(fd, data_off + 20 * mib, 10 * mib) > 0);
-		/* At the end, the rest goes. */
-		CHECK(read_eq(c, &obj, data, 35 * mib, 5 * mib));
-		CHECK_INT(
-			resident_range(fd, data_off + 2 * mib, size - 2 * mib),
-			0);
-		cache_close(c);
-	}
-	if (fd >= 0)
-		close(fd);
-	cfg->cache_dir = saved;
 	free(data);
 }
 
@@ -1036,9 +825,11 @@ static void test_open_table(void)
 int main(void)
 {
 	struct cachetest_saved saved;
+	const char *base = getenv("TMPDIR");
 
 	log_set_level(LOG_LVL_ERROR);
-	snprintf(tmp, sizeof(tmp), "/tmp/test_cache.XXXXXX");
+	snprintf(tmp, sizeof(tmp), "%s/test_cache.XXXXXX",
+		 base && *base ? base : "/tmp");
 	if (!mkdtemp(tmp))
 		return 1;
 	snprintf(srcdir, sizeof(srcdir), "%s/src", tmp);
@@ -1057,8 +848,6 @@ int main(void)
 	test_threads();
 	test_readahead();
 	test_eviction();
-	test_direct_and_drop_behind();
-	test_drop_behind_chunks();
 	test_read_iov();
 	test_open_table();
 
