@@ -377,6 +377,11 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 		else if (ret == -ENOENT)
 			runner_error(c, "%s: not found at the source (%s)",
 				     f->key, c->ds.source);
+		else if (ret == -ENXIO && !c->os)
+			runner_error(c,
+				     "%s: a block must be fetched again, but "
+				     "the source %s cannot be opened",
+				     f->key, c->ds.source);
 		else if (log_cause())
 			/* what the store or the cache logged first: the
 			 * transport error, the HTTP status and S3 code */
@@ -692,7 +697,17 @@ void runner_run(const struct runner_env *env, struct runner_job *rj,
 		goto finish;
 	}
 	ret = objstore_open(c->ds.source, env->cfg, &c->os);
-	if (ret) {
+	if (ret && !c->stage && c->cache_mode && !c->repair &&
+	    !c->fetch_missing) {
+		/* verify --cache checks the node's own copy: it must work
+		 * with the network or the source down (an incident). Nothing
+		 * is fetched: what the cache lacks is reported. */
+		log_warn("job %" PRId64 ": %s: the source %s cannot be opened "
+			 "(%s): verifying the cache alone",
+			 rj->id, rj->dataset, c->ds.source, strerror(-ret));
+		c->os = NULL;
+		ret = 0;
+	} else if (ret) {
 		runner_error(c, "opening %s: %s", c->ds.source, strerror(-ret));
 		goto finish;
 	}

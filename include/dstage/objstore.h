@@ -120,7 +120,10 @@ int objstore_get(struct objstore *os, const char *key, uint64_t off, size_t len,
 /*
  * Run n ranged GETs with up to s3.max_inflight in flight at once over reused
  * connections. Each request's result lands in its own result/got fields.
- * Returns 0 when all succeeded, else the first failing request's -errno.
+ * Returns 0 when all succeeded, else the first failing request's -errno;
+ * -ENXIO when os is NULL (no store: a reader of the cache alone, such as
+ * `stager verify --cache` with its source unreachable, that reached a block
+ * the cache must fetch). objstore_get likewise.
  */
 int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n);
 

@@ -196,6 +196,8 @@ int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n)
 {
 	int ret;
 
+	if (!os)
+		return -ENXIO;
 	for (size_t i = 0; i < n; i++) {
 		reqs[i].got = 0;
 		reqs[i].result = objstore_check_key(os, reqs[i].key);
