@@ -343,7 +343,7 @@ static int cache_gc_hdr(struct cache *c, int fd, const char *name,
 			struct cache_object *obj, char **strs)
 {
 	struct cache_hdr h;
-	uint64_t data_off, rec_off;
+	uint64_t data_off, rec_off, rec_seed;
 	char want[33], *p;
 	size_t dl, kl, el;
 	int ret;
@@ -351,7 +351,9 @@ static int cache_gc_hdr(struct cache *c, int fd, const char *name,
 	*strs = NULL;
 	if (cache_pread_all(fd, &h, sizeof(h), 0) ||
 	    memcmp(h.magic, CACHE_OBJ_MAGIC, 8) ||
-	    h.version != CACHE_OBJ_VERSION || h.block_size != c->bs ||
+	    (h.version != CACHE_OBJ_VERSION &&
+	     h.version != CACHE_OBJ_VERSION_1) ||
+	    h.block_size != c->bs ||
 	    (uint64_t)h.ds_len + h.key_len + h.etag_len > CACHE_GC_STRS_MAX ||
 	    !h.key_len)
 		return -EUCLEAN;
@@ -378,7 +380,7 @@ static int cache_gc_hdr(struct cache *c, int fd, const char *name,
 	*strs = p;
 	/* The whole header, checksum included, as cache_obj_get checks it;
 	 * and the name must be this object's (not a renamed file). */
-	ret = cache_hdr_check(c, fd, obj, &data_off, &rec_off);
+	ret = cache_hdr_check(c, fd, obj, &data_off, &rec_off, &rec_seed);
 	if (ret == -ENOMEM)
 		return ret;
 	cache_obj_name(obj, want);

@@ -238,14 +238,23 @@ void cache_note_disk_full(struct cache *c, int err, const char *what)
 		 c->cfg->cache_dir, strerror(-err), what);
 }
 
-uint32_t cache_rec_check(const struct cache_rec *r, uint64_t b)
+/*
+ * A record's check word binds it to its place: its block number b and its
+ * object (o->rec_seed, the header's checksum), so a record with its block
+ * copied to another block of the file, or into another object's file, is
+ * not valid there (absent: the block is fetched again).
+ */
+uint32_t cache_rec_check(const struct cache_obj *o, const struct cache_rec *r,
+			 uint64_t b)
 {
-	return (uint32_t)XXH3_64bits_withSeed(r, 12, b);
+	return (uint32_t)XXH3_64bits_withSeed(r, 12, b ^ o->rec_seed);
 }
 
-bool cache_rec_valid(const struct cache_rec *r, uint64_t b)
+bool cache_rec_valid(const struct cache_obj *o, const struct cache_rec *r,
+		     uint64_t b)
 {
-	return r->magic == CACHE_REC_MAGIC && r->check == cache_rec_check(r, b);
+	return r->magic == CACHE_REC_MAGIC &&
+	       r->check == cache_rec_check(o, r, b);
 }
 
 int cache_pread_all(int fd, void *buf, size_t len, uint64_t off)
@@ -322,9 +331,10 @@ static uint64_t cache_hdr_sum(const struct cache_hdr *h, const char *strs,
 	return XXH3_64bits_digest(&st);
 }
 
-/* Build the header of obj; *buf (hdr + strings, *len bytes) is malloc'ed. */
-int cache_hdr_build(struct cache *c, const struct cache_object *obj, char **buf,
-		    size_t *len)
+/* Build the header of obj in the given format version; *buf (hdr +
+ * strings, *len bytes) is malloc'ed. */
+int cache_hdr_build(struct cache *c, const struct cache_object *obj,
+		    uint32_t version, char **buf, size_t *len)
 {
 	const char *ds = cache_ds_or(obj->dataset);
 	const char *etag = obj->etag ? obj->etag : "";
@@ -341,7 +351,7 @@ int cache_hdr_build(struct cache *c, const struct cache_object *obj, char **buf,
 		return -ENOMEM;
 	h = (struct cache_hdr *)p;
 	memcpy(h->magic, CACHE_OBJ_MAGIC, 8);
-	h->version = CACHE_OBJ_VERSION;
+	h->version = version;
 	h->block_size = c->bs;
 	h->size = obj->size;
 	h->data_off = cache_roundup(
@@ -358,33 +368,52 @@ int cache_hdr_build(struct cache *c, const struct cache_object *obj, char **buf,
 	return 0;
 }
 
-/* Check that the header of the open file fd belongs to obj. Returns 0,
- * -EUCLEAN (corrupt, torn or another object: a hash collision). */
+/* Check that the header of the open file fd belongs to obj, in this
+ * version's format or in version 1's; *rec_seed: what its records' check
+ * words are seeded with (cache_rec_check). Returns 0, -EUCLEAN (corrupt,
+ * torn or another object: a hash collision), -ENOMEM or a read's -errno. */
 int cache_hdr_check(struct cache *c, int fd, const struct cache_object *obj,
-		    uint64_t *data_off, uint64_t *rec_off)
+		    uint64_t *data_off, uint64_t *rec_off, uint64_t *rec_seed)
 {
+	static const uint32_t versions[] = { CACHE_OBJ_VERSION,
+					     CACHE_OBJ_VERSION_1 };
 	char *want = NULL, *got = NULL;
 	size_t len;
-	int ret = cache_hdr_build(c, obj, &want, &len);
+	int ret = -EUCLEAN;
 
-	if (ret)
-		return ret;
-	got = malloc(len);
-	if (!got) {
-		ret = -ENOMEM;
-		goto out;
+	for (size_t v = 0; v < sizeof(versions) / sizeof(versions[0]); v++) {
+		struct cache_hdr *w;
+
+		free(want);
+		want = NULL;
+		ret = cache_hdr_build(c, obj, versions[v], &want, &len);
+		if (ret)
+			goto out;
+		w = (struct cache_hdr *)want;
+		if (!got) {
+			got = malloc(len);
+			if (!got) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			ret = cache_pread_all(fd, got, len, 0);
+			if (ret)
+				goto out;
+		}
+		/* Everything but the access time must match exactly. */
+		((struct cache_hdr *)got)->atime = w->atime;
+		if (memcmp(got, want, len)) {
+			ret = -EUCLEAN;
+			continue;
+		}
+		*data_off = w->data_off;
+		*rec_off = cache_roundup(len, CACHE_ALIGN);
+		*rec_seed = versions[v] == CACHE_OBJ_VERSION_1 ? 0
+			    : w->hdr_sum		       ? w->hdr_sum
+							       : 1;
+		ret = 0;
+		break;
 	}
-	ret = cache_pread_all(fd, got, len, 0);
-	if (ret)
-		goto out;
-	/* Everything but the access time must match exactly. */
-	((struct cache_hdr *)got)->atime = ((struct cache_hdr *)want)->atime;
-	if (memcmp(got, want, len)) {
-		ret = -EUCLEAN;
-		goto out;
-	}
-	*data_off = ((struct cache_hdr *)want)->data_off;
-	*rec_off = cache_roundup(len, CACHE_ALIGN);
 out:
 	free(want);
 	free(got);

@@ -399,7 +399,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 
 		pthread_mutex_lock(&o->lock);
 		for (uint64_t i = 0; i < n && keep == n; i++)
-			if (cache_rec_valid(&recs[i], b0 + i) &&
+			if (cache_rec_valid(o, &recs[i], b0 + i) &&
 			    cache_verified(o, b0 + i))
 				keep = i;
 		pthread_mutex_unlock(&o->lock);
@@ -415,7 +415,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		char *p = buf + i * c->bs;
 
 		fetch[i] = true;
-		if (!cache_rec_valid(&recs[i], b))
+		if (!cache_rec_valid(o, &recs[i], b))
 			continue;
 		/* Landed meanwhile (or a corrupt block): check it. */
 		struct uring_io io = { p, len, o->data_off + b * c->bs };
@@ -480,7 +480,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 						   buf + i * c->bs,
 						   cache_block_len(o, b0 + i));
 			recs[i].magic = CACHE_REC_MAGIC;
-			recs[i].check = cache_rec_check(&recs[i], b0 + i);
+			recs[i].check = cache_rec_check(o, &recs[i], b0 + i);
 		}
 		ret = cache_reserve(c, o->dataset, cost);
 		if (ret == 0) {
@@ -794,12 +794,12 @@ int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e, bool wait,
 		ret = cache_read_recs(o, b, n, recs);
 		if (ret)
 			return ret;
-		if (cache_rec_valid(&recs[0], b)) {
+		if (cache_rec_valid(o, &recs[0], b)) {
 			if (out && cache_land_copy(o, b, out)) {
 				b++;
 				continue;
 			}
-			while (k < n && cache_rec_valid(&recs[k], b + k))
+			while (k < n && cache_rec_valid(o, &recs[k], b + k))
 				k++;
 			if (!out) { /* prewarm: present is enough */
 				if (verify)
@@ -816,7 +816,7 @@ int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e, bool wait,
 			/* b failed its checksum: re-fetch it. */
 			ret = cache_fill(o, b, 1, true, out, no_space);
 		} else {
-			while (k < n && !cache_rec_valid(&recs[k], b + k))
+			while (k < n && !cache_rec_valid(o, &recs[k], b + k))
 				k++;
 			ret = cache_fill(o, b, k, wait, out, no_space);
 			if (ret == 0) { /* taken, and we do not wait */

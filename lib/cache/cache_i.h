@@ -107,7 +107,11 @@
 
 #define CACHE_ID_FILE "dstage-cache"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"
-#define CACHE_OBJ_VERSION 1
+/* 2: a record's check word is bound to its object as well as to its block
+ * (seeded with the header's hdr_sum); version 1 files, bound to the block
+ * only, are still read and filled as they are, never rewritten. */
+#define CACHE_OBJ_VERSION 2
+#define CACHE_OBJ_VERSION_1 1
 #define CACHE_REC_MAGIC 0x4b4c4231u /* "1BLK" */
 #define CACHE_HDR_FIXED 64
 #define CACHE_ALIGN 4096
@@ -186,7 +190,8 @@ struct cache_hdr {
 struct cache_rec {
 	uint64_t sum; /* XXH3_64bits of the block's bytes */
 	uint32_t magic; /* CACHE_REC_MAGIC */
-	uint32_t check; /* XXH3 of the 12 bytes above, seeded with b */
+	uint32_t check; /* XXH3 of the 12 bytes above, seeded with b and the
+			 * object (cache_rec_check) */
 };
 
 _Static_assert(sizeof(struct cache_hdr) == CACHE_HDR_FIXED, "header size");
@@ -224,6 +229,10 @@ struct cache_obj {
 	struct cache_ds *ds; /* set before the object is listed; its counters */
 	struct objstore *os;
 	uint64_t size, nblocks, rec_off, data_off;
+	/* What each record's check word is seeded with besides its block
+	 * number (cache_rec_check): the header's hdr_sum, which names this
+	 * object version; 0 in a version 1 file (bound to the block only). */
+	uint64_t rec_seed;
 	int fd;
 	int dfd; /* o->lock: O_DIRECT writer, CACHE_DFD_UNSET or -1 (none) */
 	bool no_direct; /* o->lock: direct writes were refused */
@@ -439,18 +448,20 @@ int cache_ofd_lock(const struct cache *c, int fd, off_t byte, short type,
 		   bool wait, const char *ds, const char *key,
 		   const char *name);
 void cache_ofd_unlock(int fd, off_t byte);
-uint32_t cache_rec_check(const struct cache_rec *r, uint64_t b);
-bool cache_rec_valid(const struct cache_rec *r, uint64_t b);
+uint32_t cache_rec_check(const struct cache_obj *o, const struct cache_rec *r,
+			 uint64_t b);
+bool cache_rec_valid(const struct cache_obj *o, const struct cache_rec *r,
+		     uint64_t b);
 int cache_pread_all(int fd, void *buf, size_t len, uint64_t off);
 int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 		    struct cache_rec *recs);
 bool cache_verified(struct cache_obj *o, uint64_t b);
 void cache_set_verified(struct cache_obj *o, uint64_t b, bool on);
 void cache_obj_name(const struct cache_object *obj, char out[33]);
-int cache_hdr_build(struct cache *c, const struct cache_object *obj, char **buf,
-		    size_t *len);
+int cache_hdr_build(struct cache *c, const struct cache_object *obj,
+		    uint32_t version, char **buf, size_t *len);
 int cache_hdr_check(struct cache *c, int fd, const struct cache_object *obj,
-		    uint64_t *data_off, uint64_t *rec_off);
+		    uint64_t *data_off, uint64_t *rec_off, uint64_t *rec_seed);
 int cache_file_info(int fd, char *ds, size_t dslen, uint64_t *atime);
 int cache_identity(struct cache *c);
 void cache_drop_range(const struct cache *c, int fd, uint64_t data_off,

@@ -105,7 +105,7 @@ static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 	dfd = openat(c->objects_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	ret = cache_hdr_build(c, obj, &hdr, &len);
+	ret = cache_hdr_build(c, obj, CACHE_OBJ_VERSION, &hdr, &len);
 	if (ret)
 		goto out;
 	ret = cache_reserve(c, ds,
@@ -188,7 +188,8 @@ static void cache_obj_small_ahead(struct cache *c, int fd,
 
 static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 			       const char *name, bool create, int *fdp,
-			       uint64_t *data_off, uint64_t *rec_off)
+			       uint64_t *data_off, uint64_t *rec_off,
+			       uint64_t *rec_seed)
 {
 	char path[40];
 	int fd = -1, ret = 0;
@@ -222,7 +223,7 @@ static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 			continue;
 		}
 		cache_obj_small_ahead(c, fd, &st);
-		ret = cache_hdr_check(c, fd, obj, data_off, rec_off);
+		ret = cache_hdr_check(c, fd, obj, data_off, rec_off, rec_seed);
 		if (ret == 0) {
 			*fdp = fd;
 			return 0;
@@ -500,7 +501,7 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		}
 	}
 	ret = cache_obj_open_file(c, obj, name, create, &o->fd, &o->data_off,
-				  &o->rec_off);
+				  &o->rec_off, &o->rec_seed);
 	if (ret == -EUCLEAN || ret == -ENOSPC || (ret == -ENOENT && !create)) {
 		/* Unusable, no room for a new file, or none wanted: the
 		 * caller streams (or has nothing to do). */
@@ -578,7 +579,11 @@ static int cache_obj_write_atime(struct cache_obj *o, uint64_t t)
 	char *hdr = NULL, *page = NULL;
 	size_t len;
 	ssize_t w;
-	int ret = cache_hdr_build(o->c, &obj, &hdr, &len);
+	/* In the file's own format: a version 1 file stays one. */
+	int ret = cache_hdr_build(o->c, &obj,
+				  o->rec_seed ? CACHE_OBJ_VERSION
+					      : CACHE_OBJ_VERSION_1,
+				  &hdr, &len);
 
 	if (ret)
 		return ret;

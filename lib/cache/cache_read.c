@@ -128,7 +128,7 @@ static int cache_read_direct(struct cache_obj *o, uint64_t off, size_t len,
 	if (ret)
 		return ret;
 	for (uint64_t i = 0; i < n; i++)
-		if (!cache_rec_valid(&recs[i], b0 + i) ||
+		if (!cache_rec_valid(o, &recs[i], b0 + i) ||
 		    cache_block_len(o, b0 + i) % CACHE_ALIGN)
 			return -EAGAIN;
 	buf = cache_buf_get(c);
@@ -275,7 +275,7 @@ static int cache_fd_ready(struct cache_obj *o, uint64_t b0, uint64_t b1)
 	for (uint64_t i = 0; i < nmine; i++) {
 		const struct cache_rec *r = &recs[mine[i] - b0];
 
-		if (!ret && (!cache_rec_valid(r, mine[i]) ||
+		if (!ret && (!cache_rec_valid(o, r, mine[i]) ||
 			     cache_verify_map(o, mine[i], r) != 1))
 			ret = -EAGAIN;
 		cache_claim_drop(o, mine[i]);
@@ -401,7 +401,7 @@ int cache_object_present(struct cache *c, const struct cache_object *obj,
 		if (ret)
 			break;
 		for (uint64_t i = 0; i < n; i++)
-			if (cache_rec_valid(&recs[i], b + i))
+			if (cache_rec_valid(o, &recs[i], b + i))
 				*bytes += cache_block_len(o, b + i);
 	}
 	cache_obj_put(o);
@@ -457,7 +457,7 @@ int cache_object_check(struct cache *c, const struct cache_object *obj,
 			struct uring_io io = { buf, len,
 					       o->data_off + k * c->bs };
 
-			if (!cache_rec_valid(&recs[i], k))
+			if (!cache_rec_valid(o, &recs[i], k))
 				continue;
 			chk->present++;
 			ret = uring_rw(o->fd, &io, 1, false);

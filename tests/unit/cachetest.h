@@ -108,6 +108,46 @@ static inline int cachetest_sole_obj_file(const char *dir)
 	return fd;
 }
 
+/*
+ * Read key (size bytes) whole into got through a fresh cache opened on cfg
+ * (no policy source) over a file:// store at srcdir, as dataset "d";
+ * *fetches: the blocks it fetched. 0 or -1.
+ */
+static inline int cachetest_read_fresh(struct dstage_config *cfg,
+				       const char *srcdir, const char *key,
+				       uint64_t size, char *got,
+				       uint64_t *fetches)
+{
+	struct objstore *os = NULL;
+	struct cache *c = NULL;
+	struct objstore_info oi;
+	struct cache_object o;
+	struct cache_stats st;
+	char url[400];
+	int ret = -1;
+
+	snprintf(url, sizeof(url), "file://%s/", srcdir);
+	if (objstore_open(url, cfg, &os))
+		return -1;
+	if (cache_open(cfg, NULL, &c))
+		goto out;
+	if (objstore_head(os, key, &oi))
+		goto out;
+	o = (struct cache_object){ .dataset = "d",
+				   .os = os,
+				   .key = key,
+				   .etag = oi.etag,
+				   .size = size };
+	if (cache_read(c, &o, 0, size, got) == (ssize_t)size)
+		ret = 0;
+	cache_get_stats(c, &st);
+	*fetches = st.fetches;
+out:
+	cache_close(c);
+	objstore_free(os);
+	return ret;
+}
+
 /* xorshift64 over *state: the tests' reproducible random bytes. */
 static inline uint64_t cachetest_rnd(uint64_t *state)
 {

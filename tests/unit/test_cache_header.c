@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cachetest.h"
 #include "dstage/cache.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
@@ -54,34 +55,7 @@ static int write_file(const char *path, const char *data, size_t len)
 /* Read key whole through a fresh cache; *fetches: what it fetched. */
 static int read_key(const char *key, char *got, uint64_t *fetches)
 {
-	struct objstore *os = NULL;
-	struct cache *c = NULL;
-	struct objstore_info oi;
-	struct cache_object o;
-	struct cache_stats st;
-	char url[400];
-	int ret = -1;
-
-	snprintf(url, sizeof(url), "file://%s/", srcdir);
-	if (objstore_open(url, cfg, &os))
-		return -1;
-	if (cache_open(cfg, NULL, &c))
-		goto out;
-	if (objstore_head(os, key, &oi))
-		goto out;
-	o = (struct cache_object){ .dataset = "d",
-				   .os = os,
-				   .key = key,
-				   .etag = oi.etag,
-				   .size = SIZE };
-	if (cache_read(c, &o, 0, SIZE, got) == (ssize_t)SIZE)
-		ret = 0;
-	cache_get_stats(c, &st);
-	*fetches = st.fetches;
-out:
-	cache_close(c);
-	objstore_free(os);
-	return ret;
+	return cachetest_read_fresh(cfg, srcdir, key, SIZE, got, fetches);
 }
 
 /* The object files now in the cache; 0 when there are n, names in g. */
