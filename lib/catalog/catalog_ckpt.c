@@ -6,12 +6,16 @@
  * below it in one BEGIN IMMEDIATE transaction, so a reader sees the tree
  * before or after, never half of it.
  *
+ * catalog_ckpt_log (below) is the record's writer for ckpt's hooks: it
+ * has its own connection, opened at the first change, under its lock.
+ *
  * Rows below a directory "d/" are those whose key lies in ["d/", "d0"):
  * '0' is the byte after '/', so the range is exactly the keys that start
  * with "d/", found on the primary key's index without a LIKE (whose
  * wildcards a key may contain).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,7 @@
 #include <sqlite3.h>
 
 #include "catalog_i.h"
+#include "dstage/ckpt.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 
@@ -136,4 +141,124 @@ int catalog_ckpt_rename(struct catalog *cat, const char *store,
 err:
 	catalog_rollback(cat->db);
 	return ret;
+}
+
+void catalog_ckpt_published(struct catalog *cat, const char *store,
+			    const char *key, const char *sha256, uint64_t size,
+			    const char *etag)
+{
+	if (cat && catalog_ckpt_record(cat, store, key, sha256, size, etag))
+		log_warn("checkpoints: %s is published to %s, but its SHA-256 "
+			 "could not be recorded in the catalog",
+			 key, store);
+}
+
+/* ---- the record's writer for ckpt's hooks ---- */
+
+struct catalog_ckpt_log {
+	/* A leaf: taken inside ckpt's locks (the hooks), takes none. */
+	pthread_mutex_t lock;
+	char *path; /* immutable; NULL: no record */
+	struct catalog *cat; /* lock: NULL until the first change */
+	bool failed; /* lock: the open failed once (logged) */
+};
+
+int catalog_ckpt_log_new(const char *path, struct catalog_ckpt_log **out)
+{
+	struct catalog_ckpt_log *l = calloc(1, sizeof(*l));
+
+	*out = NULL;
+	if (!l)
+		return -ENOMEM;
+	if (path) {
+		l->path = strdup(path);
+		if (!l->path) {
+			free(l);
+			return -ENOMEM;
+		}
+	}
+	pthread_mutex_init(&l->lock, NULL);
+	*out = l;
+	return 0;
+}
+
+void catalog_ckpt_log_free(struct catalog_ckpt_log *l)
+{
+	if (!l)
+		return;
+	catalog_close(l->cat);
+	pthread_mutex_destroy(&l->lock);
+	free(l->path);
+	free(l);
+}
+
+/* l's connection (l->lock held), NULL when it cannot be opened (logged
+ * once: the store still gets every file). */
+static struct catalog *catalog_ckpt_log_cat(struct catalog_ckpt_log *l)
+{
+	int ret;
+
+	if (l->cat || l->failed || !l->path)
+		return l->cat;
+	ret = catalog_open(l->path, CATALOG_CREATE, &l->cat);
+	if (ret) {
+		l->cat = NULL;
+		l->failed = true;
+		log_error("checkpoints: cannot open the catalog %s to record "
+			  "the SHA-256 of published files: %s; the store's "
+			  "records (sidecar, x-amz-meta-sha256) stay the only "
+			  "ones",
+			  l->path, strerror(-ret));
+	}
+	return l->cat;
+}
+
+static void catalog_ckpt_log_published(void *arg, const char *store,
+				       const char *key, const char *sha256,
+				       uint64_t size, const char *etag)
+{
+	struct catalog_ckpt_log *l = arg;
+
+	pthread_mutex_lock(&l->lock);
+	catalog_ckpt_published(catalog_ckpt_log_cat(l), store, key, sha256,
+			       size, etag);
+	pthread_mutex_unlock(&l->lock);
+}
+
+static void catalog_ckpt_log_renamed(void *arg, const char *store,
+				     const char *from, const char *to)
+{
+	struct catalog_ckpt_log *l = arg;
+	struct catalog *cat;
+
+	pthread_mutex_lock(&l->lock);
+	cat = catalog_ckpt_log_cat(l);
+	if (cat && catalog_ckpt_rename(cat, store, from, to))
+		log_warn("checkpoints: %s was renamed to %s, but not in the "
+			 "catalog's record",
+			 from, to);
+	pthread_mutex_unlock(&l->lock);
+}
+
+static void catalog_ckpt_log_removed(void *arg, const char *store,
+				     const char *key)
+{
+	struct catalog_ckpt_log *l = arg;
+	struct catalog *cat;
+
+	pthread_mutex_lock(&l->lock);
+	cat = catalog_ckpt_log_cat(l);
+	if (cat && catalog_ckpt_forget(cat, store, key))
+		log_warn("checkpoints: %s was removed, but not from the "
+			 "catalog's record",
+			 key);
+	pthread_mutex_unlock(&l->lock);
+}
+
+void catalog_ckpt_log_hooks(struct catalog_ckpt_log *l, struct ckpt_hooks *h)
+{
+	h->published = catalog_ckpt_log_published;
+	h->renamed = catalog_ckpt_log_renamed;
+	h->removed = catalog_ckpt_log_removed;
+	h->arg = l;
 }

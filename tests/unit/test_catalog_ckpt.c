@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * catalog_ckpt: the table of checkpoint files this node published.
+ * catalog_ckpt: the table of checkpoint files this node published, and
+ * catalog_ckpt_log, its writer behind ckpt's hooks.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "check.h"
+#include "dstage/ckpt.h"
 
 #include "catalogtest.h"
 
@@ -71,6 +73,61 @@ static void test_ckpt_files(struct catalog *cat)
 	CHECK_INT(catalog_ckpt_forget(cat, s1, "nothing"), 0);
 }
 
+/* The hooks of a catalog_ckpt_log write what cat (another connection to
+ * the same file) then reads; without a catalog they record nothing. */
+static void test_ckpt_log(struct catalog *cat)
+{
+	const char *s1 = "file:///logged/";
+	struct catalog_ckpt_log *l = NULL;
+	struct catalog_ckpt c;
+	struct ckpt_hooks h;
+	char sha[65], bad[192];
+
+	memset(sha, 'c', 64);
+	sha[64] = '\0';
+	CHECK_INT(catalog_ckpt_log_new(dbpath, &l), 0);
+	if (!l)
+		return;
+	catalog_ckpt_log_hooks(l, &h);
+	CHECK(h.arg == l);
+	h.published(h.arg, s1, "j/1", sha, 7, "\"e\"");
+	CHECK_INT(catalog_ckpt_get(cat, s1, "j/1", &c), 0);
+	CHECK(c.size == 7);
+	CHECK_STR(c.etag, "\"e\"");
+	h.renamed(h.arg, s1, "j", "k");
+	CHECK_INT(catalog_ckpt_get(cat, s1, "j/1", &c), -ENOENT);
+	CHECK_INT(catalog_ckpt_get(cat, s1, "k/1", &c), 0);
+	h.removed(h.arg, s1, "k/1");
+	CHECK_INT(catalog_ckpt_get(cat, s1, "k/1", &c), -ENOENT);
+	/* a bad record is logged, not fatal */
+	h.published(h.arg, s1, "j/2", "not a sha", 1, "");
+	CHECK_INT(catalog_ckpt_get(cat, s1, "j/2", &c), -ENOENT);
+	catalog_ckpt_log_free(l);
+	catalog_ckpt_log_free(NULL);
+
+	/* no catalog there, or none configured: nothing recorded */
+	snprintf(bad, sizeof(bad), "%s/missing/dir/catalog.db", dir);
+	CHECK_INT(catalog_ckpt_log_new(bad, &l), 0);
+	if (l) {
+		catalog_ckpt_log_hooks(l, &h);
+		h.published(h.arg, s1, "j/3", sha, 1, "");
+		h.published(h.arg, s1, "j/4", sha, 1, "");
+		catalog_ckpt_log_free(l);
+	}
+	CHECK_INT(catalog_ckpt_log_new(NULL, &l), 0);
+	if (l) {
+		catalog_ckpt_log_hooks(l, &h);
+		h.published(h.arg, s1, "j/5", sha, 1, "");
+		h.removed(h.arg, s1, "j/5");
+		catalog_ckpt_log_free(l);
+	}
+	CHECK_INT(catalog_ckpt_get(cat, s1, "j/3", &c), -ENOENT);
+	CHECK_INT(catalog_ckpt_get(cat, s1, "j/5", &c), -ENOENT);
+	catalog_ckpt_published(NULL, s1, "j/6", sha, 1, "");
+	catalog_ckpt_published(cat, s1, "j/6", sha, 1, "");
+	CHECK_INT(catalog_ckpt_get(cat, s1, "j/6", &c), 0);
+}
+
 int main(void)
 {
 	struct catalog *cat = NULL;
@@ -80,6 +137,7 @@ int main(void)
 	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
 	if (cat) {
 		test_ckpt_files(cat);
+		test_ckpt_log(cat);
 		catalog_close(cat);
 	}
 	return catalogtest_done();
