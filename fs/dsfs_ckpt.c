@@ -56,75 +56,6 @@ struct dsfs_ckpt_dir {
 
 /* ---- attributes and access ---- */
 
-/* ---- the catalog's record of what this node publishes ---- */
-
-/* The catalog connection (st->cat_lock held), NULL when it cannot be
- * opened (logged once: the store still gets every file). */
-static struct catalog *dsfs_ckpt_cat(struct dsfs_ckpt *st)
-{
-	const char *path = st->catalog_path;
-	int ret;
-
-	if (st->cat || st->cat_failed || !path)
-		return st->cat;
-	ret = catalog_open(path, CATALOG_CREATE, &st->cat);
-	if (ret) {
-		st->cat = NULL;
-		st->cat_failed = true;
-		log_error("checkpoints: cannot open the catalog %s to record "
-			  "the SHA-256 of published files: %s; the store's "
-			  "records (sidecar, x-amz-meta-sha256) stay the only "
-			  "ones",
-			  path, strerror(-ret));
-	}
-	return st->cat;
-}
-
-static void dsfs_ckpt_published(void *arg, const char *store, const char *key,
-				const char *sha, uint64_t size,
-				const char *etag)
-{
-	struct dsfs_ckpt *st = arg;
-	struct catalog *cat;
-
-	pthread_mutex_lock(&st->cat_lock);
-	cat = dsfs_ckpt_cat(st);
-	if (cat && catalog_ckpt_record(cat, store, key, sha, size, etag))
-		log_warn("checkpoints: %s is published, but its SHA-256 could "
-			 "not be recorded in the catalog",
-			 key);
-	pthread_mutex_unlock(&st->cat_lock);
-}
-
-static void dsfs_ckpt_renamed(void *arg, const char *store, const char *from,
-			      const char *to)
-{
-	struct dsfs_ckpt *st = arg;
-	struct catalog *cat;
-
-	pthread_mutex_lock(&st->cat_lock);
-	cat = dsfs_ckpt_cat(st);
-	if (cat && catalog_ckpt_rename(cat, store, from, to))
-		log_warn("checkpoints: %s was renamed to %s, but not in the "
-			 "catalog's record",
-			 from, to);
-	pthread_mutex_unlock(&st->cat_lock);
-}
-
-static void dsfs_ckpt_removed(void *arg, const char *store, const char *key)
-{
-	struct dsfs_ckpt *st = arg;
-	struct catalog *cat;
-
-	pthread_mutex_lock(&st->cat_lock);
-	cat = dsfs_ckpt_cat(st);
-	if (cat && catalog_ckpt_forget(cat, store, key))
-		log_warn("checkpoints: %s was removed, but not from the "
-			 "catalog's record",
-			 key);
-	pthread_mutex_unlock(&st->cat_lock);
-}
-
 /* ---- life ---- */
 
 static int dsfs_ckpt_init(struct dsfs *fs)
@@ -135,17 +66,17 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 	if (!st)
 		return -ENOMEM;
 	pthread_mutex_init(&st->lock, NULL);
-	pthread_mutex_init(&st->cat_lock, NULL);
 	st->top.dir = true;
 	st->top.refs = 1;
 	fs->sub_state[DSFS_SUB_CKPT] = st;
 	if (fs->cfg && fs->cfg->ckpt_store) {
-		const struct ckpt_hooks h = { .published = dsfs_ckpt_published,
-					      .renamed = dsfs_ckpt_renamed,
-					      .removed = dsfs_ckpt_removed,
-					      .arg = st };
+		struct ckpt_hooks h;
 
-		st->catalog_path = fs->cfg->catalog_path;
+		/* What this node publishes is recorded in the catalog. */
+		ret = catalog_ckpt_log_new(fs->cfg->catalog_path, &st->record);
+		if (ret)
+			return ret;
+		catalog_ckpt_log_hooks(st->record, &h);
 		ret = ckpt_open_ex(fs->cfg, &h, &st->ck);
 		if (ret)
 			return ret;
@@ -166,10 +97,9 @@ static void dsfs_ckpt_destroy(struct dsfs *fs)
 
 	if (!st)
 		return;
-	ckpt_free(st->ck);
-	catalog_close(st->cat);
+	ckpt_free(st->ck); /* no hook runs after it */
+	catalog_ckpt_log_free(st->record);
 	free(st->cache_label);
-	pthread_mutex_destroy(&st->cat_lock);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	fs->sub_state[DSFS_SUB_CKPT] = NULL;

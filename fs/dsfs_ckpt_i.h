@@ -29,14 +29,10 @@ struct dsfs_ckpt {
 	 * so it meets none of theirs, nor their pins and quotas). Immutable
 	 * after init; NULL without a store. */
 	char *cache_label;
-	/* What this node publishes is recorded in the catalog
-	 * (catalog_ckpt_*, through ckpt's hooks): one read-write connection,
-	 * opened at the first record. cat_lock guards cat and cat_failed; a
-	 * leaf, taken inside ckpt's locks (struct ckpt_hooks). */
-	pthread_mutex_t cat_lock;
-	const char *catalog_path; /* the configuration's; immutable */
-	struct catalog *cat;
-	bool cat_failed; /* cat_lock: the open failed once (logged) */
+	/* What this node publishes, recorded in the catalog through ckpt's
+	 * hooks (its lock a leaf, taken inside ckpt's). Immutable after
+	 * init; NULL without a store. */
+	struct catalog_ckpt_log *record;
 	pthread_mutex_t lock;
 	struct dsfs_ckpt_pn top;
 };

@@ -323,4 +323,36 @@ int catalog_ckpt_forget(struct catalog *cat, const char *store,
 int catalog_ckpt_rename(struct catalog *cat, const char *store,
 			const char *from, const char *to);
 
+/*
+ * What a writer of checkpoint stores calls once key is published (dstagefs
+ * through ckpt's hooks, the stager's retry through lifecycle_staging_publish):
+ * catalog_ckpt_record into cat, which may be NULL (nothing is recorded). A
+ * failure is logged, not returned: the store has the file either way, and
+ * its own records (sidecar, x-amz-meta-sha256) stay.
+ */
+void catalog_ckpt_published(struct catalog *cat, const char *store,
+			    const char *key, const char *sha256, uint64_t size,
+			    const char *etag);
+
+/*
+ * A checkpoint store's record in the catalog, for ckpt_open_ex's hooks: a
+ * read-write connection to the catalog at path, opened (CATALOG_CREATE) at
+ * the first change; when it cannot be, that is logged once and nothing is
+ * recorded. Each hook logs what it could not record (catalog_ckpt_published,
+ * catalog_ckpt_rename, catalog_ckpt_forget) and returns nothing.
+ *
+ * Thread-safe: one lock guards the connection, a leaf (ckpt calls the hooks
+ * with its own locks held, include/dstage/ckpt.h); a hook may wait for the
+ * catalog file's write lock, at most CATALOG_BUSY_TIMEOUT_MS.
+ */
+struct catalog_ckpt_log;
+struct ckpt_hooks;
+
+/* path may be NULL: no record. 0 or -ENOMEM. */
+int catalog_ckpt_log_new(const char *path, struct catalog_ckpt_log **out);
+/* Accepts NULL. No hook of l may run any more (ckpt_free first). */
+void catalog_ckpt_log_free(struct catalog_ckpt_log *l);
+/* Fill h with the hooks that record into l (h->arg = l). */
+void catalog_ckpt_log_hooks(struct catalog_ckpt_log *l, struct ckpt_hooks *h);
+
 #endif

@@ -61,8 +61,9 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
  * written, and the record becomes C with the store's ETag (unless it
  * changed meanwhile: -ESTALE, the copy stored is still a closed version).
  * Once published, the SHA-256, size and ETag are recorded in cat (may
- * be NULL; catalog_ckpt_record under os's URL; a failure there is logged,
- * not returned: the store has the file).
+ * be NULL) under os's URL by catalog_ckpt_published, as dstagefs records
+ * its own publishes (a failure there is logged, not returned: the store
+ * has the file).
  * Returns 0, -ESTALE (record not P any more, or another file), -EBUSY
  * (dstagefs is publishing it), -EIO (the copy's SHA-256 is not the
  * recorded one), or a store error.

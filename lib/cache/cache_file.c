@@ -287,21 +287,6 @@ int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 			       o->rec_off + b0 * sizeof(*recs));
 }
 
-bool cache_verified(struct cache_obj *o, uint64_t b)
-{
-	return o->verified && (o->verified[b / 8] & (1u << (b % 8)));
-}
-
-void cache_set_verified(struct cache_obj *o, uint64_t b, bool on)
-{
-	if (!o->verified)
-		return;
-	if (on)
-		o->verified[b / 8] |= (uint8_t)(1u << (b % 8));
-	else
-		o->verified[b / 8] &= (uint8_t) ~(1u << (b % 8));
-}
-
 void cache_obj_name(const struct cache_object *obj, char out[33])
 {
 	XXH3_state_t st;

@@ -11,8 +11,8 @@
  *   5  cache_ahead.c  readahead and known-order prefetch: the workers
  *   4  cache_fill.c   the fill engine: claim, fetch, hash, commit; landed
  *                     fills handed to readers; serving present blocks
- *   3  cache_obj.c    the open-object table, object files, claims, the
- *                     lifecycle of landed fills
+ *   3  cache_obj.c    the open-object table, object files, claims and the
+ *                     verified-block bitmap, the lifecycle of landed fills
  *   2  cache_space.c  datasets (policy, usage), reservations, eviction,
  *                     the fill-buffer pool
  *   1  cache_file.c   the on-disk format: header, records, identity file,
@@ -455,8 +455,6 @@ bool cache_rec_valid(const struct cache_obj *o, const struct cache_rec *r,
 int cache_pread_all(int fd, void *buf, size_t len, uint64_t off);
 int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 		    struct cache_rec *recs);
-bool cache_verified(struct cache_obj *o, uint64_t b);
-void cache_set_verified(struct cache_obj *o, uint64_t b, bool on);
 void cache_obj_name(const struct cache_object *obj, char out[33]);
 int cache_hdr_build(struct cache *c, const struct cache_object *obj,
 		    uint32_t version, char **buf, size_t *len);
@@ -500,6 +498,8 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 void cache_obj_put(struct cache_obj *o);
 void cache_obj_touch(struct cache_obj *o);
 int cache_obj_forget(struct cache *c, const char *name);
+bool cache_verified(struct cache_obj *o, uint64_t b);
+void cache_set_verified(struct cache_obj *o, uint64_t b, bool on);
 bool cache_claimed(struct cache_obj *o, uint64_t b);
 int cache_claim_add(struct cache_obj *o, uint64_t b);
 void cache_claim_drop(struct cache_obj *o, uint64_t b);

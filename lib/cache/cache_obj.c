@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * cache_obj.c, layer 3 of the cache (lib/cache/cache_i.h draws all seven): the
- * object versions open in this process, their files, their claims and the
- * lifecycle of their landed fills. Calls layers 1 and 2.
+ * object versions open in this process, their files, their claims, their
+ * verified-block bitmaps and the lifecycle of their landed fills. Calls layers 1 and 2.
  *
  * An open object (struct cache_obj) in c->buckets (c->lock):
  *
@@ -626,6 +626,21 @@ void cache_obj_touch(struct cache_obj *o)
 	if (write && (ret = cache_obj_write_atime(o, t)))
 		log_debug("cache: %s/%s: access time not recorded: %s",
 			  o->dataset, o->key, strerror(-ret));
+}
+
+bool cache_verified(struct cache_obj *o, uint64_t b)
+{
+	return o->verified && (o->verified[b / 8] & (1u << (b % 8)));
+}
+
+void cache_set_verified(struct cache_obj *o, uint64_t b, bool on)
+{
+	if (!o->verified)
+		return;
+	if (on)
+		o->verified[b / 8] |= (uint8_t)(1u << (b % 8));
+	else
+		o->verified[b / 8] &= (uint8_t) ~(1u << (b % 8));
 }
 
 bool cache_claimed(struct cache_obj *o, uint64_t b)

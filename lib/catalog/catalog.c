@@ -581,18 +581,60 @@ int catalog_schema_version(struct catalog *cat)
 	return v;
 }
 
-/* Run sql with ?1 bound to id; *changes gets the rows changed. */
-int catalog_exec_ids(struct catalog *cat, const char *sql, const int64_t *ids,
-		     int n, const char *what, int *changes)
+int catalog_prepare(struct catalog *cat, const char *what, const char *sql,
+		    const struct catalog_arg *args, int n, sqlite3_stmt **out)
 {
 	sqlite3_stmt *st = NULL;
-	int rc, i, ret = 0;
+	int rc, i;
 
+	*out = NULL;
 	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-	for (i = 0; rc == SQLITE_OK && i < n; i++)
-		sqlite3_bind_int64(st, i + 1, ids[i]);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_step(st);
+	for (i = 0; rc == SQLITE_OK && i < n; i++) {
+		switch (args[i].kind) {
+		case CATALOG_ARG_INT:
+			rc = sqlite3_bind_int64(st, i + 1, args[i].num);
+			break;
+		case CATALOG_ARG_TEXT:
+			rc = sqlite3_bind_text(st, i + 1, args[i].text, -1,
+					       SQLITE_STATIC);
+			break;
+		case CATALOG_ARG_BLOB:
+			rc = sqlite3_bind_blob(st, i + 1, args[i].blob,
+					       (int)args[i].num, SQLITE_STATIC);
+			break;
+		default:
+			rc = SQLITE_MISUSE;
+		}
+	}
+	if (rc != SQLITE_OK) {
+		sqlite3_finalize(st);
+		return catalog_sqlerr(cat->db, rc, what);
+	}
+	*out = st;
+	return 0;
+}
+
+int catalog_step(struct catalog *cat, sqlite3_stmt *st, const char *what)
+{
+	int rc = sqlite3_step(st);
+
+	if (rc == SQLITE_ROW)
+		return 0;
+	if (rc == SQLITE_DONE)
+		return -ENOENT;
+	return catalog_sqlerr(cat->db, rc, what);
+}
+
+int catalog_run(struct catalog *cat, const char *what, const char *sql,
+		const struct catalog_arg *args, int n, int *changes)
+{
+	sqlite3_stmt *st;
+	int rc, ret;
+
+	ret = catalog_prepare(cat, what, sql, args, n, &st);
+	if (ret)
+		return ret;
+	rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE)
 		ret = catalog_sqlerr(cat->db, rc, what);
 	else if (changes)
@@ -604,7 +646,8 @@ int catalog_exec_ids(struct catalog *cat, const char *sql, const int64_t *ids,
 int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
 		    int *changes)
 {
-	return catalog_exec_ids(cat, sql, &id, 1, sql, changes);
+	return catalog_run(cat, sql, sql, CATALOG_ARGS(CATALOG_INT(id)),
+			   changes);
 }
 
 /* ---- policy and audit ---- */
@@ -612,100 +655,73 @@ int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
 int catalog_policy_get(struct catalog *cat, const char *key, char *buf,
 		       size_t len)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	sqlite3_stmt *st;
+	const char *v;
+	int ret;
 
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT value FROM policy WHERE key = ?", -1,
-				&st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-		rc = sqlite3_step(st);
-	}
-	if (rc == SQLITE_ROW) {
-		const char *v = (const char *)sqlite3_column_text(st, 0);
-
-		if ((size_t)snprintf(buf, len, "%s", v ? v : "") >= len)
-			ret = -ENAMETOOLONG;
-	} else if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-	} else {
-		ret = catalog_sqlerr(cat->db, rc, "policy get");
-	}
+	ret = catalog_prepare(cat, "policy get",
+			      "SELECT value FROM policy WHERE key = ?",
+			      CATALOG_ARGS(CATALOG_TEXT(key)), &st);
+	if (ret)
+		return ret;
+	ret = catalog_step(cat, st, "policy get");
+	if (ret)
+		goto out;
+	v = (const char *)sqlite3_column_text(st, 0);
+	if ((size_t)snprintf(buf, len, "%s", v ? v : "") >= len)
+		ret = -ENAMETOOLONG;
+out:
 	sqlite3_finalize(st);
 	return ret;
 }
 
 int catalog_policy_set(struct catalog *cat, const char *key, const char *value)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
-
 	if (!key || !*key || !value)
 		return -EINVAL;
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO policy(key, value, updated)"
-				" VALUES(?1, ?2, ?3) ON CONFLICT(key) DO UPDATE"
-				" SET value = ?2, updated = ?3",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 3, catalog_now());
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "policy set");
-	sqlite3_finalize(st);
-	return ret;
+	return catalog_run(cat, "policy set",
+			   "INSERT INTO policy(key, value, updated)"
+			   " VALUES(?1, ?2, ?3) ON CONFLICT(key) DO UPDATE"
+			   " SET value = ?2, updated = ?3",
+			   CATALOG_ARGS(CATALOG_TEXT(key), CATALOG_TEXT(value),
+					CATALOG_INT(catalog_now())),
+			   NULL);
 }
 
 int catalog_audit_add(struct catalog *cat, const struct catalog_audit *a)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	int64_t when = a->when ? a->when : catalog_now();
 
 	if (!a->action || !*a->action)
 		return -EINVAL;
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO audit(at, uid, user, action,"
-				" target, old_value, new_value)"
-				" VALUES(?, ?, ?, ?, ?, ?, ?)",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, a->when ? a->when : catalog_now());
-		sqlite3_bind_int64(st, 2, a->uid);
-		sqlite3_bind_text(st, 3, a->user, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 4, a->action, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 5, a->target, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 6, a->old_value, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 7, a->new_value, -1, SQLITE_STATIC);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "audit add");
-	sqlite3_finalize(st);
-	return ret;
+	return catalog_run(cat, "audit add",
+			   "INSERT INTO audit(at, uid, user, action,"
+			   " target, old_value, new_value)"
+			   " VALUES(?, ?, ?, ?, ?, ?, ?)",
+			   CATALOG_ARGS(CATALOG_INT(when), CATALOG_INT(a->uid),
+					CATALOG_TEXT(a->user),
+					CATALOG_TEXT(a->action),
+					CATALOG_TEXT(a->target),
+					CATALOG_TEXT(a->old_value),
+					CATALOG_TEXT(a->new_value)),
+			   NULL);
 }
 
 int catalog_audit_list(struct catalog *cat, int64_t after_id,
 		       catalog_audit_cb cb, void *arg)
 {
 	struct catalog_audit a;
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	sqlite3_stmt *st;
+	int ret;
 
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT id, at, uid, user, action, target,"
-				" old_value, new_value FROM audit"
-				" WHERE id > ? ORDER BY id",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare audit list");
-		goto out;
-	}
-	sqlite3_bind_int64(st, 1, after_id);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+	ret = catalog_prepare(cat, "audit list",
+			      "SELECT id, at, uid, user, action, target,"
+			      " old_value, new_value FROM audit"
+			      " WHERE id > ? ORDER BY id",
+			      CATALOG_ARGS(CATALOG_INT(after_id)), &st);
+	if (ret)
+		return ret;
+	while (!(ret = catalog_step(cat, st, "audit list"))) {
 		a.id = sqlite3_column_int64(st, 0);
 		a.when = sqlite3_column_int64(st, 1);
 		a.uid = (uint32_t)sqlite3_column_int64(st, 2);
@@ -718,8 +734,8 @@ int catalog_audit_list(struct catalog *cat, int64_t after_id,
 		if (ret)
 			goto out;
 	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "audit list");
+	if (ret == -ENOENT)
+		ret = 0;
 out:
 	sqlite3_finalize(st);
 	return ret;

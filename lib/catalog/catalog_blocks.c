@@ -13,23 +13,21 @@
 
 int catalog_blocks_list(struct catalog *cat, catalog_blocks_cb cb, void *arg)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	sqlite3_stmt *st;
+	int ret;
 
-	rc = sqlite3_prepare_v2(
-		cat->db,
-		"SELECT b.object_id, d.name, o.path, coalesce(o.etag, ''),"
-		" o.size, count(*) FROM blocks b"
-		" JOIN objects o ON o.id = b.object_id"
-		" JOIN manifests m ON m.id = o.manifest_id"
-		" JOIN datasets d ON d.id = m.dataset_id"
-		" GROUP BY b.object_id ORDER BY b.object_id",
-		-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare blocks list");
-		goto out;
-	}
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+	ret = catalog_prepare(cat, "blocks list",
+			      "SELECT b.object_id, d.name, o.path,"
+			      " coalesce(o.etag, ''), o.size, count(*)"
+			      " FROM blocks b"
+			      " JOIN objects o ON o.id = b.object_id"
+			      " JOIN manifests m ON m.id = o.manifest_id"
+			      " JOIN datasets d ON d.id = m.dataset_id"
+			      " GROUP BY b.object_id ORDER BY b.object_id",
+			      NULL, 0, &st);
+	if (ret)
+		return ret;
+	while (!(ret = catalog_step(cat, st, "blocks list"))) {
 		struct catalog_blocks_obj b = {
 			.object_id = sqlite3_column_int64(st, 0),
 			.dataset = (const char *)sqlite3_column_text(st, 1),
@@ -47,8 +45,8 @@ int catalog_blocks_list(struct catalog *cat, catalog_blocks_cb cb, void *arg)
 		if (ret)
 			goto out;
 	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "blocks list");
+	if (ret == -ENOENT)
+		ret = 0;
 out:
 	sqlite3_finalize(st);
 	return ret;

@@ -64,24 +64,20 @@ int catalog_dataset_add(struct catalog *cat, const char *name,
 	}
 	if (!source || !*source)
 		return -EINVAL;
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO datasets(name, source, state,"
-				" owner_group, created) VALUES(?, ?, 0, ?, ?)",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare dataset add");
-		goto out;
-	}
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, group, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, catalog_now());
+	ret = catalog_prepare(
+		cat, "dataset add",
+		"INSERT INTO datasets(name, source, state,"
+		" owner_group, created) VALUES(?, ?, 0, ?, ?)",
+		CATALOG_ARGS(CATALOG_TEXT(name), CATALOG_TEXT(source),
+			     CATALOG_TEXT(group), CATALOG_INT(catalog_now())),
+		&st);
+	if (ret)
+		return ret;
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_CONSTRAINT_UNIQUE)
 		ret = -EEXIST;
 	else if (rc != SQLITE_DONE)
 		ret = catalog_sqlerr(cat->db, rc, "dataset add");
-out:
 	sqlite3_finalize(st);
 	return ret;
 }
@@ -137,25 +133,23 @@ void catalog_dataset_release(struct catalog_dataset *ds)
 int catalog_dataset_list(struct catalog *cat, catalog_dataset_cb cb, void *arg)
 {
 	struct catalog_dataset ds;
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	sqlite3_stmt *st;
+	int ret;
 
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT " DS_COLS "WHERE d.state <> 2"
-				" ORDER BY d.name",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare dataset list");
-		goto out;
-	}
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+	ret = catalog_prepare(cat, "dataset list",
+			      "SELECT " DS_COLS "WHERE d.state <> 2"
+			      " ORDER BY d.name",
+			      NULL, 0, &st);
+	if (ret)
+		return ret;
+	while (!(ret = catalog_step(cat, st, "dataset list"))) {
 		catalog_ds_fill(st, &ds);
 		ret = cb(arg, &ds);
 		if (ret)
 			goto out;
 	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "dataset list");
+	if (ret == -ENOENT)
+		ret = 0;
 out:
 	sqlite3_finalize(st);
 	return ret;
@@ -166,27 +160,14 @@ static int catalog_dataset_set(struct catalog *cat, const char *name,
 			       const char *sql, sqlite3_int64 ival,
 			       const char *sval, bool is_text)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	const struct catalog_arg args[] = {
+		is_text ? CATALOG_TEXT(sval) : CATALOG_INT(ival),
+		CATALOG_TEXT(name),
+	};
+	int n = 0, ret;
 
-	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, sql);
-		goto out;
-	}
-	if (is_text)
-		sqlite3_bind_text(st, 1, sval, -1, SQLITE_STATIC);
-	else
-		sqlite3_bind_int64(st, 1, ival);
-	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, sql);
-	else if (sqlite3_changes(cat->db) == 0)
-		ret = -ENOENT;
-out:
-	sqlite3_finalize(st);
-	return ret;
+	ret = catalog_run(cat, sql, sql, args, 2, &n);
+	return ret ? ret : n == 0 ? -ENOENT : 0;
 }
 
 #define DS_SET(col) \
@@ -485,23 +466,14 @@ out:
 int catalog_object_set_actual(struct catalog *cat, int64_t object_id,
 			      const unsigned char sha256[32], int64_t when)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	int n = 0, ret;
 
-	rc = sqlite3_prepare_v2(cat->db,
-				"UPDATE objects SET actual_sha256 = ?2,"
-				" verified_at = ?3 WHERE id = ?1",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, object_id);
-		sqlite3_bind_blob(st, 2, sha256, 32, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 3, when);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "set actual sha256");
-	else if (sqlite3_changes(cat->db) == 0)
-		ret = -ENOENT;
-	sqlite3_finalize(st);
-	return ret;
+	ret = catalog_run(cat, "set actual sha256",
+			  "UPDATE objects SET actual_sha256 = ?2,"
+			  " verified_at = ?3 WHERE id = ?1",
+			  CATALOG_ARGS(CATALOG_INT(object_id),
+				       CATALOG_BLOB(sha256, 32),
+				       CATALOG_INT(when)),
+			  &n);
+	return ret ? ret : n == 0 ? -ENOENT : 0;
 }

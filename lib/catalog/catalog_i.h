@@ -161,15 +161,68 @@ void catalog_stmt_done(sqlite3_stmt *st);
 /* Step st, which returns no rows (or one ignored row), then reset it. */
 int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what);
 
-/* Run sql with ?1 bound to id; *changes (may be NULL) gets the rows
- * changed. 0 or the logged -errno. */
+/*
+ * One parameter of a statement, for catalog_prepare and catalog_run: an
+ * integer, a text (NULL binds NULL) or a blob of num bytes. Texts and blobs
+ * are bound SQLITE_STATIC: they must outlive the statement. Written with
+ * the macros below, e.g.
+ *   catalog_run(cat, "policy set", sql,
+ *               CATALOG_ARGS(CATALOG_TEXT(key), CATALOG_INT(now)), NULL);
+ */
+enum catalog_arg_kind {
+	CATALOG_ARG_INT,
+	CATALOG_ARG_TEXT,
+	CATALOG_ARG_BLOB,
+};
+
+struct catalog_arg {
+	enum catalog_arg_kind kind;
+	int64_t num; /* INT: the value; BLOB: its length */
+	const char *text;
+	const void *blob;
+};
+
+#define CATALOG_INT(v) \
+	((struct catalog_arg){ .kind = CATALOG_ARG_INT, .num = (int64_t)(v) })
+#define CATALOG_TEXT(s) \
+	((struct catalog_arg){ .kind = CATALOG_ARG_TEXT, .text = (s) })
+#define CATALOG_BLOB(p, n)     \
+	((struct catalog_arg){ \
+		.kind = CATALOG_ARG_BLOB, .blob = (p), .num = (int64_t)(n) })
+/* The args and n arguments of catalog_prepare and catalog_run: ?1..?n. */
+#define CATALOG_ARGS(...)                                                   \
+	(const struct catalog_arg[]){ __VA_ARGS__ },                        \
+		(int)(sizeof((const struct catalog_arg[]){ __VA_ARGS__ }) / \
+		      sizeof(struct catalog_arg))
+
+/*
+ * Prepare sql on cat's connection with args[0..n) bound to ?1..?n. The
+ * caller steps *out (catalog_step) and finalizes it. Returns 0, or the
+ * -errno of SQLite's failure (catalog_sqlite_errno), logged with what and
+ * SQLite's message; *out is then NULL.
+ */
+int catalog_prepare(struct catalog *cat, const char *what, const char *sql,
+		    const struct catalog_arg *args, int n, sqlite3_stmt **out);
+
+/*
+ * Step st: 0 when it has a row, -ENOENT when it has no more, else the
+ * logged -errno (catalog_sqlerr with what): -EBUSY, -ENOSPC, -EACCES,
+ * -ENOMEM, -EUCLEAN or -EIO.
+ */
+int catalog_step(struct catalog *cat, sqlite3_stmt *st, const char *what);
+
+/*
+ * Prepare sql with args[0..n) bound, step it once to its end (a statement
+ * that returns no rows), finalize it; *changes (may be NULL) gets the rows
+ * it changed. Returns 0 or the -errno of catalog_prepare and catalog_step,
+ * logged with what (a row where none was due: -EIO).
+ */
+int catalog_run(struct catalog *cat, const char *what, const char *sql,
+		const struct catalog_arg *args, int n, int *changes);
+
+/* catalog_run of sql with ?1 bound to id, sql naming it in the error. */
 int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
 		    int *changes);
-
-/* The same with ids[0..n) bound to ?1..?n, what naming the statement in
- * the error. */
-int catalog_exec_ids(struct catalog *cat, const char *sql, const int64_t *ids,
-		     int n, const char *what, int *changes);
 
 /*
  * In a transaction: the id and state of dataset name, or -ENOENT. With

@@ -80,23 +80,23 @@ int catalog_lifecycle_add(struct catalog *cat, struct lifecycle_rule *r,
 	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
-	rc = sqlite3_prepare_v2(cat->db,
-				"INSERT INTO lifecycle_rules(pattern,"
-				" keep_local, shared_days, delete_days,"
-				" keep_every, archive, storage_class, created)"
-				" VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(st, 1, r->pattern, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, r->keep_local);
-		sqlite3_bind_int64(st, 3, r->shared_days);
-		sqlite3_bind_int64(st, 4, r->delete_days);
-		sqlite3_bind_int64(st, 5, r->keep_every);
-		sqlite3_bind_text(st, 6, r->archive, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 7, r->storage_class, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 8, catalog_now());
-		rc = sqlite3_step(st);
-	}
+	ret = catalog_prepare(cat, "lifecycle rule add",
+			      "INSERT INTO lifecycle_rules(pattern,"
+			      " keep_local, shared_days, delete_days,"
+			      " keep_every, archive, storage_class, created)"
+			      " VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+			      CATALOG_ARGS(CATALOG_TEXT(r->pattern),
+					   CATALOG_INT(r->keep_local),
+					   CATALOG_INT(r->shared_days),
+					   CATALOG_INT(r->delete_days),
+					   CATALOG_INT(r->keep_every),
+					   CATALOG_TEXT(r->archive),
+					   CATALOG_TEXT(r->storage_class),
+					   CATALOG_INT(catalog_now())),
+			      &st);
+	if (ret)
+		goto err;
+	rc = sqlite3_step(st);
 	if ((rc & 0xff) == SQLITE_CONSTRAINT) {
 		snprintf(msg, len,
 			 "lifecycle rule for '%s' exists; remove it first "
@@ -128,31 +128,24 @@ int catalog_lifecycle_remove(struct catalog *cat, int64_t id,
 {
 	struct lifecycle_rule r;
 	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int ret;
 
 	if (!id && (!pattern || !*pattern))
 		return -EINVAL;
 	ret = catalog_exec(cat->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT " RULE_COLS " FROM lifecycle_rules"
-				" WHERE id = ?1 OR (?1 = 0 AND pattern = ?2)",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, id);
-		sqlite3_bind_text(st, 2, pattern ? pattern : "", -1,
-				  SQLITE_STATIC);
-		rc = sqlite3_step(st);
-	}
-	if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
+	ret = catalog_prepare(
+		cat, "lifecycle rule find",
+		"SELECT " RULE_COLS " FROM lifecycle_rules"
+		" WHERE id = ?1 OR (?1 = 0 AND pattern = ?2)",
+		CATALOG_ARGS(CATALOG_INT(id),
+			     CATALOG_TEXT(pattern ? pattern : "")),
+		&st);
+	if (!ret)
+		ret = catalog_step(cat, st, "lifecycle rule find");
+	if (ret)
 		goto err;
-	}
-	if (rc != SQLITE_ROW) {
-		ret = catalog_sqlerr(cat->db, rc, "lifecycle rule find");
-		goto err;
-	}
 	catalog_lifecycle_fill(st, &r);
 	sqlite3_finalize(st);
 	st = NULL;
@@ -179,19 +172,17 @@ int catalog_lifecycle_list(struct catalog *cat, struct lifecycle_rule **out,
 	struct lifecycle_rule *v = NULL, *nv;
 	size_t cap = 0, cnt = 0;
 	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	int ret;
 
 	*out = NULL;
 	*n = 0;
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT " RULE_COLS " FROM lifecycle_rules"
-				" ORDER BY id",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		ret = catalog_sqlerr(cat->db, rc, "prepare lifecycle list");
+	ret = catalog_prepare(cat, "lifecycle list",
+			      "SELECT " RULE_COLS " FROM lifecycle_rules"
+			      " ORDER BY id",
+			      NULL, 0, &st);
+	if (ret)
 		goto err;
-	}
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+	while (!(ret = catalog_step(cat, st, "lifecycle list"))) {
 		if (cnt == cap) {
 			cap = cap ? cap * 2 : 8;
 			nv = realloc(v, cap * sizeof(*v));
@@ -203,10 +194,8 @@ int catalog_lifecycle_list(struct catalog *cat, struct lifecycle_rule **out,
 		}
 		catalog_lifecycle_fill(st, &v[cnt++]);
 	}
-	if (rc != SQLITE_DONE) {
-		ret = catalog_sqlerr(cat->db, rc, "lifecycle list");
+	if (ret != -ENOENT)
 		goto err;
-	}
 	sqlite3_finalize(st);
 	*out = v;
 	*n = cnt;

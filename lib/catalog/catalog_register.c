@@ -360,34 +360,31 @@ static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 static int catalog_reg_clashes(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
+	sqlite3_stmt *st;
 	uint64_t found = 0, bytes = 0;
-	int rc, ret = 0, n = 0;
+	int ret, n = 0;
 	char buf[1024];
 
 	/* Found with a read (no write lock), one probe per directory. */
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT o.path, o.size FROM dirs x CROSS JOIN"
-				" objects o ON o.manifest_id = x.manifest_id"
-				" AND o.path = x.path WHERE x.manifest_id = ?",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->mf_id);
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			const char *p =
-				(const char *)sqlite3_column_text(st, 0);
+	ret = catalog_prepare(cat, "find clashes",
+			      "SELECT o.path, o.size FROM dirs x CROSS JOIN"
+			      " objects o ON o.manifest_id = x.manifest_id"
+			      " AND o.path = x.path WHERE x.manifest_id = ?",
+			      CATALOG_ARGS(CATALOG_INT(r->mf_id)), &st);
+	if (ret)
+		return ret;
+	while (!(ret = catalog_step(cat, st, "find clashes"))) {
+		const char *p = (const char *)sqlite3_column_text(st, 0);
 
-			log_warn("catalog: dataset %s: skipping key '%s': "
-				 "both a file and a directory prefix",
-				 r->name,
-				 keypath_printable(p, strlen(p), buf,
-						   sizeof(buf)));
-			found++;
-			bytes += (uint64_t)sqlite3_column_int64(st, 1);
-		}
+		log_warn("catalog: dataset %s: skipping key '%s': "
+			 "both a file and a directory prefix",
+			 r->name,
+			 keypath_printable(p, strlen(p), buf, sizeof(buf)));
+		found++;
+		bytes += (uint64_t)sqlite3_column_int64(st, 1);
 	}
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, "find clashes");
+	if (ret == -ENOENT)
+		ret = 0;
 	sqlite3_finalize(st);
 	if (ret || !found)
 		return ret;
@@ -484,21 +481,20 @@ static int catalog_reg_tx(struct catalog_reg *r,
 /* Retire the dataset's manifests in state (0 BUILDING, 1 current). */
 static int catalog_reg_retire(struct catalog_reg *r, int state)
 {
-	const int64_t ids[] = { r->ds_id, state };
-
-	return catalog_exec_ids(r->cat,
-				"UPDATE manifests SET state = 2"
-				" WHERE dataset_id = ?1 AND state = ?2",
-				ids, 2, "retire manifests", NULL);
+	return catalog_run(
+		r->cat, "retire manifests",
+		"UPDATE manifests SET state = 2"
+		" WHERE dataset_id = ?1 AND state = ?2",
+		CATALOG_ARGS(CATALOG_INT(r->ds_id), CATALOG_INT(state)), NULL);
 }
 
 /* Create the BUILDING manifest and its root directory. */
 static int catalog_reg_start_tx(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
-	sqlite3_stmt *st = NULL;
-	int64_t ids[3];
-	int rc, state, ret;
+	sqlite3_stmt *st;
+	int64_t version = 0;
+	int state, ret;
 
 	ret = catalog_dataset_id(cat, r->name, &r->ds_id, &state, r->sums_key);
 	if (ret)
@@ -509,27 +505,25 @@ static int catalog_reg_start_tx(struct catalog_reg *r)
 	ret = catalog_reg_retire(r, 0);
 	if (ret)
 		return ret;
-	rc = sqlite3_prepare_v2(cat->db,
-				"SELECT coalesce(max(version), 0) + 1"
-				" FROM manifests WHERE dataset_id = ?",
-				-1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, r->ds_id);
-		rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_ROW) {
-		ret = catalog_sqlerr(cat->db, rc, "next version");
-		sqlite3_finalize(st);
+	ret = catalog_prepare(cat, "next version",
+			      "SELECT coalesce(max(version), 0) + 1"
+			      " FROM manifests WHERE dataset_id = ?",
+			      CATALOG_ARGS(CATALOG_INT(r->ds_id)), &st);
+	if (ret)
 		return ret;
-	}
-	ids[0] = r->ds_id;
-	ids[1] = sqlite3_column_int64(st, 0);
-	ids[2] = r->now;
+	ret = catalog_step(cat, st, "next version");
+	if (!ret)
+		version = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
-	ret = catalog_exec_ids(cat,
-			       "INSERT INTO manifests(dataset_id, version,"
-			       " state, created) VALUES(?, ?, 0, ?)",
-			       ids, 3, "new manifest", NULL);
+	if (ret)
+		return ret == -ENOENT ? -EIO : ret;
+	ret = catalog_run(cat, "new manifest",
+			  "INSERT INTO manifests(dataset_id, version,"
+			  " state, created) VALUES(?, ?, 0, ?)",
+			  CATALOG_ARGS(CATALOG_INT(r->ds_id),
+				       CATALOG_INT(version),
+				       CATALOG_INT(r->now)),
+			  NULL);
 	if (ret)
 		return ret;
 	r->mf_id = sqlite3_last_insert_rowid(cat->db);
@@ -548,19 +542,20 @@ static int catalog_reg_start(struct catalog_reg *r)
 static int catalog_reg_flip_tx(struct catalog_reg *r)
 {
 	struct catalog *cat = r->cat;
-	/* The counts kept while writing: no scan of the objects. */
-	const int64_t ids[] = { r->mf_id, (int64_t)r->bad, (int64_t)r->objects,
-				(int64_t)r->bytes };
 	int n = 0, ret;
 
 	ret = catalog_reg_retire(r, 1);
 	if (ret)
 		return ret;
-	ret = catalog_exec_ids(cat,
-			       "UPDATE manifests SET state = 1, bad_keys = ?2,"
-			       " n_objects = ?3, n_bytes = ?4"
-			       " WHERE id = ?1 AND state = 0",
-			       ids, 4, "make manifest current", &n);
+	/* The counts kept while writing: no scan of the objects. */
+	ret = catalog_run(
+		cat, "make manifest current",
+		"UPDATE manifests SET state = 1, bad_keys = ?2,"
+		" n_objects = ?3, n_bytes = ?4"
+		" WHERE id = ?1 AND state = 0",
+		CATALOG_ARGS(CATALOG_INT(r->mf_id), CATALOG_INT(r->bad),
+			     CATALOG_INT(r->objects), CATALOG_INT(r->bytes)),
+		&n);
 	if (ret)
 		return ret;
 	if (n == 0) {

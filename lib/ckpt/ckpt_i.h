@@ -29,8 +29,16 @@
  * Locks, in order: ck->open_lock (opens: one at a time), an entry's lock
  * (its writes and publishes), ck->ns_lock (read: a publish; write: a
  * directory rename), ck->lock (the entry list, the counters below);
- * ck->upq_lock and ck->neg_lock are leaves. No
- * lock is held while calling back into the caller.
+ * ck->upq_lock and ck->neg_lock are leaves.
+ *
+ * The caller's hooks (ck->hooks) run with the locks of the change they
+ * report held, so that they see the changes of one key in the store's
+ * order: published with the entry's lock and ns_lock (read; ckpt_put),
+ * removed with open_lock and the entry's lock if it is open (ckpt_unlink),
+ * a file's renamed and published with the same (ckpt_rename_file); a
+ * directory's renamed with none. ck->lock is never held. That is safe
+ * because a hook takes only a leaf lock of its own (dstagefs's:
+ * catalog_ckpt_log's) and never calls into ck.
  */
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H

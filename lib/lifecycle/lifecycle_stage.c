@@ -293,12 +293,9 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 	rec.state = 'C';
 	ret = ckpt_journal_write(&s->ck, ino, &rec, true);
-	if (!ret && cat &&
-	    catalog_ckpt_record(cat, objstore_url(os), key, rec.sha, rec.size,
-				rec.etag))
-		log_warn("checkpoints: %s is published to %s, but its SHA-256 "
-			 "could not be recorded in the catalog",
-			 key, objstore_url(os));
+	if (!ret)
+		catalog_ckpt_published(cat, objstore_url(os), key, rec.sha,
+				       rec.size, rec.etag);
 out:
 	if (fd >= 0)
 		close(fd);
