@@ -7,7 +7,8 @@
  *             hands them to cache_prefetch, per dataset, keeping at most
  *             opts.prefetch_window bytes in flight and at most half of
  *             the cache ahead of the reader (docs/cache.md). Reading it
- *             gives the summary of the last list.
+ *             gives the summary of the last list the reading uid submitted
+ *             (each uid sees only its own).
  *   stats     (inode 6) read-only: cache and file-system counters, "key
  *             value" lines.
  *
@@ -16,8 +17,8 @@
  *
  * Locks: pf.lock (one per list; the kernel serialises writes to one file
  * through its inode lock, the lock makes that explicit and covers flush
- * racing release) is taken before ctl.lock, a leaf lock over the status
- * text and the per-uid records.
+ * racing release) is taken before ctl.lock, a leaf lock over the per-uid
+ * records and summaries.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,7 +40,6 @@ static int dsfs_ctl_init(struct dsfs *fs)
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
-	snprintf(c->status, sizeof(c->status), "no list yet\n");
 	fs->sub_state[DSFS_SUB_CTL] = c;
 	ret = dsfs_nodes_add_fixed(&fs->nodes, DSFS_INO_CTL, DSFS_INO_ROOT,
 				   &dsfs_ctl_subtree, ".dstage", NULL);
@@ -224,12 +224,19 @@ static struct dsfs_ctl_fh *dsfs_ctl_stats_text(struct dsfs *fs)
 	return h;
 }
 
-static struct dsfs_ctl_fh *dsfs_ctl_status_text(struct dsfs_ctl *c)
+/* The summary of uid's own last list: another uid's could name the size
+ * of a dataset uid may not read. */
+static struct dsfs_ctl_fh *dsfs_ctl_status_text(struct dsfs_ctl *c, uid_t uid)
 {
+	static const char none[] = "no list yet\n";
 	struct dsfs_ctl_fh *h;
+	const char *text;
 
 	pthread_mutex_lock(&c->lock);
-	h = dsfs_ctl_fh_text(c->status, strlen(c->status));
+	text = dsfs_ctl_status_find(c, uid);
+	if (!text)
+		text = none;
+	h = dsfs_ctl_fh_text(text, strlen(text));
 	pthread_mutex_unlock(&c->lock);
 	return h;
 }
@@ -252,7 +259,7 @@ static int dsfs_ctl_open(struct dsfs *fs, struct dsfs_caller *who,
 	if (n->ino == DSFS_INO_STATS)
 		h = dsfs_ctl_stats_text(fs);
 	else if (acc == O_RDONLY)
-		h = dsfs_ctl_status_text(dsfs_ctl_of(fs));
+		h = dsfs_ctl_status_text(dsfs_ctl_of(fs), who->uid);
 	else
 		h = dsfs_ctl_fh_pf(who);
 	if (!h) {

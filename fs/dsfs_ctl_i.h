@@ -22,6 +22,10 @@
  * level, of one uid. */
 #define DSFS_CTL_REFUSE_LOG_S 60
 #define DSFS_CTL_LIST_LOG_S 10
+/* Summaries kept (one per uid, the uids that submitted last), and the
+ * size of one. */
+#define DSFS_CTL_STATUS_MAX 1024
+#define DSFS_CTL_STATUS_LEN 512
 
 /* One uid's use of .dstage (ctl.lock). Freed once idle and quiet. */
 struct dsfs_ctl_uid {
@@ -34,11 +38,23 @@ struct dsfs_ctl_uid {
 	int64_t list_logged; /* monotonic s of the last list line */
 };
 
+/* The summary of the last list one uid submitted (ctl.lock). Kept apart
+ * from struct dsfs_ctl_uid, which goes once idle: a summary stays until
+ * DSFS_CTL_STATUS_MAX other uids have submitted since. */
+struct dsfs_ctl_status {
+	struct dsfs_ctl_status *next;
+	uid_t uid;
+	char text[DSFS_CTL_STATUS_LEN];
+};
+
 /* The subtree's state: fs->sub_state[DSFS_SUB_CTL]. */
 struct dsfs_ctl {
 	pthread_mutex_t lock; /* leaf; protects everything below */
-	char status[512]; /* the summary of the last list */
 	struct dsfs_ctl_uid *uids;
+	/* Per uid, the most recently written first; at most
+	 * DSFS_CTL_STATUS_MAX. A uid reads only its own. */
+	struct dsfs_ctl_status *statuses;
+	size_t nstatuses;
 };
 
 struct dsfs_ctl_pf;
@@ -56,8 +72,11 @@ static inline struct dsfs_ctl *dsfs_ctl_of(struct dsfs *fs)
 	return fs->sub_state[DSFS_SUB_CTL];
 }
 
-/* Free every per-uid record (the subtree's destroy). */
+/* Free every per-uid record and summary (the subtree's destroy). */
 void dsfs_ctl_uids_free(struct dsfs_ctl *c);
+
+/* The summary of uid's last list, or NULL (none yet). ctl.lock held. */
+const char *dsfs_ctl_status_find(struct dsfs_ctl *c, uid_t uid);
 
 /* Count an open file against uid's limit. Returns 0, -EDQUOT, -ENOMEM. */
 int dsfs_ctl_hold(struct dsfs *fs, uid_t uid);

@@ -25,6 +25,12 @@
  * per-list log line is at most one every DSFS_CTL_LIST_LOG_S per uid (the
  * others at debug level).
  *
+ * Summaries: a submitted list leaves its summary (struct dsfs_ctl_status)
+ * as its writer's; reading .dstage/prefetch gives the reader's own, so
+ * no uid learns the size of another's list (of a dataset it may not
+ * read). At most DSFS_CTL_STATUS_MAX uids keep one; past that the least
+ * recently written goes.
+ *
  * Paths are accepted as "datasets/NAME/KEY", "/datasets/NAME/KEY",
  * "<mountpoint>/datasets/NAME/KEY" or "NAME/KEY". Unknown datasets,
  * missing keys, directories and datasets the writer may not read are
@@ -32,8 +38,8 @@
  *
  * Locks: pf.lock (one per list; the kernel serialises writes to one file
  * through its inode lock, the lock makes that explicit and covers flush
- * racing release) is taken before ctl.lock, a leaf lock over the status
- * text and the per-uid records.
+ * racing release) is taken before ctl.lock, a leaf lock over the per-uid
+ * records and summaries.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -87,6 +93,50 @@ void dsfs_ctl_uids_free(struct dsfs_ctl *c)
 		c->uids = u->next;
 		free(u);
 	}
+	while (c->statuses) {
+		struct dsfs_ctl_status *s = c->statuses;
+
+		c->statuses = s->next;
+		free(s);
+	}
+	c->nstatuses = 0;
+}
+
+const char *dsfs_ctl_status_find(struct dsfs_ctl *c, uid_t uid)
+{
+	for (struct dsfs_ctl_status *s = c->statuses; s; s = s->next)
+		if (s->uid == uid)
+			return s->text;
+	return NULL;
+}
+
+/* Keep text as uid's summary, first in the list. At the cap (or out of
+ * memory) the least recently written summary is reused. ctl.lock held. */
+static void dsfs_ctl_status_set(struct dsfs_ctl *c, uid_t uid, const char *text)
+{
+	struct dsfs_ctl_status **pp = &c->statuses, **last = NULL, *s = NULL;
+
+	for (; *pp; pp = &(*pp)->next) {
+		if ((*pp)->uid == uid) {
+			s = *pp;
+			*pp = s->next;
+			break;
+		}
+		last = pp;
+	}
+	if (!s && c->nstatuses < DSFS_CTL_STATUS_MAX &&
+	    (s = calloc(1, sizeof(*s))))
+		c->nstatuses++;
+	if (!s && last) { /* the oldest: *last is the list's tail */
+		s = *last;
+		*last = NULL;
+	}
+	if (!s)
+		return;
+	s->uid = uid;
+	snprintf(s->text, sizeof(s->text), "%s", text);
+	s->next = c->statuses;
+	c->statuses = s;
 }
 
 /* ---- per-uid records (ctl.lock held) ---- */
@@ -446,6 +496,7 @@ static void dsfs_ctl_pf_submit(struct dsfs *fs, struct dsfs_ctl_pf *pf)
 	struct dsfs_ctl *c = dsfs_ctl_of(fs);
 	struct cache_object *objs = NULL;
 	struct dsfs_ctl_uid *u;
+	char status[DSFS_CTL_STATUS_LEN];
 	size_t nds = 0;
 	bool loud = true;
 	int err = 0;
@@ -486,8 +537,7 @@ static void dsfs_ctl_pf_submit(struct dsfs *fs, struct dsfs_ctl_pf *pf)
 	}
 	atomic_fetch_add(&fs->ctr.prefetch_lists, 1);
 	atomic_fetch_add(&fs->ctr.prefetch_objects, pf->n);
-	pthread_mutex_lock(&c->lock);
-	snprintf(c->status, sizeof(c->status),
+	snprintf(status, sizeof(status),
 		 "lines %" PRIu64 "\nobjects %" PRIu64 "\nbytes %" PRIu64
 		 "\nskipped %" PRIu64 "\ndatasets %zu\nwindow %" PRIu64
 		 "\nduplicates %" PRIu64 "\nrefused %" PRIu64
@@ -498,6 +548,8 @@ static void dsfs_ctl_pf_submit(struct dsfs *fs, struct dsfs_ctl_pf *pf)
 		 !objs && pf->n ? "out of memory"
 		 : err		? strerror(-err)
 				: "ok");
+	pthread_mutex_lock(&c->lock);
+	dsfs_ctl_status_set(c, pf->who.uid, status);
 	u = dsfs_ctl_uid_get(c, pf->who.uid);
 	if (u) {
 		int64_t now = dsfs_ctl_now();
