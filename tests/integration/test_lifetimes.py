@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,25 +89,36 @@ def alive(proc, log, probe):
 
 
 @pytest.fixture
-def second_uid(users, tmp_path):
-    """An unprivileged user that can reach tmp_path."""
-    u = users.user("ham")
-    users.reach(tmp_path)
-    os.chmod(tmp_path, 0o755)
-    return u
+def base(users):
+    """A directory the second uid can reach. Not under pytest's basetemp:
+    a pytest session starting meanwhile (another checkout's) resets
+    /tmp/pytest-of-root to 0700."""
+    d = Path(tempfile.mkdtemp(prefix="dstage-ham-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    users.reach(d)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
-def test_namespace_subtrees_survive_the_hammer(tool, tmp_path, users,
+@pytest.fixture
+def second_uid(users, base):
+    """An unprivileged user (that can reach base)."""
+    return users.user("ham")
+
+
+def test_namespace_subtrees_survive_the_hammer(tool, base, users,
                                                second_uid):
     """.dstage files, dataset files and directories, checkpoint files and
     directories, hammered at once by root and a second uid."""
     rnd = os.urandom
-    store = tmp_path / "store"
+    store = base / "store"
     store.mkdir()
-    e = Env(tool, tmp_path / "env",
+    e = Env(tool, base / "env",
             conf="[checkpoints]\nstore = file://%s/\nstaging_dir = %s\n"
-                 "staging_size = 1G\n" % (store, tmp_path / "staging"))
-    expect = tmp_path / "expect"
+                 "staging_size = 1G\n" % (store, base / "staging"))
+    expect = base / "expect"
     expect.mkdir(mode=0o755)
     data = {"a.bin": rnd(300 << 10), "b.txt": b"bee\n" * 999,
             "sub/c.bin": rnd(70000), "sub/d.bin": rnd(1 << 20),
@@ -155,13 +167,13 @@ def test_namespace_subtrees_survive_the_hammer(tool, tmp_path, users,
         for f in files:
             assert Path(f["path"]).read_bytes() == \
                 Path(f["expect"]).read_bytes(), f
-        specs = [spec_file(tmp_path, "ctl", ctl, dirs[2:3]),
-                 spec_file(tmp_path, "datasets", files[:len(data)],
+        specs = [spec_file(base, "ctl", ctl, dirs[2:3]),
+                 spec_file(base, "datasets", files[:len(data)],
                            dirs[:2]),
-                 spec_file(tmp_path, "checkpoints", files[len(data):],
+                 spec_file(base, "checkpoints", files[len(data):],
                            dirs[3:])]
         t0 = time.monotonic()
-        reports, failed = hammer(tmp_path, users, second_uid, specs)
+        reports, failed = hammer(base, users, second_uid, specs)
         took = time.monotonic() - t0
         print("\n".join(reports), "\n%.1f s" % took)
         alive(m.p, m.log, m.mnt / ".dstage" / "stats")
@@ -170,11 +182,11 @@ def test_namespace_subtrees_survive_the_hammer(tool, tmp_path, users,
         e.cleanup()
 
 
-def test_overlay_survives_the_hammer(tool, tmp_path, users, second_uid):
+def test_overlay_survives_the_hammer(tool, base, users, second_uid):
     """dstagefs --over: files read through the cache and small ones read
     directly, and directories, hammered by root and a second uid."""
-    (tmp_path / "ov").mkdir()
-    ov = Overlay(tool, tmp_path / "ov")
+    (base / "ov").mkdir()
+    ov = Overlay(tool, base / "ov")
     try:
         os.chmod(ov.tmp, 0o755)
         data = {"big.bin": os.urandom(900 << 10), "small.txt": b"hi\n" * 50,
@@ -185,7 +197,7 @@ def test_overlay_survives_the_hammer(tool, tmp_path, users, second_uid):
         os.chmod(ov.pfs, 0o755)
         ov.start()
         users.reach(ov.pfs)
-        expect = tmp_path / "expect"
+        expect = base / "expect"
         expect.mkdir(mode=0o755)
         files = []
         for i, (k, v) in enumerate(sorted(data.items())):
@@ -199,8 +211,8 @@ def test_overlay_survives_the_hammer(tool, tmp_path, users, second_uid):
         dirs = [{"path": str(ov.pfs), "names": ["big.bin", "d",
                                                  "small.txt"]},
                 {"path": str(ov.pfs / "d"), "names": ["x.bin", "y.txt"]}]
-        specs = [spec_file(tmp_path, "overlay", files, dirs)]
-        reports, failed = hammer(tmp_path, users, second_uid, specs, procs=4)
+        specs = [spec_file(base, "overlay", files, dirs)]
+        reports, failed = hammer(base, users, second_uid, specs, procs=4)
         print("\n".join(reports))
         alive(ov.proc, ov.tmp / "dstagefs.log", ov.pfs / "big.bin")
         assert not failed, "\n".join(failed) + "\n" + ov.log()[-4000:]
