@@ -623,7 +623,8 @@ static int dsfs_datasets_read(struct dsfs *fs, struct dsfs_caller *who,
 	if (size > p->size - uoff)
 		size = (size_t)(p->size - uoff);
 	atomic_fetch_add_explicit(&fs->ctr.reads, 1, memory_order_relaxed);
-	/* f may be freed once the reply is out (RELEASE); p is the node's. */
+	/* f and p stay until this request returns, its reply sent or not:
+	 * the dispatcher holds f's handle, which pins the node (dsfs_ops.c). */
 	ret = dsfs_cacheread_reply(fs, &f->obj, uoff, size, r);
 	if (ret) {
 		dsfs_datasets_read_error(fs, p, off, size, ret);

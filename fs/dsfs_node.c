@@ -197,6 +197,15 @@ struct dsfs_node *dsfs_nodes_find(struct dsfs_nodes *t, fuse_ino_t ino)
 	return n;
 }
 
+void dsfs_nodes_ref(struct dsfs_nodes *t, struct dsfs_node *n)
+{
+	if (n->fixed)
+		return;
+	pthread_mutex_lock(&t->lock);
+	n->nlookup++;
+	pthread_mutex_unlock(&t->lock);
+}
+
 /* The named child (parent, name). Called with t->lock. */
 static struct dsfs_node *dsfs_nodes_named(struct dsfs_nodes *t,
 					  fuse_ino_t parent, const char *name)

@@ -19,8 +19,13 @@
  *                                   (a growing file keeps its size there)
  *   nlookup, next_ino, next_name,   dsfs_nodes.lock
  *   named
- * A request may use a node without a lock: the kernel keeps an inode alive
- * (does not FORGET it) while a request on it runs.
+ * A request may use a node without a lock until it has replied: the
+ * kernel keeps an inode alive (does not FORGET it) until then. Past its
+ * reply a request may still be running (the writev that sends it returns
+ * after the kernel has woken the caller, who may close and drop the
+ * inode): an open handle pins its node (dsfs_nodes_ref, one nlookup of
+ * its own, dropped like a FORGET of 1), so what runs on a handle may use
+ * its node until it lets the handle go (dsfs_ops.c).
  */
 #ifndef DSFS_NODE_H
 #define DSFS_NODE_H
@@ -97,6 +102,10 @@ void dsfs_node_free(struct dsfs_node *n);
 int dsfs_nodes_add_fixed(struct dsfs_nodes *t, fuse_ino_t ino,
 			 fuse_ino_t parent, const struct dsfs_subtree *sub,
 			 const char *name, void *priv);
+
+/* Raise n's nlookup by one (a pin that an unref of 1 drops); no-op on
+ * fixed nodes. n must be live (nlookup > 0). */
+void dsfs_nodes_ref(struct dsfs_nodes *t, struct dsfs_node *n);
 
 /* The node for ino, or NULL. No reference is taken (see above). */
 struct dsfs_node *dsfs_nodes_find(struct dsfs_nodes *t, fuse_ino_t ino);

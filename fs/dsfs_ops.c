@@ -13,10 +13,31 @@
  *
  * Stateless apart from the open handles. The fi->fh the kernel holds is a
  * struct dsfs_handle, kept on fs->handles (fs->handle_lock, a leaf lock)
- * from the OPEN/OPENDIR/CREATE reply until RELEASE/RELEASEDIR; subtrees
- * see their own fh only (dsfs_ops_fi). Whatever the kernel never releases
- * (the session ended first) dsfs_ops_release_handles releases at teardown,
- * so no subtree state outlives the mount.
+ * from the OPEN/OPENDIR/CREATE reply until its last reference goes;
+ * subtrees see their own fh only (dsfs_ops_fi). Whatever the kernel never
+ * releases (the session ended first) dsfs_ops_release_handles releases at
+ * teardown, so no subtree state outlives the mount.
+ *
+ * Life of a handle (refs: one for the kernel, one per request running on
+ * it):
+ *
+ *   OPEN hook ok --dsfs_ops_handle_add--> OPEN (refs 1, on fs->handles,
+ *   its node pinned: dsfs_nodes_ref)
+ *   OPEN --a request with fi (read, readdir, write, ...)--> refs + 1 until
+ *   that request has replied and its hook returned (dsfs_ops_leave)
+ *   OPEN --RELEASE/RELEASEDIR, or its OPEN reply interrupted--> refs - 1
+ *   refs 0 --> off fs->handles, the subtree's release(dir), the node's
+ *   pin dropped, freed; run by whichever request dropped the last one.
+ *
+ * Why a request holds a reference: the kernel sends RELEASE only after
+ * every request on the file was answered, but "answered" is the moment
+ * its writev on /dev/fuse hands the kernel the reply, before that writev
+ * returns here. The caller, woken, may close at once, and the RELEASE be
+ * served by another thread while the replying one is still inside
+ * fuse_reply_*() with a buffer the handle owns (.dstage texts; ASan's
+ * writev checks the iovec after the call) or in the hook's code after
+ * the reply. With the reference, the subtree's release runs only once
+ * every such request is done, for every subtree at once.
  */
 #include <errno.h>
 #include <limits.h>
@@ -31,10 +52,14 @@
 
 struct dsfs_handle {
 	struct dsfs_handle *prev, *next; /* fs->handle_lock */
-	struct dsfs_node *n; /* kept by the kernel's lookup while open */
+	struct dsfs_node *n; /* pinned (dsfs_nodes_ref) until freed */
 	uint64_t fh; /* the subtree's */
 	int flags; /* open(2) flags, for the subtree's release */
 	bool dir;
+	/* Atomic: the kernel's (OPEN to RELEASE) and one per request using
+	 * the handle. Raised only while the kernel's is held (a request on
+	 * fh comes before its RELEASE), so it never rises from 0. */
+	atomic_uint refs;
 };
 
 static struct dsfs *dsfs_ops_fs(fuse_req_t req)
@@ -69,6 +94,7 @@ struct dsfs_ops_ctx {
 	struct dsfs_caller who;
 	struct dsfs_node *n;
 	struct fuse_file_info sfi;
+	struct dsfs_handle *h; /* a reference taken by dsfs_ops_cfi, or NULL */
 };
 
 /* Fill c for node ino of req. false when there is no such node (ESTALE
@@ -77,6 +103,7 @@ static bool dsfs_ops_enter(fuse_req_t req, fuse_ino_t ino,
 			   struct dsfs_ops_ctx *c)
 {
 	c->fs = dsfs_ops_fs(req);
+	c->h = NULL;
 	c->n = dsfs_ops_node(req, ino, &c->who);
 	return c->n != NULL;
 }
@@ -138,6 +165,8 @@ static int dsfs_ops_handle_add(struct dsfs *fs, struct dsfs_caller *who,
 	h->fh = fi->fh;
 	h->flags = fi->flags;
 	h->dir = dir;
+	atomic_init(&h->refs, 1);
+	dsfs_nodes_ref(&fs->nodes, n);
 	pthread_mutex_lock(&fs->handle_lock);
 	h->next = fs->handles;
 	if (h->next)
@@ -159,17 +188,26 @@ static struct fuse_file_info *dsfs_ops_fi(const struct fuse_file_info *fi,
 	return sub;
 }
 
-/* The subtree's view of fi, kept in c. */
+/* The subtree's view of fi, kept in c, with a reference on its handle
+ * that dsfs_ops_leave drops. */
 static struct fuse_file_info *dsfs_ops_cfi(struct dsfs_ops_ctx *c,
 					   const struct fuse_file_info *fi)
 {
+	if (fi && !c->h) {
+		c->h = (struct dsfs_handle *)(uintptr_t)fi->fh;
+		atomic_fetch_add_explicit(&c->h->refs, 1, memory_order_relaxed);
+	}
 	return dsfs_ops_fi(fi, &c->sfi);
 }
 
-/* RELEASE / RELEASEDIR: take h off fs->handles, release what it wraps. */
-static void dsfs_ops_handle_release(struct dsfs *fs, struct dsfs_caller *who,
-				    struct dsfs_handle *h)
+/* Drop one reference of h; the last takes h off fs->handles, releases
+ * what it wraps (as who: the caller of the request that dropped it) and
+ * unpins its node. */
+static void dsfs_ops_handle_put(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_handle *h)
 {
+	if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1)
+		return;
 	pthread_mutex_lock(&fs->handle_lock);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -179,7 +217,17 @@ static void dsfs_ops_handle_release(struct dsfs *fs, struct dsfs_caller *who,
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&fs->handle_lock);
 	dsfs_ops_sub_release(fs, who, h->n, h->dir, h->fh, h->flags);
+	dsfs_ops_unref(fs, h->n, 1);
 	free(h);
+}
+
+/* The end of a request that used c->h: its reply is sent and its hook
+ * returned. */
+static void dsfs_ops_leave(struct dsfs_ops_ctx *c)
+{
+	if (c->h)
+		dsfs_ops_handle_put(c->fs, &c->who, c->h);
+	c->h = NULL;
 }
 
 void dsfs_ops_release_handles(struct dsfs *fs)
@@ -197,6 +245,7 @@ void dsfs_ops_release_handles(struct dsfs *fs)
 		struct dsfs_handle *next = h->next;
 
 		dsfs_ops_sub_release(fs, &who, h->n, h->dir, h->fh, h->flags);
+		dsfs_ops_unref(fs, h->n, 1);
 		free(h);
 		h = next;
 		n++;
@@ -235,8 +284,8 @@ static void dsfs_ops_reply_open(fuse_req_t req, struct dsfs *fs,
 		sent = fuse_reply_open(req, fi);
 	}
 	if (sent == -ENOENT) { /* interrupted: no RELEASE will come */
-		dsfs_ops_handle_release(
-			fs, who, (struct dsfs_handle *)(uintptr_t)fi->fh);
+		dsfs_ops_handle_put(fs, who,
+				    (struct dsfs_handle *)(uintptr_t)fi->fh);
 		if (e)
 			dsfs_ops_unref(fs, e->node, 1);
 	}
@@ -497,6 +546,7 @@ static void dsfs_ops_getattr(fuse_req_t req, fuse_ino_t ino,
 	ret = DSFS_OPS_CALL(&c, getattr, -ENOSYS, dsfs_ops_cfi(&c, fi), &st,
 			    &timeout);
 	dsfs_ops_reply_attr(req, &c, ret, &st, timeout);
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -512,6 +562,7 @@ static void dsfs_ops_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	ret = DSFS_OPS_CALL(&c, setattr, -EROFS, attr, to_set,
 			    dsfs_ops_cfi(&c, fi), &st, &timeout);
 	dsfs_ops_reply_attr(req, &c, ret, &st, timeout);
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_access(fuse_req_t req, fuse_ino_t ino, int mask)
@@ -587,12 +638,11 @@ static void dsfs_ops_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	ret = DSFS_OPS_CALL(&c, read, -EISDIR, dsfs_ops_cfi(&c, fi), size, off,
 			    &r);
-	if (r.sent)
-		return;
-	if (ret)
+	if (!r.sent && ret)
 		dsfs_ops_reply_err(req, ret);
-	else
+	else if (!r.sent)
 		fuse_reply_buf(req, NULL, 0);
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
@@ -609,6 +659,7 @@ static void dsfs_ops_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		dsfs_ops_reply_err(req, (int)w);
 	else
 		fuse_reply_write(req, (size_t)w);
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_flush(fuse_req_t req, fuse_ino_t ino,
@@ -616,9 +667,11 @@ static void dsfs_ops_flush(fuse_req_t req, fuse_ino_t ino,
 {
 	struct dsfs_ops_ctx c;
 
-	if (dsfs_ops_enter(req, ino, &c))
-		dsfs_ops_reply_err(
-			req, DSFS_OPS_CALL(&c, flush, 0, dsfs_ops_cfi(&c, fi)));
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	dsfs_ops_reply_err(req,
+			   DSFS_OPS_CALL(&c, flush, 0, dsfs_ops_cfi(&c, fi)));
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
@@ -626,9 +679,11 @@ static void dsfs_ops_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 {
 	struct dsfs_ops_ctx c;
 
-	if (dsfs_ops_enter(req, ino, &c))
-		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fsync, 0, datasync,
-						      dsfs_ops_cfi(&c, fi)));
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fsync, 0, datasync,
+					      dsfs_ops_cfi(&c, fi)));
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
@@ -636,10 +691,11 @@ static void dsfs_ops_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 {
 	struct dsfs_ops_ctx c;
 
-	if (dsfs_ops_enter(req, ino, &c))
-		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fallocate, -EROFS,
-						      mode, off, len,
-						      dsfs_ops_cfi(&c, fi)));
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fallocate, -EROFS, mode, off,
+					      len, dsfs_ops_cfi(&c, fi)));
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
@@ -649,8 +705,8 @@ static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	dsfs_caller_get(req, &who);
-	dsfs_ops_handle_release(dsfs_ops_fs(req), &who,
-				(struct dsfs_handle *)(uintptr_t)fi->fh);
+	dsfs_ops_handle_put(dsfs_ops_fs(req), &who,
+			    (struct dsfs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -699,6 +755,7 @@ static void dsfs_ops_readdir_any(fuse_req_t req, fuse_ino_t ino, size_t size,
 	else
 		fuse_reply_buf(req, d.buf, d.used);
 	free(d.buf);
+	dsfs_ops_leave(&c);
 }
 
 static void dsfs_ops_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
@@ -720,8 +777,8 @@ static void dsfs_ops_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	dsfs_caller_get(req, &who);
-	dsfs_ops_handle_release(dsfs_ops_fs(req), &who,
-				(struct dsfs_handle *)(uintptr_t)fi->fh);
+	dsfs_ops_handle_put(dsfs_ops_fs(req), &who,
+			    (struct dsfs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -730,9 +787,11 @@ static void dsfs_ops_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 {
 	struct dsfs_ops_ctx c;
 
-	if (dsfs_ops_enter(req, ino, &c))
-		dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fsyncdir, 0, datasync,
-						      dsfs_ops_cfi(&c, fi)));
+	if (!dsfs_ops_enter(req, ino, &c))
+		return;
+	dsfs_ops_reply_err(req, DSFS_OPS_CALL(&c, fsyncdir, 0, datasync,
+					      dsfs_ops_cfi(&c, fi)));
+	dsfs_ops_leave(&c);
 }
 
 /* ---- extended attributes ---- */

@@ -162,7 +162,10 @@ struct dsfs_subtree {
 			 struct dsfs_node *n, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi);
 	/* The kernel's RELEASE, or teardown for handles it never released
-	 * (then who is dsfs_caller_none). Cannot fail. */
+	 * (then who is dsfs_caller_none). Runs once every request on the
+	 * handle has finished (replied and returned), maybe on the thread
+	 * of the last of them: a read may reply from memory fi->fh owns,
+	 * and use it after its reply. Same for releasedir. Cannot fail. */
 	void (*release)(struct dsfs *fs, struct dsfs_caller *who,
 			struct dsfs_node *n, struct fuse_file_info *fi);
 

@@ -773,6 +773,55 @@ def test_prefetch_limits_second_uid(tool, users):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_prefetch_summary_is_per_uid(tool, users):
+    """Reading .dstage/prefetch gives the reader's own last list: a second
+    uid neither sees root's list of a dataset it may not read (its byte
+    total) nor changes what root reads."""
+    import shutil
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="dstage-pfsum-", dir="/tmp"))
+    denv = Env(tool, base)
+    try:
+        group = users.group("dspfs")
+        user = users.user("dspfs")
+        secret = base / "secret"
+        secret.mkdir()
+        (secret / "s.bin").write_bytes(b"s" * 12345)
+        denv.catalog("add", "secret", "file://%s/" % secret, "--group",
+                     group)
+        denv.add_dataset("pub", {"p.bin": b"p" * 77})
+        os.chmod(base, 0o755)
+        users.reach(base)
+        m = denv.mount(opts=["-o", "allow_other"])
+        pf = m.mnt / ".dstage" / "prefetch"
+
+        def read_as(u):
+            r = users.run(u, ["cat", pf])
+            assert r.returncode == 0, r.stderr
+            return r.stdout.decode()
+
+        assert read_as(user) == "no list yet\n"
+        with open(pf, "w") as f:
+            f.write("datasets/secret/s.bin\n")
+        root_status = pf.read_text()
+        assert "objects 1\n" in root_status and \
+            "bytes 12345\n" in root_status, root_status
+        # root's list is root's: the other uid has none of its own yet.
+        assert read_as(user) == "no list yet\n"
+        r = users.run(user, ["/usr/bin/python3", "-c",
+                             "import sys; open(sys.argv[1], 'w')"
+                             ".write('datasets/pub/p.bin\\n"
+                             "datasets/secret/s.bin\\n')", pf])
+        assert r.returncode == 0, r.stderr
+        mine = read_as(user)
+        assert "objects 1\n" in mine and "bytes 77\n" in mine and \
+            "skipped 1\n" in mine, mine
+        assert pf.read_text() == root_status
+    finally:
+        denv.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _prefetch_limits(denv, users, base):
     import errno
     import json
