@@ -57,6 +57,7 @@
 #include "dsfs_opts.h"
 #include "dstage/cache.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 #define DSFS_CTL_PF_LINE_MAX 8192
 /* Memory charged per entry beyond its strings (struct, hash slots, the
@@ -121,14 +122,6 @@ static struct dsfs_ctl *dsfs_ctl_of(struct dsfs *fs)
 	return fs->sub_state[DSFS_SUB_CTL];
 }
 
-static int64_t dsfs_ctl_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec;
-}
-
 static int dsfs_ctl_init(struct dsfs *fs)
 {
 	struct dsfs_ctl *c = calloc(1, sizeof(*c));
@@ -182,7 +175,7 @@ static bool dsfs_ctl_uid_idle(const struct dsfs_ctl_uid *u, int64_t now)
  * of others are freed on the way. */
 static struct dsfs_ctl_uid *dsfs_ctl_uid_get(struct dsfs_ctl *c, uid_t uid)
 {
-	int64_t now = dsfs_ctl_now();
+	int64_t now = timeutil_mono_ms() / 1000;
 	struct dsfs_ctl_uid **pp = &c->uids, *u, *found = NULL;
 
 	while ((u = *pp)) {
@@ -212,7 +205,7 @@ static struct dsfs_ctl_uid *dsfs_ctl_uid_get(struct dsfs_ctl *c, uid_t uid)
 static void dsfs_ctl_refused(struct dsfs_ctl_uid *u, const char *what,
 			     const char *limit, uint64_t value)
 {
-	int64_t now = dsfs_ctl_now();
+	int64_t now = timeutil_mono_ms() / 1000;
 
 	u->refused++;
 	if (now - u->refuse_logged < DSFS_CTL_REFUSE_LOG_S)
@@ -800,7 +793,7 @@ static void dsfs_ctl_pf_submit(struct dsfs *fs, struct dsfs_ctl_pf *pf)
 				: "ok");
 	u = dsfs_ctl_uid_get(c, pf->who.uid);
 	if (u) {
-		int64_t now = dsfs_ctl_now();
+		int64_t now = timeutil_mono_ms() / 1000;
 
 		loud = now - u->list_logged >= DSFS_CTL_LIST_LOG_S;
 		if (loud)

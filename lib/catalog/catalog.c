@@ -337,24 +337,11 @@ void catalog_rollback(sqlite3 *db)
 		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 }
 
-int64_t catalog_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
-int64_t catalog_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* SQLite's busy handler: n is the number of earlier calls in this wait. */
 static int catalog_busy_handler(void *arg, int n)
 {
 	struct catalog_busy *b = arg;
-	int64_t now = catalog_mono_ns();
+	int64_t now = timeutil_mono_ns();
 
 	if (n == 0)
 		b->since_ns = now;
@@ -651,7 +638,7 @@ int catalog_policy_set(struct catalog *cat, const char *key, const char *value)
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 3, catalog_now());
+		sqlite3_bind_int64(st, 3, timeutil_real_s());
 		rc = sqlite3_step(st);
 	}
 	if (rc != SQLITE_DONE)
@@ -673,7 +660,8 @@ int catalog_audit_add(struct catalog *cat, const struct catalog_audit *a)
 				" VALUES(?, ?, ?, ?, ?, ?, ?)",
 				-1, &st, NULL);
 	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, a->when ? a->when : catalog_now());
+		sqlite3_bind_int64(st, 1,
+				   a->when ? a->when : timeutil_real_s());
 		sqlite3_bind_int64(st, 2, a->uid);
 		sqlite3_bind_text(st, 3, a->user, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 4, a->action, -1, SQLITE_STATIC);

@@ -49,7 +49,7 @@ int catalog_ckpt_record(struct catalog *cat, const char *store, const char *key,
 		sqlite3_bind_text(st, 3, sha256, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 4, (sqlite3_int64)size);
 		sqlite3_bind_text(st, 5, etag ? etag : "", -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 6, catalog_now());
+		sqlite3_bind_int64(st, 6, timeutil_real_s());
 		rc = sqlite3_step(st);
 	}
 	if (rc != SQLITE_DONE)

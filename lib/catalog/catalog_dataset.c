@@ -75,7 +75,7 @@ int catalog_dataset_add(struct catalog *cat, const char *name,
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 3, group, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, catalog_now());
+	sqlite3_bind_int64(st, 4, timeutil_real_s());
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_CONSTRAINT_UNIQUE)
 		ret = -EEXIST;

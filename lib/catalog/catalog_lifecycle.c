@@ -94,7 +94,7 @@ int catalog_lifecycle_add(struct catalog *cat, struct lifecycle_rule *r,
 		sqlite3_bind_int64(st, 5, r->keep_every);
 		sqlite3_bind_text(st, 6, r->archive, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 7, r->storage_class, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 8, catalog_now());
+		sqlite3_bind_int64(st, 8, timeutil_real_s());
 		rc = sqlite3_step(st);
 	}
 	if ((rc & 0xff) == SQLITE_CONSTRAINT) {

@@ -366,8 +366,8 @@ int ckpt_space(struct ckpt *ck, int64_t growth)
 			ckpt_journal_evict_locked(ck, ck->used + g - ck->limit);
 		if (ck->used + g > ck->limit) {
 			ret = -ENOSPC;
-			if (ckpt_now_ms() - last_log > 10000) {
-				last_log = ckpt_now_ms();
+			if (timeutil_mono_ms() - last_log > 10000) {
+				last_log = timeutil_mono_ms();
 				log_warn(
 					"checkpoints: checkpoints.staging_size "
 					"(%" PRIu64 " bytes) reached in %s and "
