@@ -252,7 +252,8 @@ void proto_add_mem(struct proto_buf *b, const char *key, const char *val,
 					b->err = -EINVAL;
 					return;
 				}
-				p += sprintf(p, "\\x%02x", c);
+				/* room reserved above: 4 bytes and the NUL */
+				p += snprintf(p, 5, "\\x%02x", c);
 			} else {
 				*p++ = (char)c;
 			}
