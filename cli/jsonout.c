@@ -72,7 +72,7 @@ int jsonout_set_str(json_t *obj, const char *field, const char *val)
 {
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *p = (const unsigned char *)val;
-	size_t n = strlen(val), o = 0, h = 0;
+	size_t n = strlen(val), o = 0, h = 0, name_size = strlen(field) + 6;
 	char *fixed = NULL, *raw = NULL, *name = NULL;
 	int ret = -ENOMEM;
 
@@ -82,7 +82,7 @@ int jsonout_set_str(json_t *obj, const char *field, const char *val)
 			       : 0;
 	fixed = malloc(n * 3 + 1);
 	raw = malloc(n * 2 + 1);
-	name = malloc(strlen(field) + 6);
+	name = malloc(name_size); /* field, "_utf8", NUL */
 	if (!fixed || !raw || !name)
 		goto out;
 	for (size_t i = 0; i < n;) {
@@ -104,10 +104,10 @@ int jsonout_set_str(json_t *obj, const char *field, const char *val)
 	}
 	if (json_object_set_new(obj, field, json_stringn(fixed, o)))
 		goto out;
-	sprintf(name, "%s_utf8", field);
+	snprintf(name, name_size, "%s_utf8", field);
 	if (json_object_set_new(obj, name, json_false()))
 		goto out;
-	sprintf(name, "%s_hex", field);
+	snprintf(name, name_size, "%s_hex", field);
 	if (json_object_set_new(obj, name, json_stringn(raw, h)))
 		goto out;
 	ret = 0;

@@ -30,6 +30,7 @@
 #include "dsfs_overlay.h"
 #include "dsfs_root.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 int dsfs_init(struct dsfs *fs, const struct dsfs_opts *o,
 	      const struct dstage_config *cfg)
@@ -132,13 +133,7 @@ static bool dsfs_poller_wait(struct dsfs *fs, unsigned ms)
 	struct timespec ts;
 	bool stop;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
+	timeutil_real_after_ms(&ts, ms);
 	pthread_mutex_lock(&fs->poll_lock);
 	if (!fs->poll_stop)
 		pthread_cond_timedwait(&fs->poll_cond, &fs->poll_lock, &ts);

@@ -68,14 +68,15 @@ char *dsfs_ckpt_pn_child_key(struct dsfs_ckpt *st, struct dsfs_node *dir,
 			     const char *name)
 {
 	char *dk = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(dir)), *k;
-	size_t dl;
+	size_t dl, size;
 
 	if (!dk)
 		return NULL;
 	dl = strlen(dk);
-	k = malloc(dl + strlen(name) + 2);
+	size = dl + strlen(name) + 2;
+	k = malloc(size);
 	if (k)
-		sprintf(k, "%s%s%s", dk, dl ? "/" : "", name);
+		snprintf(k, size, "%s%s%s", dk, dl ? "/" : "", name);
 	free(dk);
 	return k;
 }

@@ -53,6 +53,7 @@
 #include "dsfs_opts.h"
 #include "dstage/cache.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 struct dsfs_ctl_pf_obj {
 	struct dsfs_dataset *ds; /* a reference */
@@ -76,14 +77,6 @@ struct dsfs_ctl_pf {
 	bool partial_too_long;
 	char partial[DSFS_CTL_PF_LINE_MAX];
 };
-
-static int64_t dsfs_ctl_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec;
-}
 
 void dsfs_ctl_uids_free(struct dsfs_ctl *c)
 {
@@ -152,7 +145,7 @@ static bool dsfs_ctl_uid_idle(const struct dsfs_ctl_uid *u, int64_t now)
  * of others are freed on the way. */
 static struct dsfs_ctl_uid *dsfs_ctl_uid_get(struct dsfs_ctl *c, uid_t uid)
 {
-	int64_t now = dsfs_ctl_now();
+	int64_t now = timeutil_mono_ms() / 1000;
 	struct dsfs_ctl_uid **pp = &c->uids, *u, *found = NULL;
 
 	while ((u = *pp)) {
@@ -182,7 +175,7 @@ static struct dsfs_ctl_uid *dsfs_ctl_uid_get(struct dsfs_ctl *c, uid_t uid)
 static void dsfs_ctl_refused(struct dsfs_ctl_uid *u, const char *what,
 			     const char *limit, uint64_t value)
 {
-	int64_t now = dsfs_ctl_now();
+	int64_t now = timeutil_mono_ms() / 1000;
 
 	u->refused++;
 	if (now - u->refuse_logged < DSFS_CTL_REFUSE_LOG_S)
@@ -552,7 +545,7 @@ static void dsfs_ctl_pf_submit(struct dsfs *fs, struct dsfs_ctl_pf *pf)
 	dsfs_ctl_status_set(c, pf->who.uid, status);
 	u = dsfs_ctl_uid_get(c, pf->who.uid);
 	if (u) {
-		int64_t now = dsfs_ctl_now();
+		int64_t now = timeutil_mono_ms() / 1000;
 
 		loud = now - u->list_logged >= DSFS_CTL_LIST_LOG_S;
 		if (loud)

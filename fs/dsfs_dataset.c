@@ -33,6 +33,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/timeutil.h"
 
 /* Least time between two on-demand refreshes from lookups, ms. */
 #define DSFS_LOOKUP_REFRESH_MS 200
@@ -85,14 +86,6 @@ struct catalog *dsfs_dataset_catalog(struct dsfs_dataset_table *t, int *err)
 	}
 	pthread_setspecific(dsfs_dataset_cat_key, cat);
 	return cat;
-}
-
-static uint64_t dsfs_dataset_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 void dsfs_dataset_get(struct dsfs_dataset *d)
@@ -357,7 +350,7 @@ int dsfs_dataset_table_refresh(struct dsfs_dataset_table *t)
 	t->ents = ents;
 	t->nents = n;
 	ents = NULL;
-	t->polled_ms = dsfs_dataset_now_ms();
+	t->polled_ms = timeutil_mono_ms();
 	pthread_rwlock_unlock(&t->lock);
 out:
 	free(ents);
@@ -438,7 +431,7 @@ struct dsfs_dataset *dsfs_dataset_table_current(struct dsfs_dataset_table *t,
 			d = t->ents[at];
 			dsfs_dataset_get(d);
 		}
-		stale = dsfs_dataset_now_ms() - t->polled_ms >=
+		stale = timeutil_mono_ms() - t->polled_ms >=
 			DSFS_LOOKUP_REFRESH_MS;
 		pthread_rwlock_unlock(&t->lock);
 		if (d || !stale || pass)

@@ -47,7 +47,7 @@ int dsfs_ovl_path(struct dsfs_ovl *st, struct dsfs_node *n, const char *name,
 		parts[np++] = p->name;
 	}
 	if (!np) {
-		strcpy(buf, ".");
+		memcpy(buf, ".", 2);
 		goto out;
 	}
 	while (np--) {
@@ -71,7 +71,7 @@ void dsfs_ovl_parent_path(const char *path, char *buf)
 	const char *slash = strrchr(path, '/');
 
 	if (!slash) {
-		strcpy(buf, ".");
+		memcpy(buf, ".", 2);
 		return;
 	}
 	memcpy(buf, path, (size_t)(slash - path));

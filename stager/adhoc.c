@@ -38,6 +38,7 @@
 #include <openssl/evp.h>
 
 #include "dstage/sha256sums.h"
+#include "dstage/timeutil.h"
 #include "jsonout.h"
 #include "stager.h"
 
@@ -356,20 +357,13 @@ static void *adhoc_reader(void *arg)
 	return NULL;
 }
 
-static double adhoc_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A progress line on stderr: redrawn in place on a terminal. */
 static void adhoc_show(struct adhoc *a, const char *what, double t0, bool tty,
 		       bool last)
 {
 	uint64_t done = atomic_load(&a->done_bytes);
-	double el = adhoc_now() - t0, rate = el > 0 ? (double)done / el : 0;
+	double el = timeutil_mono_s() - t0,
+	       rate = el > 0 ? (double)done / el : 0;
 	char d[32], t[32], r[32], eta[32];
 
 	cli_bytes(done, d, sizeof(d));
@@ -513,7 +507,7 @@ int adhoc_run(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		n = STAGER_PARALLEL_MAX;
 	if (n > a.n_files)
 		n = a.n_files ? (unsigned)a.n_files : 1;
-	t0 = adhoc_now();
+	t0 = timeutil_mono_s();
 	for (unsigned i = 0; i < n; i++) {
 		if (pthread_create(&tids[started], NULL, adhoc_reader, &a))
 			break;
@@ -526,7 +520,7 @@ int adhoc_run(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	for (size_t i = 0; i < started; i++) {
 		while (pthread_tryjoin_np(tids[i], NULL) == EBUSY) {
 			usleep(100000);
-			if (!o->json && adhoc_now() >= next) {
+			if (!o->json && timeutil_mono_s() >= next) {
 				adhoc_show(&a, cmd->name, t0, tty, false);
 				next += tty ? 1 : 10;
 			}
@@ -534,7 +528,8 @@ int adhoc_run(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	}
 	if (!o->json && tty)
 		adhoc_show(&a, cmd->name, t0, tty, true);
-	code = adhoc_print(&a, cmd->name, adhoc_now() - t0, missing, o->json);
+	code = adhoc_print(&a, cmd->name, timeutil_mono_s() - t0, missing,
+			   o->json);
 out:
 	for (size_t i = 0; i < a.n_files; i++)
 		free(a.files[i].rel);

@@ -294,7 +294,7 @@ static int client_watch_row(struct client *cl, void *arg)
 	uint64_t done = client_u64(cl, "done"), total = client_u64(cl, "total");
 	uint64_t fd = client_u64(cl, "files_done");
 	uint64_t ft = client_u64(cl, "files_total");
-	double now = stager_now();
+	double now = timeutil_mono_s();
 	char a[32], b[32], r[32], eta[32];
 
 	if (!strcmp(type, "mismatch"))
@@ -467,7 +467,7 @@ static int client_watch(struct client *cl, int64_t id)
 	const char *state;
 	int ret, code = CLI_EXIT_FAIL;
 
-	w.t0 = stager_now();
+	w.t0 = timeutil_mono_s();
 	proto_add(&cl->pc.out, "cmd", "watch");
 	proto_add_i64(&cl->pc.out, "job", id);
 	ret = client_call(cl, client_watch_row, &w);

@@ -270,7 +270,7 @@ static void daemon_conn_refuse(struct daemon *d, int fd, uid_t uid,
 				  "%s; try again later\n";
 	char line[256];
 	int n = snprintf(line, sizeof(line), fmt, -EAGAIN, why);
-	double now = stager_now();
+	double now = timeutil_mono_s();
 
 	if (n > 0)
 		(void)!send(fd, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -299,7 +299,7 @@ static void daemon_conn_backoff(struct daemon *d, int err)
 			  d->lim.max_conns, d->lim.max_conns_uid,
 			  d->lim.idle_ms);
 	if (!d->accept_burst)
-		d->accept_burst = stager_now();
+		d->accept_burst = timeutil_mono_s();
 	nanosleep(&ts, NULL);
 }
 
@@ -328,7 +328,7 @@ void *daemon_conn_accept_thread(void *arg)
 		}
 		if (d->accept_burst) {
 			log_info("accepting connections again after %.1f s",
-				 stager_now() - d->accept_burst);
+				 timeutil_mono_s() - d->accept_burst);
 			d->accept_burst = 0;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {

@@ -135,7 +135,7 @@ void *daemon_jobs_dispatch_thread(void *arg)
 				snprintf(rj->dataset, sizeof(rj->dataset), "%s",
 					 a->j.dataset);
 				rj->created = a->j.created;
-				rj->started = stager_now();
+				rj->started = timeutil_mono_s();
 				pthread_mutex_init(&rj->lock, NULL);
 				pthread_cond_init(&rj->cond, NULL);
 				atomic_store(&rj->refs, 2);

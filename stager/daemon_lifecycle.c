@@ -37,6 +37,7 @@
 #include "dstage/lifecycle_stage.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/timeutil.h"
 
 #define DL_MAX_ENTS 256 /* retry entries shown and tracked */
 #define DL_KEEP_DONE 3600 /* seconds a published entry stays listed */
@@ -66,14 +67,6 @@ struct daemon_lifecycle {
 	struct dl_ent *ents;
 	size_t n;
 };
-
-static int64_t dl_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- the retry job ---- */
 
@@ -123,7 +116,7 @@ static void dl_retry_pass(struct daemon_lifecycle *dl,
 {
 	unsigned interval = dl->d->cfg->ckpt_retry_ms;
 	struct dl_scan s = { .dl = dl,
-			     .now = dl_now_ms(),
+			     .now = timeutil_real_ms(),
 			     .interval = interval };
 	size_t i;
 
@@ -181,7 +174,8 @@ static void dl_retry_pass(struct daemon_lifecycle *dl,
 			if (mult > DL_BACKOFF_MAX)
 				mult = DL_BACKOFF_MAX;
 			e->state = DL_RETRYING;
-			e->next_ms = dl_now_ms() + (int64_t)interval * mult;
+			e->next_ms =
+				timeutil_real_ms() + (int64_t)interval * mult;
 			snprintf(e->error, sizeof(e->error), "%s",
 				 strerror(-ret));
 			log_warn("checkpoints: the retry job cannot publish %s "
@@ -251,11 +245,12 @@ static void *dl_thread(void *arg)
 	struct lifecycle_staging *stg = NULL;
 	struct objstore *os = NULL;
 	struct catalog *cat = NULL;
-	int64_t next_retry = 0, next_lc = dl_now_ms() + cfg->ckpt_lifecycle_ms;
+	int64_t next_retry = 0,
+		next_lc = timeutil_real_ms() + cfg->ckpt_lifecycle_ms;
 
 	pthread_mutex_lock(&dl->lock);
 	while (!dl->stop) {
-		int64_t now = dl_now_ms(), wake;
+		int64_t now = timeutil_real_ms(), wake;
 		struct timespec ts;
 
 		pthread_mutex_unlock(&dl->lock);

@@ -211,7 +211,7 @@ static double local_pass(struct local_bench *b, bool cache, unsigned threads)
 	atomic_store(&b->next, 0);
 	atomic_store(&b->done, 0);
 	atomic_store(&b->err, 0);
-	t0 = stager_now();
+	t0 = timeutil_mono_s();
 	for (; k < threads; k++)
 		if (pthread_create(&t[k], NULL, local_reader, b))
 			break;
@@ -219,7 +219,7 @@ static double local_pass(struct local_bench *b, bool cache, unsigned threads)
 		pthread_join(t[i], NULL);
 	if (atomic_load(&b->err))
 		return -1;
-	return (double)atomic_load(&b->done) / (stager_now() - t0);
+	return (double)atomic_load(&b->done) / (timeutil_mono_s() - t0);
 }
 
 static void local_drop(struct local_bench *b)
@@ -249,10 +249,10 @@ static void *local_sha(void *arg)
 	if (!buf)
 		return NULL;
 	memset(buf, 0x5a, len);
-	t0 = stager_now();
+	t0 = timeutil_mono_s();
 	for (int r = 0; r < 4; r++)
 		EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL);
-	*rate = 4.0 * (double)len / (stager_now() - t0);
+	*rate = 4.0 * (double)len / (timeutil_mono_s() - t0);
 	free(buf);
 	return NULL;
 }
@@ -298,21 +298,21 @@ static int local_disk(const char *dir, uint64_t size, double *wr, double *rd)
 		goto out;
 	}
 	memset(buf, 0xa5, bs);
-	t0 = stager_now();
+	t0 = timeutil_mono_s();
 	for (uint64_t off = 0; off < size; off += bs)
 		if (pwrite(fd, buf, bs, (off_t)off) != (ssize_t)bs) {
 			ret = -errno;
 			goto out;
 		}
 	fsync(fd);
-	*wr = (double)size / (stager_now() - t0);
-	t0 = stager_now();
+	*wr = (double)size / (timeutil_mono_s() - t0);
+	t0 = timeutil_mono_s();
 	for (uint64_t off = 0; off < size; off += bs)
 		if (pread(fd, buf, bs, (off_t)off) != (ssize_t)bs) {
 			ret = -errno;
 			goto out;
 		}
-	*rd = (double)size / (stager_now() - t0);
+	*rd = (double)size / (timeutil_mono_s() - t0);
 out:
 	free(buf);
 	close(fd);

@@ -218,7 +218,7 @@ static void push_event(void *arg, enum push_event ev, const char *key,
 static void push_show(struct push_cli *c, bool last)
 {
 	struct push_progress pr;
-	double el = stager_now() - c->t0, rate;
+	double el = timeutil_mono_s() - c->t0, rate;
 	char a[32], b[32], r[32], eta[32], line[512];
 	uint64_t left;
 	int n;
@@ -262,14 +262,14 @@ static void push_show(struct push_cli *c, bool last)
 static void *push_ticker(void *arg)
 {
 	struct push_cli *c = arg;
-	double every = c->tty ? 0.5 : 5.0, last = stager_now();
+	double every = c->tty ? 0.5 : 5.0, last = timeutil_mono_s();
 
 	while (!atomic_load(&c->quit)) {
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
-		if (stager_now() - last >= every) {
-			last = stager_now();
+		if (timeutil_mono_s() - last >= every) {
+			last = timeutil_mono_s();
 			push_show(c, false);
 		}
 	}
@@ -427,7 +427,7 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 			 int stage_code, int verify_code, int code)
 {
 	struct push_progress pr;
-	double el = (c->t1 ? c->t1 : stager_now()) - c->t0;
+	double el = (c->t1 ? c->t1 : timeutil_mono_s()) - c->t0;
 	char a[32], b[32];
 	json_t *doc;
 
@@ -532,7 +532,7 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	bool ticking = false;
 
 	(void)cmd;
-	c.t0 = stager_now();
+	c.t0 = timeutil_mono_s();
 	c.tty = !o->json && isatty(STDOUT_FILENO);
 	for (int k = 0; k < PR_N; k++)
 		if (!(c.rows[k] = json_array()))
@@ -632,7 +632,7 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	signal(SIGTERM, push_on_signal);
 	ticking = !pthread_create(&ticker, NULL, push_ticker, &c);
 	ret = push_execute(c.push);
-	c.t1 = stager_now();
+	c.t1 = timeutil_mono_s();
 	atomic_store(&c.quit, true);
 	if (ticking)
 		pthread_join(ticker, NULL);

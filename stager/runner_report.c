@@ -49,7 +49,7 @@ void runner_obj(const struct runner_ctx *c, const struct runner_file *f,
 static void runner_hex(const unsigned char h[32], char out[65])
 {
 	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", h[i]);
+		snprintf(out + 2 * i, 3, "%02x", h[i]);
 	out[64] = '\0';
 }
 

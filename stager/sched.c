@@ -43,14 +43,6 @@ struct sched {
 	struct sched_job *jobs; /* lock */
 };
 
-double stager_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int sched_create(unsigned slots, struct sched **out)
 {
 	struct sched *s = calloc(1, sizeof(*s));
@@ -125,7 +117,7 @@ static bool sched_turn(const struct sched *s, const struct sched_job *j)
 /* Sleep until monotonic time t. */
 static void sched_sleep_until(double t)
 {
-	double wait = t - stager_now();
+	double wait = t - timeutil_mono_s();
 	struct timespec ts;
 
 	if (wait <= 0)
@@ -144,7 +136,7 @@ void sched_acquire(struct sched *s, struct sched_job *j, uint64_t len)
 	pthread_mutex_lock(&s->lock);
 	if (j->rate) {
 		if (!j->t0)
-			j->t0 = stager_now();
+			j->t0 = timeutil_mono_s();
 		start = j->t0 + (double)j->granted / (double)j->rate;
 		j->granted += len;
 	}

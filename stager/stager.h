@@ -26,6 +26,7 @@
 #include "dstage/config.h"
 #include "dstage/jobs.h"
 #include "dstage/proto.h"
+#include "dstage/timeutil.h"
 
 /* Exit codes: CLI_EXIT_* (cli/cli.h), the same for every tool. */
 
@@ -226,8 +227,5 @@ int runner_walk(struct catalog *cat, const char *dataset, runner_file_cb cb,
 
 /* Drop a reference; frees the job with the last one. */
 void runner_put(struct runner_job *rj);
-
-/* Monotonic seconds. */
-double stager_now(void);
 
 #endif

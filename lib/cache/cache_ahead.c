@@ -36,6 +36,7 @@
 #include "cache_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 static void cache_job_free(struct cache_job *j)
 {
@@ -151,14 +152,6 @@ struct cache_pf {
 	int64_t progress_ms; /* when the reader last read an entry */
 	struct cache_pf_hold *holds;
 };
-
-static int64_t cache_pf_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* DSTAGE_PREFETCH_IDLE_S (seconds, may be fractional) or CACHE_PF_IDLE_S. */
 static int64_t cache_pf_idle_ms(void)
@@ -323,7 +316,7 @@ static void cache_pf_read(struct cache_obj *o, uint64_t off, size_t len)
 
 		if (cache_pf_lookup(pf, o->name, &idx))
 			continue;
-		pf->progress_ms = cache_pf_now_ms();
+		pf->progress_ms = timeutil_mono_ms();
 		if (idx + 1 > pf->pos)
 			pf->pos = idx + 1;
 		h = cache_pf_find(pf, o->name);
@@ -350,7 +343,7 @@ static void cache_pf_read(struct cache_obj *o, uint64_t off, size_t len)
  */
 static int cache_pf_wait(struct cache_pf *pf)
 {
-	int64_t now = cache_pf_now_ms(), until = pf->progress_ms + pf->idle_ms;
+	int64_t now = timeutil_mono_ms(), until = pf->progress_ms + pf->idle_ms;
 	struct timespec ts;
 
 	if (now >= until) {
@@ -537,7 +530,7 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 		pf.keys[i] = (struct cache_pf_key){ cache_pf_hash(name), i };
 	}
 	qsort(pf.keys, j->nobjs, sizeof(*pf.keys), cache_pf_key_cmp);
-	pf.progress_ms = cache_pf_now_ms();
+	pf.progress_ms = timeutil_mono_ms();
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&pf.cv, &ca);

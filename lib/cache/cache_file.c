@@ -33,6 +33,7 @@
 #include "cache_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 #define CACHE_FDINFO_MAX 100000 /* fdinfo files read to find a holder */
 
@@ -158,14 +159,6 @@ static void cache_ofd_blame(const struct cache *c, int fd,
 		  c->cfg->cache_dir, name, name + 2, held, CACHE_LOCK_WAIT_S);
 }
 
-static uint64_t cache_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * Take an OFD lock on byte of fd (object file name of ds/key, for the log).
  * wait: retry until c->lock_wait_ms has passed, then log the holder and
@@ -193,8 +186,8 @@ int cache_ofd_lock(const struct cache *c, int fd, off_t byte, short type,
 		if (!wait)
 			return -EAGAIN;
 		if (!t0) {
-			t0 = cache_now_ms();
-		} else if (cache_now_ms() - t0 >= c->lock_wait_ms) {
+			t0 = timeutil_mono_ms();
+		} else if (timeutil_mono_ms() - t0 >= c->lock_wait_ms) {
 			cache_ofd_blame(c, fd, &fl, ds, key, name);
 			return -ETIMEDOUT;
 		}

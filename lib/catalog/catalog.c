@@ -43,6 +43,7 @@
 #include "catalog_i.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 /*
  * Forward migrations: catalog_migrations[v] takes a database from
@@ -337,24 +338,11 @@ void catalog_rollback(sqlite3 *db)
 		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 }
 
-int64_t catalog_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
-int64_t catalog_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* SQLite's busy handler: n is the number of earlier calls in this wait. */
 static int catalog_busy_handler(void *arg, int n)
 {
 	struct catalog_busy *b = arg;
-	int64_t now = catalog_mono_ns();
+	int64_t now = timeutil_mono_ns();
 
 	if (n == 0)
 		b->since_ns = now;
@@ -684,13 +672,13 @@ int catalog_policy_set(struct catalog *cat, const char *key, const char *value)
 			   " VALUES(?1, ?2, ?3) ON CONFLICT(key) DO UPDATE"
 			   " SET value = ?2, updated = ?3",
 			   CATALOG_ARGS(CATALOG_TEXT(key), CATALOG_TEXT(value),
-					CATALOG_INT(catalog_now())),
+					CATALOG_INT(timeutil_real_s())),
 			   NULL);
 }
 
 int catalog_audit_add(struct catalog *cat, const struct catalog_audit *a)
 {
-	int64_t when = a->when ? a->when : catalog_now();
+	int64_t when = a->when ? a->when : timeutil_real_s();
 
 	if (!a->action || !*a->action)
 		return -EINVAL;

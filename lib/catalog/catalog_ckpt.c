@@ -26,6 +26,7 @@
 #include "dstage/ckpt.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 static bool catalog_ckpt_key_ok(const char *key)
 {
@@ -47,7 +48,7 @@ int catalog_ckpt_record(struct catalog *cat, const char *store, const char *key,
 			   CATALOG_ARGS(CATALOG_TEXT(store), CATALOG_TEXT(key),
 					CATALOG_TEXT(sha256), CATALOG_INT(size),
 					CATALOG_TEXT(etag ? etag : ""),
-					CATALOG_INT(catalog_now())),
+					CATALOG_INT(timeutil_real_s())),
 			   NULL);
 }
 

@@ -15,6 +15,7 @@
 #include "catalog_i.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 /* ---- datasets ---- */
 
@@ -64,13 +65,14 @@ int catalog_dataset_add(struct catalog *cat, const char *name,
 	}
 	if (!source || !*source)
 		return -EINVAL;
-	ret = catalog_prepare(
-		cat, "dataset add",
-		"INSERT INTO datasets(name, source, state,"
-		" owner_group, created) VALUES(?, ?, 0, ?, ?)",
-		CATALOG_ARGS(CATALOG_TEXT(name), CATALOG_TEXT(source),
-			     CATALOG_TEXT(group), CATALOG_INT(catalog_now())),
-		&st);
+	ret = catalog_prepare(cat, "dataset add",
+			      "INSERT INTO datasets(name, source, state,"
+			      " owner_group, created) VALUES(?, ?, 0, ?, ?)",
+			      CATALOG_ARGS(CATALOG_TEXT(name),
+					   CATALOG_TEXT(source),
+					   CATALOG_TEXT(group),
+					   CATALOG_INT(timeutil_real_s())),
+			      &st);
 	if (ret)
 		return ret;
 	rc = sqlite3_step(st);

@@ -22,6 +22,7 @@
 #include "dstage/catalog.h"
 #include "dstage/objstore.h"
 #include "dstage/sha256sums.h"
+#include "dstage/timeutil.h"
 
 /* Where registration gets its keys and the bytes of its sums key from. */
 struct catalog_source {
@@ -135,9 +136,6 @@ void catalog_busy_init(sqlite3 *db, struct catalog_busy *b);
  * writers in (sleeps CATALOG_YIELD_US). */
 void catalog_yield(void);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-int64_t catalog_mono_ns(void);
-
 /* Log a SQLite failure of db (what, and SQLite's message) and return its
  * -errno (catalog_sqlite_errno). */
 int catalog_sqlerr(sqlite3 *db, int rc, const char *what);
@@ -147,9 +145,6 @@ int catalog_exec(sqlite3 *db, const char *sql);
 
 /* Roll back the open transaction of db, if any. */
 void catalog_rollback(sqlite3 *db);
-
-/* Seconds since the epoch. */
-int64_t catalog_now(void);
 
 /* The cached statement id of cat, reset and ready for binding; 0 or the
  * logged -errno of its preparation. */

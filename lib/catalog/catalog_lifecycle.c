@@ -15,6 +15,7 @@
 #include "catalog_i.h"
 #include "dstage/lifecycle.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 #define RULE_COLS                                                        \
 	"id, pattern, keep_local, shared_days, delete_days, keep_every," \
@@ -92,7 +93,7 @@ int catalog_lifecycle_add(struct catalog *cat, struct lifecycle_rule *r,
 					   CATALOG_INT(r->keep_every),
 					   CATALOG_TEXT(r->archive),
 					   CATALOG_TEXT(r->storage_class),
-					   CATALOG_INT(catalog_now())),
+					   CATALOG_INT(timeutil_real_s())),
 			      &st);
 	if (ret)
 		goto err;

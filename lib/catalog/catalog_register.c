@@ -95,7 +95,7 @@ static int catalog_reg_begin(struct catalog_reg *r)
 	if (ret)
 		return ret;
 	r->in_tx = true;
-	r->tx_start_ns = catalog_mono_ns();
+	r->tx_start_ns = timeutil_mono_ns();
 	ret = catalog_stmt(cat, ST_MF_STATE, &st);
 	if (ret)
 		return ret;
@@ -120,7 +120,7 @@ static int catalog_reg_commit(struct catalog_reg *r)
 	if (!r->in_tx)
 		return 0;
 	r->in_tx = false;
-	held = catalog_mono_ns() - r->tx_start_ns;
+	held = timeutil_mono_ns() - r->tx_start_ns;
 	r->n_tx++;
 	r->write_ns += held;
 	if (held > r->max_tx_ns)
@@ -261,7 +261,7 @@ static int catalog_reg_flush(struct catalog_reg *r)
 		else
 			ret = catalog_reg_put_sum(r, w);
 		if (!ret && i + 1 < r->n && (i & 63) == 63 &&
-		    catalog_mono_ns() - r->tx_start_ns >= max_ns) {
+		    timeutil_mono_ns() - r->tx_start_ns >= max_ns) {
 			ret = catalog_reg_commit(r);
 			catalog_yield();
 		}
@@ -589,14 +589,14 @@ int catalog_register_source(struct catalog *cat, const char *name,
 		return -ENOMEM;
 	r->cat = cat;
 	r->name = name;
-	r->now = catalog_now();
+	r->now = timeutil_real_s();
 	r->rows = malloc(REG_BATCH_ROWS * sizeof(*r->rows));
 	r->arena = malloc(REG_BATCH_BYTES);
 	if (!r->rows || !r->arena) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	t0 = catalog_mono_ns();
+	t0 = timeutil_mono_ns();
 	ret = catalog_reg_start(r);
 	if (ret)
 		goto out;
@@ -628,12 +628,12 @@ int catalog_register_source(struct catalog *cat, const char *name,
 		ret = catalog_reg_sums(r, src);
 	if (!ret)
 		ret = catalog_exec(cat->db, CATALOG_SAFE_PRAGMAS);
-	t1 = catalog_mono_ns();
+	t1 = timeutil_mono_ns();
 	if (!ret)
 		ret = catalog_reg_flip(r);
 	if (ret)
 		goto err;
-	t2 = catalog_mono_ns();
+	t2 = timeutil_mono_ns();
 	log_info("catalog: dataset %s registered, %llu bad keys (%llu files; "
 		 "%.1f s: listing %.1f, writing %.1f in %u transactions of at "
 		 "most %lld ms, making it current %.1f)",

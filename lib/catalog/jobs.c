@@ -89,11 +89,6 @@ static int jobs_prepare(struct jobs *jq, const char *sql, sqlite3_stmt **st)
 	return rc == SQLITE_OK ? 0 : jobs_sqlerr(jq, rc, "prepare");
 }
 
-static int64_t jobs_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
 int jobs_open(const char *path, struct jobs **out)
 {
 	struct jobs *jq;
@@ -210,7 +205,7 @@ int jobs_submit(struct jobs *jq, const char *kind, const char *dataset,
 		const char *args, int64_t *id)
 {
 	sqlite3_stmt *st = NULL;
-	int64_t now = jobs_now(), ds_id;
+	int64_t now = timeutil_real_s(), ds_id;
 	int rc, ret;
 
 	if (!kind || !*kind || strlen(kind) >= JOBS_KIND_MAX || !dataset)
@@ -414,7 +409,7 @@ int jobs_claim(struct jobs *jq, struct jobs_job *j)
 			   &st);
 	if (ret)
 		goto err;
-	sqlite3_bind_int64(st, 1, jobs_now());
+	sqlite3_bind_int64(st, 1, timeutil_real_s());
 	sqlite3_bind_int64(st, 2, j->id);
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE) {
@@ -475,7 +470,7 @@ int jobs_progress(struct jobs *jq, int64_t id, uint64_t done, uint64_t total)
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, (int64_t)done);
 	sqlite3_bind_int64(st, 3, (int64_t)total);
-	sqlite3_bind_int64(st, 4, jobs_now());
+	sqlite3_bind_int64(st, 4, timeutil_real_s());
 	ret = jobs_update(jq, st, id, -ECANCELED);
 	sqlite3_finalize(st);
 	return ret;
@@ -509,7 +504,7 @@ static int jobs_finish_row(struct jobs *jq, int64_t id, enum jobs_state state,
 		sqlite3_bind_text(st, 3, msg, -1, SQLITE_STATIC);
 	else
 		sqlite3_bind_null(st, 3);
-	sqlite3_bind_int64(st, 4, jobs_now());
+	sqlite3_bind_int64(st, 4, timeutil_real_s());
 	ret = jobs_update(jq, st, id, -ECANCELED);
 	sqlite3_finalize(st);
 	return ret;
@@ -618,7 +613,7 @@ int jobs_cancel(struct jobs *jq, int64_t id, enum jobs_state *was)
 	if (ret)
 		goto out;
 	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int64(st, 2, jobs_now());
+	sqlite3_bind_int64(st, 2, timeutil_real_s());
 	ret = jobs_update(jq, st, id, -EALREADY);
 out:
 	sqlite3_finalize(st);
@@ -641,7 +636,7 @@ int jobs_recover(struct jobs *jq, unsigned *n)
 			   &st);
 	if (ret)
 		return ret;
-	sqlite3_bind_int64(st, 1, jobs_now());
+	sqlite3_bind_int64(st, 1, timeutil_real_s());
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE)
 		ret = jobs_sqlerr(jq, rc, "recover");

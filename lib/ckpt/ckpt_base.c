@@ -15,14 +15,6 @@
 
 #include "ckpt_i.h"
 
-int64_t ckpt_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int ckpt_store_errno(int ret)
 {
 	if (ret == -ENOSPC || ret == -EDQUOT || ret == -ENOMEM || ret >= 0)

@@ -52,6 +52,7 @@
 
 #include "dstage/ckpt.h"
 #include "dstage/objstore.h"
+#include "dstage/timeutil.h"
 
 #define CKPT_SHA_HEX 65 /* 64 hex digits and a NUL */
 #define CKPT_SIDECAR ".dstage-sha256/"
@@ -206,7 +207,6 @@ char *ckpt_sidecar_key(const char *key);
 /* Store errors as the contract gives them: ENOSPC/EDQUOT stay, the rest is
  * EIO (ENOMEM stays). */
 int ckpt_store_errno(int ret);
-int64_t ckpt_now_ms(void);
 
 /* ckpt_stat.c */
 /* This node adds a name (create, mkdir, rename): forget every name

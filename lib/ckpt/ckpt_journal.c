@@ -147,10 +147,10 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 	    strlen(etag) >= sizeof(r->etag) || strlen(key) >= sizeof(r->key))
 		goto bad;
 	if (strcmp(sha, "-"))
-		strcpy(r->sha, sha);
+		snprintf(r->sha, sizeof(r->sha), "%s", sha);
 	if (strcmp(etag, "-"))
-		strcpy(r->etag, etag);
-	strcpy(r->key, key);
+		snprintf(r->etag, sizeof(r->etag), "%s", etag);
+	snprintf(r->key, sizeof(r->key), "%s", key);
 	/* Optional: "u <upload id>\n<its key>\n", an upload maybe open. */
 	up = nl + 1;
 	if (!strncmp(up, "u ", 2) && (nl = strchr(up, '\n'))) {
@@ -160,8 +160,10 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 		if (end && (size_t)(nl - up - 2) < sizeof(r->upload_id) &&
 		    (size_t)(end - ukey) < sizeof(r->upload_key)) {
 			*end = '\0';
-			strcpy(r->upload_id, up + 2);
-			strcpy(r->upload_key, ukey);
+			snprintf(r->upload_id, sizeof(r->upload_id), "%s",
+				 up + 2);
+			snprintf(r->upload_key, sizeof(r->upload_key), "%s",
+				 ukey);
 		}
 	}
 	return 0;
@@ -366,8 +368,8 @@ int ckpt_space(struct ckpt *ck, int64_t growth)
 			ckpt_journal_evict_locked(ck, ck->used + g - ck->limit);
 		if (ck->used + g > ck->limit) {
 			ret = -ENOSPC;
-			if (ckpt_now_ms() - last_log > 10000) {
-				last_log = ckpt_now_ms();
+			if (timeutil_mono_ms() - last_log > 10000) {
+				last_log = timeutil_mono_ms();
 				log_warn(
 					"checkpoints: checkpoints.staging_size "
 					"(%" PRIu64 " bytes) reached in %s and "

@@ -176,13 +176,7 @@ static void *ckpt_retry_main(void *arg)
 		unsigned ms = ck->cfg->ckpt_retry_ms;
 
 		if (!(first && ck->pending)) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += ms / 1000;
-			ts.tv_nsec += (long)(ms % 1000) * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
+			timeutil_real_after_ms(&ts, ms);
 			pthread_cond_timedwait(&ck->cond, &ck->lock, &ts);
 		}
 		first = false;

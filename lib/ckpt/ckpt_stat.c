@@ -187,7 +187,7 @@ uint64_t ckpt_neg_gen(struct ckpt *ck)
 void ckpt_neg_add(struct ckpt *ck, const char *key, unsigned ttl_ms,
 		  uint64_t gen)
 {
-	int64_t now = ckpt_now_ms();
+	int64_t now = timeutil_mono_ms();
 	struct ckpt_neg *slot = NULL;
 	char *copy;
 
@@ -218,7 +218,7 @@ void ckpt_neg_add(struct ckpt *ck, const char *key, unsigned ttl_ms,
 
 bool ckpt_neg_find(struct ckpt *ck, const char *key)
 {
-	int64_t now = ckpt_now_ms();
+	int64_t now = timeutil_mono_ms();
 	bool found = false;
 
 	pthread_mutex_lock(&ck->neg_lock);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "dstage/proto.h"
+#include "dstage/timeutil.h"
 #include "util/strutil.h"
 
 static bool proto_key_byte(unsigned char c)
@@ -251,7 +252,8 @@ void proto_add_mem(struct proto_buf *b, const char *key, const char *val,
 					b->err = -EINVAL;
 					return;
 				}
-				p += sprintf(p, "\\x%02x", c);
+				/* room reserved above: 4 bytes and the NUL */
+				p += snprintf(p, 5, "\\x%02x", c);
 			} else {
 				*p++ = (char)c;
 			}
@@ -339,21 +341,13 @@ void proto_reader_init(struct proto_reader *r, int fd)
 	r->timeout_ms = 0;
 }
 
-static int64_t proto_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Wait until r->fd is readable or the deadline (ms, 0: none) passes. */
 static int proto_wait(const struct proto_reader *r, int64_t deadline)
 {
 	struct pollfd pfd = { .fd = r->fd, .events = POLLIN };
 
 	for (;;) {
-		int64_t left = deadline - proto_now_ms();
+		int64_t left = deadline - timeutil_mono_ms();
 		int n;
 
 		if (left <= 0)
@@ -368,7 +362,8 @@ static int proto_wait(const struct proto_reader *r, int64_t deadline)
 
 int proto_read(struct proto_reader *r, struct proto_msg *m)
 {
-	int64_t deadline = r->timeout_ms ? proto_now_ms() + r->timeout_ms : 0;
+	int64_t deadline =
+		r->timeout_ms ? timeutil_mono_ms() + r->timeout_ms : 0;
 
 	for (;;) {
 		char *nl = memchr(r->buf + r->off, '\n', r->len - r->off);

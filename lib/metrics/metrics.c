@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "dstage/metrics.h"
+#include "dstage/timeutil.h"
 
 struct metrics_buf {
 	char *p;
@@ -113,10 +114,7 @@ static _Atomic uint64_t metrics_requests[METRICS_NMETHODS][METRICS_NSTATUS];
 
 uint64_t metrics_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return (uint64_t)timeutil_mono_ns();
 }
 
 void metrics_enable(bool on)

@@ -149,12 +149,9 @@ static int s3copy_mp_recheck(struct s3store *st, const char *src,
 			     const char *etag)
 {
 	struct s3req rq;
-	int ret = s3req_init(st, &rq, "HEAD", src, NULL, 0);
+	int ret = s3req_once(st, &rq, "HEAD", src, NULL, 0,
+			     REQ_HEAD | REQ_QUIET_404);
 
-	if (ret)
-		return ret;
-	rq.flags = REQ_HEAD | REQ_QUIET_404;
-	ret = s3req_run(st, &rq, 1);
 	if (ret == -ENOENT || (!ret && strcmp(rq.etag, etag)))
 		ret = -ESTALE;
 	s3req_release(&rq);

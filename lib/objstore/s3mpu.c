@@ -22,14 +22,8 @@
 int s3mpu_abort(struct s3store *st, const char *key, const char *id)
 {
 	const char *kv[2] = { "uploadId", id };
-	struct s3req rq;
-	int ret = s3req_init(st, &rq, "DELETE", key, kv, 1);
+	int ret = s3req_once(st, NULL, "DELETE", key, kv, 1, REQ_QUIET_404);
 
-	if (ret)
-		return ret;
-	rq.flags = REQ_QUIET_404;
-	ret = s3req_run(st, &rq, 1);
-	s3req_release(&rq);
 	if (ret && ret != -ENOENT)
 		log_error("s3: could not abort multipart upload of '%s%s' "
 			  "(upload %s): parts may linger until a lifecycle "

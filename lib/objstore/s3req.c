@@ -44,18 +44,11 @@
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "dstage/ratelimit_shm.h"
+#include "dstage/timeutil.h"
 #include "s3store_i.h"
 #include "s3xml.h"
 #include "sigv4.h"
 #include "util/strutil.h"
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* xorshift64*, per thread, seeded from getrandom: jitter only. */
 static uint64_t s3_rand(void)
@@ -64,7 +57,9 @@ static uint64_t s3_rand(void)
 
 	if (!x) {
 		if (getrandom(&x, sizeof(x), 0) != sizeof(x) || !x)
-			x = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ULL | 1;
+			x = (uint64_t)timeutil_mono_ms() *
+				    0x9E3779B97F4A7C15ULL |
+			    1;
 	}
 	x ^= x >> 12;
 	x ^= x << 25;
@@ -388,7 +383,7 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	const char *hv[10 + S3REQ_XHDR_MAX];
 	char hbuf[10][1200];
 	size_t nh = 0;
-	uint64_t now = now_ms(), left;
+	uint64_t now = timeutil_mono_ms(), left;
 	int ret = -ENOMEM;
 
 	rq->status = 0;
@@ -744,10 +739,11 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 	}
 	s3_describe(st, rq, what, sizeof(what));
 	if (s3_throttling(rq))
-		ratelimit_shm_throttled(&s3_rl, now_ms(), rq->retry_after_ms);
+		ratelimit_shm_throttled(&s3_rl, timeutil_mono_ms(),
+					rq->retry_after_ms);
 	if (retry && rq->attempt < cfg->s3_max_attempts) {
 		uint64_t ceil = cfg->s3_backoff_base_ms;
-		uint64_t now = now_ms(), delay;
+		uint64_t now = timeutil_mono_ms(), delay;
 
 		for (unsigned i = 1;
 		     i < rq->attempt && ceil < cfg->s3_backoff_max_ms; i++)
@@ -809,7 +805,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 {
 	struct s3conn *c = s3req_conn_get(st);
 	size_t done = 0, active = 0;
-	uint64_t start = now_ms();
+	uint64_t start = timeutil_mono_ms();
 	int ret = 0;
 
 	if (!c)
@@ -825,7 +821,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 		reqs[i]->result = 0;
 	}
 	while (done < n) {
-		uint64_t now = now_ms(), wake = UINT64_MAX, lwait;
+		uint64_t now = timeutil_mono_ms(), wake = UINT64_MAX, lwait;
 		CURLMsg *msg;
 		int running, left;
 
@@ -910,7 +906,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 		if (done < n && active) {
 			int timeout = 100;
 
-			now = now_ms();
+			now = timeutil_mono_ms();
 			if (wake != UINT64_MAX && c->nfree)
 				timeout = wake > now ? (int)(wake - now) : 0;
 			if (timeout > 100)

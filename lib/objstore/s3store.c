@@ -125,12 +125,9 @@ static int s3store_head(struct objstore *os, const char *key,
 {
 	struct s3store *st = s3_of(os);
 	struct s3req rq;
-	int ret = s3req_init(st, &rq, "HEAD", key, NULL, 0);
+	int ret = s3req_once(st, &rq, "HEAD", key, NULL, 0,
+			     REQ_HEAD | REQ_QUIET_404);
 
-	if (ret)
-		return ret;
-	rq.flags = REQ_HEAD | REQ_QUIET_404;
-	ret = s3req_run(st, &rq, 1);
 	if (!ret) {
 		info->size = rq.have_cl ? rq.content_length : 0;
 		info->mtime = rq.last_modified;
@@ -682,15 +679,9 @@ static int s3store_put_buf(struct objstore *os, const char *key,
 
 static int s3store_delete(struct objstore *os, const char *key)
 {
-	struct s3store *st = s3_of(os);
-	struct s3req rq;
-	int ret = s3req_init(st, &rq, "DELETE", key, NULL, 0);
+	int ret = s3req_once(s3_of(os), NULL, "DELETE", key, NULL, 0,
+			     REQ_QUIET_404);
 
-	if (ret)
-		return ret;
-	rq.flags = REQ_QUIET_404;
-	ret = s3req_run(st, &rq, 1);
-	s3req_release(&rq);
 	return ret == -ENOENT ? 0 : ret;
 }
 

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * s3store_i: what the s3:// backend's two files share. s3store.c holds the
- * operations (list, head, get, put, multipart, delete, copy) and open;
- * s3req.c the request engine under them (connection pool, curl callbacks,
- * signing, judging answers, retries). Calls go one way: s3store.c calls
- * s3req.c, never the reverse. Not a public header.
+ * s3store_i: what the s3:// backend's files share. s3store.c holds the
+ * operations (list, head, get, put, multipart, delete, copy) and open, with
+ * s3mpu.c, s3copy.c and s3copy_mp.c under it; s3req.c the request engine
+ * under them all (connection pool, curl callbacks, signing, judging
+ * answers, retries), and s3req_once.c its one-call form for a request with
+ * no body. Calls go one way, down to s3req.c, never the reverse. Not a
+ * public header.
  *
  * The state machine of a request and the locking of struct s3store are
  * described at the top of s3req.c.
@@ -148,5 +150,19 @@ void s3req_release(struct s3req *rq);
 int s3req_run(struct s3store *st, struct s3req *reqs, size_t n);
 int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 		   unsigned limit);
+
+/*
+ * One request with no body (s3req_once.c): method on key (relative to the
+ * store prefix; NULL for the bucket) with canonical query pairs
+ * kv[0..2*nkv) and flags (enum s3req_flags), initialised and run to
+ * completion, retries included. rq NULL: the answer is not wanted and is
+ * released here. Else rq holds the answer (status, etag, s3code, ...) and
+ * the caller releases it with s3req_release, whatever this returned.
+ * Returns 0, -ENOMEM, or the request's -errno (those of s3req_run; -ENOENT
+ * for a 404 under REQ_QUIET_404, quietly).
+ */
+int s3req_once(struct s3store *st, struct s3req *rq, const char *method,
+	       const char *key, const char *const *kv, size_t nkv,
+	       unsigned flags);
 
 #endif

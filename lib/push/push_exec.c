@@ -48,6 +48,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/timeutil.h"
 #include "push_i.h"
 #include "util/strutil.h"
 
@@ -65,14 +66,6 @@ void push_emit(struct push *p, enum push_event ev, const char *key,
 	pthread_mutex_unlock(&p->ev_lock);
 }
 
-static double push_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* --bandwidth: reserve len bytes of the shared budget and wait for it. */
 static void push_bw_wait(struct push *p, uint64_t len)
 {
@@ -81,11 +74,11 @@ static void push_bw_wait(struct push *p, uint64_t len)
 	if (!p->o->bandwidth)
 		return;
 	pthread_mutex_lock(&p->bw_lock);
-	now = push_now();
+	now = timeutil_mono_s();
 	start = p->bw_next > now ? p->bw_next : now;
 	p->bw_next = start + (double)len / (double)p->o->bandwidth;
 	pthread_mutex_unlock(&p->bw_lock);
-	while ((now = push_now()) < start && !atomic_load(&p->stop)) {
+	while ((now = timeutil_mono_s()) < start && !atomic_load(&p->stop)) {
 		double d = start - now > 0.2 ? 0.2 : start - now;
 		struct timespec ts = { (time_t)d,
 				       (long)((d - (double)(time_t)d) * 1e9) };
