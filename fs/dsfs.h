@@ -40,15 +40,6 @@ int dsfs_poller_start(struct dsfs *fs);
 void dsfs_poller_request_stop(struct dsfs *fs);
 void dsfs_poller_stop(struct dsfs *fs);
 
-/*
- * The FUSE INIT handler's part that is about modes (dsfs_ops.c calls it
- * last): request passthrough when built against libfuse >= 3.17
- * (DSTAGE_HAVE_FUSE_PASSTHROUGH), not disabled by -o nopassthrough, the
- * kernel offers it and this process may open backing files; set
- * fs->passthrough; log one line saying which mode and why.
- */
-void dsfs_init_conn(struct dsfs *fs, struct fuse_conn_info *conn);
-
 /* How many datasets are mounted now (for the start-up log line). */
 size_t dsfs_ndatasets(struct dsfs *fs);
 
