@@ -215,6 +215,7 @@ static struct dsfs_ctl_fh *dsfs_ctl_stats_text(struct dsfs *fs)
 		atomic_load(&c->read_errors), atomic_load(&c->lookups),
 		atomic_load(&c->readdirs), atomic_load(&c->prefetch_lists),
 		atomic_load(&c->prefetch_objects));
+	fprintf(f, "fs_passthrough %d\n", fs->passthrough); /* 1: on */
 	if (fclose(f)) {
 		free(buf);
 		return NULL;

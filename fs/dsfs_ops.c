@@ -46,6 +46,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "dsfs_conn.h"
 #include "dsfs_ops.h"
 #include "dsfs_opts.h"
 #include "dstage/log.h"
@@ -329,6 +330,7 @@ static void dsfs_ops_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
+	dsfs_init_conn(fs, conn); /* passthrough: dsfs_conn.c */
 	log_info("fuse: protocol %u.%u, max_write %u, max_readahead %u, "
 		 "splice %s, readdirplus %s",
 		 conn->proto_major, conn->proto_minor, conn->max_write,

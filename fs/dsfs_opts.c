@@ -81,6 +81,9 @@ void dsfs_opts_help(const char *prog)
 	       "  -o no_splice          copy reads instead of splicing from "
 	       "the "
 	       "cache files\n"
+	       "  -o nopassthrough      never let the kernel read files "
+	       "directly (FUSE\n"
+	       "                        passthrough, libfuse >= 3.17)\n"
 	       "  -o max_request_kb=N   largest READ request, KiB, 4 to 1024 "
 	       "(default %d)\n"
 	       "  -o read_ahead_kb=N    kernel readahead of the mount, KiB; 0 "
@@ -199,6 +202,11 @@ static int dsfs_opts_set(struct dsfs_opts *o, const char *name, const char *v)
 		o->splice = false;
 	} else if (strcmp(name, "splice") == 0) {
 		o->splice = true;
+	} else if (strcmp(name, "nopassthrough") == 0 ||
+		   strcmp(name, "no_passthrough") == 0) {
+		o->passthrough = false;
+	} else if (strcmp(name, "passthrough") == 0) {
+		o->passthrough = true;
 	} else if (strcmp(name, "max_request_kb") == 0) {
 		NEED_VALUE;
 		ret = dsfs_opts_uint(name, v, 4, 1024, 10, &x);
@@ -287,6 +295,7 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 		{ "threads", required_argument, NULL, 1 },
 		{ "clone-fd", no_argument, NULL, 1 },
 		{ "no-splice", no_argument, NULL, 1 },
+		{ "no-passthrough", no_argument, NULL, 1 },
 		{ "max-request-kb", required_argument, NULL, 1 },
 		{ "read-ahead-kb", required_argument, NULL, 1 },
 		{ "entry-timeout", required_argument, NULL, 1 },
@@ -309,6 +318,7 @@ int dsfs_opts_parse(int argc, char **argv, struct dsfs_opts *o)
 	o->umask = 022;
 	o->threads = DSFS_DEF_THREADS;
 	o->splice = true;
+	o->passthrough = true;
 	o->max_write_kb = DSFS_DEF_MAX_WRITE_KB;
 	o->read_ahead_kb = DSFS_DEF_READ_AHEAD_KB;
 	o->entry_timeout = DSFS_DEF_ENTRY_TIMEOUT;

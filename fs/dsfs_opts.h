@@ -44,6 +44,9 @@ struct dsfs_opts {
 	unsigned threads; /* max worker threads of the session loop */
 	bool clone_fd;
 	bool splice; /* reply with cache file descriptors (splice) */
+	/* Ask the kernel for FUSE passthrough when libfuse and the kernel
+	 * have it (-o nopassthrough: never); see dsfs.c. */
+	bool passthrough;
 	unsigned max_write_kb; /* request size: sets max_pages (<= 1024) */
 	unsigned read_ahead_kb; /* the mount's bdi read_ahead_kb; 0: leave */
 	double entry_timeout; /* seconds, dataset subtree and static nodes */

@@ -221,6 +221,11 @@ struct dsfs {
 	int64_t mount_time; /* mtime of the fixed directories */
 	struct dsfs_nodes nodes;
 	struct dsfs_counters ctr;
+	/* FUSE passthrough negotiated (dsfs_init_conn, at INIT, before any
+	 * open): an open may be answered with a backing file
+	 * (fuse_passthrough_open), whose reads the kernel then serves
+	 * itself. Never true when built against libfuse < 3.17. */
+	bool passthrough;
 	/* Set when unmounting begins: no more kernel notifications. */
 	atomic_bool stopping;
 	/* Owned by the datasets subtree (its init and destroy); borrowed

@@ -443,6 +443,134 @@ def test_fusermount_unmount_ends_process(denv):
     assert "unmounted" in m.log_text()
 
 
+def built_libfuse(tool):
+    """(major, minor) of the libfuse dstagefs was built against."""
+    import re
+    out = subprocess.run([tool("dstagefs"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    m = re.search(r"\(libfuse (\d+)\.(\d+)", out)
+    assert m, out
+    return int(m[1]), int(m[2])
+
+
+def kernel_has_passthrough():
+    """True, False, or None when the kernel's configuration is unknown."""
+    import gzip
+    if tuple(map(int, os.uname().release.split(".")[:2])) < (6, 9):
+        return False
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            return "CONFIG_FUSE_PASSTHROUGH=y" in f.read()
+    except OSError:
+        return None
+
+
+def passthrough_lines(m):
+    return [line for line in m.log_text().splitlines()
+            if "passthrough on: " in line or "passthrough off: " in line]
+
+
+def test_passthrough_mode_line_and_option(denv, tool):
+    """One line at mount says whether FUSE passthrough is on and why; the
+    stats file agrees; -o nopassthrough turns it off."""
+    data = {"f.bin": os.urandom(300000)}
+    denv.add_dataset("pt", data)
+    ver = built_libfuse(tool)
+    m = denv.mount()
+    assert (m.mnt / "datasets/pt/f.bin").read_bytes() == data["f.bin"]
+    lines = passthrough_lines(m)
+    assert len(lines) == 1, m.log_text()
+    kernel = kernel_has_passthrough()
+    if ver < (3, 17):
+        assert "passthrough off: built against libfuse %d.%d" % ver \
+            in lines[0]
+        on = False
+    elif os.geteuid() == 0 and kernel:
+        assert "passthrough on: libfuse %d.%d." % ver in lines[0]
+        assert lines[0].endswith(", kernel capable"), lines[0]
+        on = True
+    elif os.geteuid() == 0 and kernel is False:
+        assert "passthrough off: the kernel did not offer it" in lines[0]
+        on = False
+    else:
+        on = "passthrough on: " in lines[0]
+    assert m.stats()["fs_passthrough"] == int(on)
+    assert m.stop() == 0
+
+    m2 = denv.mount(opts=["-o", "nopassthrough"], name="mnt2")
+    assert (m2.mnt / "datasets/pt/f.bin").read_bytes() == data["f.bin"]
+    lines = passthrough_lines(m2)
+    assert len(lines) == 1, m2.log_text()
+    if ver < (3, 17):
+        assert "passthrough off: built against libfuse" in lines[0]
+    else:
+        assert "passthrough off: disabled by option (-o nopassthrough)" \
+            in lines[0]
+    assert m2.stats()["fs_passthrough"] == 0
+
+
+UNPRIV_SCRIPT = r"""
+set -e
+# A private mount namespace with a /dev/fuse that any user may open (the
+# host's may be 0600): the mount(2) as the user fails, so libfuse runs the
+# system's setuid fusermount3, as for any unprivileged mount.
+mknod -m 666 "$BASE/fusedev" c 10 229
+mount --bind "$BASE/fusedev" /dev/fuse
+U="setpriv --reuid $USER_UID --regid $USER_GID --clear-groups --"
+$U env DSTAGE_CONFIG="$BASE/dstage.conf" DSTAGE_LOG_LEVEL=info     "$DSTAGEFS" -f "$BASE/mnt" >"$BASE/mnt.log" 2>&1 &
+pid=$!
+for i in $(seq 100); do
+    grep -q " $BASE/mnt fuse.dstagefs " /proc/self/mounts && break
+    sleep 0.1
+done
+$U cat "$BASE/mnt/datasets/u/f.txt" >"$BASE/read.out"
+$U cat "$BASE/mnt/.dstage/stats" >"$BASE/stats.out"
+$U fusermount3 -u "$BASE/mnt"
+wait $pid
+"""
+
+
+def test_unprivileged_mount_through_system_fusermount3(tool, users):
+    """A user's mount: whichever libfuse dstagefs was built against (a
+    static 3.17 from scripts/install-deps on Debian 12), it mounts and
+    unmounts through the system's fusermount3, and passthrough is off for
+    want of CAP_SYS_ADMIN."""
+    import shutil
+    import tempfile
+    if not shutil.which("unshare") or not shutil.which("fusermount3"):
+        pytest.skip("needs unshare and fusermount3")
+    base = Path(tempfile.mkdtemp(prefix="dstage-unpriv-", dir="/tmp"))
+    try:
+        user = users.user("dsun")
+        env = Env(tool, base)
+        env.add_dataset("u", {"f.txt": b"hello from a user mount\n"})
+        (base / "mnt").mkdir()
+        subprocess.run(["chown", "-R", "%d:%d" % (users.uid(user),
+                                                 users.gid(user)), base],
+                       check=True)
+        os.chmod(base, 0o755)
+        p = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             UNPRIV_SCRIPT],
+            env=dict(os.environ, BASE=str(base), DSTAGEFS=tool("dstagefs"),
+                     USER_UID=str(users.uid(user)),
+                     USER_GID=str(users.gid(user))),
+            capture_output=True, text=True, timeout=120)
+        log = (base / "mnt.log").read_text(errors="replace") \
+            if (base / "mnt.log").exists() else ""
+        assert p.returncode == 0, p.stdout + p.stderr + log
+        assert (base / "read.out").read_bytes() == \
+            b"hello from a user mount\n"
+        assert "fs_passthrough 0" in (base / "stats.out").read_text()
+        if built_libfuse(tool) >= (3, 17):
+            assert "passthrough off: no CAP_SYS_ADMIN" in log, log
+        assert "unmounted" in log, log
+    finally:
+        subprocess.run(["umount", "-l", str(base / "mnt")],
+                       capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_source_down_file_gives_eio(denv, tmp_path):
     src = denv.add_dataset("gone", {"x.bin": os.urandom(100000)})
     m = denv.mount()
