@@ -256,6 +256,8 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 			strcpy(r->upload_id, up + 2);
 			strcpy(r->upload_key, ukey);
 		}
+		if (!r->upload_id[0]) /* an upload line without an id */
+			r->upload_key[0] = '\0';
 	}
 	return 0;
 bad:
