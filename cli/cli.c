@@ -53,6 +53,33 @@ int cli_global_opts(int *argc, char ***argv, const char **config)
 	return 0;
 }
 
+const char *cli_safe(const char *s, char *buf, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = 0;
+	const char *p;
+
+	for (p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			break;
+	if (!*p || !len)
+		return s;
+	for (p = s; *p && n + 5 <= len; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		if (c >= 0x20 && c != 0x7f) {
+			buf[n++] = (char)c;
+			continue;
+		}
+		buf[n++] = '\\';
+		buf[n++] = 'x';
+		buf[n++] = hex[c >> 4];
+		buf[n++] = hex[c & 15];
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
 const char *cli_bytes(uint64_t v, char *buf, size_t len)
 {
 	static const char *const units[] = { "B",   "KiB", "MiB",

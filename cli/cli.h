@@ -32,6 +32,11 @@ int cli_exit_code(int err);
  */
 int cli_global_opts(int *argc, char ***argv, const char **config);
 
+/* s for a terminal: its control bytes (0x00-0x1f, 0x7f: a newline or an
+ * escape sequence in a file name) as \xNN, in buf (len bytes, cut short
+ * when it does not fit); returns buf, or s itself when it has none. */
+const char *cli_safe(const char *s, char *buf, size_t len);
+
 /* v bytes for people ("512 B", "1.5 GiB") in buf; returns buf. */
 const char *cli_bytes(uint64_t v, char *buf, size_t len);
 

@@ -7,14 +7,19 @@
  * A handle (struct dsfs_ckpt_file_handle, fi->fh) wraps libdstage's
  * struct ckpt_file. Publishing happens in fsync and in flush (what close(2)
  * returns), and in flush only for the process that opened the file or
- * wrote through it, and not when that process is dying of a signal.
+ * wrote through it, only at its last descriptor of the file, and not when
+ * that process is dying of a signal. Nothing else publishes: not a
+ * truncate, fallocate, rename or O_TRUNC (issue 34).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +43,8 @@
  * publishes). lock guards the pid fields; a leaf.
  */
 #define DSFS_CKPT_FILE_WRITERS 8
+/* Descriptors of the closing process looked at, at most, per FLUSH. */
+#define DSFS_CKPT_FILE_FDS_MAX 65536
 
 struct dsfs_ckpt_file_handle {
 	struct ckpt_file *f;
@@ -46,6 +53,10 @@ struct dsfs_ckpt_file_handle {
 	pid_t writers[DSFS_CKPT_FILE_WRITERS]; /* lock: tgids that wrote */
 	unsigned nwriters; /* lock: above DSFS_CKPT_FILE_WRITERS: anyone */
 	pid_t last_tid; /* lock: the last writing thread (a cache) */
+	/* lock: a writer's close was not published because the process
+	 * still held the file through another descriptor; its next flush
+	 * settles it, else the RELEASE publishes (see ..._flush). */
+	bool deferred;
 };
 
 /* The start of /proc/<pid>/<what> in buf (size bytes), NUL-terminated;
@@ -369,28 +380,104 @@ static bool dsfs_ckpt_file_killed(pid_t pid, int *sig)
 	return *sig != 0;
 }
 
+/* The mount's device number, read once without a request to this
+ * process (AT_STATX_DONT_SYNC: the kernel's cached attributes); 0 when it
+ * cannot be read. */
+static dev_t dsfs_ckpt_file_dev(struct dsfs *fs)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	unsigned long long dev = atomic_load(&st->mnt_dev);
+	struct statx sx;
+
+	if (dev || !fs->opts || !fs->opts->mountpoint)
+		return (dev_t)dev;
+	if (statx(AT_FDCWD, fs->opts->mountpoint, AT_STATX_DONT_SYNC, STATX_INO,
+		  &sx))
+		return 0;
+	dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+	atomic_store(&st->mnt_dev, dev);
+	return (dev_t)dev;
+}
+
+/*
+ * Whether thread tid still has node ino of the mount open through another
+ * descriptor (the one being closed is already out of its table): a shell's
+ * redirection or dd opens the file, dup2()s it onto 1 and closes the
+ * first descriptor before writing anything, and that close must not
+ * publish the empty file. Each descriptor is looked at with
+ * AT_STATX_DONT_SYNC, so none asks a file system (this one included).
+ * False when /proc cannot say (another user's process, the task exiting:
+ * its table is already gone).
+ */
+static bool dsfs_ckpt_file_held(struct dsfs *fs, pid_t tid, fuse_ino_t ino)
+{
+	dev_t dev = dsfs_ckpt_file_dev(fs);
+	unsigned seen = 0;
+	bool held = false;
+	struct dirent *d;
+	char path[64];
+	DIR *dir;
+
+	if (!dev)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tid);
+	dir = opendir(path);
+	if (!dir)
+		return false;
+	while (!held && seen++ < DSFS_CKPT_FILE_FDS_MAX &&
+	       (d = readdir(dir)) != NULL) {
+		struct statx sx;
+
+		if (d->d_name[0] == '.' ||
+		    statx(dirfd(dir), d->d_name, AT_STATX_DONT_SYNC, STATX_INO,
+			  &sx))
+			continue;
+		held = makedev(sx.stx_dev_major, sx.stx_dev_minor) == dev &&
+		       sx.stx_ino == (uint64_t)ino;
+	}
+	closedir(dir);
+	return held;
+}
+
+/* Set h->deferred to v; returns what it was. */
+static bool dsfs_ckpt_file_defer(struct dsfs_ckpt_file_handle *h, bool v)
+{
+	bool was;
+
+	pthread_mutex_lock(&h->lock);
+	was = h->deferred;
+	h->deferred = v;
+	pthread_mutex_unlock(&h->lock);
+	return was;
+}
+
 int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
 			 struct dsfs_node *n, struct fuse_file_info *fi)
 {
+	struct dsfs_ckpt_file_handle *h = dsfs_ckpt_file_h(fi);
 	int sig;
 
-	(void)fs;
-	(void)n;
 	/* FLUSH carries no open flags: the handle knows. Only a writer's
 	 * close publishes (a reader's close must not publish what a writer
 	 * is still writing). */
-	if (!ckpt_file_writable(dsfs_ckpt_file_fh(fi)))
+	if (!ckpt_file_writable(h->f))
 		return 0;
 	if (dsfs_ckpt_file_killed(who->pid, &sig)) {
+		dsfs_ckpt_file_defer(h, false);
 		log_warn("checkpoints: the writer (pid %d) of a file was "
 			 "killed by signal %d before closing it: not "
 			 "published",
 			 (int)who->pid, sig);
 		return 0;
 	}
-	if (!dsfs_ckpt_file_owner(dsfs_ckpt_file_h(fi), who))
+	if (!dsfs_ckpt_file_owner(h, who))
 		return 0; /* a forked child's copy closing */
-	return ckpt_file_sync(dsfs_ckpt_file_fh(fi));
+	if (dsfs_ckpt_file_held(fs, who->pid, n->ino)) {
+		dsfs_ckpt_file_defer(h, true);
+		return 0; /* its last descriptor's close publishes */
+	}
+	dsfs_ckpt_file_defer(h, false);
+	return ckpt_file_sync(h->f);
 }
 
 int dsfs_ckpt_file_fsync(struct dsfs *fs, struct dsfs_caller *who,
@@ -426,8 +513,22 @@ int dsfs_ckpt_file_fallocate(struct dsfs *fs, struct dsfs_caller *who,
 void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, struct fuse_file_info *fi)
 {
+	struct dsfs_ckpt_file_handle *h = dsfs_ckpt_file_h(fi);
+	int ret;
+
 	(void)fs;
-	(void)who;
 	(void)n;
-	dsfs_ckpt_file_handle_free(dsfs_ckpt_file_h(fi));
+	/* A writer's close deferred to another descriptor of the same
+	 * process that was an independent open of the file, not a dup (its
+	 * close never comes back to this handle): publish now, as that
+	 * close would have. Never at teardown (no request: dstagefs is
+	 * stopping under a writer that may still be writing). */
+	if (who->req && dsfs_ckpt_file_defer(h, false)) {
+		ret = ckpt_file_sync(h->f);
+		if (ret)
+			log_warn("checkpoints: a file closed by its writer "
+				 "could not be published yet: %s (retried)",
+				 strerror(-ret));
+	}
+	dsfs_ckpt_file_handle_free(h);
 }

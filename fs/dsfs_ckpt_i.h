@@ -35,6 +35,9 @@ struct dsfs_ckpt {
 	struct catalog_ckpt_log *record;
 	pthread_mutex_t lock;
 	struct dsfs_ckpt_pn top;
+	/* The mount's device number (dsfs_ckpt_file.c), read at the first
+	 * writer's close; 0 until then. Atomic. */
+	atomic_ullong mnt_dev;
 };
 
 static inline struct dsfs_ckpt *dsfs_ckpt_st(struct dsfs *fs)

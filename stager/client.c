@@ -222,13 +222,17 @@ static int client_show_row(struct client *cl, void *arg)
 static int client_job_row(struct client *cl, void *arg)
 {
 	uint64_t done = client_u64(cl, "done"), total = client_u64(cl, "total");
-	char b[32];
+	/* Names and messages come from files' names: no raw control byte
+	 * reaches the terminal (issue 34). */
+	char b[32], kind[64], ds[4 * 1024 + 1], state[64], err[4 * 1024 + 1];
 
 	(void)arg;
 	printf("%6s  %-6s %-20s %-9s %5.1f%% %10s  %s\n", client_get(cl, "job"),
-	       client_get(cl, "kind"), client_get(cl, "dataset"),
-	       client_get(cl, "state"), client_pct(done, total),
-	       cli_bytes(total, b, sizeof(b)), client_get(cl, "error"));
+	       cli_safe(client_get(cl, "kind"), kind, sizeof(kind)),
+	       cli_safe(client_get(cl, "dataset"), ds, sizeof(ds)),
+	       cli_safe(client_get(cl, "state"), state, sizeof(state)),
+	       client_pct(done, total), cli_bytes(total, b, sizeof(b)),
+	       cli_safe(client_get(cl, "error"), err, sizeof(err)));
 	return 0;
 }
 

@@ -27,13 +27,17 @@ static double drill_mbs(const struct ckpt_drill_report *r)
 
 static void drill_print_text(const struct ckpt_drill_report *r)
 {
+	char safe[4 * 4096 + 1];
+
 	for (size_t i = 0; i < r->nfiles; i++)
 		if (r->files[i].problem)
-			printf("BAD %s: %s\n", r->files[i].key,
+			printf("BAD %s: %s\n",
+			       cli_safe(r->files[i].key, safe, sizeof(safe)),
 			       r->files[i].problem);
 	printf("%s: %zu files, %" PRIu64 " bytes, %.2f s, %.1f MB/s, %s\n",
-	       r->checkpoint ? r->checkpoint : "-", r->nfiles, r->bytes,
-	       r->seconds, drill_mbs(r),
+	       r->checkpoint ? cli_safe(r->checkpoint, safe, sizeof(safe))
+			     : "-",
+	       r->nfiles, r->bytes, r->seconds, drill_mbs(r),
 	       r->nbad ? "FAILED" : "all SHA-256 match");
 }
 

@@ -22,7 +22,10 @@
  *   -EEXIST     O_EXCL on an existing file, mkdir of an existing directory
  *   -ENOTEMPTY  rmdir of a directory with files (locally or in the store)
  *   -EISDIR / -ENOTDIR   a file where a directory is needed, or the reverse
- *   -EINVAL     a bad key (empty segment, ".", "..", ".dstage*" at the top)
+ *   -EINVAL     a bad key (empty segment, ".", "..", ".dstage*" at the top,
+ *               a control byte 0x00-0x1f or 0x7f)
+ *   -ENAMETOOLONG  a new name whose store key (prefix and the sidecar's
+ *               ".dstage-sha256/" included) would pass 1,024 bytes
  *   -EIO        the store failed (logged with file and cause; retried later)
  *   -ENOSPC / -EDQUOT    the store or the staging directory is full
  *   -EBUSY      a directory rename while a file under it is being published
@@ -200,7 +203,8 @@ int ckpt_file_sync(struct ckpt_file *f);
  * Accepts NULL. */
 void ckpt_file_close(struct ckpt_file *f);
 
-/* Truncate key without a handle (truncate(2)), then publish. */
+/* Truncate key without a handle (truncate(2)), then publish, unless a
+ * handle has it open for writing: then that writer's close publishes. */
 int ckpt_truncate(struct ckpt *ck, const char *key, uint64_t size);
 
 /* Retry publishing closed files the store refused now (the retry thread

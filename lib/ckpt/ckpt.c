@@ -134,6 +134,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 			  cfg->ckpt_store, strerror(-ret));
 		goto err;
 	}
+	ck->key_max = ckpt_key_max_of(cfg->ckpt_store);
 	ret = ckpt_mkdir_p(ck->staging);
 	if (!ret) {
 		dfd = open(ck->staging,
@@ -377,10 +378,10 @@ out:
 int ckpt_mkdir(struct ckpt *ck, const char *key)
 {
 	struct ckpt_attr a;
-	int ret = ckpt_key_ok(key);
+	int ret = *key ? ckpt_key_new_ok(ck, key) : -EEXIST;
 
-	if (ret || !*key)
-		return ret ? ret : -EEXIST;
+	if (ret)
+		return ret;
 	ret = ckpt_parent_dir(ck, key);
 	if (ret)
 		return ret;
@@ -418,13 +419,20 @@ int ckpt_rmdir(struct ckpt *ck, const char *key)
 int ckpt_truncate(struct ckpt *ck, const char *key, uint64_t size)
 {
 	struct ckpt_file *f;
-	bool created;
+	bool created, writer;
 	int ret = ckpt_file_open(ck, key, O_WRONLY, &f, &created);
 
 	if (ret)
 		return ret;
 	ret = ckpt_file_truncate(f, size);
-	if (!ret)
+	/* Another handle open for writing: its writer is not done, and its
+	 * close (or fsync) publishes; publishing now would put the file as
+	 * it is half way (often empty) under its final name. Alone, the
+	 * truncate is a whole write of its own (open, ftruncate, close). */
+	pthread_mutex_lock(&ck->lock);
+	writer = f->e->writers > 1;
+	pthread_mutex_unlock(&ck->lock);
+	if (!ret && !writer)
 		ret = ckpt_file_sync(f);
 	ckpt_file_close(f);
 	return ret;

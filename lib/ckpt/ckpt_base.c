@@ -12,8 +12,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt_i.h"
+#include "dstage/log.h"
 
 int ckpt_store_errno(int ret)
 {
@@ -22,13 +24,29 @@ int ckpt_store_errno(int ret)
 	return -EIO;
 }
 
+void ckpt_test_crash(const char *point)
+{
+	const char *at = getenv("DSTAGE_TEST_CRASH_AT");
+
+	if (!at || strcmp(at, point))
+		return;
+	log_warn("checkpoints: DSTAGE_TEST_CRASH_AT=%s: exiting now, as a "
+		 "crash would",
+		 point);
+	_exit(CKPT_TEST_CRASH_STATUS);
+}
+
 /* A segment is valid: not empty, ".", "..", not over NAME_MAX, no
  * ".dstage" prefix (the store's own names: sidecars, filestore's
- * temporaries). */
+ * temporaries), no control byte (0x00-0x1f, 0x7f: a name reaches logs,
+ * the journal and terminals). */
 int ckpt_seg_ok(const char *s, size_t len)
 {
 	if (len == 0 || len > NAME_MAX)
 		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return -EINVAL;
 	if ((len == 1 && s[0] == '.') ||
 	    (len == 2 && s[0] == '.' && s[1] == '.'))
 		return -EINVAL;
@@ -61,6 +79,27 @@ int ckpt_name_ok(const char *dirkey, const char *name)
 	if (strchr(name, '/'))
 		return -EINVAL;
 	return ckpt_seg_ok(name, strlen(name));
+}
+
+int ckpt_key_new_ok(const struct ckpt *ck, const char *key)
+{
+	int ret = ckpt_key_ok(key);
+
+	if (ret)
+		return ret;
+	return strlen(key) > ck->key_max ? -ENAMETOOLONG : 0;
+}
+
+size_t ckpt_key_max_of(const char *url)
+{
+	size_t prefix = 0;
+	const char *p;
+
+	if (!strncmp(url, "s3://", 5) && (p = strchr(url + 5, '/')))
+		prefix = strlen(p + 1);
+	if (prefix + strlen(CKPT_SIDECAR) >= CKPT_STORE_KEY_MAX)
+		return 0;
+	return CKPT_STORE_KEY_MAX - prefix - strlen(CKPT_SIDECAR);
 }
 
 char *ckpt_key_join(const char *dir, const char *name)

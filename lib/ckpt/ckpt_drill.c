@@ -2,9 +2,11 @@
 /*
  * ckpt_drill: restore a checkpoint from the checkpoint store into a scratch
  * directory and check every file against its recorded SHA-256 (see
- * include/dstage/ckpt_drill.h). Stateless: one call, one store handle,
- * nothing shared.
+ * include/dstage/ckpt_drill.h), and against this node's staging journal
+ * (a file of it whose writer has not finished, or not yet published).
+ * Stateless: one call, one store handle, nothing shared.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -15,12 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_i.h"
 #include "dstage/ckpt_drill.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 
 #define DRILL_CHUNK (8u << 20)
+#define DRILL_RECORDS_MAX (1u << 20) /* journal records looked at */
 
 /* A candidate checkpoint: a name directly under "<job>/". */
 struct drill_ckpt {
@@ -309,6 +313,77 @@ static int drill_missing(struct objstore *os, struct drill_list *objs,
 	return ret == -ENOENT ? 0 : ret;
 }
 
+/* Mark key (added when the store has none) with problem, once. */
+static int drill_flag(struct ckpt_drill_report *r, const char *key,
+		      uint64_t size, const char *problem)
+{
+	struct ckpt_drill_file *f = NULL;
+	int ret;
+
+	for (size_t i = 0; i < r->nfiles && !f; i++)
+		if (!strcmp(r->files[i].key, key))
+			f = &r->files[i];
+	if (!f) {
+		ret = drill_add(r, key, size);
+		if (ret)
+			return ret;
+		f = &r->files[r->nfiles - 1];
+	}
+	if (!f->problem)
+		r->nbad++;
+	f->problem = problem;
+	return 0;
+}
+
+/*
+ * The files of checkpoint ck (a key) this node's staging journal says are
+ * not finished: W, its writer has not closed it (being written, killed, or
+ * dstagefs died under it and has not restarted to abandon it), or P,
+ * closed but not yet in the store. What the store holds under such a name
+ * is not what the job last wrote. Nothing when the journal cannot be read
+ * (another node, another user).
+ */
+static int drill_unfinished(const struct dstage_config *cfg, const char *ckpt,
+			    struct ckpt_drill_report *r)
+{
+	struct ckpt ck = { .staging = cfg->ckpt_staging_dir };
+	size_t cl = strlen(ckpt);
+	unsigned seen = 0;
+	struct dirent *d;
+	struct ckpt_rec rec;
+	char path[4200];
+	DIR *dir;
+	int ret = 0;
+
+	if (!ck.staging)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", ck.staging, CKPT_JOURNAL);
+	dir = opendir(path);
+	if (!dir)
+		return 0;
+	ck.journal_fd = dirfd(dir);
+	while (!ret && seen++ < DRILL_RECORDS_MAX && (d = readdir(dir))) {
+		char *end;
+		unsigned long long ino = strtoull(d->d_name, &end, 10);
+
+		if (d->d_name[0] < '0' || d->d_name[0] > '9' || *end ||
+		    ckpt_journal_read(&ck, (ino_t)ino, &rec))
+			continue;
+		if ((rec.state != 'W' && rec.state != 'P') ||
+		    strncmp(rec.key, ckpt, cl) ||
+		    (rec.key[cl] != '\0' && rec.key[cl] != '/'))
+			continue;
+		ret = drill_flag(r, rec.key, rec.size,
+				 rec.state == 'W'
+					 ? "unfinished: its writer has not "
+					   "closed it (this node's journal)"
+					 : "not yet published: closed, still "
+					   "in this node's staging");
+	}
+	closedir(dir);
+	return ret;
+}
+
 int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 	       struct ckpt_drill_report *r)
 {
@@ -409,6 +484,8 @@ int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 	}
 	if (!ret)
 		ret = drill_missing(os, &l, r->checkpoint, r);
+	if (!ret)
+		ret = drill_unfinished(cfg, r->checkpoint, r);
 out:
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	r->seconds = (double)(t1.tv_sec - t0.tv_sec) +

@@ -88,13 +88,15 @@ static void ckpt_ent_orphan(struct ckpt *ck, struct ckpt_ent *e)
 	pthread_mutex_unlock(&ck->open_lock);
 }
 
-void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e)
+void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write)
 {
 	struct stat st;
 	bool last;
 
 	pthread_mutex_lock(&ck->lock);
 	last = --e->refs == 0;
+	if (write)
+		e->writers--;
 	if (last && !e->unlinked && e->fd >= 0) {
 		for (struct ckpt_ent **pp = &ck->ents; *pp; pp = &(*pp)->next) {
 			if (*pp == e) {
@@ -211,6 +213,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		if (strcmp(id, rec.upload_id))
 			ckpt_journal_write(ck, ino, &rec, false);
 	}
+	ckpt_test_crash("upload");
 	what = "storing it";
 	/* The rest of an upload sent while it was written, else the whole
 	 * file. The upload is over either way (a failed one aborted). */
@@ -220,6 +223,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		ret = objstore_put_fd_sha(ck->os, key, fd, rec.size, rec.sha);
 	if (ret)
 		goto err;
+	ckpt_test_crash("sidecar");
 	what = "storing its SHA-256";
 	side = ckpt_sidecar_key(key);
 	if (!side) {
@@ -504,7 +508,9 @@ again:
 		}
 	} else {
 		/* A new file (the caller checked the parent). */
-		ret = ckpt_tree_create(ck, key, O_EXCL, &e);
+		ret = ckpt_key_new_ok(ck, key);
+		if (!ret)
+			ret = ckpt_tree_create(ck, key, O_EXCL, &e);
 		if (ret)
 			goto err;
 		*created = true;
@@ -518,7 +524,14 @@ again:
 
       private:
 done:
+	if (write) {
+		pthread_mutex_lock(&ck->lock);
+		e->writers++;
+		pthread_mutex_unlock(&ck->lock);
+	}
 	pthread_mutex_unlock(&ck->open_lock);
+	if (write && (*created || (flags & O_TRUNC)))
+		ckpt_test_crash("create");
 	f->e = e;
 	*out = f;
 	return 0;
@@ -527,7 +540,7 @@ err:
 	if (fd >= 0)
 		close(fd);
 	if (e && e->refs > 1)
-		ckpt_ent_put(ck, e);
+		ckpt_ent_put(ck, e, false);
 	else
 		ckpt_ent_free(e);
 	free(f);
@@ -649,6 +662,7 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 		goto out;
 	}
 	ckpt_upload_truncated(e, (uint64_t)st.st_size, size);
+	ckpt_test_crash("truncate");
 	if (size == 0) {
 		ckpt_upload_hash_wait(e);
 		ckpt_hash_start(e);
@@ -759,6 +773,6 @@ void ckpt_file_close(struct ckpt_file *f)
 {
 	if (!f)
 		return;
-	ckpt_ent_put(f->ck, f->e);
+	ckpt_ent_put(f->ck, f->e, f->write);
 	free(f);
 }

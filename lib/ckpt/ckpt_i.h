@@ -61,6 +61,10 @@
 #define CKPT_ABANDONED "abandoned"
 #define CKPT_DIR_MODE 0700
 #define CKPT_NEG_MAX 256 /* names remembered missing */
+/* The longest key a store takes, its prefix included (S3: 1,024 bytes). */
+#define CKPT_STORE_KEY_MAX 1024
+/* The exit status of DSTAGE_TEST_CRASH_AT (ckpt_test_crash). */
+#define CKPT_TEST_CRASH_STATUS 86
 
 /* One part of an overlapped upload (ckpt_upload.c); under the entry's lock. */
 struct ckpt_part {
@@ -109,6 +113,7 @@ struct ckpt_ent {
 	struct ckpt_ent *next; /* ck->lock */
 	char *key; /* ck->lock: a rename changes it */
 	unsigned refs; /* ck->lock: handles */
+	unsigned writers; /* ck->lock: of which open for writing */
 	bool publishing; /* ck->lock: a publish of this entry runs */
 	bool unlinked; /* ck->lock */
 	bool space_at_close; /* ck->lock: unlinked while open; the last close
@@ -149,6 +154,10 @@ struct ckpt {
 	char *staging; /* staging_dir */
 	int tree_fd, journal_fd, abandoned_fd; /* O_DIRECTORY (*at calls) */
 	uint64_t limit; /* checkpoints.staging_size */
+	/* The longest key a new name may make: the store's limit less its
+	 * prefix and the sidecar's ".dstage-sha256/" (every file has one).
+	 * Immutable after open. */
+	size_t key_max;
 	pthread_mutex_t open_lock;
 	pthread_rwlock_t ns_lock;
 	pthread_mutex_t lock;
@@ -196,6 +205,21 @@ struct ckpt_rec {
  * starting with ".dstage"): 0 or -EINVAL. */
 int ckpt_seg_ok(const char *s, size_t len);
 int ckpt_key_ok(const char *key);
+/* For a name this node makes (create, mkdir, rename's target): key is
+ * valid (else -EINVAL) and the store can take it and its sidecar (else
+ * -ENAMETOOLONG). */
+int ckpt_key_new_ok(const struct ckpt *ck, const char *key);
+/* key_max for the store at url (0: its prefix leaves no room). */
+size_t ckpt_key_max_of(const char *url);
+/*
+ * Tests: when the environment's DSTAGE_TEST_CRASH_AT names point, log it
+ * and _exit(CKPT_TEST_CRASH_STATUS) at once, as a crash there would (no
+ * cleanup, nothing flushed). The points: "create" (a new or O_TRUNC file,
+ * its W record written), "truncate" (a truncate done), "upload" (a
+ * closed file's P record written, nothing stored yet), "sidecar" (the
+ * object stored under its final key, its sidecar not yet).
+ */
+void ckpt_test_crash(const char *point);
 /* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */
 char *ckpt_key_join(const char *dir, const char *name);
 /* The tree path of key for the *at calls ("." for the top). */
@@ -222,8 +246,9 @@ int ckpt_store_has_dir(struct ckpt *ck, const char *key);
 struct ckpt_ent *ckpt_ent_new(const char *key, int fd);
 /* Publish e if dirty (want_sha: see ckpt_put). */
 int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha);
-/* Drop one reference (takes ck->lock); the last frees the entry. */
-void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e);
+/* Drop one reference (takes ck->lock), one open for writing when write;
+ * the last frees the entry. */
+void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write);
 /*
  * Publish the local file fd (inode ino) as key: SHA-256 (hctx, when not
  * NULL, already holds that of [0, hashed)), a P record, the object, its

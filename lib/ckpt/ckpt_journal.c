@@ -75,21 +75,97 @@ void ckpt_unlock_publish(int fd)
 
 /* ---- records ---- */
 
+/*
+ * The key and upload lines of a record are escaped (a record whose first
+ * line ends in " %" says so): every byte below 0x21, 0x7f and '%' as %XX,
+ * so no name, nor an upload id a store returned, can end a line early and
+ * forge the fields that follow. Records without the mark (written before)
+ * are read as they are.
+ */
+static size_t ckpt_esc(char *out, size_t size, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = 0;
+
+	for (; *s && n + 4 < size; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c <= 0x20 || c == 0x7f || c == '%') {
+			out[n++] = '%';
+			out[n++] = hex[c >> 4];
+			out[n++] = hex[c & 15];
+		} else {
+			out[n++] = (char)c;
+		}
+	}
+	out[n] = '\0';
+	return n;
+}
+
+static int ckpt_hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* Undo ckpt_esc into out (size bytes): 0, or -EINVAL (a bad escape, a
+ * NUL, or too long). */
+static int ckpt_unesc(char *out, size_t size, const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++) {
+		int c = (unsigned char)*s;
+
+		if (c == '%') {
+			int hi = ckpt_hexval(s[1]),
+			    lo = hi < 0 ? -1 : ckpt_hexval(s[2]);
+
+			if (lo < 0 || (hi == 0 && lo == 0))
+				return -EINVAL;
+			c = hi * 16 + lo;
+			s += 2;
+		}
+		if (n + 1 >= size)
+			return -EINVAL;
+		out[n++] = (char)c;
+	}
+	out[n] = '\0';
+	return 0;
+}
+
 int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 		       bool durable)
 {
 	char name[32], tmp[40];
-	char buf[sizeof(r->key) + sizeof(r->upload_key) + 512];
-	int fd, len, ret = 0;
+	/* each escaped byte takes at most 3 */
+	char buf[3 * (sizeof(r->key) + sizeof(r->upload_key) +
+		      sizeof(r->upload_id)) +
+		 512];
+	size_t len;
+	int fd, ret = 0;
 
 	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
 	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
-	len = snprintf(buf, sizeof(buf), "%c %s %" PRIu64 " %s\n%s\n", r->state,
-		       r->sha[0] ? r->sha : "-", r->size,
-		       r->etag[0] ? r->etag : "-", r->key);
-	if (r->upload_id[0])
-		len += snprintf(buf + len, sizeof(buf) - (size_t)len,
-				"u %s\n%s\n", r->upload_id, r->upload_key);
+	len = (size_t)snprintf(buf, sizeof(buf), "%c %s %" PRIu64 " %s %%\n",
+			       r->state, r->sha[0] ? r->sha : "-", r->size,
+			       r->etag[0] ? r->etag : "-");
+	len += ckpt_esc(buf + len, sizeof(buf) - len - 1, r->key);
+	buf[len++] = '\n';
+	if (r->upload_id[0]) {
+		buf[len++] = 'u';
+		buf[len++] = ' ';
+		len += ckpt_esc(buf + len, sizeof(buf) - len - 1, r->upload_id);
+		buf[len++] = '\n';
+		len += ckpt_esc(buf + len, sizeof(buf) - len - 1,
+				r->upload_key);
+		buf[len++] = '\n';
+	}
 	fd = openat(ck->journal_fd, tmp,
 		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
 		    0600);
@@ -97,7 +173,7 @@ int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 		ret = -errno;
 		goto out;
 	}
-	if (write(fd, buf, (size_t)len) != len)
+	if (write(fd, buf, len) != (ssize_t)len)
 		ret = errno ? -errno : -EIO;
 	if (!ret && durable && fsync(fd))
 		ret = -errno;
@@ -116,11 +192,14 @@ out:
 
 int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 {
-	char name[32], sha[80], etag[160];
-	char buf[sizeof(r->key) + sizeof(r->upload_key) + 512];
+	char name[32], sha[80], etag[160], mark[4] = "";
+	char buf[3 * (sizeof(r->key) + sizeof(r->upload_key) +
+		      sizeof(r->upload_id)) +
+		 512];
 	char *nl, *key, *up;
+	bool esc;
 	ssize_t n;
-	int fd;
+	int fd, fields;
 
 	memset(r, 0, sizeof(*r));
 	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
@@ -141,30 +220,46 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 	if (!nl)
 		goto bad;
 	*nl = '\0';
-	if (sscanf(buf, "%c %79s %" SCNu64 " %159s", &r->state, sha, &r->size,
-		   etag) != 4 ||
+	fields = sscanf(buf, "%c %79s %" SCNu64 " %159s %3s", &r->state, sha,
+			&r->size, etag, mark);
+	esc = fields == 5 && !strcmp(mark, "%");
+	if (fields < 4 || (fields == 5 && !esc) || !r->state ||
 	    !strchr("WPC", r->state) || strlen(sha) >= sizeof(r->sha) ||
-	    strlen(etag) >= sizeof(r->etag) || strlen(key) >= sizeof(r->key))
+	    strlen(etag) >= sizeof(r->etag))
 		goto bad;
 	if (strcmp(sha, "-"))
 		snprintf(r->sha, sizeof(r->sha), "%s", sha);
 	if (strcmp(etag, "-"))
 		snprintf(r->etag, sizeof(r->etag), "%s", etag);
-	snprintf(r->key, sizeof(r->key), "%s", key);
+	if (esc ? ckpt_unesc(r->key, sizeof(r->key), key)
+		: strlen(key) >= sizeof(r->key))
+		goto bad;
+	if (!esc)
+		snprintf(r->key, sizeof(r->key), "%s", key);
 	/* Optional: "u <upload id>\n<its key>\n", an upload maybe open. */
 	up = nl + 1;
 	if (!strncmp(up, "u ", 2) && (nl = strchr(up, '\n'))) {
 		char *ukey = nl + 1, *end = strchr(ukey, '\n');
 
 		*nl = '\0';
-		if (end && (size_t)(nl - up - 2) < sizeof(r->upload_id) &&
-		    (size_t)(end - ukey) < sizeof(r->upload_key)) {
+		if (end && esc) {
+			*end = '\0';
+			if (ckpt_unesc(r->upload_id, sizeof(r->upload_id),
+				       up + 2) ||
+			    ckpt_unesc(r->upload_key, sizeof(r->upload_key),
+				       ukey))
+				r->upload_id[0] = r->upload_key[0] = '\0';
+		} else if (end &&
+			   (size_t)(nl - up - 2) < sizeof(r->upload_id) &&
+			   (size_t)(end - ukey) < sizeof(r->upload_key)) {
 			*end = '\0';
 			snprintf(r->upload_id, sizeof(r->upload_id), "%s",
 				 up + 2);
 			snprintf(r->upload_key, sizeof(r->upload_key), "%s",
 				 ukey);
 		}
+		if (!r->upload_id[0]) /* an upload line without an id */
+			r->upload_key[0] = '\0';
 	}
 	return 0;
 bad:

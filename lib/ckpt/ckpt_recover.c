@@ -66,7 +66,7 @@ static void ckpt_republish(struct ckpt *ck, ino_t ino,
 	if (!ret)
 		log_info("checkpoints: %s published to %s (retried)", rec->key,
 			 ckpt_url(ck));
-	ckpt_ent_put(ck, e); /* a failure leaves it P: counted pending */
+	ckpt_ent_put(ck, e, false); /* a failure leaves it P: counted pending */
 }
 
 /*

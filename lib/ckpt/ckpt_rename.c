@@ -102,7 +102,7 @@ int ckpt_unlink(struct ckpt *ck, const char *key)
 		ck->hooks.removed(ck->hooks.arg, ckpt_url(ck), key);
 	if (e) {
 		pthread_mutex_unlock(&e->lock);
-		ckpt_ent_put(ck, e);
+		ckpt_ent_put(ck, e, false);
 	}
 	pthread_mutex_unlock(&ck->open_lock);
 	return ret;
@@ -214,7 +214,7 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 out:
 	if (e) {
 		pthread_mutex_unlock(&e->lock);
-		ckpt_ent_put(ck, e);
+		ckpt_ent_put(ck, e, false);
 	}
 	pthread_mutex_unlock(&ck->open_lock);
 	return ret;
@@ -266,6 +266,10 @@ static int ckpt_store_rename_prefix(struct ckpt *ck, const char *from,
 		ret = k.err;
 	if (ret == -ENOENT)
 		ret = 0;
+	/* Every new name must fit in the store, or none moves. */
+	for (size_t i = 0; i < k.n && !ret; i++)
+		if (strlen(k.v[i]) - fl + strlen(to) > ck->key_max)
+			ret = -ENAMETOOLONG;
 	for (size_t i = 0; i < k.n && !ret; i++) {
 		char *nk = ckpt_key_join(to, k.v[i] + fl + 1);
 
@@ -280,6 +284,8 @@ static int ckpt_store_rename_prefix(struct ckpt *ck, const char *from,
 		free(k.v[i]);
 	free(k.v);
 	free(pf);
+	if (ret == -ENAMETOOLONG)
+		return ret;
 	if (ret)
 		log_error("checkpoints: cannot rename directory %s to %s in "
 			  "%s: %s",
@@ -344,8 +350,11 @@ int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
 	size_t fl = strlen(from);
 	int ret, tr;
 
-	if (ckpt_key_ok(from) || ckpt_key_ok(to) || !*from || !*to)
+	if (ckpt_key_ok(from) || !*from || !*to)
 		return -EINVAL;
+	ret = ckpt_key_new_ok(ck, to);
+	if (ret)
+		return ret;
 	if (strcmp(from, to) == 0)
 		return 0;
 	if (strncmp(to, from, fl) == 0 && to[fl] == '/')

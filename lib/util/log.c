@@ -9,10 +9,16 @@
  * its middle, never its end (where the reason and the fix are): the first
  * LOG_HEAD_KEEP bytes, then "...(N bytes cut)...", then as much of the end
  * as fits.
+ *
+ * Control bytes: a message is one line. Its bytes 0x00-0x1f and 0x7f (a
+ * newline or an escape sequence in a file name, a key, a peer's text) are
+ * written as \xNN, or as '?' where the escaped text would not fit, so no
+ * message can forge a line or reach a terminal's controls.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +104,44 @@ static size_t log_cut_middle(char *text, size_t room, size_t m, const char *fmt,
 	return k + tail;
 }
 
+static bool log_ctl(unsigned char c)
+{
+	return c < 0x20 || c == 0x7f;
+}
+
+/* Escape the control bytes of text[0, len) in place (room bytes at
+ * most); returns the new length. */
+static size_t log_escape(char *text, size_t len, size_t room)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t nctl = 0, out;
+
+	for (size_t i = 0; i < len; i++)
+		nctl += log_ctl((unsigned char)text[i]);
+	if (!nctl)
+		return len;
+	if (len + 3 * nctl > room) {
+		for (size_t i = 0; i < len; i++)
+			if (log_ctl((unsigned char)text[i]))
+				text[i] = '?';
+		return len;
+	}
+	out = len + 3 * nctl;
+	for (size_t i = len, o = out; i-- > 0;) {
+		unsigned char c = (unsigned char)text[i];
+
+		if (!log_ctl(c)) {
+			text[--o] = (char)c;
+			continue;
+		}
+		text[--o] = hex[c & 15];
+		text[--o] = hex[c >> 4];
+		text[--o] = 'x';
+		text[--o] = '\\';
+	}
+	return out;
+}
+
 /* This thread's first log_error text since the clear ("" when none). */
 static _Thread_local char log_last[LOG_LAST_MAX];
 
@@ -123,6 +167,9 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(log_last, sizeof(log_last), fmt, ap);
 		va_end(ap);
+		for (char *p = log_last; *p; p++)
+			if (log_ctl((unsigned char)*p))
+				*p = '?';
 	}
 	if ((int)lvl > atomic_load(&log_level_cur))
 		return;
@@ -146,9 +193,12 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	m = vsnprintf(line + n, room + 1, fmt, ap);
 	va_end(ap);
 	if (m >= 0 && (size_t)m > room)
-		n += log_cut_middle(line + n, room, (size_t)m, fmt, again);
+		n += log_escape(
+			line + n,
+			log_cut_middle(line + n, room, (size_t)m, fmt, again),
+			room);
 	else if (m >= 0)
-		n += (size_t)m;
+		n += log_escape(line + n, (size_t)m, room);
 	va_end(again);
 	if (m < 0)
 		return;

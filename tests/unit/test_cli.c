@@ -4,12 +4,15 @@
  * global options, sizes and times for people, and the command-table lookup.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "cli.h"
+#include "dstage/log.h"
 
 struct row {
 	const char *name; /* first member, as cli_cmd_find requires */
@@ -112,8 +115,45 @@ static void test_formats(void)
 	CHECK(strlen(b) == 19 && b[4] == '-' && b[13] == ':');
 }
 
+/* Names reach terminals and logs (issue 34): no raw control byte. */
+static void test_control_bytes(void)
+{
+	char buf[64], line[512];
+	const char *s = "ok name";
+	int fd, saved;
+	ssize_t n;
+
+	CHECK(cli_safe(s, buf, sizeof(buf)) == s);
+	CHECK(!strcmp(cli_safe("a\nb\x1b[2J\x7f", buf, sizeof(buf)),
+		      "a\\x0ab\\x1b[2J\\x7f"));
+	/* cut short, never past buf */
+	CHECK(strlen(cli_safe("\n\n\n\n\n\n", buf, 10)) <= 9);
+
+	/* a log line: one line, its control bytes as \xNN */
+	fd = open("/dev/shm", O_TMPFILE | O_RDWR, 0600);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	saved = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	log_warn("file %s here",
+		 "x\n2026-01-01T00:00:00.000Z error: forged\x1b[0m");
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, line, sizeof(line) - 1, 0);
+	close(fd);
+	CHECK(n > 0);
+	if (n <= 0)
+		return;
+	line[n] = '\0';
+	CHECK(strchr(line, '\n') == line + n - 1);
+	CHECK(strstr(line, "file x\\x0a2026-01-01T00:00:00.000Z error: "
+			   "forged\\x1b[0m here\n") != NULL);
+}
+
 int main(void)
 {
+	test_control_bytes();
 	test_find();
 	test_exit_codes();
 	test_global_opts();
