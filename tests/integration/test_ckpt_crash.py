@@ -208,8 +208,15 @@ def test_crash_at_point(tool, tmp_path, anystore, point):
         del m.env["DSTAGE_TEST_CRASH_AT"]
         m.start()
         if point in ("upload", "sidecar"):
-            # the writer had closed it: the restart publishes it
-            wait_for(lambda: st.get("j/model.pt") == NEW, 30, "republish")
+            # the writer had closed it: the restart publishes it. After a
+            # crash at "sidecar" the store already holds NEW under the key
+            # with OLD's sidecar: wait for the sidecar too, not the data
+            # alone (the data alone once raced the republish's sidecar).
+            def republished():
+                side = st.get(".dstage-sha256/j/model.pt")
+                return st.get("j/model.pt") == NEW and side is not None \
+                    and side.decode().split()[0] == sha(NEW)
+            wait_for(republished, 30, "republish")
             m.check_published("j/model.pt", sha(NEW))
         else:
             wait_for(lambda: os.listdir(m.staging / "abandoned"), 20,
