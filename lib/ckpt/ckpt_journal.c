@@ -228,9 +228,9 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 	    strlen(etag) >= sizeof(r->etag))
 		goto bad;
 	if (strcmp(sha, "-"))
-		snprintf(r->sha, sizeof(r->sha), "%s", sha);
+		memcpy(r->sha, sha, strlen(sha) + 1); /* fits: checked */
 	if (strcmp(etag, "-"))
-		snprintf(r->etag, sizeof(r->etag), "%s", etag);
+		memcpy(r->etag, etag, strlen(etag) + 1); /* fits: checked */
 	if (esc ? ckpt_unesc(r->key, sizeof(r->key), key)
 		: strlen(key) >= sizeof(r->key))
 		goto bad;
