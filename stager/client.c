@@ -811,3 +811,106 @@ out:
 	client_release(&cl);
 	return code;
 }
+
+/* ---- unpublished ---- */
+
+/* One ask: the rows into the array *doc (emptied first). Returns the exit
+ * code of the exchange. */
+static int client_unpub_ask(const struct dstage_config *cfg,
+			    const struct stager_cmd *cmd,
+			    const struct stager_opts *o, unsigned read_ms,
+			    json_t **doc)
+{
+	struct client cl = { .cfg = cfg, .o = o, .pc.fd = -1 };
+	int ret, code;
+
+	json_array_clear(*doc);
+	if (client_connect(&cl)) {
+		client_release(&cl);
+		return CLI_EXIT_DAEMON;
+	}
+	/* every answer line within read_ms: a stuck daemon is an error */
+	cl.pc.in.timeout_ms = read_ms;
+	proto_add(&cl.pc.out, "cmd", cmd->name);
+	if (o->since >= 0)
+		proto_add_i64(&cl.pc.out, "since", o->since);
+	ret = client_call(&cl, client_json_row, doc);
+	code = ret ? CLI_EXIT_DAEMON : client_result(&cl);
+	client_release(&cl);
+	return code;
+}
+
+static const char *client_jstr(json_t *row, const char *k)
+{
+	return json_string_value(json_object_get(row, k)) ?: "";
+}
+
+int client_unpublished(const struct dstage_config *cfg,
+		       const struct stager_cmd *cmd,
+		       const struct stager_opts *o)
+{
+	unsigned timeout = o->timeout_ms ? o->timeout_ms : 60000;
+	int64_t deadline = timeutil_mono_ms() + timeout;
+	json_t *doc = json_array(), *row;
+	struct timespec ts;
+	size_t i;
+	int code;
+
+	if (!doc)
+		return CLI_EXIT_FAIL;
+	for (;;) {
+		int64_t left = deadline - timeutil_mono_ms();
+		unsigned read_ms = 30000;
+
+		if (o->wait && left > 0 && left < read_ms)
+			read_ms = left < 1000 ? 1000 : (unsigned)left;
+		code = client_unpub_ask(cfg, cmd, o, read_ms, &doc);
+		if (code || !json_array_size(doc) || !o->wait)
+			break;
+		left = deadline - timeutil_mono_ms();
+		if (left <= 0)
+			break;
+		if (left > 1000)
+			left = 1000;
+		ts.tv_sec = left / 1000;
+		ts.tv_nsec = (long)(left % 1000) * 1000000;
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+	if (code)
+		goto out;
+	if (o->json) {
+		if (jsonout_print(doc))
+			code = CLI_EXIT_FAIL;
+	} else if (!json_array_size(doc)) {
+		printf("every checkpoint file on this node%s is in the store\n",
+		       o->since >= 0 ? " changed since --since" : "");
+	} else {
+		printf("%-40s %-11s %10s  %s\n", "KEY", "STATE", "BYTES",
+		       "CAUSE");
+		json_array_foreach(doc, i, row)
+		{
+			char b[32];
+
+			printf("%-40s %-11s %10s  %s\n",
+			       client_jstr(row, "key"),
+			       client_jstr(row, "state"),
+			       cli_bytes((uint64_t)json_integer_value(
+						 json_object_get(row, "size")),
+					 b, sizeof(b)),
+			       client_jstr(row, "error"));
+		}
+	}
+	if (!code && json_array_size(doc)) {
+		if (o->wait)
+			fprintf(stderr,
+				"stager: %zu checkpoint file%s not in the "
+				"store after %u ms (--timeout)\n",
+				json_array_size(doc),
+				json_array_size(doc) == 1 ? "" : "s", timeout);
+		code = CLI_EXIT_FAIL;
+	}
+out:
+	json_decref(doc);
+	return code;
+}

@@ -128,6 +128,10 @@ int daemon_lifecycle_list(struct daemon_conn *c);
 int daemon_lifecycle_add(struct daemon_conn *c);
 int daemon_lifecycle_remove(struct daemon_conn *c);
 int daemon_lifecycle_run(struct daemon_conn *c);
+/* unpublished [since=T]: a row per checkpoint file of this node not in
+ * the store (open, unpublished, abandoned; changed at or after T), with
+ * its cause. Admins only. */
+int daemon_lifecycle_unpublished(struct daemon_conn *c);
 
 /* daemon_conn.c */
 /* Bind daemon.socket under its lock file. Returns 0 or -errno (logged). */

@@ -9,7 +9,9 @@
  *     from retry_interval to 64 times it per file while the store fails;
  *   - applies the lifecycle rules every checkpoints.lifecycle_interval.
  * `stager jobs` shows the retry entries and the abandoned files (rows
- * added by daemon_lifecycle_jobs).
+ * added by daemon_lifecycle_jobs); `stager unpublished` lists the files
+ * not in the store yet, each with its cause (daemon_lifecycle_unpublished;
+ * the Slurm epilog waits on it).
  *
  * Retry entry states: WAITING (seen, first try after one interval) ->
  * PUBLISHED (done; kept DL_KEEP_DONE s for `jobs`) or RETRYING (failed:
@@ -411,6 +413,144 @@ int daemon_lifecycle_jobs(struct daemon_conn *c)
 		lifecycle_abandoned_list(stg, dl_abandoned_row, &j);
 	lifecycle_staging_free(stg);
 	return j.ret;
+}
+
+/* ---- `stager unpublished` ---- */
+
+struct dl_unpub {
+	struct daemon_conn *c;
+	const struct dl_ent *ents; /* a copy of the retry entries */
+	size_t n;
+	int64_t since; /* only files changed at or after (seconds) */
+	const char *staging;
+	int ret;
+};
+
+static int dl_unpub_send(struct dl_unpub *u, const char *key, const char *state,
+			 uint64_t size, int64_t mtime, unsigned attempts,
+			 const char *cause)
+{
+	daemon_peer_row(u->c, "row");
+	proto_add(&u->c->out, "key", key);
+	proto_add(&u->c->out, "state", state);
+	proto_add_u64(&u->c->out, "size", size);
+	proto_add_i64(&u->c->out, "mtime", mtime);
+	proto_add_u64(&u->c->out, "attempts", attempts);
+	proto_add(&u->c->out, "error", cause);
+	u->ret = proto_send(u->c->fd, &u->c->out);
+	return u->ret;
+}
+
+/* A local copy whose record is not C: being written, or closed and not
+ * in the store (with the retry job's last error when it tried). */
+static int dl_unpub_local(void *arg, const struct lifecycle_local *l)
+{
+	struct dl_unpub *u = arg;
+	const struct dl_ent *e = NULL;
+	char cause[320];
+
+	if (l->state == 'C' || l->mtime < u->since)
+		return 0;
+	if (l->state == 'W')
+		return dl_unpub_send(u, l->key, "open", l->size, l->mtime, 0,
+				     "still open by a writer: not closed or "
+				     "fsynced, so this version is not in the "
+				     "store");
+	for (size_t i = 0; i < u->n && !e; i++)
+		if (u->ents[i].ino == l->ino && !strcmp(u->ents[i].key, l->key))
+			e = &u->ents[i];
+	if (e && e->error[0])
+		snprintf(cause, sizeof(cause),
+			 "closed, not in the store: the store refused it "
+			 "(%s; the retry job tried %u time%s)",
+			 e->error, e->attempts, e->attempts == 1 ? "" : "s");
+	else
+		snprintf(cause, sizeof(cause),
+			 "closed, not in the store yet: its publish at close "
+			 "failed or is under way, and the retry job has not "
+			 "tried it yet");
+	return dl_unpub_send(u, l->key, "unpublished", l->size, l->mtime,
+			     e ? e->attempts : 0, cause);
+}
+
+static int dl_unpub_abandoned(void *arg, const struct lifecycle_abandoned *a)
+{
+	struct dl_unpub *u = arg;
+	char key[600], cause[700];
+
+	if (a->mtime < u->since)
+		return 0;
+	snprintf(key, sizeof(key), "abandoned/%s", a->name);
+	snprintf(cause, sizeof(cause),
+		 "abandoned: its writer was killed (or dstagefs stopped) "
+		 "before closing it, so it is never published; the partial "
+		 "file is %s/abandoned/%s",
+		 u->staging, a->name);
+	return dl_unpub_send(u, key, "abandoned", a->size, a->mtime, 0, cause);
+}
+
+int daemon_lifecycle_unpublished(struct daemon_conn *c)
+{
+	struct daemon_lifecycle *dl = c->d->lifecycle;
+	struct lifecycle_staging *stg = NULL;
+	struct dl_unpub u = { .c = c };
+	const char *since = proto_get(&c->msg, "since");
+	struct dl_ent *copy = NULL;
+	int ret;
+
+	if (!c->admin)
+		return daemon_peer_end(
+			c, -EPERM,
+			"permission denied: 'unpublished' lists every user's "
+			"checkpoint files and is allowed only to root and to "
+			"members of group '%s' (you are uid %u)",
+			c->d->cfg->daemon_admin_group, (unsigned)c->uid);
+	if (since && (*since < '0' || *since > '9' ||
+		      proto_get_i64(&c->msg, "since", &u.since) || u.since < 0))
+		return daemon_peer_end(c, -EINVAL,
+				       "unpublished: since=%.40s: expected "
+				       "seconds since the epoch",
+				       since);
+	if (!dl) {
+		snprintf(c->warn, sizeof(c->warn),
+			 "this node has no checkpoints.store: it writes no "
+			 "checkpoints");
+		return daemon_peer_end(c, 0, NULL);
+	}
+	ret = lifecycle_staging_open(c->d->cfg, &stg);
+	if (ret == -ENOENT) /* dstagefs never wrote a checkpoint here */
+		return daemon_peer_end(c, 0, NULL);
+	if (ret)
+		return daemon_peer_end(c, ret,
+				       "cannot read checkpoints.staging_dir "
+				       "%s: %s (the daemon's log says why)",
+				       c->d->cfg->ckpt_staging_dir,
+				       strerror(-ret));
+	copy = calloc(DL_MAX_ENTS, sizeof(*copy));
+	if (!copy) {
+		lifecycle_staging_free(stg);
+		return daemon_peer_end(c, -ENOMEM, NULL);
+	}
+	pthread_mutex_lock(&dl->lock);
+	u.n = dl->n;
+	memcpy(copy, dl->ents, u.n * sizeof(*copy));
+	pthread_mutex_unlock(&dl->lock);
+	u.ents = copy;
+	u.staging = lifecycle_staging_path(stg);
+	ret = lifecycle_staging_scan(stg, dl_unpub_local, &u);
+	if (!ret && !u.ret)
+		ret = lifecycle_abandoned_list(stg, dl_unpub_abandoned, &u);
+	free(copy);
+	lifecycle_staging_free(stg);
+	if (u.ret)
+		return u.ret; /* the client is gone */
+	if (ret)
+		return daemon_peer_end(c, ret,
+				       "cannot list checkpoints.staging_dir "
+				       "%s: %s",
+				       c->d->cfg->ckpt_staging_dir,
+				       strerror(-ret));
+	return daemon_peer_end(c, 0, NULL);
 }
 
 /* ---- requests ---- */

@@ -809,6 +809,8 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "lifecycle.remove", daemon_lifecycle_remove,
 	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "lifecycle.run", daemon_lifecycle_run, DAEMON_REQ_ADMIN },
+	/* checks its peer itself, to say why */
+	{ "unpublished", daemon_lifecycle_unpublished, 0 },
 };
 
 int daemon_req_run(struct daemon_conn *c)

@@ -162,6 +162,20 @@ static const struct stager_cmd stager_cmds[] = {
 	  "each file that differs or is missing.\n"
 	  "  --step S  a step number or a checkpoint name\n"
 	  "  --to DIR  an empty or new scratch directory" },
+	{ "unpublished", client_unpublished, STAGER_NEEDS_DAEMON,
+	  STAGER_JSON_ARRAY, 0, 0, "jwEO", "",
+	  "This node's checkpoint files that are not in checkpoints.store:\n"
+	  "each one's key, state and cause: open (still open by a writer),\n"
+	  "unpublished (closed; the store refused it, with the store's\n"
+	  "error, or its publish is under way) or abandoned (its writer was\n"
+	  "killed before closing it). Exit 0 when there are none, 1 when\n"
+	  "there are (admins only; the Slurm epilog waits on it).\n"
+	  "  --since T    only files changed at or after T (seconds since\n"
+	  "               the epoch: the job's start)\n"
+	  "  --wait       ask again every second until there are none, at\n"
+	  "               most --timeout\n"
+	  "  --timeout T  how long --wait waits (default 60s; 500ms, 5m;\n"
+	  "               at most 24h); implies --wait" },
 	{ "lifecycle", stager_lifecycle, STAGER_NEEDS_DAEMON | STAGER_OWN_OPTS,
 	  STAGER_JSON_OBJECT, 1, 2, "", "list|add|remove|run",
 	  lifecycle_cli_help },
@@ -199,6 +213,8 @@ static const struct option stager_long[] = {
 	{ "delete", no_argument, NULL, 'D' },
 	{ "dry-run", no_argument, NULL, 'd' },
 	{ "new-version", no_argument, NULL, 'R' },
+	{ "since", required_argument, NULL, 'E' },
+	{ "timeout", required_argument, NULL, 'O' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -270,6 +286,7 @@ static int stager_count(const char *opt, const char *s, unsigned lo,
 int main(int argc, char **argv)
 {
 	struct stager_opts o = {
+		.since = -1,
 		.lim = { .max_conns = STAGER_MAX_CONNS,
 			 .max_conns_uid = STAGER_MAX_CONNS_UID,
 			 .idle_ms = STAGER_IDLE_MS },
@@ -428,6 +445,33 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			o.push_new_version = true;
+			break;
+		case 'E': {
+			char *end;
+
+			errno = 0;
+			o.since = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || o.since < 0 ||
+			    *optarg < '0' || *optarg > '9') {
+				fprintf(stderr,
+					"stager: --since %s: expected seconds "
+					"since the epoch (date +%%s)\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		}
+		case 'O':
+			if (config_parse_duration_ms(optarg, &o.timeout_ms) ||
+			    o.timeout_ms < 1 || o.timeout_ms > 86400000) {
+				fprintf(stderr,
+					"stager: --timeout %s: expected a "
+					"duration from 1ms to 24h (60s, 5m, "
+					"500ms)\n",
+					optarg);
+				goto usage;
+			}
+			o.wait = true;
 			break;
 		case 'm':
 			if (stager_count("--max-conns", optarg, 1,

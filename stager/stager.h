@@ -68,6 +68,9 @@ struct stager_opts {
 	uint64_t bench_bytes; /* --size (bench) */
 	const char *to; /* --to DIR (drill) */
 	const char *step; /* --step S (drill) */
+	int64_t since; /* --since T (unpublished), -1: not given */
+	unsigned
+		timeout_ms; /* --timeout T (unpublished --wait), 0: not given */
 	struct stager_daemon_limits lim; /* daemon */
 	/* push */
 	const char *push_name; /* --name */
@@ -136,6 +139,9 @@ int client_cancel(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		  const struct stager_opts *o);
 int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		  const struct stager_opts *o); /* stage, verify */
+int client_unpublished(const struct dstage_config *cfg,
+		       const struct stager_cmd *cmd,
+		       const struct stager_opts *o);
 
 /* daemon.c: run the daemon until SIGTERM/SIGINT. Returns an exit code. */
 int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o);

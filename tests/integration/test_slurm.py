@@ -13,7 +13,14 @@ prologs a fresh environment).
     the mount's counters show 0 bytes fetched from the source meanwhile;
   - a job naming a missing dataset fails: state FAILED, the reason in its
     output and AdminComment, its script never runs, and the node stays in
-    service (not drained).
+    service (not drained);
+  - the Epilog waits for the job's checkpoints: a checkpoint the store
+    (a file:// store on its own tmpfs, remounted read-only to make it
+    refuse) did not take at close keeps the job COMPLETING until the store
+    takes it, then the job completes; with the store still refusing at
+    DSTAGE_PUBLISH_TIMEOUT the job gets the reason (file, cause) in its
+    AdminComment and the node is drained; a checkpoint whose writer was
+    killed (abandoned) gets the reason too, and the node stays in service.
 
 Skips when slurmctld, slurmd, munged or sbatch is missing (scripts/install-deps
 installs them) or when not root. About 20-40 s.
@@ -88,6 +95,7 @@ class Node:
         self.dstagefs = str(build_dir / "fs" / "dstagefs")
         self.src = root / "store" / "ds1"
         self.mnt = root / "data"
+        self.ckstore = root / "ckstore"  # the checkpoint store, a tmpfs
         self.conf = root / "dstage.conf"
         self.daemon = None
 
@@ -107,7 +115,15 @@ class Node:
             f"[cache]\ndir = {self.root}/cache\nsize = 256M\n"
             f"[catalog]\npath = {self.root}/catalog.db\n"
             f"[daemon]\nsocket = {self.root}/stager.sock\n"
+            f"[checkpoints]\nstore = file://{self.ckstore}/\n"
+            f"staging_dir = {self.root}/staging\nretry_interval = 1s\n"
             "[log]\nlevel = info\n")
+        # its own file system, so that a read-only remount makes the store
+        # refuse (root writes through any chmod)
+        self.ckstore.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m",
+                        "dstage-ckstore", str(self.ckstore)], check=True,
+                       timeout=30)
         self.env = dict(os.environ, DSTAGE_CONFIG=str(self.conf))
         self.daemon = subprocess.Popen(
             [self.stager, "daemon"], env=self.env,
@@ -139,6 +155,12 @@ class Node:
         if mounted(self.mnt):
             subprocess.run(["fusermount3", "-u", str(self.mnt)], timeout=30)
         stop(self.daemon)
+        if mounted(self.ckstore):
+            subprocess.run(["umount", str(self.ckstore)], timeout=30)
+
+    def store_writable(self, rw):
+        subprocess.run(["mount", "-o", "remount," + ("rw" if rw else "ro"),
+                        str(self.ckstore)], check=True, timeout=30)
 
 
 class Slurm:
@@ -159,6 +181,10 @@ class Slurm:
             f"export DSTAGE_STAGER={self.node.stager}\n"
             f"export DSTAGE_SLURM_STATE={self.d}/state\n"
             "export DSTAGE_STAGE_TIMEOUT=60\n"
+            # the tests choose it per job (test_ckpt_*)
+            f"DSTAGE_PUBLISH_TIMEOUT=$(cat {self.d}/publish-timeout "
+            "2>/dev/null || echo 30)\n"
+            "export DSTAGE_PUBLISH_TIMEOUT\n"
             f"exec {SLURM_DIR / name} \"$@\"\n")
         w.chmod(0o755)
         return w
@@ -288,7 +314,7 @@ def cluster(build_dir):
         slurm.stop()
         node.stop()
         print(slurm.logs())
-        if not mounted(node.mnt):
+        if not mounted(node.mnt) and not mounted(node.ckstore):
             shutil.rmtree(root, ignore_errors=True)
 
 
@@ -379,3 +405,130 @@ def test_a_users_jobs_read_staged_data_and_see_the_reason(cluster, users):
     assert "JobState=FAILED" in info
     assert "dstage: dataset 'nosuch' is not registered" in text, text
     assert "THE-JOB-RAN" not in text
+
+
+# ---- the Epilog waits for the job's checkpoints (issue 32) ----
+
+CKPT_JOB = ("python3 -c 'import sys\n"
+            "try:\n"
+            "    with open(sys.argv[1], \"wb\") as f: f.write(sys.argv[2].encode())\n"
+            "except OSError as e: print(\"close:\", e)\n"
+            "print(\"CKPT-WRITTEN\")' {path} {data}")
+
+
+def state_of(info):
+    return re.search(r"JobState=(\S+)", info).group(1)
+
+
+def ckpt_submit(node, slurm, name, data, timeout):
+    (slurm.d / "publish-timeout").write_text(f"{timeout}\n")
+    (node.mnt / "checkpoints" / name).mkdir(exist_ok=True)
+    path = node.mnt / "checkpoints" / name / "step-1.pt"
+    return slurm.submit("ckpt", CKPT_JOB.format(path=path, data=data))
+
+
+def unpublished(node):
+    r = node.run("unpublished", "--json", check=False)
+    assert r.returncode in (0, 1), r.stderr
+    import json
+    return json.loads(r.stdout)
+
+
+def test_epilog_waits_until_the_checkpoint_is_published(cluster):
+    node, slurm = cluster
+    data = os.urandom(8).hex()
+    node.store_writable(False)
+    try:
+        job, out = ckpt_submit(node, slurm, "job-a", data, 60)
+        # the script ends; its checkpoint is closed but not in the store
+        wait_for(lambda: out.exists() and "CKPT-WRITTEN" in out.read_text(),
+                 "the job's script to write its checkpoint", 60, 0.3)
+        assert not (node.ckstore / "job-a" / "step-1.pt").exists()
+        # the job stays COMPLETING while the epilog waits
+        wait_for(lambda: "COMPLETING" in slurm.job(job), "COMPLETING", 30,
+                 0.2)
+        rows = unpublished(node)
+        assert [r["key"] for r in rows] == ["job-a/step-1.pt"], rows
+        assert rows[0]["state"] == "unpublished"
+        time.sleep(3)
+        info = slurm.job(job)
+        assert "COMPLETING" in info, "the epilog did not wait: " + info
+    finally:
+        node.store_writable(True)
+    info = slurm.wait_job(job, 60)
+    while "COMPLETING" in info:
+        time.sleep(0.3)
+        info = slurm.job(job)
+    assert state_of(info) == "COMPLETED", f"{info}\n{slurm.logs()}"
+    assert "ExitCode=0:0" in info
+    assert "dstage-epilog" not in out.read_text()
+    stored = node.ckstore / "job-a" / "step-1.pt"
+    assert stored.read_text() == data
+    assert unpublished(node) == []
+    assert wait_for(lambda: slurm.node_state() == "idle", "node idle", 15)
+
+
+def test_epilog_fails_the_job_when_the_store_refuses(cluster):
+    node, slurm = cluster
+    node.store_writable(False)
+    try:
+        t0 = time.monotonic()
+        job, out = ckpt_submit(node, slurm, "job-b", "b", 4)
+        info = slurm.wait_job(job, 60)
+        while "COMPLETING" in info:
+            time.sleep(0.3)
+            info = slurm.job(job)
+        took = time.monotonic() - t0
+        text = out.read_text() if out.exists() else ""
+        assert "CKPT-WRITTEN" in text, text
+        # the job's record cannot change once it has finished: the reason
+        # is at the end of its output, and in the node's drain reason
+        reason = text.splitlines()[-1] if text else ""
+        assert reason.startswith(
+            "dstage-epilog: dstage: 1 checkpoint file(s) written by this "
+            "job are not in the checkpoint store after 4s "
+            "(DSTAGE_PUBLISH_TIMEOUT)"), f"{info}\n{text}\n{slurm.logs()}"
+        assert "job-b/step-1.pt unpublished" in reason, reason
+        assert "Read-only file system" in reason, reason
+        assert took < 40, f"the epilog took {took:.0f}s with a 4s timeout"
+        ctld = (slurm.d / "slurmctld.log").read_text()
+        assert f"epilog error JobId={job} Node={NODE}" in ctld, ctld
+        # the node's checkpoints cannot leave it: drained, with the reason
+        wait_for(lambda: "drain" in slurm.node_state(), "the node drained",
+                 15)
+        node_info = slurm.cmd("scontrol", "show", "node", NODE).stdout
+        assert f"Reason=dstage: job {job}: 1 checkpoint file(s)" in \
+            node_info, node_info
+        print(info)
+    finally:
+        node.store_writable(True)
+        slurm.cmd("scontrol", "update", f"NodeName={NODE}", "State=RESUME",
+                  check=False)
+    # the retry publishes it once the store takes it again
+    wait_for(lambda: (node.ckstore / "job-b" / "step-1.pt").exists(),
+             "the retry to publish job-b", 30)
+    wait_for(lambda: slurm.node_state() == "idle", "node idle again", 30)
+
+
+def test_epilog_names_an_abandoned_checkpoint(cluster):
+    node, slurm = cluster
+    (slurm.d / "publish-timeout").write_text("3\n")
+    (node.mnt / "checkpoints" / "job-c").mkdir()
+    path = node.mnt / "checkpoints" / "job-c" / "step-1.pt"
+    job, out = slurm.submit(
+        "ckpt",
+        f"python3 -c 'import os; f = open(\"{path}\", \"wb\"); "
+        "f.write(b\"partial\"); f.flush(); os.kill(os.getpid(), 9)'")
+    info = slurm.wait_job(job, 60)
+    while "COMPLETING" in info:
+        time.sleep(0.3)
+        info = slurm.job(job)
+    text = out.read_text() if out.exists() else ""
+    reason = text.splitlines()[-1] if text else ""
+    assert "not in the checkpoint store after 3s" in reason, \
+        f"{info}\n{text}\n{slurm.logs()}"
+    assert re.search(r"abandoned/\d+-step-1\.pt abandoned", reason), reason
+    assert "its writer was killed" in reason
+    # the job's own doing: the node stays in service
+    time.sleep(2)
+    assert slurm.node_state() == "idle", slurm.node_state()
