@@ -810,7 +810,7 @@ static const struct daemon_req daemon_req_table[] = {
 	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "lifecycle.run", daemon_lifecycle_run, DAEMON_REQ_ADMIN },
 	/* checks its peer itself, to say why */
-	{ "unpublished", daemon_lifecycle_unpublished, 0 },
+	{ "unpublished", daemon_lifecycle_unpublished, DAEMON_REQ_ADMIN },
 };
 
 int daemon_req_run(struct daemon_conn *c)
@@ -832,7 +832,8 @@ int daemon_req_run(struct daemon_conn *c)
 		return daemon_peer_end(
 			c, -EPERM,
 			"permission denied: '%s' changes the node's "
-			"state and is allowed only to root and to "
+			"state or shows every user's files, and is "
+			"allowed only to root and to "
 			"members of group '%s' (you are uid %u%s%s%s)",
 			cmd, c->d->cfg->daemon_admin_group, (unsigned)c->uid,
 			c->user[0] ? " (" : "", c->user, c->user[0] ? ")" : "");
