@@ -9,8 +9,10 @@ it differs from a local disk and what dstage does about it.
   locks, flock, RENAME_EXCHANGE, O_TMPFILE, xattrs), so the document stays
   true;
 - `dstagefs --over` on a directory of the mount: bytes through the cache,
-  writes through to CephFS (in RADOS once close returns), and a second uid
-  gets the answers CephFS itself gives it;
+  writes through to CephFS (in RADOS once close returns), a second uid
+  gets the answers CephFS itself gives it; locks stay the node's (they
+  never reach CephFS), RENAME_EXCHANGE fails as on CephFS, xattrs are not
+  passed through;
 - a checkpoint directory store on the mount: published with its sidecar,
   overlapped parts included; kill -9 of dstagefs in the middle of a publish
   leaves the previous version or the whole new one under the final name,
@@ -462,3 +464,42 @@ def test_ckpt_kill9_mid_publish_on_cephfs(tool, tmp_path, area, cephfs):
         no_partials(st)
     finally:
         m.stop()
+
+
+def test_overlay_locks_renames_xattrs_on_cephfs(ov_ceph):
+    """What docs/parallel-fs.md says of the overlay on CephFS: locks are the
+    node's kernel's (dstagefs implements no lock operation: they conflict
+    between opens through the mount, never reach CephFS); RENAME_EXCHANGE
+    fails as CephFS fails it, NOREPLACE is honoured; xattrs are not
+    passed through."""
+    ov = ov_ceph
+    ov.put("lk.bin", b"l" * 100000)
+    ov.put("a", b"a")
+    ov.put("b", b"b")
+    os.setxattr("/proc/self/fd/%d/lk.bin" % ov.under, "user.tag", b"t")
+    ov.start()
+    a = os.open(ov.pfs / "lk.bin", os.O_RDWR)
+    b = os.open(ov.pfs / "lk.bin", os.O_RDWR)
+    under = os.open("lk.bin", os.O_RDWR, dir_fd=ov.under)
+    try:
+        assert ofd_lock(a) == 0
+        assert ofd_lock(b) == errno.EAGAIN    # the node's kernel
+        assert ofd_lock(under) == 0           # CephFS never saw a lock
+    finally:
+        for fd in (a, b, under):
+            os.close(fd)
+    assert renameat2(ov.pfs / "a", ov.pfs / "b", RENAME_EXCHANGE) == \
+        errno.EINVAL
+    assert renameat2(ov.pfs / "a", ov.pfs / "b", RENAME_NOREPLACE) == \
+        errno.EEXIST
+    assert ov.get("a") == b"a" and ov.get("b") == b"b"
+    # extended attributes are not passed through (the overlay has no xattr
+    # hooks: the dispatcher's defaults), while CephFS keeps them
+    with pytest.raises(OSError) as ei:
+        os.getxattr(ov.pfs / "lk.bin", "user.tag")
+    assert ei.value.errno == errno.EOPNOTSUPP
+    with pytest.raises(OSError) as ei:
+        os.setxattr(ov.pfs / "lk.bin", "user.tag2", b"x")
+    assert ei.value.errno == errno.EROFS
+    assert os.getxattr("/proc/self/fd/%d/lk.bin" % ov.under,
+                       "user.tag") == b"t"
