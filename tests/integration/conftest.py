@@ -20,6 +20,15 @@ tool               tool(name) -> str: path of a built binary, looked up in
 faultproxy         (function) a tests/faultproxy.FaultProxy in front of rgw,
                    with a control port; plus env(**overrides) pointing
                    AWS_ENDPOINT_URL at the proxy, and .rgw.
+cephfs             (session) a throwaway single-node CephFS started by
+                   scripts/cephfs (its own mon, memstore OSD and MDS, no
+                   radosgw), mounted with ceph-fuse; started the first time
+                   a test asks for it, unmounted and stopped at the end of
+                   the session; skips naming the Debian packages when
+                   ceph-mds, ceph-fuse (or the cluster's tools) are missing.
+                   Attributes: mount (Path of the ceph-fuse mount), dir,
+                   conf (its ceph.conf), pids, start_seconds (start-up time,
+                   also printed in the session's report).
 users              (function) throwaway local users and groups for access
                    tests, run as a second, unprivileged uid (needs root,
                    useradd and setpriv; skips otherwise). Methods:
@@ -40,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -50,12 +60,17 @@ sys.path.insert(0, str(REPO / "tests"))
 from faultproxy import FaultProxy  # noqa: E402
 
 RGW_SCRIPT = REPO / "scripts" / "rgw"
+CEPHFS_SCRIPT = REPO / "scripts" / "cephfs"
 AWS_CLI = "/usr/bin/aws" if os.path.exists("/usr/bin/aws") else shutil.which("aws")
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 RGW_PACKAGES = {"ceph-mon": "ceph-mon", "ceph-osd": "ceph-osd",
                 "radosgw": "radosgw", "radosgw-admin": "radosgw",
                 "ceph": "ceph-common", "monmaptool": "ceph-common",
                 "ceph-authtool": "ceph-common", "curl": "curl"}
+CEPHFS_PACKAGES = {"ceph-mon": "ceph-mon", "ceph-osd": "ceph-osd",
+                   "ceph-mds": "ceph-mds", "ceph-fuse": "ceph-fuse",
+                   "ceph": "ceph-common", "monmaptool": "ceph-common",
+                   "ceph-authtool": "ceph-common", "fusermount3": "fuse3"}
 # Variables from the caller's environment that would point the tools at some
 # other S3 account.
 AWS_SCRUB = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
@@ -164,6 +179,48 @@ def rgw(tmp_path_factory):
     finally:
         subprocess.run([str(RGW_SCRIPT), "stop", str(d)],
                        capture_output=True, timeout=120)
+
+
+class CephFS:
+    def __init__(self, info):
+        self.dir = Path(info["CEPHFS_DIR"])
+        self.mount = Path(info["CEPHFS_MOUNT"])
+        self.conf = Path(info["CEPHFS_CONF"])
+        self.pids = list(info["CEPHFS_PIDS"])
+        self.start_seconds = None  # measured by the fixture
+
+
+@pytest.fixture(scope="session")
+def cephfs(tmp_path_factory, request):
+    missing = sorted({pkg for b, pkg in CEPHFS_PACKAGES.items()
+                      if shutil.which(b) is None})
+    if missing:
+        pytest.skip("CephFS test cluster unavailable: install the Debian "
+                    "package(s) %s (or run scripts/install-deps)" %
+                    " ".join(missing))
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("CephFS test cluster: ceph-fuse needs root and /dev/fuse")
+    d = tmp_path_factory.mktemp("cephfs")
+    t0 = time.monotonic()
+    p = subprocess.run([str(CEPHFS_SCRIPT), "start", str(d)],
+                       capture_output=True, timeout=180)
+    if p.returncode != 0:
+        pytest.fail("scripts/cephfs start failed (rc %d):\n%s\n%s" %
+                    (p.returncode, p.stdout.decode(errors="replace"),
+                     p.stderr.decode(errors="replace")), pytrace=False)
+    with open(d / "env.json") as f:
+        c = CephFS(json.load(f))
+    c.start_seconds = round(time.monotonic() - t0, 1)
+    rep = request.config.pluginmanager.get_plugin("terminalreporter")
+    if rep is not None:
+        rep.write_line("cephfs: started and mounted in %gs (%s)" %
+                       (c.start_seconds, c.mount))
+    try:
+        yield c
+    finally:
+        p = subprocess.run([str(CEPHFS_SCRIPT), "stop", str(d)],
+                           capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr.decode(errors="replace")
 
 
 @pytest.fixture(scope="session")

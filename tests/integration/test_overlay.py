@@ -61,9 +61,11 @@ def mounted(path):
 
 
 class Overlay:
-    def __init__(self, tool, tmp):
+    def __init__(self, tool, tmp, pfs=None):
+        """pfs: the directory to mount over (default: TMP/pfs, created);
+        the cache, config and log are in TMP."""
         self.tool, self.tmp = tool, Path(tmp)
-        self.pfs = self.tmp / "pfs"
+        self.pfs = Path(pfs) if pfs else self.tmp / "pfs"
         self.pfs.mkdir()
         self.port = free_port()
         (self.tmp / "cache").mkdir(mode=0o700)
