@@ -19,9 +19,12 @@
  * leaf, taken inside the node table's lock by the match callbacks, and
  * never held across a call into ckpt or the node table.
  *
- * Who may write: root, the mount's owner (-o uid) and, as -o umask
- * allows, its group (-o gid) and others; everyone else gets EACCES. Hard
- * links, symbolic links and special files: EPERM; extended attributes:
+ * Who may do what: each file and directory has the owner and mode of its
+ * creator, kept with it in the store (dsfs_ckpt_own.c), and every hook
+ * checks its caller as POSIX does (search on the directories above,
+ * read/write on the object, write on the directory to make, remove or
+ * rename, the sticky bit; root may do anything). checkpoints/ itself is
+ * 1777. Hard links, symbolic links and special files: EPERM; extended attributes:
  * ENOTSUP. A writer killed by a signal before closing its file does not
  * publish it (its FLUSH comes from an exiting task with a signal as its
  * exit code), nor does a forked child closing its copy of the descriptor:
@@ -68,6 +71,11 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 	pthread_mutex_init(&st->lock, NULL);
 	st->top.dir = true;
 	st->top.refs = 1;
+	/* as /tmp: everyone makes job directories, each its owner's */
+	st->top.own.uid = fs->opts->uid;
+	st->top.own.gid = fs->opts->gid;
+	st->top.own.mode = 01777;
+	st->top.own_ms = INT64_MAX;
 	fs->sub_state[DSFS_SUB_CKPT] = st;
 	if (fs->cfg && fs->cfg->ckpt_store) {
 		struct ckpt_hooks h;
@@ -117,14 +125,17 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_entry *e)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct dsfs_ckpt_own o;
 	struct ckpt_attr a;
 	uint64_t gen;
 	char *key;
 	int ret;
 
-	(void)who;
 	if (!st->ck || ckpt_name_ok("", name))
 		return -ENOENT;
+	ret = dsfs_ckpt_may_dir(fs, who, dir, X_OK, NULL);
+	if (ret)
+		return ret;
 	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	if (!key)
 		return -ENOMEM;
@@ -149,7 +160,13 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_pn_node(fs, dir, name, a.dir, &e->node);
 	if (ret)
 		return ret;
-	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
+	ret = dsfs_ckpt_own_get(fs, dsfs_ckpt_pn_of(e->node), true, &o);
+	if (ret) {
+		dsfs_ckpt_pn_unref_node(fs, e->node);
+		e->node = NULL;
+		return ret;
+	}
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
 	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
 	return 0;
 }
@@ -157,10 +174,17 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 static int dsfs_ckpt_access(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, int mask)
 {
-	(void)n;
-	if (!(mask & W_OK))
-		return 0;
-	return dsfs_ckpt_pn_check(fs, who);
+	struct dsfs_ckpt_pn *pn = dsfs_ckpt_pn_of(n);
+	struct dsfs_ckpt_own o;
+	int ret = (mask & W_OK) ? dsfs_ckpt_pn_check(fs, who) : 0;
+
+	if (!ret)
+		ret = dsfs_ckpt_may_walk(fs, who, pn);
+	if (!ret)
+		ret = dsfs_ckpt_own_get(fs, pn, false, &o);
+	if (!ret)
+		ret = dsfs_ckpt_may(who, &o, mask);
+	return ret;
 }
 
 static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
@@ -169,12 +193,21 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true };
+	struct dsfs_ckpt_own downer, o = { 0 };
 	char *key;
 	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
-	(void)mode;
+	if (!ret)
+		ret = dsfs_ckpt_may_dir(fs, who, dir, W_OK | X_OK, &downer);
 	if (!ret)
 		ret = ckpt_mkdir(st->ck, key);
+	/* the owner before anything of it reaches the store */
+	if (!ret) {
+		dsfs_ckpt_own_new(who, &downer, true, mode, &o);
+		ret = dsfs_ckpt_own_write(fs, NULL, key, &o);
+		if (ret)
+			ckpt_rmdir(st->ck, key);
+	}
 	if (!ret)
 		ret = ckpt_stat(st->ck, key, &a);
 	free(key);
@@ -182,7 +215,8 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_pn_node(fs, dir, name, true, &e->node);
 	if (ret)
 		return ret;
-	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
+	dsfs_ckpt_own_remember(fs, dsfs_ckpt_pn_of(e->node), &o);
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
 	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
 	return 0;
 }
@@ -192,18 +226,26 @@ static int dsfs_ckpt_remove(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *dir, const char *name, bool isdir)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	char *key;
+	struct dsfs_ckpt_own downer;
+	char *key = NULL;
 	int ret = dsfs_ckpt_pn_check(fs, who);
 
+	if (!ret)
+		ret = dsfs_ckpt_may_dir(fs, who, dir, X_OK, &downer);
 	if (ret)
 		return ret;
 	key = dsfs_ckpt_pn_child_key(st, dir, name);
 	if (!key)
 		return -ENOMEM;
-	ret = isdir ? ckpt_rmdir(st->ck, key) : ckpt_unlink(st->ck, key);
-	free(key);
+	ret = dsfs_ckpt_may_remove(fs, who, &downer, key, isdir, NULL);
 	if (!ret)
+		ret = isdir ? ckpt_rmdir(st->ck, key)
+			    : ckpt_unlink(st->ck, key);
+	if (!ret) {
+		dsfs_ckpt_own_remove(fs, key);
 		dsfs_ckpt_pn_mark(fs, dir, name, NULL, NULL);
+	}
+	free(key);
 	return ret;
 }
 
@@ -225,7 +267,10 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 			    unsigned flags)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct dsfs_ckpt_own dfrom, dto, o, oldto;
+	struct ckpt_attr a, ta;
 	char *from = NULL, *to = NULL;
+	bool had_to = false;
 	int ret = dsfs_ckpt_pn_check(fs, who);
 
 	if (ret)
@@ -236,13 +281,44 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		return -EINVAL;
 	from = dsfs_ckpt_pn_child_key(st, dir, name);
 	to = dsfs_ckpt_pn_child_key(st, newdir, newname);
-	ret = from && to
-		      ? ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE)
-		      : -ENOMEM;
-	if (!ret) {
-		dsfs_ckpt_pn_mark(fs, newdir, newname, NULL, NULL);
-		dsfs_ckpt_pn_mark(fs, dir, name, newdir, newname);
+	if (!from || !to) {
+		ret = -ENOMEM;
+		goto out;
 	}
+	/* as POSIX: write and search on both directories, the sticky bit
+	 * on both names, write on a directory that changes its parent */
+	ret = dsfs_ckpt_may_dir(fs, who, dir, X_OK, &dfrom);
+	if (!ret)
+		ret = dsfs_ckpt_may_dir(fs, who, newdir, X_OK, &dto);
+	if (!ret)
+		ret = ckpt_stat(st->ck, from, &a);
+	if (!ret)
+		ret = dsfs_ckpt_may_remove(fs, who, &dfrom, from, a.dir, &o);
+	if (!ret && a.dir && dir != newdir)
+		ret = dsfs_ckpt_may(who, &o, W_OK);
+	if (!ret)
+		ret = dsfs_ckpt_may(who, &dto, W_OK | X_OK);
+	if (!ret && !ckpt_stat(st->ck, to, &ta)) {
+		had_to = true;
+		ret = dsfs_ckpt_may_remove(fs, who, &dto, to, ta.dir, &oldto);
+	}
+	/* the owners first, so that no moment shows the data without them */
+	if (!ret)
+		ret = dsfs_ckpt_own_copy(fs, from, to, a.dir, false);
+	if (ret)
+		goto out;
+	ret = ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE);
+	if (ret) {
+		if (had_to)
+			dsfs_ckpt_own_write(fs, NULL, to, &oldto);
+		else
+			dsfs_ckpt_own_copy(fs, to, NULL, a.dir, true);
+		goto out;
+	}
+	dsfs_ckpt_own_copy(fs, from, NULL, a.dir, true);
+	dsfs_ckpt_pn_mark(fs, newdir, newname, NULL, NULL);
+	dsfs_ckpt_pn_mark(fs, dir, name, newdir, newname);
+out:
 	free(from);
 	free(to);
 	return ret;
@@ -315,11 +391,22 @@ static int dsfs_ckpt_opendir(struct dsfs *fs, struct dsfs_caller *who,
 			     struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct dsfs_ckpt_dir *d = calloc(1, sizeof(*d));
+	struct dsfs_ckpt_dir *d;
+	struct dsfs_ckpt_own o;
 	char *key;
 	int ret = 0;
 
-	(void)who;
+	if (st->ck) {
+		ret = dsfs_ckpt_may_walk(fs, who, dsfs_ckpt_pn_of(n));
+		if (!ret)
+			ret = dsfs_ckpt_own_get(fs, dsfs_ckpt_pn_of(n), false,
+						&o);
+		if (!ret)
+			ret = dsfs_ckpt_may(who, &o, R_OK);
+		if (ret)
+			return ret;
+	}
+	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	if (st->ck) {
@@ -365,7 +452,7 @@ static int dsfs_ckpt_readdir(struct dsfs *fs, struct dsfs_caller *who,
 		/* No node (and so no lookup reference) for plus entries:
 		 * the kernel looks each name up when it needs it. */
 		dsfs_ckpt_pn_attr(fs, dsfs_ckpt_fake_ino(l->v[i].name),
-				  &l->v[i].a, &e.attr);
+				  &l->v[i].a, NULL, &e.attr);
 		if (dsfs_reply_dir_add(d, l->v[i].name, &e, (off_t)i + 3))
 			break;
 	}
@@ -411,17 +498,27 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true, .mtime = fs->mount_time };
+	struct dsfs_ckpt_pn *pn = dsfs_ckpt_pn_of(n);
+	struct dsfs_ckpt_own o;
 	char *key;
 	int ret = 0;
 
-	(void)who;
 	*timeout = DSFS_CKPT_TIMEOUT;
 	if (n->ino == DSFS_INO_CHECKPOINTS || !st->ck) {
 		dsfs_reply_attr(fs->opts, sb, n->ino, true, 0, fs->mount_time);
 		if (st->ck)
-			dsfs_ckpt_pn_attr(fs, n->ino, &a, sb);
+			dsfs_ckpt_pn_attr(fs, n->ino, &a, &st->top.own, sb);
 		return 0;
 	}
+	/* stat(2) needs search on the directories above; fstat(2) not */
+	if (!(fi && fi->fh)) {
+		ret = dsfs_ckpt_may_walk(fs, who, pn);
+		if (ret)
+			return ret;
+	}
+	ret = dsfs_ckpt_own_get(fs, pn, false, &o);
+	if (ret)
+		return ret;
 	if (fi && fi->fh && !dsfs_ckpt_pn_of(n)->dir) {
 		ret = ckpt_file_attr(dsfs_ckpt_file_of(fi), &a);
 	} else {
@@ -430,7 +527,68 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 		free(key);
 	}
 	if (!ret)
-		dsfs_ckpt_pn_attr(fs, n->ino, &a, sb);
+		dsfs_ckpt_pn_attr(fs, n->ino, &a, &o, sb);
+	return ret;
+}
+
+/*
+ * May who make setattr's changes to n (f: its open file, or NULL)? As
+ * POSIX: chmod by the owner or root; chown to another user by root only;
+ * chgrp by root, or by the owner to one of its groups; truncate with
+ * write permission (or a descriptor open for writing); times set to
+ * given values by the owner or root, to now also with write permission.
+ * Returns 0 (*o the owner and mode after the change, *changed whether
+ * they change), -EPERM or -EACCES.
+ */
+static int dsfs_ckpt_setattr_may(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, const struct stat *attr,
+				 int to_set, struct ckpt_file *f,
+				 struct dsfs_ckpt_own *o, bool *changed)
+{
+	struct dsfs_ckpt_pn *pn = dsfs_ckpt_pn_of(n);
+	struct dsfs_ckpt_own cur;
+	bool root = who->uid == 0, owner;
+	int ret = dsfs_ckpt_may_walk(fs, who, pn);
+
+	*changed = false;
+	if (!ret)
+		ret = dsfs_ckpt_own_get(fs, pn, true, &cur);
+	if (ret)
+		return ret;
+	*o = cur;
+	owner = root || who->uid == cur.uid;
+	if ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur.uid) {
+		if (!root)
+			return -EPERM;
+		o->uid = attr->st_uid;
+		*changed = true;
+	}
+	if ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.gid) {
+		if (!owner ||
+		    (!root && !dsfs_caller_in_group(who, attr->st_gid)))
+			return -EPERM;
+		o->gid = attr->st_gid;
+		*changed = true;
+	}
+	if (*changed && !pn->dir) /* as chown(2): no set-ID bits survive */
+		o->mode &= ~(mode_t)(S_ISUID | S_ISGID);
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		if (!owner)
+			return -EPERM;
+		o->mode = attr->st_mode & 07777;
+		if (!pn->dir && !root && !dsfs_caller_in_group(who, o->gid))
+			o->mode &= ~(mode_t)S_ISGID;
+		*changed = true;
+	}
+	if ((to_set & FUSE_SET_ATTR_SIZE) && !(f && ckpt_file_writable(f)))
+		ret = dsfs_ckpt_may(who, &cur, W_OK);
+	if (!ret && !owner &&
+	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME)) &&
+	    !(to_set & (FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_ATIME_NOW)))
+		ret = -EPERM;
+	if (!ret && !owner &&
+	    (to_set & (FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_ATIME_NOW)))
+		ret = dsfs_ckpt_may(who, &cur, W_OK);
 	return ret;
 }
 
@@ -444,17 +602,19 @@ static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
 				      ? dsfs_ckpt_file_of(fi)
 				      : NULL,
 			 *tmp = NULL;
-	bool created;
+	struct dsfs_ckpt_own o;
+	bool created, own_changed;
 	char *key = NULL;
 	int ret = dsfs_ckpt_pn_check(fs, who);
 
 	if (ret)
 		return ret;
-	if (n->ino == DSFS_INO_CHECKPOINTS)
+	if (n->ino == DSFS_INO_CHECKPOINTS) /* 1777, the mount owner's */
 		return (to_set & (FUSE_SET_ATTR_SIZE)) ? -EISDIR : -EPERM;
-	if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->opts->uid) ||
-	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->opts->gid))
-		return -EPERM; /* owners are fixed (-o uid, gid) */
+	ret = dsfs_ckpt_setattr_may(fs, who, n, attr, to_set, f, &o,
+				    &own_changed);
+	if (ret)
+		return ret;
 	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
 	if (!key)
 		return -ENOMEM;
@@ -483,10 +643,12 @@ static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
 			ret = ckpt_file_set_mtime(f, &ts);
 	}
 	ckpt_file_close(tmp);
+	/* chmod, chown: the owner record, which every node enforces */
+	if (!ret && own_changed)
+		ret = dsfs_ckpt_own_write(fs, dsfs_ckpt_pn_of(n), key, &o);
 	free(key);
 	if (ret)
 		return ret;
-	/* chmod is accepted and has no effect: modes follow -o umask. */
 	return dsfs_ckpt_getattr(fs, who, n, fi, sb, timeout);
 }
 

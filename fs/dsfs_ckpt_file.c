@@ -183,15 +183,24 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_file *f = NULL;
+	struct dsfs_ckpt_own o = { 0 };
 	struct ckpt_attr a;
-	bool created;
+	bool created, isnew = false;
 	char *key;
 	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
-	(void)mode;
 	if (!ret)
+		ret = dsfs_ckpt_may_create(fs, who, dir, key, fi->flags, mode,
+					   &o, &isnew);
+	/* the owner before anything of the file reaches the store */
+	if (!ret && isnew)
+		ret = dsfs_ckpt_own_write(fs, NULL, key, &o);
+	if (!ret) {
 		ret = ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
 				     &created);
+		if (ret && isnew)
+			dsfs_ckpt_own_remove(fs, key);
+	}
 	free(key);
 	if (!ret)
 		ret = ckpt_file_attr(f, &a);
@@ -207,7 +216,8 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 		e->node = NULL;
 		return ret;
 	}
-	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &e->attr);
+	dsfs_ckpt_own_remember(fs, dsfs_ckpt_pn_of(e->node), &o);
+	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
 	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
 	return 0;
 }
@@ -245,11 +255,9 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 
 	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
 		return -EISDIR;
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		ret = dsfs_ckpt_pn_check(fs, who);
-		if (ret)
-			return ret;
-	}
+	ret = dsfs_ckpt_may_open(fs, who, n, fi->flags);
+	if (ret)
+		return ret;
 	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
 	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
 				   &created)

@@ -2,8 +2,9 @@
 /*
  * dsfs_ckpt_i: what the checkpoint subtree's files share: dsfs_ckpt.c (the
  * hook table, life, names, directories) calls dsfs_ckpt_file.c (open
- * files), both call dsfs_ckpt_pn.c (nodes, keys, attributes). The state
- * and the locks are described in dsfs_ckpt.c and dsfs_ckpt_pn.c.
+ * files), both call dsfs_ckpt_own.c (owners, modes, access checks), which
+ * calls dsfs_ckpt_pn.c (nodes, keys, attributes). The state and the locks
+ * are described in dsfs_ckpt.c and dsfs_ckpt_pn.c.
  */
 #ifndef DSFS_CKPT_I_H
 #define DSFS_CKPT_I_H
@@ -14,12 +15,24 @@ struct ckpt_attr;
 
 #define DSFS_CKPT_TIMEOUT 1.0 /* entries and attributes: others may write */
 
+/* Who owns a file or directory of the subtree, and its permission bits
+ * (07777), as its owner record in the store says (dsfs_ckpt_own.c). */
+struct dsfs_ckpt_own {
+	uid_t uid;
+	gid_t gid;
+	mode_t mode;
+};
+
 struct dsfs_ckpt_pn {
 	struct dsfs_ckpt_pn *parent; /* st->lock; NULL for the top */
 	char *name; /* st->lock */
 	unsigned refs; /* st->lock */
 	bool dir;
 	bool gone; /* st->lock: removed or replaced */
+	/* st->lock: the owner record as last read or written, and when
+	 * (CLOCK_MONOTONIC ms; 0: never, INT64_MAX: fixed, the top) */
+	struct dsfs_ckpt_own own;
+	int64_t own_ms;
 };
 
 struct dsfs_ckpt {
@@ -68,19 +81,86 @@ int dsfs_ckpt_pn_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 		      bool isdir, struct dsfs_node **out);
 /* Drop one lookup reference of n (freeing it at 0). */
 void dsfs_ckpt_pn_unref_node(struct dsfs *fs, struct dsfs_node *n);
-/* The attributes the kernel sees for a. */
+/* The owner of an object without an owner record: the mount's -o uid,
+ * -o gid, modes 0666 / 0777 less -o umask. */
+void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct dsfs_ckpt_own *o);
+/* The attributes the kernel sees for a owned as o (NULL: the default of
+ * an object without an owner record, dsfs_ckpt_own_default). */
 void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,
-		       const struct ckpt_attr *a, struct stat *st);
-/* 0 when who may change the subtree, else -EROFS (no store) or -EACCES. */
+		       const struct ckpt_attr *a, const struct dsfs_ckpt_own *o,
+		       struct stat *st);
+/* 0 when the subtree can be changed at all, else -EROFS (no store). Who
+ * may change what is dsfs_ckpt_own.c's. */
 int dsfs_ckpt_pn_check(struct dsfs *fs, struct dsfs_caller *who);
 /* For a call that makes name in dir: 0 and *key (malloc'd) its key, or
  * what dsfs_ckpt_pn_check refuses, -EINVAL (a name ckpt_name_ok refuses)
- * or -ENOMEM, *key NULL. */
+ * or -ENOMEM, *key NULL. The caller checks dir's permissions. */
 int dsfs_ckpt_pn_new_key(struct dsfs *fs, struct dsfs_caller *who,
 			 struct dsfs_node *dir, const char *name, char **key);
 /* What links and special files get: -EPERM (-EROFS without a store). */
 int dsfs_ckpt_pn_perm(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *dir, const char *name);
+
+/* dsfs_ckpt_own.c: owners, modes and POSIX access checks (the trust
+ * model: docs/security.md, "Checkpoints: owners and modes"). Each
+ * returns 0 or -errno. */
+/* The owner of key from the store (its record, else the default). */
+int dsfs_ckpt_own_read(struct dsfs *fs, const char *key, bool dir,
+		       struct dsfs_ckpt_own *o);
+/* Store o as key's owner record, and remember it on pn (may be NULL). */
+int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
+			const char *key, const struct dsfs_ckpt_own *o);
+/* Remember o as pn's owner (just written to the store). */
+void dsfs_ckpt_own_remember(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
+			    const struct dsfs_ckpt_own *o);
+/* The owner of pn: remembered if read less than a second ago (fresh:
+ * always read again), else read from the store and remembered. */
+int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
+		      struct dsfs_ckpt_own *o);
+/* Drop key's owner record (a directory's only: it is empty). */
+void dsfs_ckpt_own_remove(struct dsfs *fs, const char *key);
+/* Copy the owner records of from (and, for a directory, everything
+ * below it) to to; with drop, delete from's instead (after the rename). */
+int dsfs_ckpt_own_copy(struct dsfs *fs, const char *from, const char *to,
+		       bool dir, bool drop);
+/* POSIX: may who access an object owned as o for mask (R_OK, W_OK, X_OK)?
+ * Root may do anything. 0 or -EACCES. */
+int dsfs_ckpt_may(struct dsfs_caller *who, const struct dsfs_ckpt_own *o,
+		  int mask);
+/* Search (X) permission on every directory above pn: 0, -EACCES, or the
+ * store's error reading an owner. */
+int dsfs_ckpt_may_walk(struct dsfs *fs, struct dsfs_caller *who,
+		       struct dsfs_ckpt_pn *pn);
+/* may_walk to dir, then mask on dir itself; *downer (may be NULL) is
+ * dir's owner. */
+int dsfs_ckpt_may_dir(struct dsfs *fs, struct dsfs_caller *who,
+		      struct dsfs_node *dir, int mask,
+		      struct dsfs_ckpt_own *downer);
+/* May who remove or rename away name (key) from dir, owned as downer?
+ * W and X on dir, then the sticky bit: only the entry's owner, the
+ * directory's owner or root (-EPERM). *owner (may be NULL) is the
+ * entry's owner. */
+int dsfs_ckpt_may_remove(struct dsfs *fs, struct dsfs_caller *who,
+			 const struct dsfs_ckpt_own *downer, const char *key,
+			 bool isdir, struct dsfs_ckpt_own *owner);
+/* May who open n with flags? Search above, then read and/or write as
+ * flags ask (O_TRUNC: write). */
+int dsfs_ckpt_may_open(struct dsfs *fs, struct dsfs_caller *who,
+		       struct dsfs_node *n, int flags);
+/* May who create key in dir with flags? An existing file (made
+ * meanwhile, or a stale negative entry): -EEXIST with O_EXCL, else as
+ * open(2), *o its owner. A new one: write and search on dir, *o its
+ * owner (dsfs_ckpt_own_new) and *isnew set. */
+int dsfs_ckpt_may_create(struct dsfs *fs, struct dsfs_caller *who,
+			 struct dsfs_node *dir, const char *key, int flags,
+			 mode_t mode, struct dsfs_ckpt_own *o, bool *isnew);
+/* The owner a new entry of dir (owned as downer) gets from who and the
+ * requested mode (the kernel has applied the creator's umask): who's
+ * uid, and its gid unless dir is set-group-ID (then dir's gid, and a
+ * new directory inherits the bit). */
+void dsfs_ckpt_own_new(struct dsfs_caller *who,
+		       const struct dsfs_ckpt_own *downer, bool dir,
+		       mode_t mode, struct dsfs_ckpt_own *o);
 
 /* dsfs_ckpt_file.c: the subtree's hooks for files (dsfs_subtree.h) */
 int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,

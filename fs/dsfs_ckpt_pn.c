@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * dsfs_ckpt_pn: the place of each checkpoint node in the namespace, and
- * what the subtree's hooks share (keys, nodes, attributes, who may write).
+ * what the subtree's hooks share (keys, nodes, attributes; owners and
+ * access checks are dsfs_ckpt_own.c's).
  * Below dsfs_ckpt.c and dsfs_ckpt_file.c, which call it.
  *
  * A node's priv is a struct dsfs_ckpt_pn (parent pn and name), from which
@@ -192,28 +193,34 @@ void dsfs_ckpt_pn_mark(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 	dsfs_ckpt_pn_unref_node(fs, n);
 }
 
+void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct dsfs_ckpt_own *o)
+{
+	o->uid = fs->opts->uid;
+	o->gid = fs->opts->gid;
+	o->mode = (dir ? 0777 : 0666) & ~fs->opts->umask & 0777;
+}
+
 void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,
-		       const struct ckpt_attr *a, struct stat *st)
+		       const struct ckpt_attr *a, const struct dsfs_ckpt_own *o,
+		       struct stat *st)
 {
+	struct dsfs_ckpt_own def;
+
+	if (!o) {
+		dsfs_ckpt_own_default(fs, a->dir, &def);
+		o = &def;
+	}
 	dsfs_reply_attr(fs->opts, st, ino, a->dir, a->size, a->mtime);
-	st->st_mode |= (a->dir ? 0777 : 0666) & ~fs->opts->umask & 0222;
+	st->st_uid = o->uid;
+	st->st_gid = o->gid;
+	st->st_mode = (a->dir ? S_IFDIR : S_IFREG) | (o->mode & 07777);
 }
 
-static bool dsfs_ckpt_pn_may_write(struct dsfs *fs, struct dsfs_caller *who)
-{
-	mode_t um = fs->opts->umask;
-
-	if (who->uid == 0 || who->uid == fs->opts->uid || !(um & 002))
-		return true;
-	return !(um & 020) && dsfs_caller_in_group(who, fs->opts->gid);
-}
-
-/* Refuse a change: EROFS without a store, EACCES for a stranger. */
+/* Refuse a change without a store: EROFS. */
 int dsfs_ckpt_pn_check(struct dsfs *fs, struct dsfs_caller *who)
 {
-	if (!dsfs_ckpt_st(fs)->ck)
-		return -EROFS;
-	return dsfs_ckpt_pn_may_write(fs, who) ? 0 : -EACCES;
+	(void)who;
+	return dsfs_ckpt_st(fs)->ck ? 0 : -EROFS;
 }
 
 int dsfs_ckpt_pn_new_key(struct dsfs *fs, struct dsfs_caller *who,

@@ -50,7 +50,6 @@ static int dsfs_root_lookup(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *dir, const char *name,
 			    struct dsfs_entry *e)
 {
-	(void)who;
 	(void)dir;
 	for (size_t i = 0; i < DSFS_ROOT_NTOPS; i++) {
 		struct dsfs_node *n;
@@ -62,6 +61,11 @@ static int dsfs_root_lookup(struct dsfs *fs, struct dsfs_caller *who,
 			return -ENOENT;
 		/* Fixed nodes are never forgotten: no nlookup to raise. */
 		dsfs_root_dir_entry(fs, n, n->ino, e);
+		/* a subtree's top may have its own owner and mode
+		 * (checkpoints/ is 1777): as its getattr says */
+		if (n->sub != &dsfs_root_subtree && n->sub->getattr)
+			return n->sub->getattr(fs, who, n, NULL, &e->attr,
+					       &e->attr_timeout);
 		return 0;
 	}
 	return -ENOENT;

@@ -144,8 +144,9 @@ class Ckpt:
     """dstagefs with a [checkpoints] store, in one temporary directory."""
 
     def __init__(self, tool, tmp, store, conf="", staging_size="2G",
-                 env=None):
+                 env=None, opts=()):
         self.tool, self.tmp, self.store = tool, Path(tmp), store
+        self.opts = [str(o) for o in opts]  # dstagefs options (-o ...)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.mnt = self.tmp / "mnt"
         self.staging = self.tmp / "staging"
@@ -168,8 +169,9 @@ class Ckpt:
     def start(self, timeout=30):
         self.mnt.mkdir(exist_ok=True)
         with open(self.log, "ab") as logf:
-            self.p = subprocess.Popen([self.tool("dstagefs"), "-f",
-                                       str(self.mnt)], env=self.env,
+            self.p = subprocess.Popen([self.tool("dstagefs"), "-f"] +
+                                      self.opts + [str(self.mnt)],
+                                      env=self.env,
                                       stdout=logf, stderr=subprocess.STDOUT)
         end = time.time() + timeout
         while time.time() < end:
@@ -629,9 +631,14 @@ def test_cp_rsync_tar(mount, store, tmp_path):
         for rel, data in files.items():
             assert (job / how / rel).read_bytes() == data, (how, rel)
             mount.check_published("tools/%s/%s" % (how, rel), sha(data))
-    # rsync's dot-temporaries were renamed away, in the store too.
-    assert not [k for k in store.keys() if "/." in k and
+    # rsync's dot-temporaries were renamed away, in the store too, and
+    # their owner records with them.
+    own = ".dstage-owner/"
+    keys = [k[len(own):-len("/.dstage-own")] if k.startswith(own) else k
+            for k in store.keys()]
+    assert not [k for k in keys if "/." in k and
                 not k.startswith(".dstage-sha256/")]
+    assert own + "tools/cp/a.txt/.dstage-own" in store.keys()
 
 
 def test_parallel_shards(mount):
