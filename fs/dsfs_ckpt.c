@@ -285,6 +285,9 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		ret = -ENOMEM;
 		goto out;
 	}
+	ret = ckpt_key_check(st->ck, to); /* before the owners move */
+	if (ret)
+		goto out;
 	/* as POSIX: write and search on both directories, the sticky bit
 	 * on both names, write on a directory that changes its parent */
 	ret = dsfs_ckpt_may_dir(fs, who, dir, X_OK, &dfrom);

@@ -43,31 +43,22 @@
 #include "dstage/ckpt.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/timeutil.h"
 
-#define DSFS_CKPT_OWN_PREFIX ".dstage-owner/"
-#define DSFS_CKPT_OWN_LEAF "/.dstage-own"
 #define DSFS_CKPT_OWN_MAX 64 /* bytes of a record */
 #define DSFS_CKPT_OWN_DEPTH 600 /* directories above a node: keys <= 1 KiB */
-
-static int64_t dsfs_ckpt_own_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ".dstage-owner/<key>/.dstage-own" (leaf) or ".dstage-owner/<key>/"
  * (the prefix of every record at or below key), malloc'd, or NULL. */
 static char *dsfs_ckpt_own_rkey(const char *key, bool leaf)
 {
-	size_t size = sizeof(DSFS_CKPT_OWN_PREFIX) + strlen(key) +
-		      sizeof(DSFS_CKPT_OWN_LEAF);
+	size_t size = sizeof(CKPT_OWNER_PREFIX) + strlen(key) +
+		      sizeof(CKPT_OWNER_LEAF);
 	char *rk = malloc(size);
 
 	if (rk)
-		snprintf(rk, size, "%s%s%s", DSFS_CKPT_OWN_PREFIX, key,
-			 leaf ? DSFS_CKPT_OWN_LEAF : "/");
+		snprintf(rk, size, "%s%s%s", CKPT_OWNER_PREFIX, key,
+			 leaf ? CKPT_OWNER_LEAF : "/");
 	return rk;
 }
 
@@ -173,7 +164,7 @@ void dsfs_ckpt_own_remember(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
 
 	pthread_mutex_lock(&st->lock);
 	pn->own = *o;
-	pn->own_ms = dsfs_ckpt_own_now_ms();
+	pn->own_ms = timeutil_mono_ms();
 	pthread_mutex_unlock(&st->lock);
 }
 
@@ -181,7 +172,7 @@ int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
 		      struct dsfs_ckpt_own *o)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	int64_t now = dsfs_ckpt_own_now_ms();
+	int64_t now = timeutil_mono_ms();
 	bool known;
 	char *key;
 	int ret;

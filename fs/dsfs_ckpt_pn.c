@@ -234,7 +234,15 @@ int dsfs_ckpt_pn_new_key(struct dsfs *fs, struct dsfs_caller *who,
 	if (ckpt_name_ok("", name))
 		return -EINVAL;
 	*key = dsfs_ckpt_pn_child_key(dsfs_ckpt_st(fs), dir, name);
-	return *key ? 0 : -ENOMEM;
+	if (!*key)
+		return -ENOMEM;
+	/* before anything of the name reaches the store (its owner) */
+	ret = ckpt_key_check(dsfs_ckpt_st(fs)->ck, *key);
+	if (ret) {
+		free(*key);
+		*key = NULL;
+	}
+	return ret;
 }
 
 int dsfs_ckpt_pn_perm(struct dsfs *fs, struct dsfs_caller *who,

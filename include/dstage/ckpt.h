@@ -24,8 +24,9 @@
  *   -EISDIR / -ENOTDIR   a file where a directory is needed, or the reverse
  *   -EINVAL     a bad key (empty segment, ".", "..", ".dstage*" at the top,
  *               a control byte 0x00-0x1f or 0x7f)
- *   -ENAMETOOLONG  a new name whose store key (prefix and the sidecar's
- *               ".dstage-sha256/" included) would pass 1,024 bytes
+ *   -ENAMETOOLONG  a new name whose longest store key (the prefix and the
+ *               owner record's ".dstage-owner/KEY/.dstage-own" included,
+ *               CKPT_AUX_KEY_EXTRA) would pass 1,024 bytes
  *   -EIO        the store failed (logged with file and cause; retried later)
  *   -ENOSPC / -EDQUOT    the store or the staging directory is full
  *   -EBUSY      a directory rename while a file under it is being published
@@ -33,6 +34,16 @@
  */
 #ifndef DSTAGE_CKPT_H
 #define DSTAGE_CKPT_H
+
+/* The keys the checkpoint tree keeps beside a file's KEY in the store: its
+ * SHA-256 sidecar ".dstage-sha256/KEY" (lib/ckpt) and its owner record
+ * ".dstage-owner/KEY/.dstage-own" (fs/dsfs_ckpt_own.c). The longer of the
+ * two decides how long a new name may be (CKPT_AUX_KEY_EXTRA bytes more
+ * than KEY). */
+#define CKPT_OWNER_PREFIX ".dstage-owner/"
+#define CKPT_OWNER_LEAF "/.dstage-own"
+#define CKPT_AUX_KEY_EXTRA \
+	(sizeof(CKPT_OWNER_PREFIX) - 1 + sizeof(CKPT_OWNER_LEAF) - 1)
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -102,6 +113,12 @@ struct objstore *ckpt_objstore(const struct ckpt *ck);
 /* Whether name may be created in the directory dirkey ("" for the top).
  * Returns 0 or -EINVAL. */
 int ckpt_name_ok(const char *dirkey, const char *name);
+
+/* Whether key may be made new in ck's store: a valid key (else -EINVAL)
+ * whose longest store key fits (else -ENAMETOOLONG; CKPT_AUX_KEY_EXTRA).
+ * For a caller that stores something of key's before ckpt_file_open,
+ * ckpt_mkdir or ckpt_rename would check it (the owner record). */
+int ckpt_key_check(const struct ckpt *ck, const char *key);
 
 /*
  * Negative lookups: a name found missing (by ckpt_stat and, for a

@@ -90,6 +90,11 @@ int ckpt_key_new_ok(const struct ckpt *ck, const char *key)
 	return strlen(key) > ck->key_max ? -ENAMETOOLONG : 0;
 }
 
+int ckpt_key_check(const struct ckpt *ck, const char *key)
+{
+	return ckpt_key_new_ok(ck, key);
+}
+
 size_t ckpt_key_max_of(const char *url)
 {
 	size_t prefix = 0;
@@ -97,9 +102,11 @@ size_t ckpt_key_max_of(const char *url)
 
 	if (!strncmp(url, "s3://", 5) && (p = strchr(url + 5, '/')))
 		prefix = strlen(p + 1);
-	if (prefix + strlen(CKPT_SIDECAR) >= CKPT_STORE_KEY_MAX)
+	_Static_assert(CKPT_AUX_KEY_EXTRA >= sizeof(CKPT_SIDECAR) - 1,
+		       "the owner record's key is the longest");
+	if (prefix + CKPT_AUX_KEY_EXTRA >= CKPT_STORE_KEY_MAX)
 		return 0;
-	return CKPT_STORE_KEY_MAX - prefix - strlen(CKPT_SIDECAR);
+	return CKPT_STORE_KEY_MAX - prefix - CKPT_AUX_KEY_EXTRA;
 }
 
 char *ckpt_key_join(const char *dir, const char *name)

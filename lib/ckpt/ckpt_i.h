@@ -155,8 +155,8 @@ struct ckpt {
 	int tree_fd, journal_fd, abandoned_fd; /* O_DIRECTORY (*at calls) */
 	uint64_t limit; /* checkpoints.staging_size */
 	/* The longest key a new name may make: the store's limit less its
-	 * prefix and the sidecar's ".dstage-sha256/" (every file has one).
-	 * Immutable after open. */
+	 * prefix and CKPT_AUX_KEY_EXTRA (the owner record's key, the longest
+	 * of the keys every file has). Immutable after open. */
 	size_t key_max;
 	pthread_mutex_t open_lock;
 	pthread_rwlock_t ns_lock;

@@ -273,6 +273,7 @@ def test_names_control_bytes_and_length(tool, tmp_path, anystore, users):
     try:
         j = m.ck / "j"
         j.mkdir()
+        os.chmod(j, 0o1777)  # the second uid below writes in it too
         (j / "ok").write_bytes(b"x")
         for bad in ("a\nb", "evil\n2026 fake log line", "\x1b[31mred",
                     "tab\there", "del\x7f", "cr\r"):
@@ -282,7 +283,7 @@ def test_names_control_bytes_and_length(tool, tmp_path, anystore, users):
                     op(j / bad)
                 assert ei.value.errno == errno.EINVAL, (bad, ei.value)
         assert sorted(os.listdir(j)) == ["ok"]
-        # the same as an unprivileged uid (the mount lets everyone write)
+        # the same as an unprivileged uid (j lets everyone write)
         u = users.user("ckn")
         users.reach(m.mnt.parent)
         p = users.run(u, [PY, "-c", "open(%r, 'wb').write(b'y')" %
@@ -294,9 +295,11 @@ def test_names_control_bytes_and_length(tool, tmp_path, anystore, users):
                 p.stderr
         assert sorted(os.listdir(j)) == ["fine", "ok"]
 
-        # the store's key limit: prefix + ".dstage-sha256/" + key <= 1024
+        # the store's key limit: the longest key a file has, its owner
+        # record (prefix + ".dstage-owner/" + key + "/.dstage-own") <= 1024
         prefix = len(st.prefix) if st.kind == "s3" else 0
-        room = 1024 - prefix - len(".dstage-sha256/") - len("j/")
+        room = 1024 - prefix - len(".dstage-owner/") - len("/.dstage-own") \
+            - len("j/")
         d = j
         left = room
         while left > 255 + 1:                 # directories of 200 bytes
