@@ -386,18 +386,6 @@ void catalog_stmt_done(sqlite3_stmt *st)
 	sqlite3_clear_bindings(st);
 }
 
-/* Step a statement that returns no rows; then reset it. */
-int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what)
-{
-	int rc = sqlite3_step(st);
-	int ret = 0;
-
-	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		ret = catalog_sqlerr(cat->db, rc, what);
-	catalog_stmt_done(st);
-	return ret;
-}
-
 int catalog_user_version(sqlite3 *db, int *version)
 {
 	sqlite3_stmt *st = NULL;
@@ -580,8 +568,8 @@ static int catalog_bind(sqlite3_stmt *st, const struct catalog_arg *args, int n)
 			rc = sqlite3_bind_int64(st, i + 1, args[i].num);
 			break;
 		case CATALOG_ARG_TEXT:
-			rc = sqlite3_bind_text(st, i + 1, args[i].text, -1,
-					       SQLITE_STATIC);
+			rc = sqlite3_bind_text(st, i + 1, args[i].text,
+					       (int)args[i].num, SQLITE_STATIC);
 			break;
 		case CATALOG_ARG_BLOB:
 			rc = sqlite3_bind_blob(st, i + 1, args[i].blob,
@@ -624,20 +612,31 @@ int catalog_step_db(sqlite3 *db, sqlite3_stmt *st, const char *what)
 	return catalog_sqlerr(db, rc, what);
 }
 
+/* Step st of db, due to return no rows (with row_ok, one ignored row is
+ * fine too); *changes (may be NULL) gets the rows it changed. 0 or the
+ * logged -errno (what); a row where none was due is -EIO. */
+static int catalog_step_end(sqlite3 *db, sqlite3_stmt *st, const char *what,
+			    bool row_ok, int *changes)
+{
+	int rc = sqlite3_step(st);
+
+	if (rc != SQLITE_DONE && !(row_ok && rc == SQLITE_ROW))
+		return catalog_sqlerr(db, rc, what);
+	if (changes)
+		*changes = sqlite3_changes(db);
+	return 0;
+}
+
 int catalog_run_db(sqlite3 *db, const char *what, const char *sql,
 		   const struct catalog_arg *args, int n, int *changes)
 {
 	sqlite3_stmt *st;
-	int rc, ret;
+	int ret;
 
 	ret = catalog_prepare_db(db, what, sql, args, n, &st);
 	if (ret)
 		return ret;
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(db, rc, what);
-	else if (changes)
-		*changes = sqlite3_changes(db);
+	ret = catalog_step_end(db, st, what, false, changes);
 	sqlite3_finalize(st);
 	return ret;
 }
@@ -664,8 +663,11 @@ out:
 	return ret;
 }
 
-int catalog_stmt_row(struct catalog *cat, enum catalog_st id, const char *what,
-		     const struct catalog_arg *args, int n, sqlite3_stmt **out)
+/* The cached statement id of cat with args[0..n) bound: 0, or the logged
+ * -errno of its preparation or of a binding (then reset, *out NULL). */
+static int catalog_stmt_bind(struct catalog *cat, enum catalog_st id,
+			     const char *what, const struct catalog_arg *args,
+			     int n, sqlite3_stmt **out)
 {
 	sqlite3_stmt *st = NULL;
 	int rc, ret;
@@ -675,14 +677,43 @@ int catalog_stmt_row(struct catalog *cat, enum catalog_st id, const char *what,
 	if (ret)
 		return ret;
 	rc = catalog_bind(st, args, n);
-	ret = rc == SQLITE_OK ? catalog_step(cat, st, what)
-			      : catalog_sqlerr(cat->db, rc, what);
-	if (ret) {
+	if (rc != SQLITE_OK) {
+		ret = catalog_sqlerr(cat->db, rc, what);
 		catalog_stmt_done(st);
 		return ret;
 	}
 	*out = st;
 	return 0;
+}
+
+int catalog_stmt_row(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, sqlite3_stmt **out)
+{
+	int ret;
+
+	ret = catalog_stmt_bind(cat, id, what, args, n, out);
+	if (ret)
+		return ret;
+	ret = catalog_step(cat, *out, what);
+	if (ret) {
+		catalog_stmt_done(*out);
+		*out = NULL;
+	}
+	return ret;
+}
+
+int catalog_stmt_run(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, int *changes)
+{
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = catalog_stmt_bind(cat, id, what, args, n, &st);
+	if (ret)
+		return ret;
+	ret = catalog_step_end(cat->db, st, what, true, changes);
+	catalog_stmt_done(st);
+	return ret;
 }
 
 int catalog_prepare(struct catalog *cat, const char *what, const char *sql,

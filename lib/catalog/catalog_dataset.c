@@ -213,29 +213,24 @@ static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
 {
 	static const enum catalog_st steps[] = { ST_PURGE_OBJECTS,
 						 ST_PURGE_DIRS };
-	sqlite3_stmt *st = NULL;
-	int ret;
+	int changes, ret;
 
 	for (size_t i = 0; i < 2; i++) {
-		ret = catalog_stmt(cat, steps[i], &st);
-		if (ret)
-			return ret;
 		for (;;) {
-			sqlite3_bind_int64(st, 1, mf_id);
-			sqlite3_bind_int(st, 2, CATALOG_BATCH);
-			ret = catalog_step_done(cat, st, "purge manifest");
+			ret = catalog_stmt_run(
+				cat, steps[i], "purge manifest",
+				CATALOG_ARGS(CATALOG_INT(mf_id),
+					     CATALOG_INT(CATALOG_BATCH)),
+				&changes);
 			if (ret)
 				return ret;
-			if (sqlite3_changes(cat->db) < CATALOG_BATCH)
+			if (changes < CATALOG_BATCH)
 				break; /* that was the last batch */
 			catalog_yield();
 		}
 	}
-	ret = catalog_stmt(cat, ST_PURGE_MANIFEST, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, mf_id);
-	return catalog_step_done(cat, st, "purge manifest");
+	return catalog_stmt_run(cat, ST_PURGE_MANIFEST, "purge manifest",
+				CATALOG_ARGS(CATALOG_INT(mf_id)), NULL);
 }
 
 /* Purge every DEAD manifest of a dataset. */

@@ -159,14 +159,12 @@ int catalog_stmt(struct catalog *cat, enum catalog_st id, sqlite3_stmt **out);
 /* Reset st and clear its bindings. */
 void catalog_stmt_done(sqlite3_stmt *st);
 
-/* Step st, which returns no rows (or one ignored row), then reset it. */
-int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what);
-
 /*
  * One parameter of a statement, for the statement helpers below: an
- * integer, a text (NULL binds NULL) or a blob of num bytes. Texts and blobs
- * are bound SQLITE_STATIC: they must outlive the statement. Written with
- * the macros below, e.g.
+ * integer, a text of num bytes (-1: up to its NUL; NULL binds NULL) or a
+ * blob of num bytes. Texts and blobs are bound SQLITE_STATIC: they must
+ * outlive the statement (or, for a cached one, its catalog_stmt_done).
+ * Written with the macros below, e.g.
  *   catalog_run(cat, "policy set", sql,
  *               CATALOG_ARGS(CATALOG_TEXT(key), CATALOG_INT(now)), NULL);
  */
@@ -178,15 +176,17 @@ enum catalog_arg_kind {
 
 struct catalog_arg {
 	enum catalog_arg_kind kind;
-	int64_t num; /* INT: the value; BLOB: its length */
+	int64_t num; /* INT: the value; TEXT, BLOB: the length */
 	const char *text;
 	const void *blob;
 };
 
 #define CATALOG_INT(v) \
 	((struct catalog_arg){ .kind = CATALOG_ARG_INT, .num = (int64_t)(v) })
-#define CATALOG_TEXT(s) \
-	((struct catalog_arg){ .kind = CATALOG_ARG_TEXT, .text = (s) })
+#define CATALOG_TEXT(s) CATALOG_TEXTN(s, -1)
+#define CATALOG_TEXTN(s, n)    \
+	((struct catalog_arg){ \
+		.kind = CATALOG_ARG_TEXT, .text = (s), .num = (int64_t)(n) })
 #define CATALOG_BLOB(p, n)     \
 	((struct catalog_arg){ \
 		.kind = CATALOG_ARG_BLOB, .blob = (p), .num = (int64_t)(n) })
@@ -274,6 +274,16 @@ int catalog_each(struct catalog *cat, const char *what, const char *sql,
  */
 int catalog_stmt_row(struct catalog *cat, enum catalog_st id, const char *what,
 		     const struct catalog_arg *args, int n, sqlite3_stmt **out);
+
+/*
+ * The cached statement id of cat with args[0..n) bound, stepped once (a
+ * statement that returns no rows, or one ignored row) and reset; *changes
+ * (may be NULL) gets the rows it changed. Returns 0 or the logged -errno of
+ * its preparation (catalog_stmt), a binding or the step (logged with
+ * what).
+ */
+int catalog_stmt_run(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, int *changes);
 
 /* catalog_run of sql with ?1 bound to id, sql naming it in the error. */
 int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
