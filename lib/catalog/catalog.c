@@ -386,19 +386,7 @@ void catalog_stmt_done(sqlite3_stmt *st)
 	sqlite3_clear_bindings(st);
 }
 
-/* Step a statement that returns no rows; then reset it. */
-int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what)
-{
-	int rc = sqlite3_step(st);
-	int ret = 0;
-
-	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		ret = catalog_sqlerr(cat->db, rc, what);
-	catalog_stmt_done(st);
-	return ret;
-}
-
-static int catalog_user_version(sqlite3 *db, int *version)
+int catalog_user_version(sqlite3 *db, int *version)
 {
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
@@ -569,22 +557,19 @@ int catalog_schema_version(struct catalog *cat)
 	return v;
 }
 
-int catalog_prepare(struct catalog *cat, const char *what, const char *sql,
-		    const struct catalog_arg *args, int n, sqlite3_stmt **out)
+/* Bind args[0..n) to ?1..?n of st: SQLITE_OK or SQLite's result code. */
+static int catalog_bind(sqlite3_stmt *st, const struct catalog_arg *args, int n)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, i;
+	int rc = SQLITE_OK;
 
-	*out = NULL;
-	rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-	for (i = 0; rc == SQLITE_OK && i < n; i++) {
+	for (int i = 0; rc == SQLITE_OK && i < n; i++) {
 		switch (args[i].kind) {
 		case CATALOG_ARG_INT:
 			rc = sqlite3_bind_int64(st, i + 1, args[i].num);
 			break;
 		case CATALOG_ARG_TEXT:
-			rc = sqlite3_bind_text(st, i + 1, args[i].text, -1,
-					       SQLITE_STATIC);
+			rc = sqlite3_bind_text(st, i + 1, args[i].text,
+					       (int)args[i].num, SQLITE_STATIC);
 			break;
 		case CATALOG_ARG_BLOB:
 			rc = sqlite3_bind_blob(st, i + 1, args[i].blob,
@@ -594,15 +579,29 @@ int catalog_prepare(struct catalog *cat, const char *what, const char *sql,
 			rc = SQLITE_MISUSE;
 		}
 	}
+	return rc;
+}
+
+int catalog_prepare_db(sqlite3 *db, const char *what, const char *sql,
+		       const struct catalog_arg *args, int n,
+		       sqlite3_stmt **out)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	if (rc == SQLITE_OK)
+		rc = catalog_bind(st, args, n);
 	if (rc != SQLITE_OK) {
 		sqlite3_finalize(st);
-		return catalog_sqlerr(cat->db, rc, what);
+		return catalog_sqlerr(db, rc, what);
 	}
 	*out = st;
 	return 0;
 }
 
-int catalog_step(struct catalog *cat, sqlite3_stmt *st, const char *what)
+int catalog_step_db(sqlite3 *db, sqlite3_stmt *st, const char *what)
 {
 	int rc = sqlite3_step(st);
 
@@ -610,25 +609,135 @@ int catalog_step(struct catalog *cat, sqlite3_stmt *st, const char *what)
 		return 0;
 	if (rc == SQLITE_DONE)
 		return -ENOENT;
-	return catalog_sqlerr(cat->db, rc, what);
+	return catalog_sqlerr(db, rc, what);
+}
+
+/* Step st of db, due to return no rows (with row_ok, one ignored row is
+ * fine too); *changes (may be NULL) gets the rows it changed. 0 or the
+ * logged -errno (what); a row where none was due is -EIO. */
+static int catalog_step_end(sqlite3 *db, sqlite3_stmt *st, const char *what,
+			    bool row_ok, int *changes)
+{
+	int rc = sqlite3_step(st);
+
+	if (rc != SQLITE_DONE && !(row_ok && rc == SQLITE_ROW))
+		return catalog_sqlerr(db, rc, what);
+	if (changes)
+		*changes = sqlite3_changes(db);
+	return 0;
+}
+
+int catalog_run_db(sqlite3 *db, const char *what, const char *sql,
+		   const struct catalog_arg *args, int n, int *changes)
+{
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = catalog_prepare_db(db, what, sql, args, n, &st);
+	if (ret)
+		return ret;
+	ret = catalog_step_end(db, st, what, false, changes);
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int catalog_each_db(sqlite3 *db, const char *what, const char *sql,
+		    const struct catalog_arg *args, int n,
+		    int (*row)(void *arg, sqlite3_stmt *st), void *arg)
+{
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = catalog_prepare_db(db, what, sql, args, n, &st);
+	if (ret)
+		return ret;
+	while (!(ret = catalog_step_db(db, st, what))) {
+		ret = row(arg, st);
+		if (ret)
+			goto out;
+	}
+	if (ret == -ENOENT)
+		ret = 0;
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* The cached statement id of cat with args[0..n) bound: 0, or the logged
+ * -errno of its preparation or of a binding (then reset, *out NULL). */
+static int catalog_stmt_bind(struct catalog *cat, enum catalog_st id,
+			     const char *what, const struct catalog_arg *args,
+			     int n, sqlite3_stmt **out)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret;
+
+	*out = NULL;
+	ret = catalog_stmt(cat, id, &st);
+	if (ret)
+		return ret;
+	rc = catalog_bind(st, args, n);
+	if (rc != SQLITE_OK) {
+		ret = catalog_sqlerr(cat->db, rc, what);
+		catalog_stmt_done(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+int catalog_stmt_row(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, sqlite3_stmt **out)
+{
+	int ret;
+
+	ret = catalog_stmt_bind(cat, id, what, args, n, out);
+	if (ret)
+		return ret;
+	ret = catalog_step(cat, *out, what);
+	if (ret) {
+		catalog_stmt_done(*out);
+		*out = NULL;
+	}
+	return ret;
+}
+
+int catalog_stmt_run(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, int *changes)
+{
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = catalog_stmt_bind(cat, id, what, args, n, &st);
+	if (ret)
+		return ret;
+	ret = catalog_step_end(cat->db, st, what, true, changes);
+	catalog_stmt_done(st);
+	return ret;
+}
+
+int catalog_prepare(struct catalog *cat, const char *what, const char *sql,
+		    const struct catalog_arg *args, int n, sqlite3_stmt **out)
+{
+	return catalog_prepare_db(cat->db, what, sql, args, n, out);
+}
+
+int catalog_step(struct catalog *cat, sqlite3_stmt *st, const char *what)
+{
+	return catalog_step_db(cat->db, st, what);
 }
 
 int catalog_run(struct catalog *cat, const char *what, const char *sql,
 		const struct catalog_arg *args, int n, int *changes)
 {
-	sqlite3_stmt *st;
-	int rc, ret;
+	return catalog_run_db(cat->db, what, sql, args, n, changes);
+}
 
-	ret = catalog_prepare(cat, what, sql, args, n, &st);
-	if (ret)
-		return ret;
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = catalog_sqlerr(cat->db, rc, what);
-	else if (changes)
-		*changes = sqlite3_changes(cat->db);
-	sqlite3_finalize(st);
-	return ret;
+int catalog_each(struct catalog *cat, const char *what, const char *sql,
+		 const struct catalog_arg *args, int n,
+		 int (*row)(void *arg, sqlite3_stmt *st), void *arg)
+{
+	return catalog_each_db(cat->db, what, sql, args, n, row, arg);
 }
 
 int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,
@@ -695,36 +804,32 @@ int catalog_audit_add(struct catalog *cat, const struct catalog_audit *a)
 			   NULL);
 }
 
+/* catalog_each's row function of catalog_audit_list. */
+static int catalog_audit_row(void *arg, sqlite3_stmt *st)
+{
+	const struct catalog_each_cb *e = arg;
+	struct catalog_audit a;
+
+	a.id = sqlite3_column_int64(st, 0);
+	a.when = sqlite3_column_int64(st, 1);
+	a.uid = (uint32_t)sqlite3_column_int64(st, 2);
+	a.user = (const char *)sqlite3_column_text(st, 3);
+	a.action = (const char *)sqlite3_column_text(st, 4);
+	a.target = (const char *)sqlite3_column_text(st, 5);
+	a.old_value = (const char *)sqlite3_column_text(st, 6);
+	a.new_value = (const char *)sqlite3_column_text(st, 7);
+	return e->fn.audit(e->arg, &a);
+}
+
 int catalog_audit_list(struct catalog *cat, int64_t after_id,
 		       catalog_audit_cb cb, void *arg)
 {
-	struct catalog_audit a;
-	sqlite3_stmt *st;
-	int ret;
+	struct catalog_each_cb e = { .fn.audit = cb, .arg = arg };
 
-	ret = catalog_prepare(cat, "audit list",
-			      "SELECT id, at, uid, user, action, target,"
-			      " old_value, new_value FROM audit"
-			      " WHERE id > ? ORDER BY id",
-			      CATALOG_ARGS(CATALOG_INT(after_id)), &st);
-	if (ret)
-		return ret;
-	while (!(ret = catalog_step(cat, st, "audit list"))) {
-		a.id = sqlite3_column_int64(st, 0);
-		a.when = sqlite3_column_int64(st, 1);
-		a.uid = (uint32_t)sqlite3_column_int64(st, 2);
-		a.user = (const char *)sqlite3_column_text(st, 3);
-		a.action = (const char *)sqlite3_column_text(st, 4);
-		a.target = (const char *)sqlite3_column_text(st, 5);
-		a.old_value = (const char *)sqlite3_column_text(st, 6);
-		a.new_value = (const char *)sqlite3_column_text(st, 7);
-		ret = cb(arg, &a);
-		if (ret)
-			goto out;
-	}
-	if (ret == -ENOENT)
-		ret = 0;
-out:
-	sqlite3_finalize(st);
-	return ret;
+	return catalog_each(cat, "audit list",
+			    "SELECT id, at, uid, user, action, target,"
+			    " old_value, new_value FROM audit"
+			    " WHERE id > ? ORDER BY id",
+			    CATALOG_ARGS(CATALOG_INT(after_id)),
+			    catalog_audit_row, &e);
 }

@@ -11,45 +11,37 @@
 
 #include "catalog_i.h"
 
+/* catalog_each's row function of catalog_blocks_list. */
+static int catalog_blocks_row(void *arg, sqlite3_stmt *st)
+{
+	const struct catalog_each_cb *e = arg;
+	struct catalog_blocks_obj b = {
+		.object_id = sqlite3_column_int64(st, 0),
+		.dataset = (const char *)sqlite3_column_text(st, 1),
+		.path = (const char *)sqlite3_column_text(st, 2),
+		.etag = (const char *)sqlite3_column_text(st, 3),
+		.size = (uint64_t)sqlite3_column_int64(st, 4),
+		.rows = (uint64_t)sqlite3_column_int64(st, 5),
+	};
+
+	if (!b.dataset || !b.path || !b.etag)
+		return -ENOMEM; /* SQLite's text conversion failed */
+	return e->fn.blocks(e->arg, &b);
+}
+
 int catalog_blocks_list(struct catalog *cat, catalog_blocks_cb cb, void *arg)
 {
-	sqlite3_stmt *st;
-	int ret;
+	struct catalog_each_cb e = { .fn.blocks = cb, .arg = arg };
 
-	ret = catalog_prepare(cat, "blocks list",
-			      "SELECT b.object_id, d.name, o.path,"
-			      " coalesce(o.etag, ''), o.size, count(*)"
-			      " FROM blocks b"
-			      " JOIN objects o ON o.id = b.object_id"
-			      " JOIN manifests m ON m.id = o.manifest_id"
-			      " JOIN datasets d ON d.id = m.dataset_id"
-			      " GROUP BY b.object_id ORDER BY b.object_id",
-			      NULL, 0, &st);
-	if (ret)
-		return ret;
-	while (!(ret = catalog_step(cat, st, "blocks list"))) {
-		struct catalog_blocks_obj b = {
-			.object_id = sqlite3_column_int64(st, 0),
-			.dataset = (const char *)sqlite3_column_text(st, 1),
-			.path = (const char *)sqlite3_column_text(st, 2),
-			.etag = (const char *)sqlite3_column_text(st, 3),
-			.size = (uint64_t)sqlite3_column_int64(st, 4),
-			.rows = (uint64_t)sqlite3_column_int64(st, 5),
-		};
-
-		if (!b.dataset || !b.path || !b.etag) {
-			ret = -ENOMEM; /* SQLite's text conversion failed */
-			goto out;
-		}
-		ret = cb(arg, &b);
-		if (ret)
-			goto out;
-	}
-	if (ret == -ENOENT)
-		ret = 0;
-out:
-	sqlite3_finalize(st);
-	return ret;
+	return catalog_each(cat, "blocks list",
+			    "SELECT b.object_id, d.name, o.path,"
+			    " coalesce(o.etag, ''), o.size, count(*)"
+			    " FROM blocks b"
+			    " JOIN objects o ON o.id = b.object_id"
+			    " JOIN manifests m ON m.id = o.manifest_id"
+			    " JOIN datasets d ON d.id = m.dataset_id"
+			    " GROUP BY b.object_id ORDER BY b.object_id",
+			    NULL, 0, catalog_blocks_row, &e);
 }
 
 int catalog_blocks_forget(struct catalog *cat, int64_t object_id,

@@ -88,24 +88,15 @@ int catalog_dataset_get(struct catalog *cat, const char *name,
 			struct catalog_dataset *ds)
 {
 	struct catalog_dataset row;
-	sqlite3_stmt *st = NULL;
+	sqlite3_stmt *st;
 	bool oom = false;
-	int rc, ret;
+	int ret;
 
 	memset(ds, 0, sizeof(*ds));
-	ret = catalog_stmt(cat, ST_DS_GET, &st);
+	ret = catalog_stmt_row(cat, ST_DS_GET, "dataset get",
+			       CATALOG_ARGS(CATALOG_TEXT(name)), &st);
 	if (ret)
 		return ret;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (rc != SQLITE_ROW) {
-		ret = catalog_sqlerr(cat->db, rc, "dataset get");
-		goto out;
-	}
 	catalog_ds_fill(st, &row);
 	*ds = row;
 	ds->name = catalog_col_dup(st, 1, &oom);
@@ -116,7 +107,6 @@ int catalog_dataset_get(struct catalog *cat, const char *name,
 		catalog_dataset_release(ds);
 		ret = -ENOMEM;
 	}
-out:
 	catalog_stmt_done(st);
 	return ret;
 }
@@ -132,29 +122,24 @@ void catalog_dataset_release(struct catalog_dataset *ds)
 	ds->name = ds->source = ds->group = ds->sums_key = NULL;
 }
 
+/* catalog_each's row function of catalog_dataset_list. */
+static int catalog_dataset_row(void *arg, sqlite3_stmt *st)
+{
+	const struct catalog_each_cb *e = arg;
+	struct catalog_dataset ds;
+
+	catalog_ds_fill(st, &ds);
+	return e->fn.dataset(e->arg, &ds);
+}
+
 int catalog_dataset_list(struct catalog *cat, catalog_dataset_cb cb, void *arg)
 {
-	struct catalog_dataset ds;
-	sqlite3_stmt *st;
-	int ret;
+	struct catalog_each_cb e = { .fn.dataset = cb, .arg = arg };
 
-	ret = catalog_prepare(cat, "dataset list",
-			      "SELECT " DS_COLS "WHERE d.state <> 2"
-			      " ORDER BY d.name",
-			      NULL, 0, &st);
-	if (ret)
-		return ret;
-	while (!(ret = catalog_step(cat, st, "dataset list"))) {
-		catalog_ds_fill(st, &ds);
-		ret = cb(arg, &ds);
-		if (ret)
-			goto out;
-	}
-	if (ret == -ENOENT)
-		ret = 0;
-out:
-	sqlite3_finalize(st);
-	return ret;
+	return catalog_each(cat, "dataset list",
+			    "SELECT " DS_COLS "WHERE d.state <> 2"
+			    " ORDER BY d.name",
+			    NULL, 0, catalog_dataset_row, &e);
 }
 
 /* UPDATE datasets SET <col> = value for a visible dataset. */
@@ -228,51 +213,41 @@ static int catalog_manifest_purge(struct catalog *cat, int64_t mf_id)
 {
 	static const enum catalog_st steps[] = { ST_PURGE_OBJECTS,
 						 ST_PURGE_DIRS };
-	sqlite3_stmt *st = NULL;
-	int ret;
+	int changes, ret;
 
 	for (size_t i = 0; i < 2; i++) {
-		ret = catalog_stmt(cat, steps[i], &st);
-		if (ret)
-			return ret;
 		for (;;) {
-			sqlite3_bind_int64(st, 1, mf_id);
-			sqlite3_bind_int(st, 2, CATALOG_BATCH);
-			ret = catalog_step_done(cat, st, "purge manifest");
+			ret = catalog_stmt_run(
+				cat, steps[i], "purge manifest",
+				CATALOG_ARGS(CATALOG_INT(mf_id),
+					     CATALOG_INT(CATALOG_BATCH)),
+				&changes);
 			if (ret)
 				return ret;
-			if (sqlite3_changes(cat->db) < CATALOG_BATCH)
+			if (changes < CATALOG_BATCH)
 				break; /* that was the last batch */
 			catalog_yield();
 		}
 	}
-	ret = catalog_stmt(cat, ST_PURGE_MANIFEST, &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, mf_id);
-	return catalog_step_done(cat, st, "purge manifest");
+	return catalog_stmt_run(cat, ST_PURGE_MANIFEST, "purge manifest",
+				CATALOG_ARGS(CATALOG_INT(mf_id)), NULL);
 }
 
 /* Purge every DEAD manifest of a dataset. */
 int catalog_dataset_purge_dead(struct catalog *cat, int64_t ds_id)
 {
-	sqlite3_stmt *st = NULL;
+	sqlite3_stmt *st;
 	int64_t mf_id;
-	int rc, ret;
+	int ret;
 
 	for (;;) {
-		ret = catalog_stmt(cat, ST_DEAD_MANIFEST, &st);
+		ret = catalog_stmt_row(cat, ST_DEAD_MANIFEST,
+				       "find dead manifest",
+				       CATALOG_ARGS(CATALOG_INT(ds_id)), &st);
 		if (ret)
-			return ret;
-		sqlite3_bind_int64(st, 1, ds_id);
-		rc = sqlite3_step(st);
+			return ret == -ENOENT ? 0 : ret;
 		mf_id = sqlite3_column_int64(st, 0);
 		catalog_stmt_done(st);
-		if (rc == SQLITE_DONE)
-			return 0;
-		if (rc != SQLITE_ROW)
-			return catalog_sqlerr(cat->db, rc,
-					      "find dead manifest");
 		ret = catalog_manifest_purge(cat, mf_id);
 		if (ret)
 			return ret;
@@ -287,32 +262,24 @@ int catalog_dataset_purge_dead(struct catalog *cat, int64_t ds_id)
 int catalog_dataset_id(struct catalog *cat, const char *name, int64_t *id,
 		       int *state, char *sums_key)
 {
-	sqlite3_stmt *st = NULL;
+	sqlite3_stmt *st;
 	const char *key;
-	int rc, ret;
+	int ret;
 
-	ret = catalog_stmt(cat, ST_DS_ID, &st);
+	ret = catalog_stmt_row(cat, ST_DS_ID, "dataset id",
+			       CATALOG_ARGS(CATALOG_TEXT(name)), &st);
 	if (ret)
 		return ret;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*id = sqlite3_column_int64(st, 0);
-		*state = sqlite3_column_int(st, 1);
-		key = (const char *)sqlite3_column_text(st, 2);
-		if (sums_key &&
-		    (!key || keypath_check(key, strlen(key), NULL))) {
-			log_error("catalog: dataset %s: unusable sums key in "
-				  "the catalog",
-				  name);
-			ret = -EUCLEAN;
-		} else if (sums_key) {
-			memcpy(sums_key, key, strlen(key) + 1);
-		}
-	} else if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-	} else {
-		ret = catalog_sqlerr(cat->db, rc, "dataset id");
+	*id = sqlite3_column_int64(st, 0);
+	*state = sqlite3_column_int(st, 1);
+	key = (const char *)sqlite3_column_text(st, 2);
+	if (sums_key && (!key || keypath_check(key, strlen(key), NULL))) {
+		log_error("catalog: dataset %s: unusable sums key in the "
+			  "catalog",
+			  name);
+		ret = -EUCLEAN;
+	} else if (sums_key) {
+		memcpy(sums_key, key, strlen(key) + 1);
 	}
 	catalog_stmt_done(st);
 	return ret;
@@ -383,25 +350,18 @@ static int catalog_lookup_mf(struct catalog *cat, const char *dataset,
 			     const char *path, struct catalog_entry *e,
 			     int64_t *mf_id)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	sqlite3_stmt *st;
+	int ret;
 
-	ret = catalog_stmt(cat, ST_LOOKUP, &st);
+	ret = catalog_stmt_row(
+		cat, ST_LOOKUP, "lookup",
+		CATALOG_ARGS(CATALOG_TEXT(dataset), CATALOG_TEXT(path)), &st);
 	if (ret)
 		return ret;
-	sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*mf_id = sqlite3_column_int64(st, 0);
-		catalog_entry_fill(st, 1, e);
-	} else if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-	} else {
-		ret = catalog_sqlerr(cat->db, rc, "lookup");
-	}
+	*mf_id = sqlite3_column_int64(st, 0);
+	catalog_entry_fill(st, 1, e);
 	catalog_stmt_done(st);
-	return ret;
+	return 0;
 }
 
 int catalog_lookup(struct catalog *cat, const char *dataset, const char *path,

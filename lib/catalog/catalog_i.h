@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "dstage/catalog.h"
+#include "dstage/jobs.h"
 #include "dstage/objstore.h"
 #include "dstage/sha256sums.h"
 #include "dstage/timeutil.h"
@@ -46,6 +47,11 @@ int catalog_register_source(struct catalog *cat, const char *name,
  * catalog of an earlier version. Returns 0 or -errno.
  */
 int catalog_migrate(sqlite3 *db, int to);
+
+/* The schema version (PRAGMA user_version) of db into *version (0 on a
+ * failure). Returns 0 or the logged -errno (catalog_sqlerr): -EBUSY,
+ * -ENOSPC, -EACCES, -ENOMEM, -EUCLEAN or -EIO. */
+int catalog_user_version(sqlite3 *db, int *version);
 
 /*
  * The -errno for a SQLite result code, for every module that talks to the
@@ -153,14 +159,12 @@ int catalog_stmt(struct catalog *cat, enum catalog_st id, sqlite3_stmt **out);
 /* Reset st and clear its bindings. */
 void catalog_stmt_done(sqlite3_stmt *st);
 
-/* Step st, which returns no rows (or one ignored row), then reset it. */
-int catalog_step_done(struct catalog *cat, sqlite3_stmt *st, const char *what);
-
 /*
- * One parameter of a statement, for catalog_prepare and catalog_run: an
- * integer, a text (NULL binds NULL) or a blob of num bytes. Texts and blobs
- * are bound SQLITE_STATIC: they must outlive the statement. Written with
- * the macros below, e.g.
+ * One parameter of a statement, for the statement helpers below: an
+ * integer, a text of num bytes (-1: up to its NUL; NULL binds NULL) or a
+ * blob of num bytes. Texts and blobs are bound SQLITE_STATIC: they must
+ * outlive the statement (or, for a cached one, its catalog_stmt_done).
+ * Written with the macros below, e.g.
  *   catalog_run(cat, "policy set", sql,
  *               CATALOG_ARGS(CATALOG_TEXT(key), CATALOG_INT(now)), NULL);
  */
@@ -172,48 +176,114 @@ enum catalog_arg_kind {
 
 struct catalog_arg {
 	enum catalog_arg_kind kind;
-	int64_t num; /* INT: the value; BLOB: its length */
+	int64_t num; /* INT: the value; TEXT, BLOB: the length */
 	const char *text;
 	const void *blob;
 };
 
 #define CATALOG_INT(v) \
 	((struct catalog_arg){ .kind = CATALOG_ARG_INT, .num = (int64_t)(v) })
-#define CATALOG_TEXT(s) \
-	((struct catalog_arg){ .kind = CATALOG_ARG_TEXT, .text = (s) })
+#define CATALOG_TEXT(s) CATALOG_TEXTN(s, -1)
+#define CATALOG_TEXTN(s, n)    \
+	((struct catalog_arg){ \
+		.kind = CATALOG_ARG_TEXT, .text = (s), .num = (int64_t)(n) })
 #define CATALOG_BLOB(p, n)     \
 	((struct catalog_arg){ \
 		.kind = CATALOG_ARG_BLOB, .blob = (p), .num = (int64_t)(n) })
-/* The args and n arguments of catalog_prepare and catalog_run: ?1..?n. */
+/* The args and n arguments of the statement helpers: ?1..?n. */
 #define CATALOG_ARGS(...)                                                   \
 	(const struct catalog_arg[]){ __VA_ARGS__ },                        \
 		(int)(sizeof((const struct catalog_arg[]){ __VA_ARGS__ }) / \
 		      sizeof(struct catalog_arg))
 
 /*
- * Prepare sql on cat's connection with args[0..n) bound to ?1..?n. The
- * caller steps *out (catalog_step) and finalizes it. Returns 0, or the
- * -errno of SQLite's failure (catalog_sqlite_errno), logged with what and
- * SQLite's message; *out is then NULL.
+ * The statement helpers, on a bare connection db (the catalog's, cat->db,
+ * or the job queue's): what names the statement in the log line of a
+ * failure, which is catalog_sqlerr's (the file, what, SQLite's message; on
+ * -EBUSY the lock holders). Every -errno below is one of
+ * catalog_sqlite_errno's: -EBUSY, -ENOSPC, -EACCES, -ENOMEM, -EUCLEAN or
+ * -EIO.
+ *
+ * catalog_prepare_db: prepare sql on db with args[0..n) bound to ?1..?n.
+ * The caller steps *out (catalog_step_db) and finalizes it. Returns 0, or
+ * the logged -errno of the preparation or of a binding; *out is then NULL.
  */
+int catalog_prepare_db(sqlite3 *db, const char *what, const char *sql,
+		       const struct catalog_arg *args, int n,
+		       sqlite3_stmt **out);
+
+/*
+ * Step st, a statement of db: 0 when it has a row, -ENOENT when it has no
+ * more, else the logged -errno.
+ */
+int catalog_step_db(sqlite3 *db, sqlite3_stmt *st, const char *what);
+
+/*
+ * Prepare sql on db with args[0..n) bound, step it once to its end (a
+ * statement that returns no rows), finalize it; *changes (may be NULL) gets
+ * the rows it changed. Returns 0 or the logged -errno (a row where none
+ * was due: -EIO).
+ */
+int catalog_run_db(sqlite3 *db, const char *what, const char *sql,
+		   const struct catalog_arg *args, int n, int *changes);
+
+/*
+ * Prepare sql on db with args[0..n) bound and call row(arg, st) on each
+ * row it returns (the row's columns are valid during the call only), then
+ * finalize it. Returns 0 when every row was seen; the first nonzero value
+ * of row, as is, which stops the loop; or the logged -errno of the
+ * preparation or of a step.
+ */
+int catalog_each_db(sqlite3 *db, const char *what, const char *sql,
+		    const struct catalog_arg *args, int n,
+		    int (*row)(void *arg, sqlite3_stmt *st), void *arg);
+
+/*
+ * A list function's callback and its argument, for its catalog_each row
+ * function (given as arg), which calls the member of its own type:
+ *   struct catalog_each_cb e = { .fn.audit = cb, .arg = arg };
+ */
+struct catalog_each_cb {
+	union {
+		catalog_audit_cb audit;
+		catalog_blocks_cb blocks;
+		catalog_dataset_cb dataset;
+		jobs_cb jobs;
+		jobs_counts_cb counts;
+	} fn;
+	void *arg;
+};
+
+/* The same four on cat's connection (cat->db), with the same returns. */
 int catalog_prepare(struct catalog *cat, const char *what, const char *sql,
 		    const struct catalog_arg *args, int n, sqlite3_stmt **out);
-
-/*
- * Step st: 0 when it has a row, -ENOENT when it has no more, else the
- * logged -errno (catalog_sqlerr with what): -EBUSY, -ENOSPC, -EACCES,
- * -ENOMEM, -EUCLEAN or -EIO.
- */
 int catalog_step(struct catalog *cat, sqlite3_stmt *st, const char *what);
-
-/*
- * Prepare sql with args[0..n) bound, step it once to its end (a statement
- * that returns no rows), finalize it; *changes (may be NULL) gets the rows
- * it changed. Returns 0 or the -errno of catalog_prepare and catalog_step,
- * logged with what (a row where none was due: -EIO).
- */
 int catalog_run(struct catalog *cat, const char *what, const char *sql,
 		const struct catalog_arg *args, int n, int *changes);
+int catalog_each(struct catalog *cat, const char *what, const char *sql,
+		 const struct catalog_arg *args, int n,
+		 int (*row)(void *arg, sqlite3_stmt *st), void *arg);
+
+/*
+ * The cached statement id of cat with args[0..n) bound, stepped to its
+ * first row: 0 with *out on that row (the caller reads it, then calls
+ * catalog_stmt_done(*out)); else *out is NULL, the statement is reset, and
+ * the return is -ENOENT (no row) or the logged -errno of its preparation
+ * (catalog_stmt), a binding or the step (logged with what), as
+ * catalog_step.
+ */
+int catalog_stmt_row(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, sqlite3_stmt **out);
+
+/*
+ * The cached statement id of cat with args[0..n) bound, stepped once (a
+ * statement that returns no rows, or one ignored row) and reset; *changes
+ * (may be NULL) gets the rows it changed. Returns 0 or the logged -errno of
+ * its preparation (catalog_stmt), a binding or the step (logged with
+ * what).
+ */
+int catalog_stmt_run(struct catalog *cat, enum catalog_st id, const char *what,
+		     const struct catalog_arg *args, int n, int *changes);
 
 /* catalog_run of sql with ?1 bound to id, sql naming it in the error. */
 int catalog_exec_id(struct catalog *cat, const char *sql, int64_t id,

@@ -167,42 +167,47 @@ err:
 	return ret;
 }
 
+/* The rules catalog_lifecycle_list has read so far. */
+struct catalog_lifecycle_rules {
+	struct lifecycle_rule *v;
+	size_t cap, cnt;
+};
+
+/* catalog_each's row function of catalog_lifecycle_list: append the row
+ * to the rules, 0 or -ENOMEM. */
+static int catalog_lifecycle_row(void *arg, sqlite3_stmt *st)
+{
+	struct catalog_lifecycle_rules *rs = arg;
+	struct lifecycle_rule *nv;
+
+	if (rs->cnt == rs->cap) {
+		rs->cap = rs->cap ? rs->cap * 2 : 8;
+		nv = realloc(rs->v, rs->cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		rs->v = nv;
+	}
+	catalog_lifecycle_fill(st, &rs->v[rs->cnt++]);
+	return 0;
+}
+
 int catalog_lifecycle_list(struct catalog *cat, struct lifecycle_rule **out,
 			   size_t *n)
 {
-	struct lifecycle_rule *v = NULL, *nv;
-	size_t cap = 0, cnt = 0;
-	sqlite3_stmt *st = NULL;
+	struct catalog_lifecycle_rules rs = { 0 };
 	int ret;
 
 	*out = NULL;
 	*n = 0;
-	ret = catalog_prepare(cat, "lifecycle list",
-			      "SELECT " RULE_COLS " FROM lifecycle_rules"
-			      " ORDER BY id",
-			      NULL, 0, &st);
-	if (ret)
-		goto err;
-	while (!(ret = catalog_step(cat, st, "lifecycle list"))) {
-		if (cnt == cap) {
-			cap = cap ? cap * 2 : 8;
-			nv = realloc(v, cap * sizeof(*v));
-			if (!nv) {
-				ret = -ENOMEM;
-				goto err;
-			}
-			v = nv;
-		}
-		catalog_lifecycle_fill(st, &v[cnt++]);
+	ret = catalog_each(cat, "lifecycle list",
+			   "SELECT " RULE_COLS " FROM lifecycle_rules"
+			   " ORDER BY id",
+			   NULL, 0, catalog_lifecycle_row, &rs);
+	if (ret) {
+		free(rs.v);
+		return ret;
 	}
-	if (ret != -ENOENT)
-		goto err;
-	sqlite3_finalize(st);
-	*out = v;
-	*n = cnt;
+	*out = rs.v;
+	*n = rs.cnt;
 	return 0;
-err:
-	sqlite3_finalize(st);
-	free(v);
-	return ret;
 }

@@ -132,24 +132,21 @@ static int catalog_reg_commit(struct catalog_reg *r)
 static int catalog_reg_dir(struct catalog_reg *r, const char *path, size_t len)
 {
 	size_t orig = len;
-	sqlite3_stmt *st = NULL;
-	int ret;
+	int changes, ret;
 
-	ret = catalog_stmt(r->cat, ST_DIR_INSERT, &st);
-	if (ret)
-		return ret;
 	while (len > 0) {
 		size_t plen = keypath_parent_len(path, len);
 
 		if (len == r->last_dir_len && !memcmp(path, r->last_dir, len))
 			break;
-		sqlite3_bind_int64(st, 1, r->mf_id);
-		sqlite3_bind_text(st, 2, path, (int)len, SQLITE_STATIC);
-		sqlite3_bind_text(st, 3, path, (int)plen, SQLITE_STATIC);
-		ret = catalog_step_done(r->cat, st, "insert dir");
+		ret = catalog_stmt_run(r->cat, ST_DIR_INSERT, "insert dir",
+				       CATALOG_ARGS(CATALOG_INT(r->mf_id),
+						    CATALOG_TEXTN(path, len),
+						    CATALOG_TEXTN(path, plen)),
+				       &changes);
 		if (ret)
 			return ret;
-		if (sqlite3_changes(r->cat->db) == 0)
+		if (changes == 0)
 			break; /* it exists, so do its ancestors */
 		len = plen;
 	}
@@ -173,24 +170,20 @@ static int catalog_reg_put_obj(struct catalog_reg *r,
 			       const struct catalog_reg_row *w)
 {
 	const char *key = r->arena + w->key;
-	sqlite3_stmt *st = NULL;
-	int ret;
+	const char *etag = w->aux != REG_NONE ? r->arena + w->aux : NULL;
+	int changes, ret;
 
-	ret = catalog_stmt(r->cat, ST_OBJ_INSERT, &st);
+	ret = catalog_stmt_run(
+		r->cat, ST_OBJ_INSERT, "insert object",
+		CATALOG_ARGS(
+			CATALOG_INT(r->mf_id), CATALOG_TEXTN(key, w->len),
+			CATALOG_TEXTN(key, keypath_parent_len(key, w->len)),
+			CATALOG_INT(w->size), CATALOG_TEXT(etag),
+			CATALOG_INT(w->mtime)),
+		&changes);
 	if (ret)
 		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	sqlite3_bind_text(st, 2, key, (int)w->len, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, key, (int)keypath_parent_len(key, w->len),
-			  SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, w->size);
-	if (w->aux != REG_NONE)
-		sqlite3_bind_text(st, 5, r->arena + w->aux, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 6, w->mtime);
-	ret = catalog_step_done(r->cat, st, "insert object");
-	if (ret)
-		return ret;
-	if (sqlite3_changes(r->cat->db) == 0) {
+	if (changes == 0) {
 		r->bytes -= (uint64_t)w->size; /* counted when listed */
 		catalog_reg_bad(r, key, w->len, "duplicate key");
 		return 0;
@@ -216,20 +209,17 @@ static int catalog_reg_put_sum(struct catalog_reg *r,
 			       const struct catalog_reg_row *w)
 {
 	const char *name = r->arena + w->key;
-	sqlite3_stmt *st = NULL;
 	char buf[1024];
-	int ret;
+	int changes, ret;
 
-	ret = catalog_stmt(r->cat, ST_SUMS_UPDATE, &st);
+	ret = catalog_stmt_run(
+		r->cat, ST_SUMS_UPDATE, "set expected sha256",
+		CATALOG_ARGS(CATALOG_INT(r->mf_id), CATALOG_TEXTN(name, w->len),
+			     CATALOG_BLOB(r->arena + w->aux, 32)),
+		&changes);
 	if (ret)
 		return ret;
-	sqlite3_bind_int64(st, 1, r->mf_id);
-	sqlite3_bind_text(st, 2, name, (int)w->len, SQLITE_STATIC);
-	sqlite3_bind_blob(st, 3, r->arena + w->aux, 32, SQLITE_STATIC);
-	ret = catalog_step_done(r->cat, st, "set expected sha256");
-	if (ret)
-		return ret;
-	if (sqlite3_changes(r->cat->db) == 0)
+	if (changes == 0)
 		log_warn("catalog: dataset %s: %s names '%s', which is not a "
 			 "file of the dataset",
 			 r->name, r->sums_key,

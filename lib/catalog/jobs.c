@@ -29,7 +29,6 @@
 
 struct jobs {
 	sqlite3 *db;
-	char *path;
 	struct catalog_busy busy;
 };
 
@@ -69,31 +68,10 @@ bool jobs_state_final(enum jobs_state st)
 	return st == JOBS_DONE || st == JOBS_FAILED || st == JOBS_CANCELLED;
 }
 
-static int jobs_sqlerr(struct jobs *jq, int rc, const char *what)
-{
-	log_error("jobs: %s: %s: %s", jq->path, what, sqlite3_errmsg(jq->db));
-	return catalog_sqlite_errno(rc);
-}
-
-static int jobs_exec(struct jobs *jq, const char *sql)
-{
-	int rc = sqlite3_exec(jq->db, sql, NULL, NULL, NULL);
-
-	return rc == SQLITE_OK ? 0 : jobs_sqlerr(jq, rc, sql);
-}
-
-static int jobs_prepare(struct jobs *jq, const char *sql, sqlite3_stmt **st)
-{
-	int rc = sqlite3_prepare_v2(jq->db, sql, -1, st, NULL);
-
-	return rc == SQLITE_OK ? 0 : jobs_sqlerr(jq, rc, "prepare");
-}
-
 int jobs_open(const char *path, struct jobs **out)
 {
 	struct jobs *jq;
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int rc, ret, v;
 
 	*out = NULL;
 	if (access(path, F_OK) < 0) {
@@ -104,44 +82,32 @@ int jobs_open(const char *path, struct jobs **out)
 	jq = calloc(1, sizeof(*jq));
 	if (!jq)
 		return -ENOMEM;
-	jq->path = strdup(path);
-	if (!jq->path) {
-		ret = -ENOMEM;
-		goto err;
-	}
 	rc = sqlite3_open_v2(path, &jq->db,
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc != SQLITE_OK) {
-		ret = jq->db ? jobs_sqlerr(jq, rc, "open") : -ENOMEM;
+		ret = jq->db ? catalog_sqlerr(jq->db, rc, "jobs open")
+			     : -ENOMEM;
 		goto err;
 	}
 	catalog_busy_init(jq->db, &jq->busy);
-	ret = jobs_exec(jq, "PRAGMA foreign_keys = ON;"
-			    "PRAGMA synchronous = FULL");
+	ret = catalog_exec(jq->db, "PRAGMA foreign_keys = ON;"
+				   "PRAGMA synchronous = FULL");
 	if (ret)
 		goto err;
-	ret = jobs_prepare(jq, "PRAGMA user_version", &st);
+	ret = catalog_user_version(jq->db, &v);
 	if (ret)
 		goto err;
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW) {
-		ret = jobs_sqlerr(jq, rc, "user_version");
-		goto err;
-	}
-	if (sqlite3_column_int(st, 0) < 7) {
+	if (v < 7) {
 		log_error("jobs: %s: catalog schema version %d has no job "
 			  "counts table (schema 7); open it with the catalog "
 			  "first, which migrates it",
-			  path, sqlite3_column_int(st, 0));
+			  path, v);
 		ret = -EPROTO;
 		goto err;
 	}
-	sqlite3_finalize(st);
-	st = NULL;
 	*out = jq;
 	return 0;
 err:
-	sqlite3_finalize(st);
 	jobs_close(jq);
 	return ret;
 }
@@ -151,7 +117,6 @@ void jobs_close(struct jobs *jq)
 	if (!jq)
 		return;
 	sqlite3_close_v2(jq->db);
-	free(jq->path);
 	free(jq);
 }
 
@@ -206,85 +171,67 @@ int jobs_submit(struct jobs *jq, const char *kind, const char *dataset,
 {
 	sqlite3_stmt *st = NULL;
 	int64_t now = timeutil_real_s(), ds_id;
-	int rc, ret;
+	int ret;
 
 	if (!kind || !*kind || strlen(kind) >= JOBS_KIND_MAX || !dataset)
 		return -EINVAL;
-	ret = jobs_exec(jq, "BEGIN IMMEDIATE");
+	ret = catalog_exec(jq->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
-	ret = jobs_prepare(jq,
-			   "SELECT id FROM datasets"
-			   " WHERE name = ? AND state <> 2",
-			   &st);
+	ret = catalog_prepare_db(jq->db, "jobs submit",
+				 "SELECT id FROM datasets"
+				 " WHERE name = ? AND state <> 2",
+				 CATALOG_ARGS(CATALOG_TEXT(dataset)), &st);
+	if (!ret)
+		ret = catalog_step_db(jq->db, st, "jobs submit");
 	if (ret)
 		goto err;
-	sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-		goto err;
-	}
-	if (rc != SQLITE_ROW) {
-		ret = jobs_sqlerr(jq, rc, "submit");
-		goto err;
-	}
 	ds_id = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
-	ret = jobs_prepare(jq,
-			   "INSERT INTO jobs(kind, dataset_id, state,"
-			   " created, updated) VALUES(?, ?, 'queued', ?, ?)",
-			   &st);
-	if (ret)
-		goto err;
-	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, ds_id);
-	sqlite3_bind_int64(st, 3, now);
-	sqlite3_bind_int64(st, 4, now);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE) {
-		ret = jobs_sqlerr(jq, rc, "submit");
-		goto err;
-	}
-	*id = sqlite3_last_insert_rowid(jq->db);
-	sqlite3_finalize(st);
-	ret = jobs_prepare(jq,
-			   "INSERT INTO jobs_args(job_id, args)"
-			   " VALUES(?, ?)",
-			   &st);
-	if (ret)
-		goto err;
-	sqlite3_bind_int64(st, 1, *id);
-	sqlite3_bind_text(st, 2, args ? args : "", -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE) {
-		ret = jobs_sqlerr(jq, rc, "submit");
-		goto err;
-	}
-	sqlite3_finalize(st);
 	st = NULL;
-	return jobs_exec(jq, "COMMIT");
+	ret = catalog_run_db(jq->db, "jobs submit",
+			     "INSERT INTO jobs(kind, dataset_id, state,"
+			     " created, updated) VALUES(?, ?, 'queued', ?, ?)",
+			     CATALOG_ARGS(CATALOG_TEXT(kind),
+					  CATALOG_INT(ds_id), CATALOG_INT(now),
+					  CATALOG_INT(now)),
+			     NULL);
+	if (ret)
+		goto err;
+	*id = sqlite3_last_insert_rowid(jq->db);
+	ret = catalog_run_db(
+		jq->db, "jobs submit",
+		"INSERT INTO jobs_args(job_id, args)"
+		" VALUES(?, ?)",
+		CATALOG_ARGS(CATALOG_INT(*id), CATALOG_TEXT(args ? args : "")),
+		NULL);
+	if (ret)
+		goto err;
+	return catalog_exec(jq->db, "COMMIT");
 err:
 	sqlite3_finalize(st);
-	sqlite3_exec(jq->db, "ROLLBACK", NULL, NULL, NULL);
+	catalog_rollback(jq->db);
 	return ret;
 }
 
-/* Step a query that selects one job into j; finalizes st. Returns 0,
- * -ENOENT (no row) or the query's -errno. */
-static int jobs_one(struct jobs *jq, sqlite3_stmt *st, struct jobs_job *j,
-		    const char *what)
+/* catalog_each_db's row function of jobs_one: fill the job (arg) and stop
+ * (1), or -ENOMEM. */
+static int jobs_one_row(void *arg, sqlite3_stmt *st)
 {
-	int rc = sqlite3_step(st), ret;
+	int ret = jobs_fill(st, arg, true);
 
-	if (rc == SQLITE_ROW)
-		ret = jobs_fill(st, j, true);
-	else if (rc == SQLITE_DONE)
-		ret = -ENOENT;
-	else
-		ret = jobs_sqlerr(jq, rc, what);
-	sqlite3_finalize(st);
-	return ret;
+	return ret ? ret : 1;
+}
+
+/* Run a query (sql with args[0..n) bound) that selects one job into j.
+ * Returns 0, -ENOENT (no row), -ENOMEM (j's args) or the query's logged
+ * -errno (catalog_each_db). */
+static int jobs_one(struct jobs *jq, const char *what, const char *sql,
+		    const struct catalog_arg *args, int n, struct jobs_job *j)
+{
+	int ret = catalog_each_db(jq->db, what, sql, args, n, jobs_one_row, j);
+
+	return ret == 1 ? 0 : ret ? ret : -ENOENT;
 }
 
 int jobs_parse_id(const char *s, int64_t *id)
@@ -312,168 +259,117 @@ int jobs_parse_id(const char *s, int64_t *id)
 
 int jobs_get(struct jobs *jq, int64_t id, struct jobs_job *j)
 {
-	sqlite3_stmt *st = NULL;
-	int ret;
+	return jobs_one(jq, "jobs get", "SELECT " JOBS_COLS "WHERE j.id = ?",
+			CATALOG_ARGS(CATALOG_INT(id)), j);
+}
 
-	ret = jobs_prepare(jq, "SELECT " JOBS_COLS "WHERE j.id = ?", &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, id);
-	return jobs_one(jq, st, j, "get");
+/* catalog_each_db's row function of jobs_list. */
+static int jobs_list_row(void *arg, sqlite3_stmt *st)
+{
+	const struct catalog_each_cb *e = arg;
+	struct jobs_job j;
+
+	jobs_fill(st, &j, false);
+	return e->fn.jobs(e->arg, &j);
 }
 
 int jobs_list(struct jobs *jq, unsigned finished, jobs_cb cb, void *arg)
 {
-	sqlite3_stmt *st = NULL;
-	struct jobs_job j;
-	int rc, ret;
+	struct catalog_each_cb e = { .fn.jobs = cb, .arg = arg };
 
-	ret = jobs_prepare(jq,
-			   "SELECT " JOBS_COLS
-			   "WHERE j.state IN ('queued', 'running')"
-			   " OR j.id IN (SELECT id FROM jobs WHERE state"
-			   "  NOT IN ('queued', 'running')"
-			   "  ORDER BY id DESC LIMIT ?)"
-			   " ORDER BY j.id DESC",
-			   &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, finished);
-	ret = 0;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		jobs_fill(st, &j, false);
-		ret = cb(arg, &j);
-		if (ret)
-			break;
-	}
-	if (!ret && rc != SQLITE_DONE)
-		ret = jobs_sqlerr(jq, rc, "list");
-	sqlite3_finalize(st);
-	return ret;
+	return catalog_each_db(
+		jq->db, "jobs list",
+		"SELECT " JOBS_COLS "WHERE j.state IN ('queued', 'running')"
+		" OR j.id IN (SELECT id FROM jobs WHERE state"
+		"  NOT IN ('queued', 'running')"
+		"  ORDER BY id DESC LIMIT ?)"
+		" ORDER BY j.id DESC",
+		CATALOG_ARGS(CATALOG_INT(finished)), jobs_list_row, &e);
 }
 
-/* Is any job queued? 1, 0 or -errno. A read: takes no write lock. */
-static int jobs_any_queued(struct jobs *jq)
+/* catalog_each_db's row function of jobs_exists: stop at the first row. */
+static int jobs_exists_row(void *arg, sqlite3_stmt *st)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	(void)arg;
+	(void)st;
+	return 1;
+}
 
-	ret = jobs_prepare(
-		jq, "SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1", &st);
-	if (ret)
-		return ret;
-	rc = sqlite3_step(st);
-	ret = rc == SQLITE_ROW	  ? 1
-	      : rc == SQLITE_DONE ? 0
-				  : jobs_sqlerr(jq, rc, "claim");
-	sqlite3_finalize(st);
-	return ret;
+/* Does the query (sql with args[0..n) bound) return a row? 1, 0 or the
+ * logged -errno (catalog_each_db). */
+static int jobs_exists(struct jobs *jq, const char *what, const char *sql,
+		       const struct catalog_arg *args, int n)
+{
+	return catalog_each_db(jq->db, what, sql, args, n, jobs_exists_row,
+			       NULL);
 }
 
 int jobs_claim(struct jobs *jq, struct jobs_job *j)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int ret;
 
 	/* The dispatcher polls every second: an idle poll must not queue
-	 * for the write lock behind a registration. */
-	ret = jobs_any_queued(jq);
+	 * for the write lock behind a registration (a read takes none). */
+	ret = jobs_exists(jq, "jobs claim",
+			  "SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1",
+			  NULL, 0);
 	if (ret <= 0)
 		return ret ? ret : -ENOENT;
-	ret = jobs_exec(jq, "BEGIN IMMEDIATE");
+	ret = catalog_exec(jq->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
-	ret = jobs_prepare(
-		jq,
-		"SELECT " JOBS_COLS "WHERE j.state = 'queued'"
-		" ORDER BY coalesce(d.priority, 0) DESC, j.id LIMIT 1",
-		&st);
+	ret = jobs_one(jq, "jobs claim",
+		       "SELECT " JOBS_COLS "WHERE j.state = 'queued'"
+		       " ORDER BY coalesce(d.priority, 0) DESC, j.id LIMIT 1",
+		       NULL, 0, j);
 	if (ret)
 		goto err;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-		goto err;
-	}
-	if (rc != SQLITE_ROW) {
-		ret = jobs_sqlerr(jq, rc, "claim");
-		goto err;
-	}
-	ret = jobs_fill(st, j, true);
-	if (ret)
-		goto err;
-	sqlite3_finalize(st);
-	ret = jobs_prepare(jq,
-			   "UPDATE jobs SET state = 'running', updated = ?"
-			   " WHERE id = ?",
-			   &st);
-	if (ret)
-		goto err;
-	sqlite3_bind_int64(st, 1, timeutil_real_s());
-	sqlite3_bind_int64(st, 2, j->id);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE) {
-		ret = jobs_sqlerr(jq, rc, "claim");
-		goto err;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-	ret = jobs_exec(jq, "COMMIT");
+	ret = catalog_run_db(jq->db, "jobs claim",
+			     "UPDATE jobs SET state = 'running', updated = ?"
+			     " WHERE id = ?",
+			     CATALOG_ARGS(CATALOG_INT(timeutil_real_s()),
+					  CATALOG_INT(j->id)),
+			     NULL);
+	if (!ret)
+		ret = catalog_exec(jq->db, "COMMIT");
 	if (ret)
 		goto err;
 	j->state = JOBS_RUNNING;
 	return 0;
 err:
-	sqlite3_finalize(st);
-	sqlite3_exec(jq->db, "ROLLBACK", NULL, NULL, NULL);
+	catalog_rollback(jq->db);
 	if (ret != -ENOENT)
 		jobs_job_release(j);
 	return ret;
 }
 
-/* Run an UPDATE of one job bound as ?1 = id; if it changed nothing, tell
- * -ENOENT (no job) from `none` (the job is in another state). */
-static int jobs_update(struct jobs *jq, sqlite3_stmt *st, int64_t id, int none)
+/* Run an UPDATE of the job id (sql with args[0..n) bound); if it changed
+ * nothing, tell -ENOENT (no job) from `none` (the job is in another
+ * state). 0 or the logged -errno otherwise. */
+static int jobs_update(struct jobs *jq, const char *sql,
+		       const struct catalog_arg *args, int n, int64_t id,
+		       int none)
 {
-	sqlite3_stmt *q = NULL;
-	int rc, ret;
+	int changes = 0, ret;
 
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		return jobs_sqlerr(jq, rc, "update");
-	if (sqlite3_changes(jq->db) > 0)
-		return 0;
-	ret = jobs_prepare(jq, "SELECT 1 FROM jobs WHERE id = ?", &q);
-	if (ret)
+	ret = catalog_run_db(jq->db, "jobs update", sql, args, n, &changes);
+	if (ret || changes > 0)
 		return ret;
-	sqlite3_bind_int64(q, 1, id);
-	rc = sqlite3_step(q);
-	ret = rc == SQLITE_ROW	  ? none
-	      : rc == SQLITE_DONE ? -ENOENT
-				  : jobs_sqlerr(jq, rc, "update");
-	sqlite3_finalize(q);
-	return ret;
+	ret = jobs_exists(jq, "jobs update", "SELECT 1 FROM jobs WHERE id = ?",
+			  CATALOG_ARGS(CATALOG_INT(id)));
+	return ret < 0 ? ret : ret ? none : -ENOENT;
 }
 
 int jobs_progress(struct jobs *jq, int64_t id, uint64_t done, uint64_t total)
 {
-	sqlite3_stmt *st = NULL;
-	int ret;
-
-	ret = jobs_prepare(jq,
+	return jobs_update(jq,
 			   "UPDATE jobs SET done = ?2, total = ?3,"
 			   " updated = ?4 WHERE id = ?1"
 			   " AND state = 'running'",
-			   &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int64(st, 2, (int64_t)done);
-	sqlite3_bind_int64(st, 3, (int64_t)total);
-	sqlite3_bind_int64(st, 4, timeutil_real_s());
-	ret = jobs_update(jq, st, id, -ECANCELED);
-	sqlite3_finalize(st);
-	return ret;
+			   CATALOG_ARGS(CATALOG_INT(id), CATALOG_INT(done),
+					CATALOG_INT(total),
+					CATALOG_INT(timeutil_real_s())),
+			   id, -ECANCELED);
 }
 
 int jobs_finish(struct jobs *jq, int64_t id, enum jobs_state state,
@@ -486,114 +382,88 @@ int jobs_finish(struct jobs *jq, int64_t id, enum jobs_state state,
 static int jobs_finish_row(struct jobs *jq, int64_t id, enum jobs_state state,
 			   const char *error)
 {
-	sqlite3_stmt *st = NULL;
 	char msg[JOBS_ERROR_MAX];
-	int ret;
 
 	snprintf(msg, sizeof(msg), "%s", error ? error : "");
-	ret = jobs_prepare(jq,
+	return jobs_update(jq,
 			   "UPDATE jobs SET state = ?2, error = ?3,"
 			   " updated = ?4 WHERE id = ?1"
 			   " AND state = 'running'",
-			   &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_text(st, 2, jobs_names[state], -1, SQLITE_STATIC);
-	if (*msg)
-		sqlite3_bind_text(st, 3, msg, -1, SQLITE_STATIC);
-	else
-		sqlite3_bind_null(st, 3);
-	sqlite3_bind_int64(st, 4, timeutil_real_s());
-	ret = jobs_update(jq, st, id, -ECANCELED);
-	sqlite3_finalize(st);
-	return ret;
+			   CATALOG_ARGS(CATALOG_INT(id),
+					CATALOG_TEXT(jobs_names[state]),
+					CATALOG_TEXT(*msg ? msg : NULL),
+					CATALOG_INT(timeutil_real_s())),
+			   id, -ECANCELED);
 }
 
 int jobs_finish_counts(struct jobs *jq, int64_t id, enum jobs_state state,
 		       const char *error, const struct jobs_counts *counts)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int ret;
 
 	if (state != JOBS_DONE && state != JOBS_FAILED)
 		return -EINVAL;
-	ret = jobs_exec(jq, "BEGIN IMMEDIATE");
+	ret = catalog_exec(jq->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
 	ret = jobs_finish_row(jq, id, state, error);
-	if (ret || !counts)
-		goto out;
-	ret = jobs_prepare(jq,
-			   "INSERT OR REPLACE INTO jobs_counts(job_id, damaged,"
-			   " missing, mismatched, repaired)"
-			   " VALUES(?, ?, ?, ?, ?)",
-			   &st);
-	if (ret)
-		goto out;
-	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int64(st, 2, (int64_t)counts->damaged);
-	sqlite3_bind_int64(st, 3, (int64_t)counts->missing);
-	sqlite3_bind_int64(st, 4, (int64_t)counts->mismatched);
-	sqlite3_bind_int64(st, 5, (int64_t)counts->repaired);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = jobs_sqlerr(jq, rc, "finish: counts");
-out:
-	sqlite3_finalize(st);
+	if (!ret && counts)
+		ret = catalog_run_db(
+			jq->db, "jobs finish: counts",
+			"INSERT OR REPLACE INTO jobs_counts(job_id, damaged,"
+			" missing, mismatched, repaired)"
+			" VALUES(?, ?, ?, ?, ?)",
+			CATALOG_ARGS(CATALOG_INT(id),
+				     CATALOG_INT(counts->damaged),
+				     CATALOG_INT(counts->missing),
+				     CATALOG_INT(counts->mismatched),
+				     CATALOG_INT(counts->repaired)),
+			NULL);
 	if (ret) {
-		sqlite3_exec(jq->db, "ROLLBACK", NULL, NULL, NULL);
+		catalog_rollback(jq->db);
 		return ret;
 	}
-	return jobs_exec(jq, "COMMIT");
+	return catalog_exec(jq->db, "COMMIT");
+}
+
+/* catalog_each_db's row function of jobs_verify_counts. */
+static int jobs_counts_row(void *arg, sqlite3_stmt *st)
+{
+	const struct catalog_each_cb *e = arg;
+	struct jobs_counts k = {
+		.damaged = (uint64_t)sqlite3_column_int64(st, 2),
+		.missing = (uint64_t)sqlite3_column_int64(st, 3),
+		.mismatched = (uint64_t)sqlite3_column_int64(st, 4),
+		.repaired = (uint64_t)sqlite3_column_int64(st, 5),
+	};
+	const unsigned char *name = sqlite3_column_text(st, 0);
+
+	return e->fn.counts(e->arg, name ? (const char *)name : "",
+			    sqlite3_column_int(st, 1) != 0, &k);
 }
 
 int jobs_verify_counts(struct jobs *jq, unsigned max, jobs_counts_cb cb,
 		       void *arg)
 {
-	sqlite3_stmt *st = NULL;
-	unsigned n = 0;
-	int rc = SQLITE_DONE, ret;
+	struct catalog_each_cb e = { .fn.counts = cb, .arg = arg };
 
-	ret = jobs_prepare(
-		jq,
+	return catalog_each_db(
+		jq->db, "jobs verify counts",
 		"SELECT d.name, d.owner_group IS NOT NULL, c.damaged,"
 		" c.missing, c.mismatched, c.repaired FROM datasets d"
 		" JOIN jobs_counts c ON c.job_id = (SELECT max(j.id)"
 		"  FROM jobs j WHERE j.dataset_id = d.id"
 		"  AND j.kind = 'verify' AND j.state IN ('done', 'failed'))"
-		" WHERE d.state <> 2 ORDER BY d.id",
-		&st);
-	if (ret)
-		return ret;
-	while (n++ < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct jobs_counts k = {
-			.damaged = (uint64_t)sqlite3_column_int64(st, 2),
-			.missing = (uint64_t)sqlite3_column_int64(st, 3),
-			.mismatched = (uint64_t)sqlite3_column_int64(st, 4),
-			.repaired = (uint64_t)sqlite3_column_int64(st, 5),
-		};
-		const unsigned char *name = sqlite3_column_text(st, 0);
-
-		ret = cb(arg, name ? (const char *)name : "",
-			 sqlite3_column_int(st, 1) != 0, &k);
-		if (ret)
-			goto out;
-	}
-	if (n <= max && rc != SQLITE_DONE)
-		ret = jobs_sqlerr(jq, rc, "verify counts");
-out:
-	sqlite3_finalize(st);
-	return ret;
+		" WHERE d.state <> 2 ORDER BY d.id LIMIT ?",
+		CATALOG_ARGS(CATALOG_INT(max)), jobs_counts_row, &e);
 }
 
 int jobs_cancel(struct jobs *jq, int64_t id, enum jobs_state *was)
 {
 	struct jobs_job j = { 0 };
-	sqlite3_stmt *st = NULL;
 	int ret;
 
-	ret = jobs_exec(jq, "BEGIN IMMEDIATE");
+	ret = catalog_exec(jq->db, "BEGIN IMMEDIATE");
 	if (ret)
 		return ret;
 	ret = jobs_get(jq, id, &j);
@@ -605,61 +475,43 @@ int jobs_cancel(struct jobs *jq, int64_t id, enum jobs_state *was)
 		ret = -EALREADY;
 		goto out;
 	}
-	ret = jobs_prepare(jq,
-			   "UPDATE jobs SET state = 'cancelled',"
-			   " error = 'cancelled', updated = ?2"
-			   " WHERE id = ?1",
-			   &st);
-	if (ret)
-		goto out;
-	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int64(st, 2, timeutil_real_s());
-	ret = jobs_update(jq, st, id, -EALREADY);
+	ret = jobs_update(
+		jq,
+		"UPDATE jobs SET state = 'cancelled',"
+		" error = 'cancelled', updated = ?2"
+		" WHERE id = ?1",
+		CATALOG_ARGS(CATALOG_INT(id), CATALOG_INT(timeutil_real_s())),
+		id, -EALREADY);
 out:
-	sqlite3_finalize(st);
 	jobs_job_release(&j);
 	if (ret) {
-		sqlite3_exec(jq->db, "ROLLBACK", NULL, NULL, NULL);
+		catalog_rollback(jq->db);
 		return ret;
 	}
-	return jobs_exec(jq, "COMMIT");
+	return catalog_exec(jq->db, "COMMIT");
 }
 
 int jobs_recover(struct jobs *jq, unsigned *n)
 {
-	sqlite3_stmt *st = NULL;
-	int rc, ret;
+	int changes = 0, ret;
 
-	ret = jobs_prepare(jq,
-			   "UPDATE jobs SET state = 'queued', updated = ?"
-			   " WHERE state = 'running'",
-			   &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, timeutil_real_s());
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		ret = jobs_sqlerr(jq, rc, "recover");
-	else if (n)
-		*n = (unsigned)sqlite3_changes(jq->db);
-	sqlite3_finalize(st);
+	ret = catalog_run_db(jq->db, "jobs recover",
+			     "UPDATE jobs SET state = 'queued', updated = ?"
+			     " WHERE state = 'running'",
+			     CATALOG_ARGS(CATALOG_INT(timeutil_real_s())),
+			     &changes);
+	if (!ret && n)
+		*n = (unsigned)changes;
 	return ret;
 }
 
 int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 	      struct jobs_job *j)
 {
-	sqlite3_stmt *st = NULL;
-	int ret;
-
-	ret = jobs_prepare(jq,
-			   "SELECT " JOBS_COLS "WHERE d.name = ? AND j.kind = ?"
-			   " AND j.state IN ('done', 'failed')"
-			   " ORDER BY j.id DESC LIMIT 1",
-			   &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
-	return jobs_one(jq, st, j, "last");
+	return jobs_one(jq, "jobs last",
+			"SELECT " JOBS_COLS "WHERE d.name = ? AND j.kind = ?"
+			" AND j.state IN ('done', 'failed')"
+			" ORDER BY j.id DESC LIMIT 1",
+			CATALOG_ARGS(CATALOG_TEXT(dataset), CATALOG_TEXT(kind)),
+			j);
 }
