@@ -19,9 +19,9 @@
 
 /* Fields that are strings in --json, whatever they look like. */
 static const char *const cmds_strs[] = {
-	"name",		 "group",     "kind",	  "dataset", "state",
-	"user",		 "action",    "target",	  "old",     "new",
-	"capacity_from", "high_from", "low_from", NULL,
+	"name",		 "group",     "kind",	  "dataset",	  "state",
+	"user",		 "action",    "target",	  "old",	  "new",
+	"capacity_from", "high_from", "low_from", "verify_reads", NULL,
 };
 
 /* Rows kept for --json or for printing after the end line. */
@@ -142,6 +142,40 @@ static int cmds_rows(const struct dstage_config *cfg, const char *req,
 
 /* ---- status ---- */
 
+/* The scrub's lines of status (the cache row's scrub_* fields). */
+static void cmds_scrub_text(json_t *c)
+{
+	uint64_t total = cmds_ju(c, "scrub_bytes_total");
+	uint64_t done = cmds_ju(c, "scrub_bytes");
+	char a[32], b[32], t[64];
+
+	printf("verify reads: %s\n", cmds_js(c, "verify_reads"));
+	if (!cmds_ju(c, "scrub_enabled")) {
+		printf("scrub: off (cache.scrub_rate = 0)\n");
+		return;
+	}
+	cli_time((int64_t)cmds_ju(c, "scrub_pass_start"), t, sizeof(t));
+	printf("scrub: %s at %s/s, pass %s %s: %" PRIu64 "/%" PRIu64
+	       " objects, %s of %s (%.1f%%)\n",
+	       cmds_ju(c, "scrub_running")	  ? "running"
+	       : cmds_ju(c, "scrub_waiting_lock") ? "waiting (another process "
+						    "scrubs this cache)"
+						  : "idle",
+	       cli_bytes(cmds_ju(c, "scrub_rate"), a, sizeof(a)),
+	       cmds_ju(c, "scrub_running") ? "started" : "last started", t,
+	       cmds_ju(c, "scrub_objects"), cmds_ju(c, "scrub_objects_total"),
+	       cli_bytes(done, b, sizeof(b)), cli_bytes(total, a, sizeof(a)),
+	       total ? 100.0 * (double)(done < total ? done : total) /
+			       (double)total
+		     : 0.0);
+	cli_time((int64_t)cmds_ju(c, "scrub_pass_end"), t, sizeof(t));
+	printf("scrub: %" PRIu64 " passes done (last ended %s); damaged blocks "
+	       "found %" PRIu64 ", repaired %" PRIu64 ", not repaired %" PRIu64
+	       "\n",
+	       cmds_ju(c, "scrub_passes"), t, cmds_ju(c, "scrub_damaged"),
+	       cmds_ju(c, "scrub_repaired"), cmds_ju(c, "scrub_unrepaired"));
+}
+
 static void cmds_status_text(struct cmds_doc *d)
 {
 	json_t *c = d->cache, *r;
@@ -173,6 +207,7 @@ static void cmds_status_text(struct cmds_doc *d)
 		printf("(the daemon has no cache open: see its log)\n");
 	printf("jobs: %" PRIu64 " running, %" PRIu64 " queued\n",
 	       cmds_ju(c, "jobs_running"), cmds_ju(c, "jobs_queued"));
+	cmds_scrub_text(c);
 	printf("\n%-24s %11s %11s %6s %6s %11s %8s  %s\n", "DATASET", "SIZE",
 	       "CACHED", "SHARE", "PINNED", "QUOTA", "PRIORITY", "LAST ACCESS");
 	json_array_foreach(d->rows, i, r)

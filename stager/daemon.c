@@ -6,7 +6,8 @@
  * connections on the Unix socket (daemon.socket, daemon_conn.c) and starts
  * a detached thread per connection (requests: daemon_req.c); one
  * dispatcher (daemon_jobs.c) claims queued jobs and starts a thread per
- * job (runner.c).
+ * job (runner.c); one thread scrubs the cache (lib/glue/cachescrub.c,
+ * cache.scrub_rate 0: none).
  *
  * Daemon state machine: starting (catalog opened and migrated, running jobs
  * of a crashed daemon re-queued, socket bound under an exclusive lock on
@@ -36,6 +37,7 @@
 #include "daemon_i.h"
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
+#include "dstage/cachescrub.h"
 #include "dstage/catalog.h"
 #include "dstage/log.h"
 #include "dstage/metrics_cache.h"
@@ -228,6 +230,11 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 	if (!ret)
 		ret = metrics_add_collector(metrics, metrics_cache_collect,
 					    d.env.cache);
+	if (!ret && d.env.cache)
+		ret = cachescrub_start(cfg, d.env.cache, &d.scrub);
+	if (!ret && d.scrub)
+		ret = metrics_add_collector(metrics, cachescrub_collect,
+					    d.scrub);
 	if (!ret && cfg->metrics_listen)
 		ret = jobs_open(cfg->catalog_path, &dm.jq);
 	if (!ret && dm.jq)
@@ -286,6 +293,10 @@ out:
 	 * use d; should one not end in time, d's connection state and the
 	 * cache stay for it and the process exits under it */
 	if (!daemon_conn_stop(&d)) {
+		/* after the jobs (an idle open object may point at one of
+		 * its stores), the metrics and the connections (they read
+		 * its progress) */
+		cachescrub_stop(d.scrub);
 		free(d.uids);
 		daemon_lifecycle_free(&d);
 	}

@@ -24,6 +24,7 @@
 #include "daemon_i.h"
 #include "dstage/cache.h"
 #include "dstage/cachegc.h"
+#include "dstage/cachescrub.h"
 #include "dstage/catalog.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
@@ -372,6 +373,36 @@ static int daemon_admin_status_job(void *arg, const struct jobs_job *j)
 	return proto_send(c->fd, &c->out);
 }
 
+/* The scrub's progress (lib/glue/cachescrub.c) and cache.verify_reads,
+ * as scrub_* fields of the cache row (docs/cachectl.md). */
+static void daemon_admin_scrub_fields(struct daemon_conn *c)
+{
+	struct cachescrub_progress p;
+
+	cachescrub_get(c->d->scrub, &p);
+	proto_add(&c->out, "verify_reads",
+		  c->d->cfg->cache_verify_reads == CONFIG_VERIFY_ALWAYS
+			  ? "always"
+			  : "fill");
+	proto_add_u64(&c->out, "scrub_enabled", p.enabled);
+	proto_add_u64(&c->out, "scrub_running", p.running);
+	proto_add_u64(&c->out, "scrub_waiting_lock", p.waiting_lock);
+	proto_add_u64(&c->out, "scrub_rate", p.rate);
+	proto_add_u64(&c->out, "scrub_interval_ms", p.interval_ms);
+	proto_add_u64(&c->out, "scrub_passes", p.passes);
+	proto_add_i64(&c->out, "scrub_pass_start", p.pass_start);
+	proto_add_i64(&c->out, "scrub_pass_end", p.pass_end);
+	proto_add_i64(&c->out, "scrub_next_start", p.next_start);
+	proto_add_u64(&c->out, "scrub_objects", p.objects);
+	proto_add_u64(&c->out, "scrub_objects_total", p.objects_total);
+	proto_add_u64(&c->out, "scrub_bytes", p.bytes);
+	proto_add_u64(&c->out, "scrub_bytes_total", p.bytes_total);
+	proto_add_u64(&c->out, "scrub_bytes_all", p.bytes_all);
+	proto_add_u64(&c->out, "scrub_damaged", p.damaged);
+	proto_add_u64(&c->out, "scrub_repaired", p.repaired);
+	proto_add_u64(&c->out, "scrub_unrepaired", p.unrepaired);
+}
+
 int daemon_admin_status(struct daemon_conn *c)
 {
 	struct daemon_admin_jobs a = { .c = c };
@@ -404,6 +435,7 @@ int daemon_admin_status(struct daemon_conn *c)
 	proto_add_u64(&c->out, "checksum_failures", st.checksum_failures);
 	proto_add_u64(&c->out, "jobs_running", a.running);
 	proto_add_u64(&c->out, "jobs_queued", a.queued);
+	daemon_admin_scrub_fields(c);
 	ret = proto_send(c->fd, &c->out);
 	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }

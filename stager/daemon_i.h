@@ -73,6 +73,9 @@ struct daemon {
 	/* checkpoint work (daemon_lifecycle.c); NULL without
 	 * checkpoints.store; set at start, read-only after */
 	struct daemon_lifecycle *lifecycle;
+	/* the cache's scrub (lib/glue/cachescrub.c); NULL without a cache;
+	 * set at start, read-only after (cachescrub_get takes its lock) */
+	struct cachescrub *scrub;
 };
 
 /* One client connection, owned by its thread. */

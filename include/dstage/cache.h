@@ -256,6 +256,30 @@ int cache_object_check(struct cache *c, const struct cache_object *obj,
 int cache_dir_recover(struct cache *c);
 
 /*
+ * Make one block of the object absent: its record is cleared (under the
+ * block's fill lock, so no fill of it is torn), whatever its bytes. For the
+ * scrub (lib/glue/cachescrub.c), which found the block damaged: the object
+ * is no longer complete, so no open hands its file to the kernel (FUSE
+ * passthrough) and every read fetches the block again. Its disk space is
+ * kept (the next fill writes the same place). Returns 0 (also when the
+ * object has no file or the block no record), -EINVAL (block past the
+ * object's end), or -errno.
+ */
+int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
+			      uint64_t block);
+
+/*
+ * cache.verify_reads (docs/cache.md): true for `always`, where every block is
+ * checked when a process first reads it, so a reader must go through the
+ * cache's reads: dstagefs then never opens a file in FUSE passthrough.
+ * false for `fill` (the default): blocks were checked when filled and the
+ * stager daemon's scrub re-checks them, and an object whose blocks are all
+ * present may be handed to the kernel. true for NULL (no cache: nothing to
+ * pass through).
+ */
+bool cache_verify_reads_always(const struct cache *c);
+
+/*
  * Drop the object's cached blocks (e.g. verify --repair after a mismatch,
  * or a dataset removed). Returns 0, -EBUSY when a reader (this process or
  * another) has the object open, or -errno.

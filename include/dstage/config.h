@@ -25,6 +25,14 @@ enum config_symlinks {
 	CONFIG_SYMLINKS_INSIDE = 1, /* follow it when it stays in the source */
 };
 
+/* cache.verify_reads: when cached blocks are checked (docs/cache.md). */
+enum config_verify_reads {
+	CONFIG_VERIFY_FILL = 0, /* when filled, then by the scrub; FUSE
+				 * passthrough allowed */
+	CONFIG_VERIFY_ALWAYS = 1, /* at each process's first read of a
+				   * block; no passthrough */
+};
+
 struct dstage_config {
 	/* [cache] */
 	char *cache_dir; /* cache.dir */
@@ -33,6 +41,10 @@ struct dstage_config {
 	unsigned cache_high_watermark; /* cache.high_watermark, percent */
 	unsigned cache_low_watermark; /* cache.low_watermark, percent */
 	unsigned cache_readahead_max; /* cache.readahead_max, blocks */
+	int cache_verify_reads; /* cache.verify_reads, enum
+				 * config_verify_reads */
+	uint64_t cache_scrub_rate; /* cache.scrub_rate, bytes/s, 0: off */
+	unsigned cache_scrub_interval_ms; /* cache.scrub_interval */
 
 	/* [catalog] */
 	char *catalog_path; /* catalog.path */

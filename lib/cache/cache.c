@@ -263,6 +263,45 @@ void cache_set_drop_behind(struct cache *c, bool on)
 		c->drop_behind = on;
 }
 
+bool cache_verify_reads_always(const struct cache *c)
+{
+	return !c || c->cfg->cache_verify_reads == CONFIG_VERIFY_ALWAYS;
+}
+
+int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
+			      uint64_t block)
+{
+	static const struct cache_rec none; /* all zeros: a hole, absent */
+	struct cache_obj *o = NULL;
+	ssize_t w;
+	int ret;
+
+	if (!c || !obj || !obj->key)
+		return -EINVAL;
+	ret = obj->size ? cache_obj_get(c, obj, false, &o) : 0;
+	if (ret || !o)
+		return ret;
+	if (block >= o->nblocks) {
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = cache_claim(o, block, true);
+	if (ret)
+		goto out;
+	/* The record's place: cache_file.c's layout (docs/cache.md). */
+	w = pwrite(o->fd, &none, sizeof(none),
+		   (off_t)(o->rec_off + block * sizeof(none)));
+	if (w != (ssize_t)sizeof(none))
+		ret = w < 0 ? -errno : -EIO;
+	pthread_mutex_lock(&o->lock);
+	cache_set_verified(o, block, false);
+	pthread_mutex_unlock(&o->lock);
+	cache_unclaim(o, block);
+out:
+	cache_obj_put(o);
+	return ret;
+}
+
 bool cache_disk_full(struct cache *c)
 {
 	return c && atomic_load(&c->last_nospace_disk);

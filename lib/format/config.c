@@ -39,6 +39,7 @@ enum config_type {
 	CT_LOGLEVEL, /* int, enum log_level */
 	CT_URL, /* char *, http:// or https:// */
 	CT_SYMLINKS, /* int, enum config_symlinks: no or inside */
+	CT_VERIFY, /* int, enum config_verify_reads: fill or always */
 };
 
 struct config_key {
@@ -66,6 +67,19 @@ static const struct config_key config_keys[] = {
 	  100, "evict down to this fill, percent" },
 	{ "cache.readahead_max", CT_UINT, OFF(cache_readahead_max), "16", 0,
 	  4096, "largest sequential readahead window, blocks" },
+	{ "cache.verify_reads", CT_VERIFY, OFF(cache_verify_reads), "fill", 0,
+	  0,
+	  "fill: blocks are checked when filled, then by the scrub, and FUSE "
+	  "passthrough may serve whole cached objects unchecked; always: "
+	  "every block is checked when a process first reads it, no "
+	  "passthrough" },
+	{ "cache.scrub_rate", CT_SIZE, OFF(cache_scrub_rate), "50M", 0, 0,
+	  "bytes per second the stager daemon's scrub re-reads and checks "
+	  "cached blocks at; 0: no scrub" },
+	{ "cache.scrub_interval", CT_DURATION, OFF(cache_scrub_interval_ms),
+	  "168h", 100, 0,
+	  "a scrub pass over the whole cache starts this long after the "
+	  "previous one started (or at once, when it took longer)" },
 	{ "catalog.path", CT_PATH, OFF(catalog_path),
 	  "/var/lib/dstage/catalog.db", 0, 0, "SQLite catalog of this node" },
 	{ "daemon.socket", CT_PATH, OFF(daemon_socket),
@@ -316,6 +330,8 @@ static const char *config_accepts(const struct config_key *k)
 		return "an http:// or https:// URL";
 	case CT_SYMLINKS:
 		return "no or inside";
+	case CT_VERIFY:
+		return "fill or always";
 	}
 	return "?";
 }
@@ -398,6 +414,14 @@ static int config_set_key(struct dstage_config *cfg, const struct config_key *k,
 			*(int *)field = CONFIG_SYMLINKS_NO;
 		else if (!strcasecmp(value, "inside"))
 			*(int *)field = CONFIG_SYMLINKS_INSIDE;
+		else
+			return -EINVAL;
+		return 0;
+	case CT_VERIFY:
+		if (!strcasecmp(value, "fill"))
+			*(int *)field = CONFIG_VERIFY_FILL;
+		else if (!strcasecmp(value, "always"))
+			*(int *)field = CONFIG_VERIFY_ALWAYS;
 		else
 			return -EINVAL;
 		return 0;
@@ -784,6 +808,12 @@ void config_dump(const struct dstage_config *cfg, FILE *f)
 				*(const int *)field == CONFIG_SYMLINKS_INSIDE
 					? "inside"
 					: "no");
+			break;
+		case CT_VERIFY:
+			fprintf(f, "%s = %s\n", dot + 1,
+				*(const int *)field == CONFIG_VERIFY_ALWAYS
+					? "always"
+					: "fill");
 			break;
 		}
 	}

@@ -100,6 +100,53 @@ static void test_defaults_without_file(void)
 	config_free(cfg);
 }
 
+/* cache.verify_reads, cache.scrub_rate and cache.scrub_interval (issue
+ * 31): defaults, values, refusals, and config_dump's spelling. */
+static void test_verify_and_scrub_keys(void)
+{
+	struct dstage_config *cfg = NULL;
+	char err[512], *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	clear_env();
+	CHECK_INT(config_defaults(&cfg), 0);
+	if (!cfg)
+		return;
+	CHECK_INT(cfg->cache_verify_reads, CONFIG_VERIFY_FILL);
+	CHECK(cfg->cache_scrub_rate == 50ull << 20);
+	CHECK_INT(cfg->cache_scrub_interval_ms, 7u * 24 * 3600 * 1000);
+	CHECK_INT(config_set(cfg, "cache.verify_reads", "always", err,
+			     sizeof(err)),
+		  0);
+	CHECK_INT(cfg->cache_verify_reads, CONFIG_VERIFY_ALWAYS);
+	CHECK_INT(config_set(cfg, "cache.verify_reads", "never", err,
+			     sizeof(err)),
+		  -EINVAL);
+	CHECK_STR(err, "bad value 'never' for cache.verify_reads: "
+		       "expected fill or always");
+	CHECK_INT(cfg->cache_verify_reads, CONFIG_VERIFY_ALWAYS);
+	CHECK_INT(config_set(cfg, "cache.scrub_rate", "0", err, sizeof(err)),
+		  0);
+	CHECK(cfg->cache_scrub_rate == 0);
+	CHECK_INT(
+		config_set(cfg, "cache.scrub_interval", "2s", err, sizeof(err)),
+		0);
+	CHECK_INT(cfg->cache_scrub_interval_ms, 2000);
+	CHECK_INT(config_set(cfg, "cache.scrub_interval", "10ms", err,
+			     sizeof(err)),
+		  -EINVAL);
+	f = open_memstream(&text, &len);
+	if (f) {
+		config_dump(cfg, f);
+		fclose(f);
+		CHECK(text && strstr(text, "verify_reads = always\n"));
+		CHECK(text && strstr(text, "scrub_interval = 2000ms\n"));
+	}
+	free(text);
+	config_free(cfg);
+}
+
 static void test_security_keys(void)
 {
 	struct dstage_config *cfg = NULL;
@@ -431,6 +478,7 @@ int main(void)
 	test_long_line();
 	test_dump_roundtrip();
 	test_security_keys();
+	test_verify_and_scrub_keys();
 	test_docs_list_every_key();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
