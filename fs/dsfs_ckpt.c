@@ -85,6 +85,9 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 		if (ret)
 			return ret;
 		catalog_ckpt_log_hooks(st->record, &h);
+		/* Owner records the store could not take at create. */
+		h.publishing = dsfs_ckpt_own_publishing;
+		h.parg = fs;
 		ret = ckpt_open_ex(fs->cfg, &h, &st->ck);
 		if (ret)
 			return ret;
@@ -107,6 +110,7 @@ static void dsfs_ckpt_destroy(struct dsfs *fs)
 		return;
 	ckpt_free(st->ck); /* no hook runs after it */
 	catalog_ckpt_log_free(st->record);
+	dsfs_ckpt_own_pending_free(st);
 	free(st->cache_label);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
@@ -201,10 +205,13 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_may_dir(fs, who, dir, W_OK | X_OK, &downer);
 	if (!ret)
 		ret = ckpt_mkdir(st->ck, key);
-	/* the owner before anything of it reaches the store */
+	/* the owner before anything of it reaches the store (or, with the
+	 * store away, before the first file under it does) */
 	if (!ret) {
 		dsfs_ckpt_own_new(who, &downer, true, mode, &o);
 		ret = dsfs_ckpt_own_write(fs, NULL, key, &o);
+		if (ret && ret != -ENOMEM)
+			ret = dsfs_ckpt_own_defer(fs, key, &o);
 		if (ret)
 			ckpt_rmdir(st->ck, key);
 	}
@@ -243,6 +250,7 @@ static int dsfs_ckpt_remove(struct dsfs *fs, struct dsfs_caller *who,
 			    : ckpt_unlink(st->ck, key);
 	if (!ret) {
 		dsfs_ckpt_own_remove(fs, key);
+		dsfs_ckpt_own_pending_move(fs, key, NULL);
 		dsfs_ckpt_pn_mark(fs, dir, name, NULL, NULL);
 	}
 	free(key);
@@ -319,6 +327,8 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		goto out;
 	}
 	dsfs_ckpt_own_copy(fs, from, NULL, a.dir, true);
+	dsfs_ckpt_own_pending_move(fs, to, NULL); /* the one it replaced */
+	dsfs_ckpt_own_pending_move(fs, from, to);
 	dsfs_ckpt_pn_mark(fs, newdir, newname, NULL, NULL);
 	dsfs_ckpt_pn_mark(fs, dir, name, newdir, newname);
 out:

@@ -47,6 +47,11 @@ struct dsfs_ckpt {
 	 * init; NULL without a store. */
 	struct catalog_ckpt_log *record;
 	pthread_mutex_t lock;
+	/* Owner records a create or mkdir could not store (the store was
+	 * unreachable): stored before the first publish of a file at or
+	 * below them (dsfs_ckpt_own_publishing), until then the truth here.
+	 * lock. */
+	struct dsfs_ckpt_own_pending *own_pending;
 	struct dsfs_ckpt_pn top;
 	/* The mount's device number (dsfs_ckpt_file.c), read at the first
 	 * writer's close; 0 until then. Atomic. */
@@ -119,6 +124,22 @@ int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
 		      struct dsfs_ckpt_own *o);
 /* Drop key's owner record (a directory's only: it is empty). */
 void dsfs_ckpt_own_remove(struct dsfs *fs, const char *key);
+/*
+ * key's owner record could not be stored at create or mkdir: keep o as its
+ * owner here (dsfs_ckpt_own_read answers it) and store it before the
+ * first publish of key or of a file below it (the ckpt_hooks publishing
+ * hook, arg fs). A checkpoint is written while the store is away, as
+ * before owners existed; what a crash loses first is the record, and the
+ * file then has the default owner on other nodes. 0 or -ENOMEM.
+ */
+int dsfs_ckpt_own_defer(struct dsfs *fs, const char *key,
+			const struct dsfs_ckpt_own *o);
+int dsfs_ckpt_own_publishing(void *fs, const char *store, const char *key);
+/* A deferred record follows its name: renamed (to NULL: removed) with
+ * from and, for a directory, everything below it. */
+void dsfs_ckpt_own_pending_move(struct dsfs *fs, const char *from,
+				const char *to);
+void dsfs_ckpt_own_pending_free(struct dsfs_ckpt *st);
 /* Copy the owner records of from (and, for a directory, everything
  * below it) to to; with drop, delete from's instead (after the rename). */
 int dsfs_ckpt_own_copy(struct dsfs *fs, const char *from, const char *to,

@@ -95,6 +95,152 @@ static int dsfs_ckpt_own_parse(const char *s, struct dsfs_ckpt_own *o)
 	return 0;
 }
 
+static int dsfs_ckpt_own_store(struct dsfs *fs, const char *key,
+			       const struct dsfs_ckpt_own *o);
+
+/* Whether a is key or a directory above it. */
+static bool dsfs_ckpt_own_at_or_above(const char *a, const char *key)
+{
+	size_t al = strlen(a);
+
+	return !strncmp(a, key, al) && (key[al] == '\0' || key[al] == '/');
+}
+
+/* A record kept here until the store takes it (st->own_pending). */
+struct dsfs_ckpt_own_pending {
+	struct dsfs_ckpt_own_pending *next;
+	struct dsfs_ckpt_own own;
+	char key[];
+};
+
+/* Rename (to NULL: drop) the deferred records of from and below it
+ * (st->lock held). */
+static void dsfs_ckpt_own_pending_move_locked(struct dsfs_ckpt *st,
+					      const char *from, const char *to)
+{
+	struct dsfs_ckpt_own_pending **pp = &st->own_pending, *p;
+	size_t fl = strlen(from);
+
+	while ((p = *pp)) {
+		struct dsfs_ckpt_own_pending *q;
+		size_t rest;
+
+		if (!dsfs_ckpt_own_at_or_above(from, p->key)) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		rest = strlen(p->key + fl);
+		q = to ? malloc(sizeof(*q) + strlen(to) + rest + 1) : NULL;
+		if (q) { /* out of memory: the record goes, logged below */
+			q->own = p->own;
+			memcpy(q->key, to, strlen(to));
+			memcpy(q->key + strlen(to), p->key + fl, rest + 1);
+			q->next = *pp;
+			*pp = q;
+			pp = &q->next;
+		} else if (to) {
+			log_warn("checkpoints: out of memory: the owner of %s "
+				 "is not kept",
+				 p->key);
+		}
+		free(p);
+	}
+}
+
+void dsfs_ckpt_own_pending_move(struct dsfs *fs, const char *from,
+				const char *to)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+
+	pthread_mutex_lock(&st->lock);
+	dsfs_ckpt_own_pending_move_locked(st, from, to);
+	pthread_mutex_unlock(&st->lock);
+}
+
+void dsfs_ckpt_own_pending_free(struct dsfs_ckpt *st)
+{
+	while (st && st->own_pending) {
+		struct dsfs_ckpt_own_pending *p = st->own_pending;
+
+		st->own_pending = p->next;
+		free(p);
+	}
+}
+
+/* key's deferred record into *o (st->lock held); false when none. */
+static bool dsfs_ckpt_own_pending_find(struct dsfs_ckpt *st, const char *key,
+				       struct dsfs_ckpt_own *o)
+{
+	for (struct dsfs_ckpt_own_pending *p = st->own_pending; p; p = p->next)
+		if (!strcmp(p->key, key)) {
+			*o = p->own;
+			return true;
+		}
+	return false;
+}
+
+int dsfs_ckpt_own_defer(struct dsfs *fs, const char *key,
+			const struct dsfs_ckpt_own *o)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	size_t len = strlen(key) + 1;
+	struct dsfs_ckpt_own_pending *p = malloc(sizeof(*p) + len);
+
+	if (!p)
+		return -ENOMEM;
+	p->own = *o;
+	memcpy(p->key, key, len);
+	pthread_mutex_lock(&st->lock);
+	dsfs_ckpt_own_pending_move_locked(st, key, NULL);
+	p->next = st->own_pending;
+	st->own_pending = p;
+	pthread_mutex_unlock(&st->lock);
+	log_warn("checkpoints: the owner of %s is kept on this node until %s "
+		 "takes it, before its first publish",
+		 key, ckpt_url(st->ck));
+	return 0;
+}
+
+int dsfs_ckpt_own_publishing(void *arg, const char *store, const char *key)
+{
+	struct dsfs *fs = arg;
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	int ret = 0;
+
+	(void)store;
+	for (;;) {
+		struct dsfs_ckpt_own_pending *p, **pp;
+		struct dsfs_ckpt_own o;
+		char *k = NULL;
+
+		/* the shallowest first: a directory's before its files' */
+		pthread_mutex_lock(&st->lock);
+		for (p = st->own_pending; p; p = p->next)
+			if (dsfs_ckpt_own_at_or_above(p->key, key) &&
+			    (!k || strlen(p->key) < strlen(k))) {
+				k = p->key;
+				o = p->own;
+			}
+		k = k ? strdup(k) : NULL;
+		pthread_mutex_unlock(&st->lock);
+		if (!k)
+			return ret;
+		ret = dsfs_ckpt_own_store(fs, k, &o);
+		pthread_mutex_lock(&st->lock);
+		for (pp = &st->own_pending; !ret && (p = *pp); pp = &p->next)
+			if (!strcmp(p->key, k)) {
+				*pp = p->next;
+				free(p);
+				break;
+			}
+		pthread_mutex_unlock(&st->lock);
+		free(k);
+		if (ret)
+			return ret;
+	}
+}
+
 int dsfs_ckpt_own_read(struct dsfs *fs, const char *key, bool dir,
 		       struct dsfs_ckpt_own *o)
 {
@@ -106,6 +252,12 @@ int dsfs_ckpt_own_read(struct dsfs *fs, const char *key, bool dir,
 		*o = dsfs_ckpt_st(fs)->top.own;
 		return 0;
 	}
+	pthread_mutex_lock(&dsfs_ckpt_st(fs)->lock);
+	if (dsfs_ckpt_own_pending_find(dsfs_ckpt_st(fs), key, o)) {
+		pthread_mutex_unlock(&dsfs_ckpt_st(fs)->lock);
+		return 0; /* not in the store yet: this node's is the truth */
+	}
+	pthread_mutex_unlock(&dsfs_ckpt_st(fs)->lock);
 	rk = dsfs_ckpt_own_key(key);
 	if (!rk)
 		return -ENOMEM;
@@ -135,8 +287,9 @@ out:
 	return ret;
 }
 
-int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
-			const char *key, const struct dsfs_ckpt_own *o)
+/* Put o as key's record in the store (logged when it cannot). */
+static int dsfs_ckpt_own_store(struct dsfs *fs, const char *key,
+			       const struct dsfs_ckpt_own *o)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	char buf[DSFS_CKPT_OWN_MAX], *rk = dsfs_ckpt_own_key(key);
@@ -152,6 +305,28 @@ int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
 		log_warn("checkpoints: cannot store the owner of %s in %s: %s",
 			 key, ckpt_url(st->ck), strerror(-ret));
 	free(rk);
+	return ret;
+}
+
+int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
+			const char *key, const struct dsfs_ckpt_own *o)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	bool kept = false;
+	int ret = 0;
+
+	/* A record kept here (the store was away) is changed here: the
+	 * first publish stores it. */
+	pthread_mutex_lock(&st->lock);
+	for (struct dsfs_ckpt_own_pending *p = st->own_pending; p; p = p->next)
+		if (!strcmp(p->key, key)) {
+			p->own = *o;
+			kept = true;
+			break;
+		}
+	pthread_mutex_unlock(&st->lock);
+	if (!kept)
+		ret = dsfs_ckpt_own_store(fs, key, o);
 	if (!ret && pn)
 		dsfs_ckpt_own_remember(fs, pn, o);
 	return ret;

@@ -93,6 +93,13 @@ struct ckpt_hooks {
 			const char *to);
 	void (*removed)(void *arg, const char *store, const char *key);
 	void *arg;
+	/* Before a file's bytes go to the store (each publish and retry), on
+	 * the publishing thread, under the entry's lock: what must reach
+	 * the store first (dstagefs: an owner record its create could not
+	 * store). A -errno fails this publish, which is retried as any
+	 * other. NULL: none. Its own argument, parg. */
+	int (*publishing)(void *parg, const char *store, const char *key);
+	void *parg;
 };
 
 /* ckpt_open with hooks (copied; NULL: none), in force from the recovery

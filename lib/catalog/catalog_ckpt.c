@@ -258,6 +258,7 @@ static void catalog_ckpt_log_removed(void *arg, const char *store,
 
 void catalog_ckpt_log_hooks(struct catalog_ckpt_log *l, struct ckpt_hooks *h)
 {
+	*h = (struct ckpt_hooks){ 0 };
 	h->published = catalog_ckpt_log_published;
 	h->renamed = catalog_ckpt_log_renamed;
 	h->removed = catalog_ckpt_log_removed;

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, wait_for
+from test_checkpoints import Ckpt, DirStore, proxied_store, wait_for  # noqa: F401 (fixture)
 
 # One operation as another user: prints OK or the errno's name.
 OP = r'''
@@ -231,5 +231,36 @@ def test_objects_without_owner_get_the_mount_default(tool, tmp_path,
         # the review: "with -o umask=077 ... any user still reads"
         assert op(users, b, "read", f) == "EACCES"
         assert f.read_bytes() == b"from before owners"
+    finally:
+        m.stop()
+
+
+def test_owner_kept_while_the_store_is_away(tool, tmp_path, faultproxy,
+                                            proxied_store):
+    """The store refuses every PUT: mkdir and create still work (as they
+    did before owners existed), the owners are kept on this node (a chmod
+    included), and the first publish once the store is back stores them
+    before the file."""
+    st = proxied_store
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    try:
+        faultproxy.add_fault("503", count=1000, match="PUT")
+        (m.ck / "away").mkdir(mode=0o750)
+        with pytest.raises(OSError):          # its publish fails at close
+            with open(m.ck / "away" / "w.bin", "wb") as f:
+                f.write(b"weights")
+        os.chmod(m.ck / "away" / "w.bin", 0o600)
+        assert stat.S_IMODE(os.stat(m.ck / "away" / "w.bin").st_mode) \
+            == 0o600
+        assert st.get(".dstage-owner/away/w.bin/.dstage-own") is None
+        assert "kept on this node" in m.log_text()
+        faultproxy.clear_faults()
+        wait_for(lambda: st.get("away/w.bin") == b"weights", 30,
+                 "the retry")
+        rec = st.get(".dstage-owner/away/w.bin/.dstage-own")
+        assert rec is not None and rec.split()[2] == b"0600", rec
+        drec = st.get(".dstage-owner/away/.dstage-own")
+        assert drec is not None and drec.split()[2] == b"0750", drec
     finally:
         m.stop()
