@@ -144,8 +144,9 @@ class Ckpt:
     """dstagefs with a [checkpoints] store, in one temporary directory."""
 
     def __init__(self, tool, tmp, store, conf="", staging_size="2G",
-                 env=None):
+                 env=None, opts=()):
         self.tool, self.tmp, self.store = tool, Path(tmp), store
+        self.opts = list(opts)  # dstagefs options, e.g. ["-o", "allow_other"]
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.mnt = self.tmp / "mnt"
         self.staging = self.tmp / "staging"
@@ -168,8 +169,9 @@ class Ckpt:
     def start(self, timeout=30):
         self.mnt.mkdir(exist_ok=True)
         with open(self.log, "ab") as logf:
-            self.p = subprocess.Popen([self.tool("dstagefs"), "-f",
-                                       str(self.mnt)], env=self.env,
+            self.p = subprocess.Popen([self.tool("dstagefs"), "-f"] +
+                                      self.opts + [str(self.mnt)],
+                                      env=self.env,
                                       stdout=logf, stderr=subprocess.STDOUT)
         end = time.time() + timeout
         while time.time() < end:
