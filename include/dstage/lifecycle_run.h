@@ -99,8 +99,8 @@ struct lifecycle_archived {
  * The attributes of key ("<job>/<checkpoint>[/...]") in the archive of
  * the checkpoint it belongs to, read from the marker in store and a HEAD
  * (or a one-object listing, for a directory) of the archive; nothing is
- * copied. Returns 0, -ENOENT (not archived, or no such key in the
- * archive), or a store error.
+ * copied. Returns 0, -ENOENT (not archived: no marker, or one the store
+ * cannot give; or no such key in the archive), or the archive's error.
  */
 int lifecycle_archived_stat(const struct dstage_config *cfg,
 			    struct objstore *store, const char *key,

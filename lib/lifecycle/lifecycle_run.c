@@ -573,10 +573,13 @@ int lifecycle_archived_stat(const struct dstage_config *cfg,
 	memset(a, 0, sizeof(*a));
 	if (!lc_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
 		return -ENOENT;
+	/* No marker that can be read (missing, unreadable, or a path the
+	 * store cannot hold: a file "<job>" gives ENOTDIR): not archived, as
+	 * for a name that does not exist. Past it, the archive's errors. */
 	ret = objstore_head(store, mkey, &oi); /* quiet when missing */
 	if (!ret)
 		ret = lc_marker_read(store, mkey, &url, NULL, 0, &mtime);
-	if (ret == -ERANGE || ret == -EINVAL)
+	if (ret)
 		ret = -ENOENT;
 	if (!ret)
 		ret = lc_open_archive(cfg, url, NULL, &arch);
