@@ -43,7 +43,6 @@
 #include "dstage/catalog.h"
 #include "dstage/ckpt.h"
 #include "dstage/config.h"
-#include "dstage/lifecycle_run.h"
 #include "dstage/log.h"
 
 /* A directory listing, taken at opendir. */
@@ -150,12 +149,10 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 	}
 	gen = ckpt_neg_gen(st->ck);
 	ret = ckpt_stat(st->ck, key, &a);
-	/* a checkpoint ("<job>/<name>") the lifecycle moved to its archive:
-	 * recall it into the store (slow: a copy), then it is there */
-	if (ret == -ENOENT && strchr(key, '/') &&
-	    !strchr(strchr(key, '/') + 1, '/') &&
-	    !lifecycle_recall(fs->cfg, ckpt_objstore(st->ck), key))
-		ret = ckpt_stat(st->ck, key, &a);
+	/* in a checkpoint the lifecycle moved to its archive: shown with its
+	 * attributes there, not recalled (an open for read recalls it) */
+	if (ret == -ENOENT)
+		ret = dsfs_ckpt_arch_stat(fs, key, &a);
 	if (ret == -ENOENT)
 		ckpt_neg_add(st->ck, key, (unsigned)(DSFS_CKPT_TIMEOUT * 1000),
 			     gen);
@@ -426,6 +423,9 @@ static int dsfs_ckpt_opendir(struct dsfs *fs, struct dsfs_caller *who,
 		key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
 		ret = key ? ckpt_list(st->ck, key, dsfs_ckpt_dir_add, d)
 			  : -ENOMEM;
+		/* listing a directory in an archived checkpoint reads it */
+		if (!ret && !d->n && !dsfs_ckpt_arch_recall(fs, who, key))
+			ret = ckpt_list(st->ck, key, dsfs_ckpt_dir_add, d);
 		free(key);
 	}
 	if (ret) {
@@ -537,6 +537,8 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 	} else {
 		key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
 		ret = key ? ckpt_stat(st->ck, key, &a) : -ENOMEM;
+		if (ret == -ENOENT)
+			ret = dsfs_ckpt_arch_stat(fs, key, &a);
 		free(key);
 	}
 	if (!ret)

@@ -268,6 +268,13 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
 				   &created)
 		  : -ENOMEM;
+	/* Archived: an open for reading by a caller the checks above (and
+	 * the kernel's default_permissions) let through recalls it,
+	 * audited; one for writing only does not. */
+	if (ret == -ENOENT && (fi->flags & O_ACCMODE) != O_WRONLY &&
+	    !dsfs_ckpt_arch_recall(fs, who, key))
+		ret = ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
+				     &created);
 	free(key);
 	if (ret)
 		return ret;

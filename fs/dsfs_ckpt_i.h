@@ -182,6 +182,14 @@ int dsfs_ckpt_may_create(struct dsfs *fs, struct dsfs_caller *who,
 void dsfs_ckpt_own_new(struct dsfs_caller *who,
 		       const struct dsfs_ckpt_own *downer, bool dir,
 		       mode_t mode, struct dsfs_ckpt_own *o);
+/* dsfs_ckpt_arch.c: checkpoints the lifecycle moved to their archive */
+/* key's attributes in the archive, nothing recalled: 0, -ENOENT (not
+ * archived) or a store error. */
+int dsfs_ckpt_arch_stat(struct dsfs *fs, const char *key, struct ckpt_attr *a);
+/* Recall the checkpoint of key (NULL: -ENOMEM) for a read by who,
+ * audited as who's uid: 0, -ENOENT (not archived) or a store error. */
+int dsfs_ckpt_arch_recall(struct dsfs *fs, struct dsfs_caller *who,
+			  const char *key);
 
 /* dsfs_ckpt_file.c: the subtree's hooks for files (dsfs_subtree.h) */
 int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,

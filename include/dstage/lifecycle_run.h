@@ -75,11 +75,35 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 /*
  * Recall the archived checkpoint that key ("<job>/<checkpoint>[/...]")
  * belongs to into store (the checkpoint store; NULL: open cfg's
- * checkpoints.store for the call), with cfg for the archive's settings. Returns 0 (recalled), -ENOENT (no
- * marker: not archived), or a store error.
+ * checkpoints.store for the call), with cfg for the archive's settings.
+ * who (may be NULL: not audited) is whose read asked for it: a recall
+ * done is audited in cfg's catalog as who's uid and user, action
+ * "lifecycle.recall", target "<job>/<checkpoint>", old value "from
+ * <archive URL>", new value "read of <key>" (an audit failure is logged,
+ * the recall stands). Returns 0 (recalled), -ENOENT (no marker: not
+ * archived), or a store error.
  */
 struct objstore;
+struct catalog_audit;
 int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
-		     const char *key);
+		     const char *key, const struct catalog_audit *who);
+
+/* What a lookup shows of an archived key without recalling it. */
+struct lifecycle_archived {
+	bool dir;
+	uint64_t size; /* a file's, in the archive */
+	int64_t mtime; /* the checkpoint's, from its marker */
+};
+
+/*
+ * The attributes of key ("<job>/<checkpoint>[/...]") in the archive of
+ * the checkpoint it belongs to, read from the marker in store and a HEAD
+ * (or a one-object listing, for a directory) of the archive; nothing is
+ * copied. Returns 0, -ENOENT (not archived: no marker, or one the store
+ * cannot give; or no such key in the archive), or the archive's error.
+ */
+int lifecycle_archived_stat(const struct dstage_config *cfg,
+			    struct objstore *store, const char *key,
+			    struct lifecycle_archived *a);
 
 #endif

@@ -24,7 +24,9 @@ int metrics_http_parse_listen(const char *s, struct sockaddr_storage *ss,
 
 /*
  * Serve m on cfg->metrics_listen (GET /metrics only; 404 other paths, 405
- * other methods; at most 16 connections, 4 per client address, 10 s idle
+ * other methods; at most 128 connections, 4 per client (the uid owning a
+ * local peer's socket, else its address), each request answered within 5 s
+ * of the accept or the previous answer or its connection shut, 10 s idle
  * timeout, 32 KiB of memory per connection, no request body). *out is NULL
  * and 0 is returned when metrics.listen is unset. Returns 0, -EINVAL (the
  * address is invalid, or not loopback without metrics.allow_remote: message

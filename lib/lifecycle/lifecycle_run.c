@@ -506,24 +506,126 @@ static int lc_delete(const struct dstage_config *cfg, struct objstore *store,
 	return ret;
 }
 
+/* The audit record of a recall (catalog at cfg's catalog.path): action
+ * "lifecycle.recall", target the checkpoint, from the archive, for the
+ * key opened. A failure is logged: the recall stands. */
+static void lc_audit_recall(const struct dstage_config *cfg,
+			    const struct catalog_audit *who, const char *prefix,
+			    const char *url, const char *key)
+{
+	struct catalog_audit a = *who;
+	struct catalog *cat = NULL;
+	char from[LIFECYCLE_URL_MAX + 8], why[2100];
+	int ret;
+
+	snprintf(from, sizeof(from), "from %s", url);
+	snprintf(why, sizeof(why), "read of %s", key);
+	a.action = "lifecycle.recall";
+	a.target = prefix;
+	a.old_value = from;
+	a.new_value = why;
+	ret = cfg->catalog_path ? catalog_open(cfg->catalog_path, 0, &cat)
+				: -ENOENT;
+	if (!ret)
+		ret = catalog_audit_add(cat, &a);
+	catalog_close(cat);
+	if (ret)
+		log_error("lifecycle: recalled %s for uid %u but cannot audit "
+			  "it in %s: %s",
+			  prefix, (unsigned)a.uid,
+			  cfg->catalog_path ? cfg->catalog_path : "(none)",
+			  strerror(-ret));
+}
+
+/* The checkpoint prefix "<job>/<checkpoint>" of key and its marker's key.
+ * false: key belongs to no checkpoint (or is too long). */
+static bool lc_prefix(const char *key, char *prefix, size_t plen, char *mkey,
+		      size_t mlen)
+{
+	const char *name;
+	size_t jl, nl;
+
+	if (!lc_split(key, &jl, &name, &nl) || jl + 1 + nl >= plen)
+		return false;
+	snprintf(prefix, plen, "%.*s/%.*s", (int)jl, key, (int)nl, name);
+	lc_mkey(mkey, mlen, prefix);
+	return true;
+}
+
+static int lc_has_any(void *arg, const struct objstore_info *oi)
+{
+	(void)oi;
+	*(bool *)arg = true;
+	return 1; /* one is enough */
+}
+
+int lifecycle_archived_stat(const struct dstage_config *cfg,
+			    struct objstore *store, const char *key,
+			    struct lifecycle_archived *a)
+{
+	struct objstore *arch = NULL;
+	struct objstore_info oi;
+	char prefix[2048], mkey[2200], *url = NULL, *sub = NULL;
+	int64_t mtime = 0;
+	bool any = false;
+	int ret;
+
+	memset(a, 0, sizeof(*a));
+	if (!lc_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
+		return -ENOENT;
+	/* No marker that can be read (missing, unreadable, or a path the
+	 * store cannot hold: a file "<job>" gives ENOTDIR): not archived, as
+	 * for a name that does not exist. Past it, the archive's errors. */
+	ret = objstore_head(store, mkey, &oi); /* quiet when missing */
+	if (!ret)
+		ret = lc_marker_read(store, mkey, &url, NULL, 0, &mtime);
+	if (ret)
+		ret = -ENOENT;
+	if (!ret)
+		ret = lc_open_archive(cfg, url, NULL, &arch);
+	if (ret)
+		goto out;
+	a->mtime = mtime;
+	ret = objstore_head(arch, key, &oi);
+	if (!ret) {
+		a->size = oi.size;
+		goto out;
+	}
+	if (ret != -ENOENT)
+		goto out;
+	/* a directory: something in the archive below it */
+	if (asprintf(&sub, "%s/", key) < 0) {
+		sub = NULL;
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = objstore_list(arch, sub, lc_has_any, &any);
+	if (ret == 1)
+		ret = 0;
+	if (!ret && !any)
+		ret = -ENOENT;
+	a->dir = !ret;
+out:
+	free(sub);
+	free(url);
+	objstore_free(arch);
+	return ret;
+}
+
 int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
-		     const char *key)
+		     const char *key, const struct catalog_audit *who)
 {
 	struct objstore *arch = NULL, *own = NULL;
 	struct objstore_info oi;
 	struct lc_keys k = { 0 };
 	char prefix[2048], mkey[2200], cls[LIFECYCLE_CLASS_MAX] = "";
-	const char *name,
-		*tmp = cfg->ckpt_staging_dir ? cfg->ckpt_staging_dir : "/tmp";
+	const char *tmp =
+		cfg->ckpt_staging_dir ? cfg->ckpt_staging_dir : "/tmp";
 	char *url = NULL;
-	size_t jl, nl;
 	int ret;
 
-	if (!lc_split(key, &jl, &name, &nl) || jl + 1 + nl >= sizeof(prefix))
+	if (!lc_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
 		return -ENOENT;
-	snprintf(prefix, sizeof(prefix), "%.*s/%.*s", (int)jl, key, (int)nl,
-		 name);
-	lc_mkey(mkey, sizeof(mkey), prefix);
 	if (!store) {
 		if (!cfg->ckpt_store ||
 		    objstore_open(cfg->ckpt_store, cfg, &own))
@@ -555,8 +657,11 @@ int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 		log_error("lifecycle: cannot recall %s from the archive %s: %s",
 			  prefix, url, strerror(-ret));
 	else
-		log_info("lifecycle: recalled %s (%zu files) from %s", prefix,
-			 k.n, url);
+		log_info("lifecycle: recalled %s (%zu files) from %s for uid "
+			 "%u",
+			 prefix, k.n, url, who ? (unsigned)who->uid : 0u);
+	if (!ret && who)
+		lc_audit_recall(cfg, who, prefix, url, key);
 out:
 	lc_keys_release(&k);
 	objstore_free(arch);

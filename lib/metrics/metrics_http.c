@@ -3,18 +3,33 @@
  * metrics_http: serve a metrics registry on metrics.listen with
  * libmicrohttpd, one internal polling thread (see metrics_http.h).
  *
- * State: started (listening socket bound here, handed to MHD) -> stopped
- * (MHD_stop_daemon joins the thread and closes the socket). The handler
- * runs only on MHD's one thread; the registry serialises renders itself.
+ * State: started (listening socket bound here, handed to MHD; the reaper
+ * thread running) -> stopped (MHD_stop_daemon joins MHD's thread and
+ * closes the socket, then the reaper is joined). The handler and the
+ * connection notifications run only on MHD's one thread; the registry
+ * serialises renders itself.
  *
- * Bounds: 16 connections, 4 per client address, 10 s idle timeout, 32 KiB
- * of memory per connection (request line and headers must fit), no request
- * body; GET or HEAD of /metrics only.
+ * Bounds: 128 connections, 4 per client, 32 KiB of memory per connection
+ * (request line and headers must fit), no request body; GET or HEAD of
+ * /metrics only. A client is the uid owning the peer's socket when it is
+ * local (metrics_peer.c), else its address: every local user is
+ * 127.0.0.1, so a limit per address let one user's 4 idle connections
+ * shut out the node's scraper. Each request must be answered within 5 s
+ * of the connection's accept or of the previous answer on it (the
+ * deadline): MHD's own timeout (10 s) is an idle one, which a client
+ * sending a byte now and then resets; the reaper thread shuts down the
+ * socket of a connection past its deadline, and MHD then closes it.
+ *
+ * The slot table (h->lock) holds, per connection, a dup of its socket
+ * (so the number cannot be reused while the reaper may shut it down),
+ * its client and its deadline. MHD's thread fills and empties slots; the
+ * reaper only reads them and calls shutdown(2) under the lock.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,16 +40,33 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/metrics_http.h"
+#include "dstage/timeutil.h"
+#include "metrics/metrics_peer.h"
 
-#define METRICS_HTTP_CONNS 16
-#define METRICS_HTTP_CONNS_PER_IP 4
+#define METRICS_HTTP_CONNS 128
+#define METRICS_HTTP_CONNS_PER_CLIENT 4
 #define METRICS_HTTP_TIMEOUT_S 10
+#define METRICS_HTTP_DEADLINE_MS 5000
+#define METRICS_HTTP_REAP_MS 200
 #define METRICS_HTTP_CONN_MEMORY (32 * 1024)
 #define METRICS_HTTP_CTYPE "text/plain; version=0.0.4; charset=utf-8"
+
+struct metrics_http_slot {
+	int fd; /* a dup of the connection's socket; -1: free */
+	struct metrics_peer peer;
+	int64_t deadline_ms; /* monotonic */
+};
 
 struct metrics_http {
 	struct MHD_Daemon *mhd;
 	struct metrics *m;
+	pthread_mutex_t lock;
+	pthread_cond_t wake; /* the reaper's sleep; signalled at stop */
+	pthread_t reaper;
+	bool reaper_on, stopping; /* lock */
+	int64_t refused_log_ms; /* MHD's thread only */
+	/* lock; one more than MHD admits, so a new one always fits */
+	struct metrics_http_slot slots[METRICS_HTTP_CONNS + 1];
 };
 
 int metrics_http_parse_listen(const char *s, struct sockaddr_storage *ss,
@@ -170,6 +202,160 @@ metrics_http_handle(void *cls, struct MHD_Connection *conn, const char *url,
 	return metrics_http_reply(conn, MHD_HTTP_OK, text, true, len);
 }
 
+/* ---- per-client limits and deadlines ---- */
+
+/* MHD's thread, with h->lock: the connections of p's client. */
+static unsigned metrics_http_count(struct metrics_http *h,
+				   const struct metrics_peer *p)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < sizeof(h->slots) / sizeof(h->slots[0]); i++)
+		if (h->slots[i].fd >= 0 &&
+		    metrics_peer_same(&h->slots[i].peer, p))
+			n++;
+	return n;
+}
+
+static void metrics_http_refused(struct metrics_http *h,
+				 const struct metrics_peer *p)
+{
+	int64_t now = timeutil_mono_ms();
+
+	if (now - h->refused_log_ms < 10000)
+		return;
+	h->refused_log_ms = now;
+	if (p->by_uid)
+		log_warn("metrics: refused a connection of uid %u: it has %d "
+			 "open (logged at most every 10 s)",
+			 (unsigned)p->uid, METRICS_HTTP_CONNS_PER_CLIENT);
+	else
+		log_warn("metrics: refused a connection: its address has %d "
+			 "open (logged at most every 10 s)",
+			 METRICS_HTTP_CONNS_PER_CLIENT);
+}
+
+/* A new connection takes a slot, or is shut down (MHD then closes it)
+ * when its client has its share; a closed one gives its slot back. */
+static void metrics_http_notify(void *cls, struct MHD_Connection *conn,
+				void **sock_cls,
+				enum MHD_ConnectionNotificationCode code)
+{
+	struct metrics_http *h = cls;
+	struct metrics_http_slot *s = *sock_cls;
+	const union MHD_ConnectionInfo *ci;
+	struct metrics_peer p;
+	int fd;
+
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (!s)
+			return;
+		pthread_mutex_lock(&h->lock);
+		close(s->fd);
+		s->fd = -1;
+		pthread_mutex_unlock(&h->lock);
+		*sock_cls = NULL;
+		return;
+	}
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return;
+	if (metrics_peer_of(ci->connect_fd, &p)) {
+		shutdown(ci->connect_fd, SHUT_RDWR);
+		return;
+	}
+	fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0);
+	pthread_mutex_lock(&h->lock);
+	if (fd >= 0 &&
+	    metrics_http_count(h, &p) < METRICS_HTTP_CONNS_PER_CLIENT) {
+		for (size_t i = 0; i < sizeof(h->slots) / sizeof(h->slots[0]);
+		     i++) {
+			if (h->slots[i].fd >= 0)
+				continue;
+			s = &h->slots[i];
+			s->fd = fd;
+			s->peer = p;
+			s->deadline_ms =
+				timeutil_mono_ms() + METRICS_HTTP_DEADLINE_MS;
+			*sock_cls = s;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	if (*sock_cls)
+		return;
+	/* over its share, or out of descriptors: refused */
+	shutdown(ci->connect_fd, SHUT_RDWR);
+	if (fd >= 0) {
+		close(fd);
+		metrics_http_refused(h, &p);
+	}
+}
+
+/* An answer went out: the next request on the connection has its own
+ * deadline. */
+static void metrics_http_completed(void *cls, struct MHD_Connection *conn,
+				   void **req_cls,
+				   enum MHD_RequestTerminationCode code)
+{
+	struct metrics_http *h = cls;
+	const union MHD_ConnectionInfo *ci;
+	struct metrics_http_slot *s;
+
+	(void)req_cls;
+	(void)code;
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	s = ci ? ci->socket_context : NULL;
+	if (!s)
+		return;
+	pthread_mutex_lock(&h->lock);
+	s->deadline_ms = timeutil_mono_ms() + METRICS_HTTP_DEADLINE_MS;
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Every METRICS_HTTP_REAP_MS: shut down what is past its deadline. A
+ * slot shut down stays until MHD reports the close; shutting it down
+ * again is harmless. */
+static void *metrics_http_reap(void *arg)
+{
+	struct metrics_http *h = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&h->lock);
+	while (!h->stopping) {
+		int64_t now = timeutil_mono_ms();
+
+		for (size_t i = 0; i < sizeof(h->slots) / sizeof(h->slots[0]);
+		     i++)
+			if (h->slots[i].fd >= 0 &&
+			    h->slots[i].deadline_ms <= now)
+				shutdown(h->slots[i].fd, SHUT_RDWR);
+		timeutil_real_after_ms(&ts, METRICS_HTTP_REAP_MS);
+		pthread_cond_timedwait(&h->wake, &h->lock, &ts);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static void metrics_http_free(struct metrics_http *h)
+{
+	if (!h)
+		return;
+	if (h->reaper_on) {
+		pthread_mutex_lock(&h->lock);
+		h->stopping = true;
+		pthread_cond_signal(&h->wake);
+		pthread_mutex_unlock(&h->lock);
+		pthread_join(h->reaper, NULL);
+	}
+	for (size_t i = 0; i < sizeof(h->slots) / sizeof(h->slots[0]); i++)
+		if (h->slots[i].fd >= 0)
+			close(h->slots[i].fd);
+	pthread_cond_destroy(&h->wake);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
 static int metrics_http_bind(const char *where, struct sockaddr_storage *ss,
 			     socklen_t len)
 {
@@ -226,6 +412,14 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 	if (!h)
 		return -ENOMEM;
 	h->m = m;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->wake, NULL);
+	for (size_t i = 0; i < sizeof(h->slots) / sizeof(h->slots[0]); i++)
+		h->slots[i].fd = -1;
+	ret = -pthread_create(&h->reaper, NULL, metrics_http_reap, h);
+	if (ret)
+		goto err;
+	h->reaper_on = true;
 	fd = metrics_http_bind(cfg->metrics_listen, &ss, len);
 	if (fd < 0) {
 		ret = fd;
@@ -236,10 +430,10 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 	h->mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, metrics_http_handle, h,
 		MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)METRICS_HTTP_CONNS,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-		(unsigned)METRICS_HTTP_CONNS_PER_IP,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
+		(unsigned)METRICS_HTTP_CONNS, MHD_OPTION_NOTIFY_CONNECTION,
+		metrics_http_notify, h, MHD_OPTION_NOTIFY_COMPLETED,
+		metrics_http_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)METRICS_HTTP_TIMEOUT_S,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 		(size_t)METRICS_HTTP_CONN_MEMORY, MHD_OPTION_END);
 	if (!h->mhd) {
@@ -255,7 +449,7 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 err:
 	if (fd >= 0)
 		close(fd);
-	free(h);
+	metrics_http_free(h);
 	return ret;
 }
 
@@ -265,5 +459,5 @@ void metrics_http_stop(struct metrics_http *h)
 		return;
 	/* Also closes the listening socket handed to it. */
 	MHD_stop_daemon(h->mhd);
-	free(h);
+	metrics_http_free(h);
 }

@@ -176,6 +176,88 @@ def test_non_admin_refused(tmp_path, daemon, users):
     assert d.lc_json("list") == before
 
 
+# ---- recall on read, not on stat ----
+
+def test_stat_shows_archived_without_recall_read_recalls_audited(
+        tool, tmp_path, users):
+    """A stat of an archived checkpoint (any uid) shows it and its size
+    and recalls nothing; an open for read by a reader the mount lets read
+    recalls it and writes one lifecycle.recall audit record with the
+    reader's uid, in the catalog `cachectl audit` reads. Tested as a
+    second, unprivileged uid and as root. Fails with the recall at lookup
+    of before (the stat recalls, unaudited)."""
+    store, arch = DirStore(tmp_path / "store"), DirStore(tmp_path / "arch")
+    # allow_other: the second uid uses the mount, as on a shared node
+    m = Ckpt(tool, tmp_path / "m", store, opts=["-o", "allow_other"])
+    m.start()
+    d = None
+    try:
+        d = Daemon(tool, tmp_path / "d", m)
+        # one node's catalog: the daemon's is dstagefs's
+        d.cfg.write_text(d.cfg.read_text().replace(
+            str(d.root / "catalog.db"), str(m.tmp / "catalog.db")))
+        d.start()
+        want = write_checkpoints(m, "llm")
+        d.lc("add", "llm", "--shared-days", "1", "--archive", arch.url)
+        r = d.lc_json("run", "--as-of", str(int(time.time()) + 3 * DAY))
+        assert r["archived"] == 6 and r["errors"] == 0, r
+        assert store.get("llm/step-300.pt") is None
+        user = users.user("lcrd")
+        uid = users.uid(user)
+        users.reach(m.tmp)
+        n_audit = len(d.audit())
+        time.sleep(1.2)   # the kernel's entry and attribute timeouts
+
+        # stat, as the second uid and as root: the size, no recall
+        for f in ("step-300.pt", "step-400.pt"):
+            path = m.ck / "llm" / f
+            p = users.run(user, ["stat", "-c", "%s %F", path])
+            assert p.returncode == 0, p.stderr
+            assert p.stdout.decode().split()[0] == str(len(want[f])), \
+                p.stdout
+            assert os.stat(path).st_size == len(want[f])
+        p = users.run(user, ["stat", "-c", "%F", m.ck / "llm" / "step-600"])
+        assert p.returncode == 0 and b"directory" in p.stdout, p
+        time.sleep(1.2)   # and a getattr after the attributes expire
+        assert os.stat(m.ck / "llm" / "step-300.pt").st_size == \
+            len(want["step-300.pt"])
+        for f in ("step-300.pt", "step-400.pt"):
+            assert store.get("llm/" + f) is None, f
+            assert store.get("llm/.dstage-archived/" + f) is not None, f
+        assert "recall" not in m.log_text()
+        assert len(d.audit()) == n_audit
+
+        # a read by the second uid recalls, audited as that uid
+        p = users.run(user, ["sha256sum", m.ck / "llm" / "step-300.pt"])
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.decode().split()[0] == sha(want["step-300.pt"])
+        assert store.get("llm/step-300.pt") == want["step-300.pt"]
+        assert store.get("llm/.dstage-archived/step-300.pt") is None
+        assert store.get("llm/step-400.pt") is None  # only what was read
+        rec = [a for a in d.audit() if a["action"] == "lifecycle.recall"]
+        assert len(rec) == 1, rec
+        assert rec[0]["uid"] == uid and rec[0]["user"] == user, rec
+        assert rec[0]["target"] == "llm/step-300.pt", rec
+        assert rec[0]["old"] == "from " + arch.url, rec
+        # read again: in the store now, no second record
+        assert (m.ck / "llm" / "step-300.pt").read_bytes() == \
+            want["step-300.pt"]
+        assert len([a for a in d.audit()
+                    if a["action"] == "lifecycle.recall"]) == 1
+
+        # root's read of a file in an archived directory checkpoint
+        assert (m.ck / "llm" / "step-600" / "shard1").read_bytes() == \
+            want["step-600/shard1"]
+        rec = [a for a in d.audit() if a["action"] == "lifecycle.recall"]
+        assert len(rec) == 2 and rec[1]["uid"] == 0 and \
+            rec[1]["target"] == "llm/step-600", rec
+        assert store.get("llm/step-600/shard0") == want["step-600/shard0"]
+    finally:
+        if d:
+            d.stop()
+        m.stop()
+
+
 # ---- move, archive, recall, delete ----
 
 def write_checkpoints(m, job):

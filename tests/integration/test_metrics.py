@@ -23,6 +23,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -509,6 +510,87 @@ def test_endpoint_serves_only_get_metrics_and_is_bounded(node):
     sock = node.tmp / "st" / "stager.sock"
     assert sock.stat().st_mode & 0o777 in (0o600, 0o622, 0o660, 0o666)
     assert not list((node.tmp / "st").glob("*metrics*"))
+
+
+# A local user's slow connections, run as that user: up to N at a time
+# for DUR seconds, each sending a request that never ends one byte every
+# 0.3 s (which resets an idle timeout), reopened when the server closes
+# one. Prints how long each lived and how many stayed open at once.
+TRICKLER = r"""
+import json, socket, sys, time
+port, n, dur = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "
+conns, lives, opened, most = [], [], 0, 0
+end = time.time() + dur
+while time.time() < end and opened < 3000:
+    while len(conns) < n and opened < 3000:
+        opened += 1
+        s = socket.socket()
+        s.settimeout(1)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
+        s.setblocking(False)
+        conns.append([s, time.time(), 0])
+    for c in list(conns):
+        s, t0, i = c
+        try:
+            s.send(req[i % len(req):i % len(req) + 1] if i < len(req)
+                   else b"a")
+            c[2] += 1
+            if s.recv(1) == b"":
+                raise ConnectionError
+        except BlockingIOError:
+            pass
+        except OSError:
+            lives.append(time.time() - t0)
+            s.close()
+            conns.remove(c)
+    most = max(most, sum(1 for c in conns if time.time() - c[1] > 1))
+    time.sleep(0.3)
+print(json.dumps({"lives": lives + [time.time() - c[1] for c in conns],
+                  "opened": opened, "most": most}))
+"""
+
+
+def test_trickling_user_cannot_starve_the_scraper(node, users):
+    """Every local user is 127.0.0.1: a second uid holding 40 slow
+    connections (well above the 4 per client) must not shut out the
+    node's scraper (here root), and no connection of its lives past the
+    5 s deadline however it trickles. Fails with the per-address limit of
+    before (the scrapes are refused) and with an idle timeout only (the
+    trickled connections live the whole run)."""
+    node.start_daemon()
+    port = node.st_port
+    user = users.user("mtrk")
+    dur = 12.0
+    p = users.popen(user, [sys.executable, "-c", TRICKLER, str(port), "40",
+                           str(dur)], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)     # the trickler holds what it can get
+        end, took = time.time() + dur - 4, []
+        while time.time() < end:
+            t = time.time()
+            st, body = http("http://127.0.0.1:%d/metrics" % port, timeout=5)
+            took.append(time.time() - t)
+            assert st == 200 and "dstage_stager_jobs" in body, \
+                "scrape %d refused: %r" % (len(took), body[:200])
+            time.sleep(0.5)
+        assert len(took) >= 5 and max(took) < 5, took
+        out, err = p.communicate(timeout=dur + 30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    r = json.loads(out)
+    # it had connections to hold (its share) and was refused the rest
+    assert r["most"] >= 4 and r["opened"] > 40, (r["most"], r["opened"])
+    assert max(r["lives"]) < 5 + 2, sorted(r["lives"])[-5:]
+    assert "refused a connection of uid %d" % users.uid(user) in \
+        (node.tmp / "st" / "daemon.log").read_text()
 
 
 # ------------------------------------------- per dataset, method and status
