@@ -27,7 +27,6 @@ import glob
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -97,9 +96,12 @@ def main():
         wenv = dict(base, DSTAGE_CACHE_DIR=os.path.join(tmp, "wcache"))
         url = "file://" + src + "/"
         timed([cache_tool, url, "ds", "fetch", "obj"], wenv)
-        [cfile] = glob.glob(os.path.join(tmp, "wcache", "objects", "*", "*"))
-        with open(cfile, "rb") as f:
-            data_off = struct.unpack("<Q", f.read(32)[24:32])[0]
+        # the data file (its sidecar, NAME.meta, holds header and records):
+        # the object's bytes from offset 0
+        [cfile] = [p for p in glob.glob(os.path.join(tmp, "wcache",
+                                                     "objects", "*", "*"))
+                   if not p.endswith(".meta")]
+        data_off = 0
         bs = parse_size(args.block)
         warm_cache, warm_dd = [], []
         for _ in range(args.runs):

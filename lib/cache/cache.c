@@ -109,16 +109,17 @@ static void cache_tighten_top(struct cache *c, struct cache_modes *t)
 	}
 }
 
-/* Idle open objects kept: a quarter of the descriptors the process may
- * open (an object may hold two), CACHE_MAX_OPEN at least. */
+/* Idle open objects kept: a sixth of the descriptors the process may
+ * open (an object may hold three: data file, sidecar, O_DIRECT writer; so
+ * half of them at most), CACHE_MAX_OPEN at least. */
 static size_t cache_max_open(void)
 {
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
-	    rl.rlim_cur / 4 >= CACHE_MAX_OPEN_SMALL)
+	    rl.rlim_cur / 6 >= CACHE_MAX_OPEN_SMALL)
 		return CACHE_MAX_OPEN_SMALL;
-	return rl.rlim_cur / 4 > CACHE_MAX_OPEN ? rl.rlim_cur / 4
+	return rl.rlim_cur / 6 > CACHE_MAX_OPEN ? rl.rlim_cur / 6
 						: CACHE_MAX_OPEN;
 }
 
@@ -288,8 +289,9 @@ int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
 	ret = cache_claim(o, block, true);
 	if (ret)
 		goto out;
-	/* The record's place: cache_file.c's layout (docs/cache.md). */
-	w = pwrite(o->fd, &none, sizeof(none),
+	/* The record's place: cache_file.c's layout (docs/cache.md): in the
+	 * sidecar (o->mfd), or in the one file of versions 1 and 2. */
+	w = pwrite(o->mfd, &none, sizeof(none),
 		   (off_t)(o->rec_off + block * sizeof(none)));
 	if (w != (ssize_t)sizeof(none))
 		ret = w < 0 ? -errno : -EIO;
@@ -378,11 +380,11 @@ int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
 /* Read fd's header as an object (strings in *strs, freed by the caller)
  * and check it whole against name. 0, -EUCLEAN (not an object file of this
  * cache, or not the one its name says), or -ENOMEM. */
-static int cache_gc_hdr(struct cache *c, int fd, const char *name,
+static int cache_gc_hdr(struct cache *c, int fd, bool meta, const char *name,
 			struct cache_object *obj, char **strs)
 {
+	struct cache_layout l;
 	struct cache_hdr h;
-	uint64_t data_off, rec_off, rec_seed;
 	char want[33], *p;
 	size_t dl, kl, el;
 	int ret;
@@ -390,8 +392,9 @@ static int cache_gc_hdr(struct cache *c, int fd, const char *name,
 	*strs = NULL;
 	if (cache_pread_all(fd, &h, sizeof(h), 0) ||
 	    memcmp(h.magic, CACHE_OBJ_MAGIC, 8) ||
-	    (h.version != CACHE_OBJ_VERSION &&
-	     h.version != CACHE_OBJ_VERSION_1) ||
+	    (meta ? h.version != CACHE_OBJ_VERSION
+		  : (h.version != CACHE_OBJ_VERSION_2 &&
+		     h.version != CACHE_OBJ_VERSION_1)) ||
 	    h.block_size != c->bs ||
 	    (uint64_t)h.ds_len + h.key_len + h.etag_len > CACHE_GC_STRS_MAX ||
 	    !h.key_len)
@@ -419,7 +422,7 @@ static int cache_gc_hdr(struct cache *c, int fd, const char *name,
 	*strs = p;
 	/* The whole header, checksum included, as cache_obj_get checks it;
 	 * and the name must be this object's (not a renamed file). */
-	ret = cache_hdr_check(c, fd, obj, &data_off, &rec_off, &rec_seed);
+	ret = cache_hdr_check(c, fd, meta, obj, &l);
 	if (ret == -ENOMEM)
 		return ret;
 	cache_obj_name(obj, want);
@@ -429,16 +432,34 @@ static int cache_gc_hdr(struct cache *c, int fd, const char *name,
 	return 0;
 }
 
-/* Describe the file name (at dfd/entry) and hand it to fn. */
+/* Whether entry (under dfd) is a sidecar whose data file is there: it is
+ * listed with it. */
+static bool cache_gc_paired_meta(int dfd, const char *entry)
+{
+	size_t n = strlen(entry), sl = strlen(CACHE_META_SUFFIX);
+	char data[NAME_MAX + 1];
+
+	if (n <= sl || strcmp(entry + n - sl, CACHE_META_SUFFIX))
+		return false;
+	memcpy(data, entry, n - sl);
+	data[n - sl] = '\0';
+	return faccessat(dfd, data, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* Describe the file name (at dfd/entry) and hand it to fn: a data file
+ * with its sidecar (bytes: both; the header: the sidecar's, or its own in
+ * a one-file object), or any other file alone. */
 static int cache_gc_one(struct cache *c, int dfd, const char *entry,
 			const char *name, cache_gc_fn fn, void *arg)
 {
 	struct cache_gc_file f = { .name = name };
 	struct cache_object obj;
 	struct stat st;
-	char *strs = NULL;
-	int fd, ret;
+	char *strs = NULL, mentry[NAME_MAX + 8];
+	int fd, mfd = -1, ret;
 
+	if (cache_gc_paired_meta(dfd, entry))
+		return 0;
 	fd = openat(dfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return 0; /* gone meanwhile, or a link: not ours to judge */
@@ -448,7 +469,21 @@ static int cache_gc_one(struct cache *c, int dfd, const char *entry,
 	}
 	f.bytes = (uint64_t)st.st_blocks * 512;
 	f.mtime = (int64_t)st.st_mtime;
-	ret = cache_gc_hdr(c, fd, name, &obj, &strs);
+	if (strlen(entry) == 30) {
+		cache_meta_path(entry, mentry, sizeof(mentry));
+		mfd = openat(dfd, mentry,
+			     O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	}
+	if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
+		f.bytes += (uint64_t)st.st_blocks * 512;
+		if ((int64_t)st.st_mtime > f.mtime)
+			f.mtime = (int64_t)st.st_mtime;
+		ret = cache_gc_hdr(c, mfd, true, name, &obj, &strs);
+	} else {
+		ret = cache_gc_hdr(c, fd, false, name, &obj, &strs);
+	}
+	if (mfd >= 0)
+		close(mfd);
 	close(fd);
 	if (ret == -ENOMEM)
 		return ret;
@@ -541,7 +576,7 @@ int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
 	const char *slash = name ? strchr(name, '/') : NULL;
 	char ds[4096], objname[33];
 	struct stat st;
-	uint64_t atime;
+	uint64_t atime, mbytes = 0;
 	bool counted;
 	int fd = -1, ret = 0;
 
@@ -549,6 +584,17 @@ int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
 	if (!c || !name || !*name || strstr(name, "..") ||
 	    (slash && (slash - name != 2 || strchr(slash + 1, '/'))))
 		return -EINVAL;
+	if (slash && strlen(name) == 33 + strlen(CACHE_META_SUFFIX) &&
+	    !strcmp(name + 33, CACHE_META_SUFFIX)) {
+		/* A sidecar listed alone: its data file is gone. */
+		pthread_mutex_lock(&c->evict_lock);
+		ret = cache_meta_orphan_drop(c, c->objects_fd, name, freed);
+		pthread_mutex_unlock(&c->evict_lock);
+		if (!ret)
+			log_info("cache: gc removed %s (%" PRIu64 " bytes)",
+				 name, *freed);
+		return ret;
+	}
 	/* This process's own entry: in use (-EBUSY), or idle (closed). */
 	if (slash && strlen(name) == 33) {
 		memcpy(objname, name, 2);
@@ -584,15 +630,18 @@ int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
 		ret = -ENOENT;
 		goto out;
 	}
-	/* Scans count the files of an object's name whose header has the
-	 * magic (cache_scan): un-count such a file. */
+	/* Scans count the data files of an object's name that have a
+	 * sidecar or a header of their own (cache_scan): un-count such a
+	 * file, and its sidecar, which goes first (cache_pair_unlink). */
 	counted = slash && strlen(name) == 33 &&
-		  cache_file_info(fd, ds, sizeof(ds), &atime) == 0;
-	if (unlinkat(c->objects_fd, name, 0)) {
-		ret = -errno;
+		  cache_pair_info(c->objects_fd, name, fd, ds, sizeof(ds),
+				  &atime, &mbytes, NULL) == 0;
+	ret = slash && strlen(name) == 33
+		      ? cache_pair_unlink(c->objects_fd, name)
+		      : (unlinkat(c->objects_fd, name, 0) ? -errno : 0);
+	if (ret)
 		goto out;
-	}
-	*freed = (uint64_t)st.st_blocks * 512;
+	*freed = (uint64_t)st.st_blocks * 512 + mbytes;
 	if (counted) {
 		cache_count_sub(&c->used, *freed);
 		cache_ds_add_used(c, ds, -(int64_t)*freed);

@@ -3,12 +3,26 @@
  * cache_file.c, layer 1 of the cache (lib/cache/cache_i.h draws all seven): the
  * on-disk format and the locks on it. Calls nothing else of the cache.
  *
- * An object file: header (struct cache_hdr, then dataset, key and ETag),
- * one struct cache_rec per block from rec_off, block b's bytes at data_off
- * + b * block_size. Invariants: a header is written once, before the file
- * is linked in, and never changes but for its access time; a record is
- * written only after its block's data is durable, and is valid (magic,
- * check word) or all zeros (absent); files are 0600 and directories 0700.
+ * An object version is a pair of files (format version 3): the data file
+ * objects/h2/h30, block b's bytes at b * block_size and nothing else (its
+ * size at most the object's: FUSE passthrough reads it to its end), and
+ * its sidecar h30.meta: header (struct cache_hdr, then dataset, key and
+ * ETag), one struct cache_rec per block from rec_off. Versions 1 and 2 are
+ * one file (header, records, blocks from data_off), migrated at open
+ * (cache_migrate) or read as they are.
+ *
+ * Invariants: a header is written once, before its file is linked in, and
+ * never changes but for its access time; a record is written only after
+ * its block's data is durable, and is valid (magic, check word) or all
+ * zeros (absent); files are 0600 and directories 0700. The data file is
+ * the pair's anchor and carries the OFD locks: a data file is linked before
+ * its sidecar and unlinked after it (cache_pair_unlink), and a sidecar is
+ * linked or unlinked only by a process holding the exclusive in-use lock
+ * of the data file linked at its name, or (cachectl gc, a sidecar whose
+ * data file is gone) its own exclusive in-use lock, which
+ * cache_meta_replace takes too. So under a shared in-use lock of a linked
+ * data file, the sidecar at its name is its own; a data file found without
+ * a sidecar or a header of its own is a crash's leftover.
  *
  * OFD locks (cache_ofd_lock): a wait is a retry loop of non-blocking
  * F_OFD_SETLK calls with a growing pause (50 us to 5 ms), bounded by
@@ -19,6 +33,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,7 +291,7 @@ int cache_pread_all(int fd, void *buf, size_t len, uint64_t off)
 int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 		    struct cache_rec *recs)
 {
-	return cache_pread_all(o->fd, recs, n * sizeof(*recs),
+	return cache_pread_all(o->mfd, recs, n * sizeof(*recs),
 			       o->rec_off + b0 * sizeof(*recs));
 }
 
@@ -309,10 +324,11 @@ static uint64_t cache_hdr_sum(const struct cache_hdr *h, const char *strs,
 	return XXH3_64bits_digest(&st);
 }
 
-/* Build the header of obj in the given format version; *buf (hdr +
- * strings, *len bytes) is malloc'ed. */
+/* Build the header of obj in the given format version (flags: version 3's
+ * CACHE_HDR_SEED0, else 0); *buf (hdr + strings, *len bytes) is
+ * malloc'ed. A version 3 header (the sidecar's) has data_off 0. */
 int cache_hdr_build(struct cache *c, const struct cache_object *obj,
-		    uint32_t version, char **buf, size_t *len)
+		    uint32_t version, uint32_t flags, char **buf, size_t *len)
 {
 	const char *ds = cache_ds_or(obj->dataset);
 	const char *etag = obj->etag ? obj->etag : "";
@@ -332,11 +348,16 @@ int cache_hdr_build(struct cache *c, const struct cache_object *obj,
 	h->version = version;
 	h->block_size = c->bs;
 	h->size = obj->size;
-	h->data_off = cache_roundup(
-		rec_off + nblocks * sizeof(struct cache_rec), CACHE_ALIGN);
+	h->data_off =
+		version >= CACHE_OBJ_VERSION
+			? 0
+			: cache_roundup(
+				  rec_off + nblocks * sizeof(struct cache_rec),
+				  CACHE_ALIGN);
 	h->ds_len = (uint32_t)dl;
 	h->key_len = (uint32_t)kl;
 	h->etag_len = (uint32_t)el;
+	h->flags = version >= CACHE_OBJ_VERSION ? flags : 0;
 	memcpy(p + CACHE_HDR_FIXED, ds, dl);
 	memcpy(p + CACHE_HDR_FIXED + dl, obj->key, kl);
 	memcpy(p + CACHE_HDR_FIXED + dl + kl, etag, el);
@@ -346,25 +367,32 @@ int cache_hdr_build(struct cache *c, const struct cache_object *obj,
 	return 0;
 }
 
-/* Check that the header of the open file fd belongs to obj, in this
- * version's format or in version 1's; *rec_seed: what its records' check
- * words are seeded with (cache_rec_check). Returns 0, -EUCLEAN (corrupt,
- * torn or another object: a hash collision), -ENOMEM or a read's -errno. */
-int cache_hdr_check(struct cache *c, int fd, const struct cache_object *obj,
-		    uint64_t *data_off, uint64_t *rec_off, uint64_t *rec_seed)
+/*
+ * Check that the header in the open file fd belongs to obj: a sidecar's
+ * (meta: version 3, flags 0 or CACHE_HDR_SEED0) or a one-file object's
+ * (versions 2 and 1); *l: where things are. Returns 0, -EUCLEAN (corrupt,
+ * torn, another version or another object: a hash collision), -ENOMEM or
+ * a read's -errno.
+ */
+int cache_hdr_check(struct cache *c, int fd, bool meta,
+		    const struct cache_object *obj, struct cache_layout *l)
 {
-	static const uint32_t versions[] = { CACHE_OBJ_VERSION,
-					     CACHE_OBJ_VERSION_1 };
+	static const uint32_t metas[][2] = {
+		{ CACHE_OBJ_VERSION, 0 }, { CACHE_OBJ_VERSION, CACHE_HDR_SEED0 }
+	};
+	static const uint32_t olds[][2] = { { CACHE_OBJ_VERSION_2, 0 },
+					    { CACHE_OBJ_VERSION_1, 0 } };
+	const uint32_t(*vs)[2] = meta ? metas : olds;
 	char *want = NULL, *got = NULL;
 	size_t len;
 	int ret = -EUCLEAN;
 
-	for (size_t v = 0; v < sizeof(versions) / sizeof(versions[0]); v++) {
+	for (size_t v = 0; v < 2; v++) {
 		struct cache_hdr *w;
 
 		free(want);
 		want = NULL;
-		ret = cache_hdr_build(c, obj, versions[v], &want, &len);
+		ret = cache_hdr_build(c, obj, vs[v][0], vs[v][1], &want, &len);
 		if (ret)
 			goto out;
 		w = (struct cache_hdr *)want;
@@ -384,11 +412,15 @@ int cache_hdr_check(struct cache *c, int fd, const struct cache_object *obj,
 			ret = -EUCLEAN;
 			continue;
 		}
-		*data_off = w->data_off;
-		*rec_off = cache_roundup(len, CACHE_ALIGN);
-		*rec_seed = versions[v] == CACHE_OBJ_VERSION_1 ? 0
-			    : w->hdr_sum		       ? w->hdr_sum
-							       : 1;
+		l->version = vs[v][0];
+		l->flags = vs[v][1];
+		l->data_off = w->data_off;
+		l->rec_off = cache_roundup(len, CACHE_ALIGN);
+		l->rec_seed = l->version == CACHE_OBJ_VERSION_1 ||
+					      (l->flags & CACHE_HDR_SEED0)
+				      ? 0
+			      : w->hdr_sum ? w->hdr_sum
+					   : 1;
 		ret = 0;
 		break;
 	}
@@ -411,6 +443,426 @@ int cache_file_info(int fd, char *ds, size_t dslen, uint64_t *atime)
 	ret = cache_pread_all(fd, ds, h.ds_len, CACHE_HDR_FIXED);
 	ds[h.ds_len] = '\0';
 	*atime = h.atime;
+	return ret;
+}
+
+/* The sidecar's path of the data file data_path ("h2/h30" -> "h2/h30.meta",
+ * or a bare entry name likewise). */
+void cache_meta_path(const char *data_path, char *out, size_t len)
+{
+	snprintf(out, len, "%s" CACHE_META_SUFFIX, data_path);
+}
+
+/*
+ * The dataset and access time of the object whose data file data_path
+ * (under dirfd) is open as fd: from its sidecar, or from the file itself
+ * when it is a one-file object (versions 1 and 2) with no sidecar.
+ * *meta_bytes: the sidecar's disk bytes (0 without one). With mfdp, the
+ * sidecar's descriptor (read-only, or -1) is handed back, not closed.
+ * Returns 0, -EUCLEAN (a data file with neither a sidecar nor a header of
+ * its own: a crash's leftover, see cache_obj.c; or a bad header), or
+ * -errno.
+ */
+int cache_pair_info(int dirfd, const char *data_path, int fd, char *ds,
+		    size_t dslen, uint64_t *atime, uint64_t *meta_bytes,
+		    int *mfdp)
+{
+	char mpath[64];
+	struct cache_hdr h;
+	struct stat st;
+	int mfd, ret;
+
+	*meta_bytes = 0;
+	if (mfdp)
+		*mfdp = -1;
+	cache_meta_path(data_path, mpath, sizeof(mpath));
+	mfd = openat(dirfd, mpath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (mfd < 0 && errno != ENOENT)
+		return -errno;
+	if (mfd < 0) {
+		/* Versions 1 and 2 only: a version 3 data file holds object
+		 * bytes, whatever they look like. */
+		ret = cache_pread_all(fd, &h, sizeof(h), 0);
+		if (ret)
+			return ret;
+		if (h.version != CACHE_OBJ_VERSION_1 &&
+		    h.version != CACHE_OBJ_VERSION_2)
+			return -EUCLEAN;
+		return cache_file_info(fd, ds, dslen, atime);
+	}
+	if (fstat(mfd, &st)) {
+		ret = -errno;
+	} else {
+		*meta_bytes = (uint64_t)st.st_blocks * 512;
+		ret = cache_file_info(mfd, ds, dslen, atime);
+	}
+	if (mfdp)
+		*mfdp = mfd;
+	else
+		close(mfd);
+	return ret;
+}
+
+/*
+ * Remove an object's files, the sidecar first: from then on no process
+ * finds records for the data (an opener that finds the data file alone
+ * takes it for a crash's leftover and removes it), so no reader trusts
+ * records whose data is gone. The caller holds the data file's exclusive
+ * in-use lock. Returns 0 or -errno (the data file is kept when the sidecar
+ * could not be removed).
+ */
+int cache_pair_unlink(int dirfd, const char *data_path)
+{
+	char mpath[64];
+
+	cache_meta_path(data_path, mpath, sizeof(mpath));
+	if (unlinkat(dirfd, mpath, 0) && errno != ENOENT)
+		return -errno;
+	return unlinkat(dirfd, data_path, 0) ? -errno : 0;
+}
+
+/*
+ * Link the sidecar open as mfd (an O_TMPFILE) as the one of the data file
+ * entry (under dirfd). The caller holds the exclusive in-use lock of the
+ * data file linked there, so no other process links or unlinks that
+ * sidecar name meanwhile, except cachectl gc removing a sidecar it found
+ * alone (cache_meta_orphan_drop), under the sidecar's own exclusive in-use
+ * lock: a sidecar already there (left by a crash, or by an older dstage
+ * that removed a data file it could not read) is removed under that same
+ * lock. Returns 0 or -errno.
+ */
+int cache_meta_replace(const struct cache *c, int dirfd, const char *entry,
+		       int mfd)
+{
+	char mpath[64], proc[64];
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", mfd);
+	cache_meta_path(entry, mpath, sizeof(mpath));
+	for (int tries = 0; tries < 4; tries++) {
+		struct stat st;
+		int ofd, ret;
+
+		if (linkat(AT_FDCWD, proc, dirfd, mpath, AT_SYMLINK_FOLLOW) ==
+		    0)
+			return 0;
+		if (errno != EEXIST)
+			return -errno;
+		ofd = openat(dirfd, mpath, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+		if (ofd < 0 && errno == ENOENT)
+			continue;
+		if (ofd < 0)
+			return -errno;
+		ret = cache_ofd_lock(c, ofd, CACHE_LOCK_INUSE, F_WRLCK, true,
+				     "", entry, entry);
+		if (!ret && fstat(ofd, &st))
+			ret = -errno;
+		if (!ret && st.st_nlink > 0 && unlinkat(dirfd, mpath, 0) &&
+		    errno != ENOENT)
+			ret = -errno;
+		close(ofd);
+		if (ret)
+			return ret;
+	}
+	return -EEXIST;
+}
+
+/*
+ * cachectl gc: remove the sidecar meta_path (under dirfd) whose data file
+ * is gone. Under the sidecar's exclusive in-use lock (cache_meta_replace
+ * takes the same before it replaces one), and only while no data file of
+ * its name exists. Returns 0 (*freed: its disk bytes), -EBUSY (locked, or
+ * its data file is there: the pair is listed as the data file), -ENOENT,
+ * -EINVAL (not a sidecar's name, not a regular file) or -errno.
+ */
+int cache_meta_orphan_drop(const struct cache *c, int dirfd,
+			   const char *meta_path, uint64_t *freed)
+{
+	size_t n = strlen(meta_path), sl = strlen(CACHE_META_SUFFIX);
+	char dpath[64];
+	struct stat st;
+	int fd, ret = 0;
+
+	*freed = 0;
+	if (n <= sl || n - sl >= sizeof(dpath) ||
+	    strcmp(meta_path + n - sl, CACHE_META_SUFFIX))
+		return -EINVAL;
+	memcpy(dpath, meta_path, n - sl);
+	dpath[n - sl] = '\0';
+	fd = openat(dirfd, meta_path,
+		    O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ELOOP ? -EINVAL : -errno;
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
+			   meta_path) ||
+	    faccessat(dirfd, dpath, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		ret = -EBUSY;
+		goto out;
+	}
+	if (fstat(fd, &st) || st.st_nlink == 0) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (unlinkat(dirfd, meta_path, 0)) {
+		ret = -errno;
+		goto out;
+	}
+	*freed = (uint64_t)st.st_blocks * 512;
+out:
+	close(fd);
+	return ret;
+}
+
+/*
+ * Whether fd's file has no other open file description, in any process:
+ * a write lease is granted only then. Taken and given back at once; a
+ * lease break in between (an open racing this one) is signalled with
+ * SIGURG, ignored unless handled, instead of SIGIO, which ends a process.
+ * False where leases are not to be had (then nothing is migrated).
+ */
+static bool cache_sole_opener(int fd)
+{
+	bool sole;
+
+	if (fcntl(fd, F_SETSIG, SIGURG))
+		return false;
+	sole = fcntl(fd, F_SETLEASE, F_WRLCK) == 0;
+	if (sole)
+		(void)fcntl(fd, F_SETLEASE, F_UNLCK);
+	(void)fcntl(fd, F_SETSIG, 0);
+	return sole;
+}
+
+/* Copy the present blocks of a one-file object down to their offsets in
+ * the data file (see cache_migrate, step 3), holes for absent ones. */
+static int cache_migrate_copy(struct cache *c, int fd,
+			      const struct cache_object *obj, uint64_t data_off,
+			      const uint8_t *present)
+{
+	uint64_t nblocks = (obj->size + c->bs - 1) / c->bs;
+	static const char zeros[CACHE_HDR_FIXED];
+	char *buf = malloc(c->bs);
+	int ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	/* The header goes first, durably: a crash in the copy then leaves a
+	 * file that no opener takes for the old object. */
+	if (pwrite(fd, zeros, sizeof(zeros), 0) != (ssize_t)sizeof(zeros) ||
+	    fdatasync(fd)) {
+		ret = errno ? -errno : -EIO;
+		goto out;
+	}
+	for (uint64_t b = 0; b < nblocks; b++) {
+		uint64_t at = b * c->bs;
+		size_t len = b + 1 < nblocks ? c->bs : obj->size - at;
+		ssize_t w;
+
+		if (!(present[b / 8] & (1u << (b % 8)))) {
+			/* Never trusted (no record) whatever it holds: a
+			 * hole where the file system makes one. */
+			(void)fallocate(
+				fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)at, (off_t)len);
+			continue;
+		}
+		/* Block b's bytes lie at data_off + at > at: below them only
+		 * blocks already moved are overwritten. */
+		ret = cache_pread_all(fd, buf, len, data_off + at);
+		if (ret)
+			goto out;
+		w = pwrite(fd, buf, len, (off_t)at);
+		if (w != (ssize_t)len) {
+			ret = w < 0 ? -errno : -EIO;
+			goto out;
+		}
+	}
+out:
+	free(buf);
+	return ret;
+}
+
+/*
+ * Migrate the one-file object obj (version 1 or 2, layout *l), open as fd
+ * and linked at data_path under dirfd, to a pair: its bytes at offset 0 of
+ * the same file, header and records in a new sidecar. The caller holds
+ * fd's exclusive in-use lock. The order (docs/cache.md, "Migration"):
+ *
+ *   1. no other open file description of the file may exist (a write
+ *      lease can be had): an idle open object of another process, or a
+ *      descriptor handed out for splicing, knows the old offsets;
+ *   2. the sidecar, an O_TMPFILE: header version 3 (CACHE_HDR_SEED0 for a
+ *      version 1 file, whose records keep their seed), each valid record
+ *      re-sealed with the new header's sum, all zeros for the others;
+ *      fdatasync;
+ *   3. the bytes move to offset 0: FALLOC_FL_COLLAPSE_RANGE of [0,
+ *      data_off) (ext4, xfs: it removes the header first), or where the
+ *      file system cannot, up to CACHE_MIGRATE_COPY_MAX bytes present, the
+ *      header is zeroed (durably) and the present blocks copied down in
+ *      place (cache_migrate_copy); then cut (or grown) to the object's size
+ *      and fdatasync;
+ *   4. the sidecar is linked (cache_meta_replace) and the directory
+ *      synced.
+ *
+ * A crash before step 3 leaves the old file whole; during 3 or before 4
+ * is durable, a data file with neither a header nor a sidecar, which the
+ * next opener removes (the object is fetched again); after 4, the pair.
+ * Returns 0 (*mfd: the sidecar, read-write; *l: its layout); with the old
+ * file as it was: -EBUSY (open elsewhere, or no lease to tell), -EFBIG (it
+ * needs a copy larger than CACHE_MIGRATE_COPY_MAX) or another -errno; or
+ * -ESTALE: step 3 failed midway, and the file has been removed.
+ */
+int cache_migrate(struct cache *c, int dirfd, const char *data_path, int fd,
+		  const struct cache_object *obj, struct cache_layout *l,
+		  int *mfd)
+{
+	uint64_t nblocks = (obj->size + c->bs - 1) / c->bs, present_bytes = 0;
+	char sub[3] = { data_path[0], data_path[1], '\0' };
+	uint32_t flags =
+		l->version == CACHE_OBJ_VERSION_1 ? CACHE_HDR_SEED0 : 0;
+	struct cache_rec recs[CACHE_ALIGN / sizeof(struct cache_rec)];
+	struct cache_layout nl;
+	struct cache_hdr old;
+	uint8_t *present = NULL;
+	char *hdr = NULL;
+	bool moved = false;
+	struct stat st;
+	size_t len;
+	int sfd = -1, m = -1, ret;
+
+	*mfd = -1;
+	if (!cache_sole_opener(fd))
+		return -EBUSY;
+	ret = cache_pread_all(fd, &old, sizeof(old), 0);
+	if (ret)
+		return ret;
+	if (fstat(fd, &st))
+		return -errno;
+	sfd = openat(dirfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sfd < 0)
+		return -errno;
+	present = calloc(1, nblocks / 8 + 1);
+	ret = present ? cache_hdr_build(c, obj, CACHE_OBJ_VERSION, flags, &hdr,
+					&len)
+		      : -ENOMEM;
+	if (ret)
+		goto out;
+	((struct cache_hdr *)hdr)->atime = old.atime; /* keeps its age */
+	nl = (struct cache_layout){
+		.version = CACHE_OBJ_VERSION,
+		.flags = flags,
+		.data_off = 0,
+		.rec_off = cache_roundup(len, CACHE_ALIGN),
+		.rec_seed = flags ? 0
+			    : ((struct cache_hdr *)hdr)->hdr_sum
+				    ? ((struct cache_hdr *)hdr)->hdr_sum
+				    : 1,
+	};
+	/* 2. the sidecar */
+	m = openat(sfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, CACHE_FILE_MODE);
+	errno = 0;
+	if (m < 0 || pwrite(m, hdr, len, 0) != (ssize_t)len) {
+		ret = m < 0 || errno ? -errno : -ENOSPC;
+		goto out;
+	}
+	for (uint64_t b0 = 0; b0 < nblocks;) {
+		uint64_t n = nblocks - b0;
+		size_t bytes;
+
+		if (n > sizeof(recs) / sizeof(recs[0]))
+			n = sizeof(recs) / sizeof(recs[0]);
+		bytes = n * sizeof(recs[0]);
+		errno = 0;
+		ret = cache_pread_all(fd, recs, bytes,
+				      l->rec_off + b0 * sizeof(recs[0]));
+		if (ret)
+			goto out;
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t b = b0 + i;
+			struct cache_rec *r = &recs[i];
+
+			if (r->magic != CACHE_REC_MAGIC ||
+			    r->check != (uint32_t)XXH3_64bits_withSeed(
+						r, 12, b ^ l->rec_seed)) {
+				memset(r, 0, sizeof(*r));
+				continue;
+			}
+			r->check = (uint32_t)XXH3_64bits_withSeed(
+				r, 12, b ^ nl.rec_seed);
+			present[b / 8] |= (uint8_t)(1u << (b % 8));
+			present_bytes +=
+				b + 1 < nblocks ? c->bs : obj->size - b * c->bs;
+		}
+		if (pwrite(m, recs, bytes,
+			   (off_t)(nl.rec_off + b0 * sizeof(recs[0]))) !=
+		    (ssize_t)bytes) {
+			ret = errno ? -errno : -ENOSPC;
+			goto out;
+		}
+		b0 += n;
+	}
+	if (fdatasync(m)) {
+		ret = -errno;
+		goto out;
+	}
+	/* 3. the bytes to offset 0 */
+	if ((uint64_t)st.st_size <= l->data_off) {
+		moved = true; /* no block on disk: nothing to move */
+	} else if (!getenv("DSTAGE_NO_COLLAPSE") &&
+		   fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 0,
+			     (off_t)l->data_off) == 0) {
+		moved = true;
+	} else if (!getenv("DSTAGE_NO_COLLAPSE") && errno != EOPNOTSUPP &&
+		   errno != EINVAL && errno != ENOSYS && errno != EPERM &&
+		   errno != ETXTBSY && errno != ENODEV) {
+		ret = -errno; /* a collapse that failed midway */
+		log_warn("cache: %s/%s: migrating object file %s: collapse: "
+			 "%s; removed",
+			 cache_ds_or(obj->dataset), obj->key, data_path,
+			 strerror(-ret));
+		goto stale;
+	}
+	if (!moved) {
+		if (present_bytes > CACHE_MIGRATE_COPY_MAX) {
+			ret = -EFBIG;
+			goto out;
+		}
+		ret = cache_migrate_copy(c, fd, obj, l->data_off, present);
+		if (ret)
+			goto stale;
+	}
+	if (ftruncate(fd, (off_t)obj->size) || fdatasync(fd)) {
+		ret = -errno;
+		goto stale;
+	}
+	/* 4. the pair */
+	ret = cache_meta_replace(c, sfd, data_path + 3, m);
+	if (ret)
+		goto stale;
+	(void)fsync(sfd);
+	*mfd = m;
+	m = -1;
+	*l = nl;
+	goto out;
+stale:
+	/* Neither the old object nor the new one: never to be read. */
+	if (cache_pair_unlink(dirfd, data_path))
+		(void)ftruncate(fd, 0);
+	ret = -ESTALE;
+out:
+	if (m >= 0)
+		close(m);
+	if (sfd >= 0)
+		close(sfd);
+	free(present);
+	free(hdr);
 	return ret;
 }
 

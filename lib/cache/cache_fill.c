@@ -260,6 +260,7 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 {
 	struct uring_io ios[CACHE_MAX_BATCH];
 	size_t nio = 0;
+	size_t tail = 0; /* 1: the last io goes through o->fd */
 	int ret, dfd = cache_obj_dfd(o);
 
 	for (uint64_t i = 0; i < n; i++) {
@@ -268,7 +269,13 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 		ios[nio].buf = buf + i * o->c->bs;
 		ios[nio].len = cache_block_len(o, b0 + i);
 		ios[nio].off = o->data_off + (b0 + i) * o->c->bs;
-		if (dfd >= 0 && ios[nio].len % CACHE_ALIGN) {
+		if (dfd >= 0 && ios[nio].len % CACHE_ALIGN &&
+		    o->data_off == 0) {
+			/* A data file holds the object's bytes exactly (FUSE
+			 * passthrough reads it to its end): its last block is
+			 * written buffered, not padded. */
+			tail = 1;
+		} else if (dfd >= 0 && ios[nio].len % CACHE_ALIGN) {
 			/* Direct I/O writes whole 4 KiB units: pad the
 			 * object's last block (its slot has room). */
 			size_t pad = CACHE_ALIGN - ios[nio].len % CACHE_ALIGN;
@@ -278,7 +285,7 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 		}
 		nio++;
 	}
-	ret = uring_rw(dfd >= 0 ? dfd : o->fd, ios, nio, true);
+	ret = uring_rw(dfd >= 0 ? dfd : o->fd, ios, nio - tail, true);
 	if (ret == -EINVAL && dfd >= 0) {
 		/* The filesystem opened it but refuses direct writes. */
 		log_debug("cache: %s/%s: direct writes refused: buffered",
@@ -288,6 +295,8 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 		pthread_mutex_unlock(&o->lock);
 		return cache_commit(o, b0, fetch, recs, buf, n);
 	}
+	if (!ret && tail)
+		ret = uring_rw(o->fd, &ios[nio - 1], 1, true);
 	if (!ret && fdatasync(o->fd))
 		ret = -errno;
 	if (ret)
@@ -305,10 +314,11 @@ static int cache_commit(struct cache_obj *o, uint64_t b0, const bool *fetch,
 	 * No second fdatasync: the records need not be durable now. A record
 	 * that a crash loses leaves its block ABSENT (fetched again); one that
 	 * survives was written after its data was durable, and its check word
-	 * rejects a torn write. Writeback, or the next batch's fdatasync,
-	 * makes it durable. This halves the syncs of a cold read.
+	 * rejects a torn write. Writeback makes it durable (the sidecar's;
+	 * in a one-file object also the next batch's fdatasync). This halves
+	 * the syncs of a cold read.
 	 */
-	return uring_rw(o->fd, ios, nio, true);
+	return uring_rw(o->mfd, ios, nio, true);
 }
 
 /*

@@ -20,12 +20,23 @@
  *
  * On disk (cache.dir, 0700, owned by the process's euid):
  *   dstage-cache            "dstage-cache 1\nblock_size N\n", written once
- *   objects/<h2>/<h30>      one file per object version (0600): h = XXH3-128
- *                           of (dataset, key, ETag, size) in hex
- * An object file holds a header (magic, block size, object size, dataset, key,
- * ETag, header checksum, access time), one 16-byte record per block (XXH3 of
- * the block, a magic and a check word: all zeros = absent), then the blocks
- * at data_off + b * block_size.
+ *   objects/<h2>/<h30>      an object version's data file (0600): its
+ *                           bytes at their own offsets (block b at
+ *                           b * block_size), holes where absent; h =
+ *                           XXH3-128 of (dataset, key, ETag, size) in hex
+ *   objects/<h2>/<h30>.meta its sidecar (0600): a header (magic, version 3,
+ *                           block size, object size, dataset, key, ETag,
+ *                           header checksum, access time), then one
+ *                           16-byte record per block from rec_off (XXH3 of
+ *                           the block, a magic and a check word: all zeros
+ *                           = absent)
+ * The data file is the pair's anchor: it carries the OFD locks, it is
+ * linked first and unlinked last; the sidecar is linked, replaced or
+ * unlinked only by a process holding the data file's exclusive in-use
+ * lock (or, for a sidecar without a data file, its own: cache_file.c).
+ * Files of versions 1 and 2 (one file: header, records, then the blocks at
+ * data_off) are migrated to a pair at open (cache_migrate), or read as
+ * they are while another process has them open.
  *
  * Block state machine (per block, on disk):
  *
@@ -107,11 +118,22 @@
 
 #define CACHE_ID_FILE "dstage-cache"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"
-/* 2: a record's check word is bound to its object as well as to its block
- * (seeded with the header's hdr_sum); version 1 files, bound to the block
- * only, are still read and filled as they are, never rewritten. */
-#define CACHE_OBJ_VERSION 2
+/* 3: the object's bytes at offset 0 of their own file, header and records
+ * in a sidecar (FUSE passthrough hands the kernel the data file). 2: one
+ * file, a record's check word bound to its object as well as to its block
+ * (seeded with the header's hdr_sum). 1: one file, records bound to the
+ * block only. Versions 1 and 2 are migrated at open (cache_migrate); a
+ * version 1 file's records keep their seed (CACHE_HDR_SEED0). */
+#define CACHE_OBJ_VERSION 3
+#define CACHE_OBJ_VERSION_2 2
 #define CACHE_OBJ_VERSION_1 1
+#define CACHE_META_SUFFIX ".meta"
+#define CACHE_HDR_SEED0 1u /* v3 flags: records seeded with b alone */
+/* A migration that must copy (no FALLOC_FL_COLLAPSE_RANGE) holds the
+ * object's exclusive lock while it copies: larger objects stay in their
+ * old format (read as they are, never passed through) rather than make
+ * other openers wait past their bound. */
+#define CACHE_MIGRATE_COPY_MAX (256ull << 20)
 #define CACHE_REC_MAGIC 0x4b4c4231u /* "1BLK" */
 #define CACHE_HDR_FIXED 64
 #define CACHE_ALIGN 4096
@@ -180,8 +202,9 @@ struct cache_hdr {
 	uint32_t version;
 	uint32_t block_size;
 	uint64_t size;
-	uint64_t data_off;
-	uint32_t ds_len, key_len, etag_len, pad;
+	uint64_t data_off; /* 0 in version 3: the data is in its own file */
+	uint32_t ds_len, key_len, etag_len;
+	uint32_t flags; /* version 3: CACHE_HDR_SEED0; 0 before */
 	uint64_t hdr_sum; /* XXH3 of bytes [0, 48) and the strings */
 	uint64_t atime; /* last access, seconds; not in hdr_sum */
 };
@@ -196,6 +219,15 @@ struct cache_rec {
 
 _Static_assert(sizeof(struct cache_hdr) == CACHE_HDR_FIXED, "header size");
 _Static_assert(sizeof(struct cache_rec) == 16, "record size");
+
+/* Where an object's file(s) keep things (cache_hdr_check). */
+struct cache_layout {
+	uint32_t version; /* CACHE_OBJ_VERSION(_2, _1) */
+	uint32_t flags; /* the header's */
+	uint64_t data_off; /* block b at data_off + b * block_size */
+	uint64_t rec_off; /* in the header's file */
+	uint64_t rec_seed; /* see cache_obj.rec_seed */
+};
 
 /* A dataset's policy (from the caller's policy source) and usage (from
  * scans and fills). Every field: c->lock. */
@@ -231,9 +263,12 @@ struct cache_obj {
 	uint64_t size, nblocks, rec_off, data_off;
 	/* What each record's check word is seeded with besides its block
 	 * number (cache_rec_check): the header's hdr_sum, which names this
-	 * object version; 0 in a version 1 file (bound to the block only). */
+	 * object version; 0 for records of a version 1 file (bound to the
+	 * block only), migrated or not. */
 	uint64_t rec_seed;
-	int fd;
+	uint32_t version, hdr_flags; /* the header's (set at open) */
+	int fd; /* the data file: block data, OFD locks */
+	int mfd; /* header and records: the sidecar, or fd (versions 1, 2) */
 	int dfd; /* o->lock: O_DIRECT writer, CACHE_DFD_UNSET or -1 (none) */
 	bool no_direct; /* o->lock: direct writes were refused */
 	bool inuse_locked; /* holds the shared CACHE_LOCK_INUSE; c->lock */
@@ -457,10 +492,22 @@ int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 		    struct cache_rec *recs);
 void cache_obj_name(const struct cache_object *obj, char out[33]);
 int cache_hdr_build(struct cache *c, const struct cache_object *obj,
-		    uint32_t version, char **buf, size_t *len);
-int cache_hdr_check(struct cache *c, int fd, const struct cache_object *obj,
-		    uint64_t *data_off, uint64_t *rec_off, uint64_t *rec_seed);
+		    uint32_t version, uint32_t flags, char **buf, size_t *len);
+int cache_hdr_check(struct cache *c, int fd, bool meta,
+		    const struct cache_object *obj, struct cache_layout *l);
 int cache_file_info(int fd, char *ds, size_t dslen, uint64_t *atime);
+void cache_meta_path(const char *data_path, char *out, size_t len);
+int cache_pair_info(int dirfd, const char *data_path, int fd, char *ds,
+		    size_t dslen, uint64_t *atime, uint64_t *meta_bytes,
+		    int *mfdp);
+int cache_pair_unlink(int dirfd, const char *data_path);
+int cache_meta_replace(const struct cache *c, int dirfd, const char *data_path,
+		       int mfd);
+int cache_meta_orphan_drop(const struct cache *c, int dirfd,
+			   const char *meta_path, uint64_t *freed);
+int cache_migrate(struct cache *c, int dirfd, const char *data_path, int fd,
+		  const struct cache_object *obj, struct cache_layout *l,
+		  int *mfd);
 int cache_identity(struct cache *c);
 void cache_drop_range(const struct cache *c, int fd, uint64_t data_off,
 		      uint64_t size, uint64_t off, uint64_t len);

@@ -24,9 +24,14 @@
  * of this process fills or verifies it; cache_claim then also holds the
  * block's OFD lock (exclusive across processes).
  *
- * An object file is created whole or not at all: O_TMPFILE (0600), header
- * written, linkat; its header and first page of records are reserved
- * (layer 2) first.
+ * An object's files are created whole or not at all: two O_TMPFILEs
+ * (0600), the sidecar's header written, the data file linked under its
+ * exclusive in-use lock, then the sidecar (cache_obj_create); the
+ * sidecar's header and first page of records are reserved (layer 2)
+ * first. At open, a one-file object (versions 1 and 2) is migrated to a
+ * pair when no other process has it open (cache_obj_migrate), else read
+ * in its own format; a data file with a bad sidecar, or with neither a
+ * sidecar nor a header, is removed when nobody uses it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -80,9 +85,15 @@ void cache_lands_drop(struct cache_obj *o)
 }
 
 /*
- * Create obj's file. Its header and first page of records count against the
- * capacity like blocks do (reserved first): -ENOSPC when there is no room,
- * and the caller reads uncached.
+ * Create obj's pair of files: the sidecar (header) and the data file, each
+ * an O_TMPFILE (0600). The data file is linked first, holding its
+ * exclusive in-use lock, then the sidecar (cache_meta_replace): an opener
+ * that finds the data file waits for the in-use lock and then finds both.
+ * A crash between the two links leaves a data file alone (empty), which
+ * the next opener removes. The sidecar's header and first page of records
+ * count against the capacity like blocks do (reserved first): -ENOSPC when
+ * there is no room, and the caller reads uncached. -EEXIST: another
+ * process or thread linked its data file first.
  */
 static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 			    const char *name)
@@ -92,7 +103,7 @@ static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 	char *hdr = NULL;
 	uint64_t cost = 0;
 	size_t len;
-	int dfd = -1, fd = -1, ret;
+	int dfd = -1, fd = -1, mfd = -1, ret;
 
 	if (mkdirat(c->objects_fd, sub, CACHE_DIR_MODE) && errno != EEXIST) {
 		ret = -errno;
@@ -105,7 +116,7 @@ static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 	dfd = openat(c->objects_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	ret = cache_hdr_build(c, obj, CACHE_OBJ_VERSION, &hdr, &len);
+	ret = cache_hdr_build(c, obj, CACHE_OBJ_VERSION, 0, &hdr, &len);
 	if (ret)
 		goto out;
 	ret = cache_reserve(c, ds,
@@ -113,19 +124,30 @@ static int cache_obj_create(struct cache *c, const struct cache_object *obj,
 	if (ret)
 		goto out;
 	cost = cache_roundup(len, CACHE_ALIGN) + CACHE_ALIGN;
+	mfd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, CACHE_FILE_MODE);
 	fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, CACHE_FILE_MODE);
-	if (fd < 0) {
+	if (mfd < 0 || fd < 0) {
 		ret = -errno;
 		goto out;
 	}
 	errno = 0;
-	if (pwrite(fd, hdr, len, 0) != (ssize_t)len) {
+	if (pwrite(mfd, hdr, len, 0) != (ssize_t)len) {
 		ret = errno ? -errno : -ENOSPC;
 		goto out;
 	}
+	/* Nobody else can see it yet: taken at once. */
+	ret = cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
+			     name);
+	if (ret)
+		goto out;
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	if (linkat(AT_FDCWD, proc, dfd, name + 2, AT_SYMLINK_FOLLOW))
+	if (linkat(AT_FDCWD, proc, dfd, name + 2, AT_SYMLINK_FOLLOW)) {
 		ret = -errno;
+		goto out;
+	}
+	ret = cache_meta_replace(c, dfd, name + 2, mfd);
+	if (ret) /* a data file alone would only be removed again */
+		unlinkat(dfd, name + 2, 0);
 out:
 	if (cost && (ret == -ENOSPC || ret == -EDQUOT)) {
 		/* Reserved, so there was room by cache.size: the disk is full. */
@@ -137,7 +159,9 @@ out:
 	else if (cost)
 		cache_landed_bytes(c, cost);
 	if (fd >= 0)
-		close(fd);
+		close(fd); /* and with it the exclusive lock */
+	if (mfd >= 0)
+		close(mfd);
 	if (dfd >= 0)
 		close(dfd);
 	free(hdr);
@@ -151,6 +175,8 @@ static void cache_obj_free(struct cache_obj *o)
 	pthread_mutex_lock(&o->lock);
 	cache_lands_drop(o);
 	pthread_mutex_unlock(&o->lock);
+	if (o->mfd >= 0 && o->mfd != o->fd)
+		close(o->mfd);
 	if (o->fd >= 0)
 		close(o->fd);
 	if (o->dfd >= 0)
@@ -165,9 +191,6 @@ static void cache_obj_free(struct cache_obj *o)
 	free(o);
 }
 
-/* Open (creating if needed) the file of obj, holding the shared in-use lock
- * on a file that is still linked. -EUCLEAN: the file is not usable (corrupt
- * header nobody could remove, or a hash collision): stream through. */
 /*
  * A small object file read through the page cache (dstagefs: drop-behind
  * on) whose blocks are all on disk: ask for all of it now, one request,
@@ -186,15 +209,83 @@ static void cache_obj_small_ahead(struct cache *c, int fd,
 	(void)posix_fadvise(fd, 0, st->st_size, POSIX_FADV_WILLNEED);
 }
 
+/*
+ * A data file the caller cannot use (bad sidecar or header, or a data file
+ * alone: a crash's leftover): remove it, with its sidecar, if nobody else
+ * uses it (the exclusive in-use lock, at once), and return -EAGAIN (open
+ * again); else -EUCLEAN (the caller reads uncached).
+ */
+static int cache_obj_unusable(struct cache *c, const struct cache_object *obj,
+			      const char *name, const char *path, int fd,
+			      const char *what)
+{
+	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
+			   name) == 0) {
+		log_warn("cache: %s/%s: object file %s: %s; removed",
+			 cache_ds_or(obj->dataset), obj->key, path, what);
+		cache_pair_unlink(c->objects_fd, path);
+		return -EAGAIN;
+	}
+	log_warn("cache: %s/%s: object file %s: %s, and it is in use: "
+		 "reading uncached",
+		 cache_ds_or(obj->dataset), obj->key, path, what);
+	return -EUCLEAN;
+}
+
+/*
+ * A one-file object (version 1 or 2) found at open, fd holding its shared
+ * in-use lock: migrate it to a pair when nobody else has it open (the
+ * exclusive lock at once, then cache_migrate), and take the shared lock
+ * back. Returns 0 (*mfd the sidecar and *l its layout, or *mfd = fd: read
+ * in the old format this time), or -EAGAIN (the file was removed: open
+ * again).
+ */
+static int cache_obj_migrate(struct cache *c, const struct cache_object *obj,
+			     const char *name, const char *path, int fd,
+			     struct cache_layout *l, int *mfd)
+{
+	int ret;
+
+	*mfd = fd;
+	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
+			   name))
+		return 0; /* another process reads it now */
+	ret = cache_migrate(c, c->objects_fd, path, fd, obj, l, mfd);
+	/* Back to shared: a write lock converts in place, no gap. */
+	cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_RDLCK, false, "", "", name);
+	if (ret == 0) {
+		log_debug("cache: %s/%s: object file %s migrated to version %d",
+			  cache_ds_or(obj->dataset), obj->key, path,
+			  CACHE_OBJ_VERSION);
+		return 0;
+	}
+	*mfd = fd;
+	if (ret == -ESTALE)
+		return -EAGAIN;
+	if (ret != -EBUSY)
+		log_info("cache: %s/%s: object file %s stays in version %u "
+			 "for now: %s",
+			 cache_ds_or(obj->dataset), obj->key, path, l->version,
+			 ret == -EFBIG ? "too large to copy" : strerror(-ret));
+	return 0;
+}
+
+/*
+ * Open (creating if needed) the files of obj, holding the shared in-use
+ * lock on a data file that is still linked: *fdp the data file, *mfdp the
+ * sidecar (or *fdp for a one-file object read as it is), *l where things
+ * are. -EUCLEAN: the files are not usable (a bad header nobody could
+ * remove, or a hash collision): stream through.
+ */
 static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 			       const char *name, bool create, int *fdp,
-			       uint64_t *data_off, uint64_t *rec_off,
-			       uint64_t *rec_seed)
+			       int *mfdp, struct cache_layout *l)
 {
-	char path[40];
-	int fd = -1, ret = 0;
+	char path[40], mpath[48];
+	int fd = -1, mfd = -1, ret = 0;
 
 	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	cache_meta_path(path, mpath, sizeof(mpath));
 	for (int tries = 0; tries < 16; tries++) {
 		struct stat st;
 
@@ -223,29 +314,49 @@ static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 			continue;
 		}
 		cache_obj_small_ahead(c, fd, &st);
-		ret = cache_hdr_check(c, fd, obj, data_off, rec_off, rec_seed);
-		if (ret == 0) {
-			*fdp = fd;
-			return 0;
-		}
-		if (ret != -EUCLEAN)
+		/* Under the shared lock nobody links or unlinks the sidecar
+		 * (cache_file.c): this one is the data file's. */
+		mfd = openat(c->objects_fd, mpath,
+			     O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+		if (mfd < 0 && errno != ENOENT) {
+			ret = -errno;
 			goto fail;
-		/* A bad header (torn by a power loss, or a collision): remove
-		 * the file if nobody else uses it, else stream through. */
-		if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "",
-				   "", name) == 0) {
-			log_warn("cache: %s/%s: object file %s has a bad "
-				 "header, removed",
-				 cache_ds_or(obj->dataset), obj->key, path);
-			unlinkat(c->objects_fd, path, 0);
-			close(fd);
-			fd = -1;
-			continue;
 		}
-		log_warn("cache: %s/%s: object file %s has a bad header and "
-			 "is in use: reading uncached",
-			 cache_ds_or(obj->dataset), obj->key, path);
-		goto fail;
+		if (mfd >= 0) {
+			if (c->drop_behind && st.st_size <= CACHE_SMALL_AHEAD)
+				(void)posix_fadvise(mfd, 0, 0,
+						    POSIX_FADV_WILLNEED);
+			ret = cache_hdr_check(c, mfd, true, obj, l);
+			if (ret == 0) {
+				*fdp = fd;
+				*mfdp = mfd;
+				return 0;
+			}
+			close(mfd);
+			mfd = -1;
+			if (ret != -EUCLEAN)
+				goto fail;
+			ret = cache_obj_unusable(c, obj, name, path, fd,
+						 "bad header");
+		} else {
+			ret = cache_hdr_check(c, fd, false, obj, l);
+			if (ret == 0)
+				ret = cache_obj_migrate(c, obj, name, path, fd,
+							l, &mfd);
+			else if (ret == -EUCLEAN)
+				ret = cache_obj_unusable(
+					c, obj, name, path, fd,
+					"neither a header nor a sidecar");
+			if (ret == 0) {
+				*fdp = fd;
+				*mfdp = mfd;
+				return 0;
+			}
+		}
+		if (ret != -EAGAIN)
+			goto fail;
+		close(fd);
+		fd = -1;
 	}
 	return -EUCLEAN;
 fail:
@@ -430,6 +541,7 @@ int cache_obj_forget(struct cache *c, const char *name)
 int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		  struct cache_obj **op)
 {
+	struct cache_layout l = { 0 };
 	char name[33];
 	struct cache_obj *o, *other;
 	int ret;
@@ -478,7 +590,7 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 	if (!o)
 		return -ENOMEM;
 	o->c = c;
-	o->fd = -1;
+	o->fd = o->mfd = -1;
 	o->dfd = CACHE_DFD_UNSET;
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_cond_init(&o->cond, NULL);
@@ -500,8 +612,12 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 			goto err;
 		}
 	}
-	ret = cache_obj_open_file(c, obj, name, create, &o->fd, &o->data_off,
-				  &o->rec_off, &o->rec_seed);
+	ret = cache_obj_open_file(c, obj, name, create, &o->fd, &o->mfd, &l);
+	o->data_off = l.data_off;
+	o->rec_off = l.rec_off;
+	o->rec_seed = l.rec_seed;
+	o->version = l.version;
+	o->hdr_flags = l.flags;
 	if (ret == -EUCLEAN || ret == -ENOSPC || (ret == -ENOENT && !create)) {
 		/* Unusable, no room for a new file, or none wanted: the
 		 * caller streams (or has nothing to do). */
@@ -579,11 +695,9 @@ static int cache_obj_write_atime(struct cache_obj *o, uint64_t t)
 	char *hdr = NULL, *page = NULL;
 	size_t len;
 	ssize_t w;
-	/* In the file's own format: a version 1 file stays one. */
-	int ret = cache_hdr_build(o->c, &obj,
-				  o->rec_seed ? CACHE_OBJ_VERSION
-					      : CACHE_OBJ_VERSION_1,
-				  &hdr, &len);
+	/* In the file's own format (a one-file object read as it is). */
+	int ret = cache_hdr_build(o->c, &obj, o->version, o->hdr_flags, &hdr,
+				  &len);
 
 	if (ret)
 		return ret;
@@ -598,7 +712,7 @@ static int cache_obj_write_atime(struct cache_obj *o, uint64_t t)
 	}
 	memcpy(page, hdr, len);
 	((struct cache_hdr *)page)->atime = t;
-	w = pwrite(o->fd, page, o->rec_off, 0);
+	w = pwrite(o->mfd, page, o->rec_off, 0);
 	if (w < 0)
 		ret = -errno;
 	else if ((uint64_t)w != o->rec_off)

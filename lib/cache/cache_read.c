@@ -421,7 +421,7 @@ int cache_object_atime(struct cache *c, const struct cache_object *obj,
 	if (!ret && !o)
 		ret = -ENOENT;
 	if (!ret)
-		ret = cache_file_info(o->fd, ds, sizeof(ds), atime);
+		ret = cache_file_info(o->mfd, ds, sizeof(ds), atime);
 	cache_obj_put(o);
 	return ret;
 }

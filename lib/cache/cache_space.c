@@ -18,8 +18,9 @@
  * c->evict_lock.
  *
  * Eviction: one pass over objects/ per round (cache_scan) recounts usage and
- * keeps the CACHE_EVICT_HEAP best victims; an object file goes only when
- * nobody holds its in-use byte (cache_evict_one).
+ * keeps the CACHE_EVICT_HEAP best victims; an object's files (data file and
+ * sidecar, both counted) go only when nobody holds the data file's in-use
+ * byte, the sidecar first (cache_evict_one).
  *
  * Fill buffers (c->buf_lock, a leaf): c->batch blocks each, up to
  * c->busy_bufs (CACHE_BUSY_BUFS at most) of them kept while fills run,
@@ -443,22 +444,30 @@ static int cache_scan(struct cache *c, const char *only_ds,
 			struct cache_victim v;
 			struct cache_usage p;
 			struct stat st;
-			uint64_t bytes;
-			int fd;
+			uint64_t bytes, mbytes;
+			int fd, mfd = -1, ret;
 
+			/* A data file (its sidecar goes with it); a sidecar
+			 * alone is not counted (see docs/cache.md). */
 			if (strlen(fe->d_name) != 30)
 				continue;
 			fd = openat(sfd, fe->d_name, O_RDONLY | O_CLOEXEC);
 			if (fd < 0)
 				continue;
 			cache_tighten(fd, false, t);
-			if (fstat(fd, &st) ||
-			    cache_file_info(fd, ds, sizeof(ds), &v.atime)) {
-				close(fd);
-				continue;
+			ret = fstat(fd, &st);
+			if (!ret)
+				ret = cache_pair_info(sfd, fe->d_name, fd, ds,
+						      sizeof(ds), &v.atime,
+						      &mbytes, &mfd);
+			if (mfd >= 0) {
+				cache_tighten(mfd, false, t);
+				close(mfd);
 			}
 			close(fd);
-			bytes = (uint64_t)st.st_blocks * 512;
+			if (ret)
+				continue;
+			bytes = (uint64_t)st.st_blocks * 512 + mbytes;
 			total += bytes;
 			cache_usage_of(c, ds, &p);
 			cache_ds_add_used(c, ds, (int64_t)bytes);
@@ -491,7 +500,7 @@ uint64_t cache_evict_one(struct cache *c, const char *name, char *ds,
 {
 	char path[40];
 	struct stat st;
-	uint64_t atime, bytes = 0;
+	uint64_t atime, mbytes, bytes = 0;
 	int fd;
 
 	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
@@ -501,11 +510,14 @@ uint64_t cache_evict_one(struct cache *c, const char *name, char *ds,
 	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
 			   name) ||
 	    fstat(fd, &st) || st.st_nlink == 0 ||
-	    cache_file_info(fd, ds, dslen, &atime))
+	    cache_pair_info(c->objects_fd, path, fd, ds, dslen, &atime, &mbytes,
+			    NULL))
 		goto out;
-	if (unlinkat(c->objects_fd, path, 0))
+	/* The sidecar first (cache_pair_unlink): no window where its
+	 * records name bytes that are gone. */
+	if (cache_pair_unlink(c->objects_fd, path))
 		goto out;
-	bytes = (uint64_t)st.st_blocks * 512;
+	bytes = (uint64_t)st.st_blocks * 512 + mbytes;
 	cache_count(&c->evictions, 1);
 	log_debug("cache: evicted %s (%s, %" PRIu64 " bytes)", path, ds, bytes);
 out:

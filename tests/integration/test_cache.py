@@ -232,17 +232,25 @@ def test_kill9_while_filling(tool, file_source, tmp_path):
 
 
 def object_files(cache_dir):
+    """The objects' data files (each with its sidecar, NAME.meta)."""
+    return sorted(f for f in (cache_dir / "objects").glob("*/*")
+                  if not f.name.endswith(".meta"))
+
+
+def all_object_files(cache_dir):
+    """Data files and sidecars."""
     return sorted((cache_dir / "objects").glob("*/*"))
 
 
 def flip_cached_byte(cache_dir, off, mask):
-    """XOR byte `off` of the one object cached in cache_dir with mask."""
+    """XOR byte `off` of the one object cached in cache_dir with mask (its
+    data file holds its bytes at their own offsets)."""
     [f] = object_files(cache_dir)
+    assert Path(str(f) + ".meta").exists()
     with open(f, "r+b") as fh:
-        data_off = struct.unpack("<Q", fh.read(32)[24:32])[0]
-        fh.seek(data_off + off)
+        fh.seek(off)
         b = fh.read(1)
-        fh.seek(data_off + off)
+        fh.seek(off)
         fh.write(bytes([b[0] ^ mask]))
 
 
@@ -556,7 +564,7 @@ def mode(p):
 def cache_entries(d):
     """(directories, files) the cache keeps under d."""
     dirs = [d, d / "objects"] + sorted((d / "objects").glob("*"))
-    files = [d / "dstage-cache"] + object_files(d)
+    files = [d / "dstage-cache"] + all_object_files(d)
     return dirs, files
 
 
@@ -575,7 +583,7 @@ def test_cache_modes_keep_other_users_out(tool, file_source, tmp_path,
     c = make_cache(tool, file_source, tmp_path)
     assert c.run("ds", "cat", "obj").stdout == data
     dirs, files = cache_entries(c.dir)
-    assert len(files) == 2
+    assert len(files) == 3  # identity, data file, sidecar
     for d in dirs:
         assert mode(d) == 0o700, (d, oct(mode(d)))
     for f in files:
@@ -620,7 +628,8 @@ def test_looser_modes_tightened_at_open(tool, file_source, tmp_path,
     p = c.run("ds", "stats")
     log = p.stderr.decode()
     assert log.count("modes tightened") == 1, log
-    assert "3 directories to 0700 and 2 files to 0600" in log, log
+    # identity, data file, sidecar
+    assert "3 directories to 0700 and 3 files to 0600" in log, log
     for d in dirs:
         assert mode(d) == 0o700, d
     for f in files:

@@ -455,12 +455,14 @@ HOUR = 3600
 
 
 def cache_files(s):
-    """{path: key} of the daemon's object files (the key from the header:
-    the dataset's name, then the key, at offset 64)."""
+    """{path: key} of the daemon's objects' data files (the key from the
+    header in the sidecar, PATH.meta: the dataset's name, then the key, at
+    offset 64)."""
     out = {}
-    for p in sorted((s.root / "cache" / "objects").glob("*/*")):
-        h = p.read_bytes()[:4096]
-        if h[:8] != b"DSTGOBJ1":
+    for m in sorted((s.root / "cache" / "objects").glob("*/*.meta")):
+        h = m.read_bytes()[:4096]
+        p = m.with_name(m.name[:-len(".meta")])
+        if h[:8] != b"DSTGOBJ1" or not p.exists():
             continue
         dl, kl = struct.unpack_from("<II", h, 32)
         out[p] = h[64 + dl:64 + dl + kl].decode()
@@ -568,8 +570,10 @@ def test_gc_dry_run_changes_nothing(gcenv):
     assert r["dry_run"] == 1 and r["min_age"] == HOUR
     assert (r["orphan_files"], r["stale_objects"], r["stale_rows"],
             r["leftover_files"]) == (2, 1, 2, len(old))
-    assert r["orphan_bytes"] == sum(p.stat().st_blocks * 512
-                                    for p in orphans)
+    # an object's bytes: its data file's and its sidecar's
+    assert r["orphan_bytes"] == sum(
+        q.stat().st_blocks * 512
+        for p in orphans for q in (p, p.with_name(p.name + ".meta")))
     assert sorted(p for p in s.root.rglob("*") if p.is_file()
                   and "catalog.db" not in p.name
                   and p.name != "daemon.log") == files
@@ -587,7 +591,9 @@ def test_gc_removes_orphans(gcenv):
     r = ctl.json("gc")
     assert (r["orphan_files"], r["busy_files"], r["dry_run"]) == (2, 0, 0)
     assert not any(p.exists() for p in orphans)
+    assert not any(p.with_name(p.name + ".meta").exists() for p in orphans)
     assert all(p.exists() for p in owned)
+    assert all(p.with_name(p.name + ".meta").exists() for p in owned)
     # what the catalog owns is intact: verify reads it from the cache
     s.run("verify", "ds", "--cache", "--fetch-missing", check=True)
     a = [a for a in ctl.audit() if a["action"] == "gc"]

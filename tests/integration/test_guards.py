@@ -559,21 +559,21 @@ def test_status_only_errors_give_up_clearly(proxied, kind, method):
 
 # ---- crash ordering: a block's record only after its data is durable ----
 
-def cache_layout(path):
-    """(data_off, rec_off, block_size) of a cache object file
-    (lib/cache/cache_i.h's struct cache_hdr)."""
+def cache_layout(meta):
+    """(rec_off, block_size) of a cache object's sidecar
+    (lib/cache/cache_i.h's struct cache_hdr; the data file holds block b
+    at b * block_size)."""
     import struct
-    h = Path(path).read_bytes()[:64]
+    h = Path(meta).read_bytes()[:64]
     bs, = struct.unpack_from("<I", h, 12)
-    data_off, = struct.unpack_from("<Q", h, 24)
     lens = struct.unpack_from("<III", h, 32)
     rec_off = (64 + sum(lens) + 4095) & ~4095
-    return data_off, rec_off, bs
+    return rec_off, bs
 
 
 def trace_fill(tool, tmp_path, uring):
     """Fill an 8 MiB object in 64 KiB blocks through cache_tool under the
-    sync trace; returns (trace lines, cache file, blocks)."""
+    sync trace; returns (trace lines, data file, sidecar, blocks)."""
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     (src / "obj.bin").write_bytes(os.urandom(8 << 20))
@@ -591,32 +591,37 @@ def trace_fill(tool, tmp_path, uring):
                         "obj.bin", "0", str(8 << 20)], env=env,
                        capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    files = [f for f in (tmp_path / ("c-%s" % uring)).rglob("*")
-             if f.is_file() and "objects" in f.parts]
-    assert len(files) == 1, files
+    files = sorted(f for f in (tmp_path / ("c-%s" % uring)).rglob("*")
+                   if f.is_file() and "objects" in f.parts)
+    assert len(files) == 2 and files[1].name == files[0].name + ".meta", \
+        files
     lines = trace.read_text().split("\n") if trace.exists() else []
-    return [x.split() for x in lines if x], files[0], 128
+    return [x.split() for x in lines if x], files[0], files[1], 128
 
 
 def test_record_written_after_data_is_durable_pwrite(tool, tmp_path):
-    """The pread/pwrite path: every write and sync seen. For each record
-    written (block b), b's data was written before, and a sync of the file
-    came between that data write and the record write."""
-    ops, f, nblocks = trace_fill(tool, tmp_path, uring=False)
-    data_off, rec_off, bs = cache_layout(f)
+    """The pread/pwrite path: every write and sync seen, on two files (the
+    data file and its sidecar, told apart by inode). For each record
+    written to the sidecar (block b), b's data was written to the data
+    file before, and a sync of the data file came between that data write
+    and the record write."""
+    ops, data, meta, nblocks = trace_fill(tool, tmp_path, uring=False)
+    rec_off, bs = cache_layout(meta)
+    data_ino, meta_ino = str(data.stat().st_ino), str(meta.stat().st_ino)
     data_at = {}   # block -> index of the op that wrote its data
-    synced = -1    # index of the last sync
+    synced = -1    # index of the last sync of the data file
     recorded = set()
     for i, op in enumerate(ops):
         if op[0] == "S":
-            synced = i
+            if op[1] == data_ino:
+                synced = i
             continue
         off, length = int(op[2]), int(op[3])
-        if off >= data_off:
-            b0 = (off - data_off) // bs
+        if op[1] == data_ino:
+            b0 = off // bs
             for b in range(b0, b0 + (length + bs - 1) // bs):
                 data_at[b] = i
-        elif off >= rec_off:
+        elif op[1] == meta_ino and off >= rec_off:
             b0 = (off - rec_off) // 16
             for b in range(b0, b0 + length // 16):
                 assert b in data_at, "record of block %d before its data" % b
@@ -629,12 +634,13 @@ def test_record_written_after_data_is_durable_pwrite(tool, tmp_path):
 
 
 def test_record_written_after_data_is_durable_uring(tool, tmp_path):
-    """The io_uring path: its writes are not seen, but each sync reports
-    how many records the file holds at that moment. A batch syncs its data,
+    """The io_uring path: its writes are not seen, but each sync of the
+    data file reports how many records its sidecar holds at that moment. A batch syncs its data,
     then writes its records: so the first sync of a new file sees none, and
     the last sync does not see the last batch's records."""
-    ops, f, nblocks = trace_fill(tool, tmp_path, uring=True)
-    counts = [int(op[2]) for op in ops if op[0] == "S"]
+    ops, data, _, nblocks = trace_fill(tool, tmp_path, uring=True)
+    data_ino = str(data.stat().st_ino)
+    counts = [int(op[2]) for op in ops if op[0] == "S" and op[1] == data_ino]
     assert counts, "no sync traced: %s" % ops[:5]
     assert counts[0] == 0, "records present at the first sync: %s" % counts
     assert counts[-1] < nblocks, \

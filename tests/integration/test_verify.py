@@ -34,14 +34,17 @@ import pytest
 from test_stager import MiB, Stager, data, make_dataset  # noqa: F401
 from test_stager import daemon, stager_dir  # noqa: F401 (fixtures)
 
-# An object file: a 4 KiB header, then the records (4 KiB for a few
-# blocks), then block b at DATA_OFF + b * BLOCK (docs/cache.md).
-DATA_OFF = 8192
+# An object's data file holds block b at DATA_OFF + b * BLOCK, DATA_OFF 0
+# since format version 3 (header and records are in its sidecar,
+# NAME.meta; docs/cache.md).
+DATA_OFF = 0
 BLOCK = 4 * MiB
 
 
 def cache_files(root):
-    return [p for p in (root / "cache" / "objects").rglob("*") if p.is_file()]
+    """The objects' data files (their sidecars, NAME.meta, beside them)."""
+    return [p for p in (root / "cache" / "objects").rglob("*")
+            if p.is_file() and not p.name.endswith(".meta")]
 
 
 def flip(path, off, n=3):

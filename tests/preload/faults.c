@@ -22,9 +22,10 @@
  *
  *   W INO OFF LEN     a pwrite (the pread/pwrite path, DSTAGE_NO_URING=1)
  *   S INO NVALID      an fdatasync or fsync, with the number of block
- *                     records valid in the file at that moment (read from
- *                     the file: io_uring's writes are not seen, their
- *                     results are)
+ *                     records valid for the object at that moment (read
+ *                     from its sidecar, PATH.meta, or from the file itself
+ *                     where it has none: io_uring's writes are not seen,
+ *                     their results are)
  *
  * tests/integration/test_guards.py checks from it that a block's record is
  * written only after its data is durable.
@@ -125,9 +126,9 @@ static void trace_line(const char *line)
 	}
 }
 
-/* Records valid in the file now (magic only: a test's count, not the
- * cache's check). */
-static unsigned long trace_valid_recs(int fd)
+/* Records valid now in the file of fd (magic only: a test's count, not
+ * the cache's check). */
+static unsigned long trace_recs_in(int fd)
 {
 	unsigned char hdr[TRACE_HDR];
 	uint32_t bs, lens[3];
@@ -156,6 +157,32 @@ static unsigned long trace_valid_recs(int fd)
 		memcpy(&magic, rec + 8, 4);
 		valid += magic == TRACE_REC_MAGIC;
 	}
+	return valid;
+}
+
+/* Records valid now for the object whose data file is fd: in its sidecar
+ * (PATH.meta, version 3), or in fd's own file (a one-file object, or the
+ * sidecar itself). */
+static unsigned long trace_valid_recs(int fd)
+{
+	char link[64], path[4096 + 8];
+	unsigned long valid;
+	ssize_t n;
+	int mfd;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, 4096 - 1);
+	if (n <= 0)
+		return 0;
+	path[n] = '\0';
+	if (n > 5 && !strcmp(path + n - 5, ".meta"))
+		return trace_recs_in(fd);
+	memcpy(path + n, ".meta", 6);
+	mfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (mfd < 0)
+		return trace_recs_in(fd);
+	valid = trace_recs_in(mfd);
+	close(mfd);
 	return valid;
 }
 

@@ -110,8 +110,18 @@ def block_lock(fh, off):
     stale bytes on disk under a valid record, which the filling process
     itself never checks again (it wrote them). Disk damage does not race a
     write like that; the flip must not either. The lock is a POSIX record
-    lock, which conflicts with the cache's OFD locks, and goes with fh."""
-    hdr = os.pread(fh.fileno(), CACHE_HDR.size, 0)
+    lock, which conflicts with the cache's OFD locks, and goes with fh.
+    Since format version 3 the header is in the sidecar (PATH.meta, data_off
+    0 there: the data file holds the blocks alone); a sidecar itself holds
+    no block's data, and its records are written buffered."""
+    name = str(getattr(fh, "name", ""))
+    if name.endswith(".meta"):
+        return True
+    try:
+        with open(name + ".meta", "rb") as m:
+            hdr = m.read(CACHE_HDR.size)
+    except OSError:
+        hdr = os.pread(fh.fileno(), CACHE_HDR.size, 0)
     if len(hdr) < CACHE_HDR.size:
         return True
     magic, _, bs, _, data_off = CACHE_HDR.unpack(hdr)

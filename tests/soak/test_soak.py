@@ -77,5 +77,16 @@ def test_flip_waits_for_a_fill_of_its_block(tmp_path):
         fcntl.fcntl(filler, fcntl.F_OFD_SETLK, unlock)
         with open(path, "r+b") as fh:
             assert soak.block_lock(fh, data_off + bs + 10)
+        # version 3: the header in the sidecar, the blocks from offset 0
+        meta = tmp_path / "obj.meta"
+        meta.write_bytes(soak.CACHE_HDR.pack(b"DSTGOBJ1", 3, bs, 3 * bs, 0))
+        path.write_bytes(bytes(3 * bs))
+        fcntl.fcntl(filler, fcntl.F_OFD_SETLK, flock)
+        for off, free in [(10, True), (bs + 10, False), (bs - 1, False),
+                          (2 * bs, True)]:
+            with open(path, "r+b") as fh:
+                assert soak.block_lock(fh, off) is free, off
+        with open(meta, "r+b") as fh:
+            assert soak.block_lock(fh, bs + 10)  # a sidecar: no data
     finally:
         os.close(filler)

@@ -60,9 +60,11 @@ static inline void cachetest_free(struct dstage_config *cfg,
 }
 
 /*
- * An O_RDWR descriptor on the cache file of the first object cached under
- * dataset ds (its data offset in *data_off), as the cache lays it out:
- * the dataset name at byte 64, the data offset at byte 24; -1 if none.
+ * An O_RDWR descriptor on the data file of the first object cached under
+ * dataset ds (*data_off: where its bytes start in it, 0 since version 3),
+ * as the cache lays it out: objects/h2/h30 holds the bytes, its sidecar
+ * objects/h2/h30.meta the header (dataset name at byte 64) and records;
+ * -1 if none.
  */
 static inline int cachetest_obj_file(const char *cachedir, const char *ds,
 				     uint64_t *data_off)
@@ -71,38 +73,45 @@ static inline int cachetest_obj_file(const char *cachedir, const char *ds,
 	glob_t g;
 	int fd = -1;
 
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
+	snprintf(pat, sizeof(pat), "%s/objects/*/*.meta", cachedir);
 	if (glob(pat, 0, NULL, &g))
 		return -1;
 	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
-		char name[32] = "";
-		int f = open(g.gl_pathv[i], O_RDWR);
+		char name[32] = "", data[400];
+		int f = open(g.gl_pathv[i], O_RDONLY);
+		size_t n = strlen(g.gl_pathv[i]) - 5;
 
-		if (f >= 0 && strlen(ds) < sizeof(name) &&
+		if (f >= 0 && strlen(ds) < sizeof(name) && n < sizeof(data) &&
 		    pread(f, name, strlen(ds), 64) > 0 &&
-		    !memcmp(name, ds, strlen(ds)) &&
-		    pread(f, data_off, 8, 24) == 8)
-			fd = f;
-		else if (f >= 0)
+		    !memcmp(name, ds, strlen(ds))) {
+			memcpy(data, g.gl_pathv[i], n);
+			data[n] = '\0';
+			fd = open(data, O_RDWR);
+			*data_off = 0;
+		}
+		if (f >= 0)
 			close(f);
 	}
 	globfree(&g);
 	return fd;
 }
 
-/* Open (read-only) the one object file of the cache at dir; -1, a failed
- * check, when the cache holds none or several. */
+/* Open (read-only) the data file of the one object of the cache at dir;
+ * -1, a failed check, when the cache holds none or several. */
 static inline int cachetest_sole_obj_file(const char *dir)
 {
-	char pat[400];
+	char pat[400], data[400];
 	glob_t g;
 	int fd = -1;
 
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", dir);
+	snprintf(pat, sizeof(pat), "%s/objects/*/*.meta", dir);
 	CHECK_INT(glob(pat, 0, NULL, &g), 0);
 	CHECK_INT(g.gl_pathc, 1);
-	if (g.gl_pathc == 1)
-		fd = open(g.gl_pathv[0], O_RDONLY);
+	if (g.gl_pathc == 1 && strlen(g.gl_pathv[0]) - 5 < sizeof(data)) {
+		snprintf(data, sizeof(data), "%.*s",
+			 (int)(strlen(g.gl_pathv[0]) - 5), g.gl_pathv[0]);
+		fd = open(data, O_RDONLY);
+	}
 	CHECK(fd >= 0);
 	globfree(&g);
 	return fd;

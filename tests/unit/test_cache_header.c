@@ -63,7 +63,7 @@ static int object_files(glob_t *g, size_t n)
 {
 	char pat[400];
 
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
+	snprintf(pat, sizeof(pat), "%s/objects/*/*.meta", cachedir);
 	if (glob(pat, 0, NULL, g))
 		return -1;
 	return g->gl_pathc == n ? 0 : -1;
@@ -128,8 +128,12 @@ int main(void)
 					    : g2.gl_pathv[1];
 		char cmd[1024];
 
-		/* ka's file (header, records, blocks) under kb's name */
-		snprintf(cmd, sizeof(cmd), "cp -p '%s' '%s'", keep_a, bpath);
+		/* ka's files (sidecar: header, records; data file: the
+		 * blocks) under kb's names */
+		snprintf(cmd, sizeof(cmd),
+			 "cp -p '%s' '%s' && cp -p '%.*s' '%.*s'", keep_a,
+			 bpath, (int)strlen(keep_a) - 5, keep_a,
+			 (int)strlen(bpath) - 5, bpath);
 		CHECK_INT(system(cmd), 0);
 		memset(got, 0, SIZE);
 		CHECK_INT(read_key("kb", got, &fetches), 0);

@@ -293,44 +293,51 @@ static int run_child(void (*fn)(unsigned), unsigned i)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
-/* Flip a bit of a byte of dataset ds's cache file: byte at of its data, or
- * (rec) of its block records. The header (lib/cache/cache_i.h's struct
- * cache_hdr) has the data's offset at 24, the lengths of the dataset name,
- * key and ETag at 32 and the name at 64; the records start at the first
- * 4 KiB boundary after the strings, 16 bytes each, the check word last. */
+/* Flip a bit of a byte of dataset ds's cache files: byte at of its data
+ * file, or (rec) of its block records in the sidecar. The header
+ * (lib/cache/cache_i.h's struct cache_hdr) has the lengths of the dataset
+ * name, key and ETag at 32 and the name at 64; the records start at the
+ * first 4 KiB boundary after the strings, 16 bytes each, the check word
+ * last. */
 static int flip_byte_in(const char *ds, uint64_t at, bool rec)
 {
-	char pat[400], name[16];
-	uint64_t data_off;
+	char pat[400], name[16], dpath[400];
 	uint32_t lens[3];
 	glob_t g;
 	int ret = 1;
 
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
+	snprintf(pat, sizeof(pat), "%s/objects/*/*.meta", cachedir);
 	if (glob(pat, 0, NULL, &g))
 		return 1;
 	for (size_t k = 0; k < g.gl_pathc; k++) {
-		int fd = open(g.gl_pathv[k], O_RDWR);
+		int fd = open(g.gl_pathv[k], O_RDWR), tfd = -1;
 		uint64_t base;
 		char ch;
 
 		memset(name, 0, sizeof(name));
 		if (fd < 0)
 			continue;
+		snprintf(dpath, sizeof(dpath), "%.*s",
+			 (int)(strlen(g.gl_pathv[k]) - 5), g.gl_pathv[k]);
 		if (pread(fd, lens, sizeof(lens), 32) == sizeof(lens) &&
 		    lens[0] == strlen(ds) &&
 		    pread(fd, name, lens[0], 64) == (ssize_t)lens[0] &&
-		    !memcmp(name, ds, lens[0]) &&
-		    pread(fd, &data_off, 8, 24) == 8) {
+		    !memcmp(name, ds, lens[0])) {
+			/* records in the sidecar, bytes in the data file */
 			base = rec ? (64 + (uint64_t)lens[0] + lens[1] +
 				      lens[2] + 4095) &
 					       ~(uint64_t)4095
-				   : data_off;
-			if (pread(fd, &ch, 1, (off_t)(base + at)) == 1) {
+				   : 0;
+			tfd = rec ? fd : open(dpath, O_RDWR);
+			if (tfd >= 0 &&
+			    pread(tfd, &ch, 1, (off_t)(base + at)) == 1) {
 				ch ^= 0x01;
-				if (pwrite(fd, &ch, 1, (off_t)(base + at)) == 1)
+				if (pwrite(tfd, &ch, 1, (off_t)(base + at)) ==
+				    1)
 					ret = 0;
 			}
+			if (tfd >= 0 && tfd != fd)
+				close(tfd);
 		}
 		close(fd);
 	}

@@ -10,9 +10,10 @@
  *   a block and its record copied into another object's file, at the same
  *   block number: likewise, never served as the other object's bytes;
  *
- *   a file in the previous format (version 1: records bound to the block
- *   only, as the cache wrote them until now) is still read as it is,
- *   nothing fetched again: an upgrade costs no download.
+ *   a file in a previous format (version 1: one file, records bound to the
+ *   block only) is migrated to a pair at open with its records as they
+ *   are, nothing fetched again: an upgrade costs no download; a block of
+ *   it copied to another block is still refused.
  *
  * Each case reads through a fresh cache (no block verified in memory) and
  * counts the blocks fetched.
@@ -30,6 +31,7 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "cacheold.h"
 #include "cachetest.h"
 #include "dstage/cache.h"
 #include "dstage/config.h"
@@ -40,103 +42,69 @@
 #define NBLOCKS 8u
 #define SIZE (NBLOCKS * BS)
 #define REC 16u /* sizeof(struct cache_rec) */
-#define HDR_SUM_AT 48u /* struct cache_hdr: hdr_sum, after 48 bytes */
 
 static char tmp[256], srcdir[300], cachedir[300];
 static struct dstage_config *cfg;
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ULL;
 
-/* Where a cache file keeps things (lib/cache/cache_i.h's layout). */
+/* Where an object's files keep things (lib/cache/cache_i.h's layout):
+ * records in the sidecar (path) from rec_off, block b at b * BS of the
+ * data file. */
 struct layout {
-	uint64_t data_off, rec_off, strs_len;
+	uint64_t rec_off, strs_len;
+	char data[400];
 };
 
-static int layout_of(int fd, struct layout *l)
+static int layout_of(const char *meta, struct layout *l)
 {
 	uint32_t lens[3];
+	int fd = open(meta, O_RDONLY), ret = -1;
 
-	if (pread(fd, &l->data_off, 8, 24) != 8 ||
-	    pread(fd, lens, sizeof(lens), 32) != (ssize_t)sizeof(lens))
-		return -1;
-	l->strs_len = (uint64_t)lens[0] + lens[1] + lens[2];
-	l->rec_off = (64 + l->strs_len + 4095) & ~(uint64_t)4095;
-	return 0;
-}
-
-/* Copy block from's data and record of file src onto block to of dst. */
-static int copy_block(const char *src, uint64_t from, const char *dst,
-		      uint64_t to)
-{
-	char data[BS], rec[REC];
-	struct layout ls, ld;
-	int fs = open(src, O_RDONLY), fd = open(dst, O_RDWR), ret = -1;
-
-	if (fs < 0 || fd < 0 || layout_of(fs, &ls) || layout_of(fd, &ld))
-		goto out;
-	if (pread(fs, data, BS, (off_t)(ls.data_off + from * BS)) != BS ||
-	    pread(fs, rec, REC, (off_t)(ls.rec_off + from * REC)) != REC)
-		goto out;
-	if (pwrite(fd, data, BS, (off_t)(ld.data_off + to * BS)) != BS ||
-	    pwrite(fd, rec, REC, (off_t)(ld.rec_off + to * REC)) != REC)
-		goto out;
-	ret = fsync(fd);
-out:
-	if (fs >= 0)
-		close(fs);
+	if (fd >= 0 &&
+	    pread(fd, lens, sizeof(lens), 32) == (ssize_t)sizeof(lens)) {
+		l->strs_len = (uint64_t)lens[0] + lens[1] + lens[2];
+		l->rec_off = (64 + l->strs_len + 4095) & ~(uint64_t)4095;
+		cacheold_data_path(meta, l->data, sizeof(l->data));
+		ret = 0;
+	}
 	if (fd >= 0)
 		close(fd);
 	return ret;
 }
 
-/*
- * Rewrite path as the previous format wrote it: header version 1 (its
- * checksum again over the fixed part and the strings) and each present
- * record's check word seeded with its block number alone.
- */
-static int make_version_1(const char *path)
+/* Copy block from's data and record of object src (its sidecar's path)
+ * onto block to of dst. */
+static int copy_block(const char *src, uint64_t from, const char *dst,
+		      uint64_t to)
 {
-	unsigned char hdr[64], *strs = NULL;
-	struct layout l;
-	uint32_t version = 1;
-	uint64_t sum;
-	int fd = open(path, O_RDWR), ret = -1;
+	char data[BS], rec[REC];
+	struct layout ls, ld;
+	int ms = -1, md = -1, ds = -1, dd = -1, ret = -1;
 
-	if (fd < 0 || layout_of(fd, &l) || pread(fd, hdr, 64, 0) != 64)
+	if (layout_of(src, &ls) || layout_of(dst, &ld))
+		return -1;
+	ms = open(src, O_RDONLY);
+	md = open(dst, O_RDWR);
+	ds = open(ls.data, O_RDONLY);
+	dd = open(ld.data, O_RDWR);
+	if (ms < 0 || md < 0 || ds < 0 || dd < 0)
 		goto out;
-	strs = malloc(l.strs_len + 1);
-	if (!strs || pread(fd, strs, l.strs_len, 64) != (ssize_t)l.strs_len)
+	if (pread(ds, data, BS, (off_t)(from * BS)) != BS ||
+	    pread(ms, rec, REC, (off_t)(ls.rec_off + from * REC)) != REC)
 		goto out;
-	memcpy(hdr + 8, &version, 4);
-	{
-		XXH3_state_t *st = XXH3_createState();
-
-		if (!st)
-			goto out;
-		XXH3_64bits_reset(st);
-		XXH3_64bits_update(st, hdr, HDR_SUM_AT);
-		XXH3_64bits_update(st, strs, l.strs_len);
-		sum = XXH3_64bits_digest(st);
-		XXH3_freeState(st);
-	}
-	memcpy(hdr + HDR_SUM_AT, &sum, 8);
-	if (pwrite(fd, hdr, 64, 0) != 64)
+	if (pwrite(dd, data, BS, (off_t)(to * BS)) != BS ||
+	    pwrite(md, rec, REC, (off_t)(ld.rec_off + to * REC)) != REC)
 		goto out;
-	for (uint64_t b = 0; b < NBLOCKS; b++) {
-		unsigned char rec[REC];
-		uint32_t check;
-
-		if (pread(fd, rec, REC, (off_t)(l.rec_off + b * REC)) != REC)
-			goto out;
-		check = (uint32_t)XXH3_64bits_withSeed(rec, 12, b);
-		memcpy(rec + 12, &check, 4);
-		if (pwrite(fd, rec, REC, (off_t)(l.rec_off + b * REC)) != REC)
-			goto out;
-	}
-	ret = fsync(fd);
+	ret = fsync(dd) || fsync(md) ? -1 : 0;
 out:
-	free(strs);
-	if (fd >= 0)
-		close(fd);
+	if (ms >= 0)
+		close(ms);
+	if (md >= 0)
+		close(md);
+	if (ds >= 0)
+		close(ds);
+	if (dd >= 0)
+		close(dd);
 	return ret;
 }
 
@@ -147,7 +115,7 @@ static int file_of(const char *key, char *out, size_t len)
 	glob_t g;
 	int ret = -1;
 
-	snprintf(pat, sizeof(pat), "%s/objects/*/*", cachedir);
+	snprintf(pat, sizeof(pat), "%s/objects/*/*.meta", cachedir);
 	if (glob(pat, 0, NULL, &g))
 		return -1;
 	for (size_t i = 0; i < g.gl_pathc && ret; i++) {
@@ -240,13 +208,26 @@ int main(void)
 	CHECK(!memcmp(got, b, SIZE)); /* never ka's bytes in kb */
 	CHECK_INT(fetches, 1);
 
-	/* The previous format is read as it is: nothing fetched. */
-	CHECK_INT(make_version_1(fb), 0);
+	/* A version 1 file (records bound to the block only) is migrated
+	 * to a pair at open, nothing fetched; its records keep their seed
+	 * (the sidecar's flags say so: CACHE_HDR_SEED0 at byte 44). */
+	CHECK_INT(cacheold_make(fb, 1, BS, ~0ull), 0);
 	memset(got, 0, SIZE);
 	CHECK_INT(cachetest_read_fresh(cfg, srcdir, "kb", SIZE, got, &fetches),
 		  0);
 	CHECK(!memcmp(got, b, SIZE));
 	CHECK_INT(fetches, 0);
+	{
+		uint32_t version = 0, flags = 0;
+		int fd = open(fb, O_RDONLY);
+
+		CHECK(fd >= 0 && pread(fd, &version, 4, 8) == 4 &&
+		      pread(fd, &flags, 4, 44) == 4);
+		CHECK_INT(version, 3);
+		CHECK_INT(flags, 1);
+		if (fd >= 0)
+			close(fd);
+	}
 	/* ... and a block of it copied to another block is still refused
 	 * (version 1 bound records to their block). */
 	CHECK_INT(copy_block(fb, 3, fb, 6), 0);
