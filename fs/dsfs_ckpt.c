@@ -202,13 +202,11 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_may_dir(fs, who, dir, W_OK | X_OK, &downer);
 	if (!ret)
 		ret = ckpt_mkdir(st->ck, key);
-	/* the owner before anything of it reaches the store (or, with the
-	 * store away, before the first file under it does) */
+	/* the owner goes to the store before the first file under it (the
+	 * store has no directories: other nodes see it with its first file) */
 	if (!ret) {
 		dsfs_ckpt_own_new(who, &downer, true, mode, &o);
-		ret = dsfs_ckpt_own_write(fs, NULL, key, &o);
-		if (ret && ret != -ENOMEM)
-			ret = dsfs_ckpt_own_defer(fs, key, &o);
+		ret = dsfs_ckpt_own_defer(fs, key, &o);
 		if (ret)
 			ckpt_rmdir(st->ck, key);
 	}

@@ -193,12 +193,10 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_may_create(fs, who, dir, key, fi->flags, mode,
 					   &o, &isnew);
 	/* the owner before anything of the file reaches the store */
-	if (!ret && isnew) {
-		ret = dsfs_ckpt_own_write(fs, NULL, key, &o);
-		/* the store away: written before the file's first publish */
-		if (ret && ret != -ENOMEM)
-			ret = dsfs_ckpt_own_defer(fs, key, &o);
-	}
+	/* the owner goes to the store just before the file's first
+	 * publish (a writer killed first leaves nothing there) */
+	if (!ret && isnew)
+		ret = dsfs_ckpt_own_defer(fs, key, &o);
 	if (!ret) {
 		ret = ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
 				     &created);

@@ -125,12 +125,15 @@ int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
 /* Drop key's owner record (a directory's only: it is empty). */
 void dsfs_ckpt_own_remove(struct dsfs *fs, const char *key);
 /*
- * key's owner record could not be stored at create or mkdir: keep o as its
- * owner here (dsfs_ckpt_own_read answers it) and store it before the
+ * A new file's or directory's owner: kept on this node (dsfs_ckpt_own_read
+ * answers it; chmod and chown change it here) and stored just before the
  * first publish of key or of a file below it (the ckpt_hooks publishing
- * hook, arg fs). A checkpoint is written while the store is away, as
- * before owners existed; what a crash loses first is the record, and the
- * file then has the default owner on other nodes. 0 or -ENOMEM.
+ * hook, arg fs). So a create needs no store (it works while the store is
+ * away), a writer killed before its close leaves nothing in the store, and
+ * other nodes, which see a file only once it is published, see it with
+ * its owner. What a crash of dstagefs before the first publish loses is
+ * the owner: the file then has the mount's default owner (docs/
+ * checkpoints.md). 0 or -ENOMEM.
  */
 int dsfs_ckpt_own_defer(struct dsfs *fs, const char *key,
 			const struct dsfs_ckpt_own *o);

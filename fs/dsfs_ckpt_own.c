@@ -8,8 +8,11 @@
  * The owner record of key is the store object
  * ".dstage-owner/<key>/.dstage-own" ("<uid> <gid> <mode in octal>\n"; no
  * name of the tree starts with ".dstage", so a directory's record and
- * those of the names in it never meet, in a directory store either), written when the file or directory is
- * made (before anything of it is published), on chmod and chown, moved
+ * those of the names in it never meet, in a directory store either).
+ * A new file's or directory's record is kept on this node
+ * (st->own_pending) and written just before the first publish of the file
+ * or of the first file below the directory (dsfs_ckpt_own_publishing, a
+ * ckpt hook); a published one is rewritten on chmod and chown, moved
  * with a rename (copied before the data moves, the old ones deleted
  * after) and deleted with it. So every node over the store enforces the
  * same owners and modes, directories included (the store has no
@@ -196,9 +199,6 @@ int dsfs_ckpt_own_defer(struct dsfs *fs, const char *key,
 	p->next = st->own_pending;
 	st->own_pending = p;
 	pthread_mutex_unlock(&st->lock);
-	log_warn("checkpoints: the owner of %s is kept on this node until %s "
-		 "takes it, before its first publish",
-		 key, ckpt_url(st->ck));
 	return 0;
 }
 
@@ -380,7 +380,7 @@ void dsfs_ckpt_own_remove(struct dsfs *fs, const char *key)
 	char *rk = dsfs_ckpt_own_key(key);
 	int ret = rk ? objstore_delete(dsfs_ckpt_own_os(fs), rk) : -ENOMEM;
 
-	if (ret)
+	if (ret && ret != -ENOENT) /* ENOENT: never published */
 		log_warn("checkpoints: cannot delete the owner record of %s "
 			 "in %s: %s",
 			 key, ckpt_url(dsfs_ckpt_st(fs)->ck), strerror(-ret));

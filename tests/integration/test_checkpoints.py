@@ -222,6 +222,19 @@ class Ckpt:
         assert side.decode().split()[0] == data_sha
         assert int(side.decode().split()[1]) == len(got)
 
+    def wait_published(self, key, data_sha, timeout=30, what="the publish"):
+        """Wait until the store holds key with data_sha AND its sidecar
+        says so, then check_published. A publish writes the data, then the
+        sidecar, then the catalog record: waiting for the data alone and
+        checking the sidecar raced the publish (failed in the ASan stage)."""
+        def done():
+            got = self.store.get(key)
+            side = self.store.get(".dstage-sha256/" + key)
+            return got is not None and sha(got) == data_sha and \
+                side is not None and side.decode().split()[0] == data_sha
+        wait_for(done, timeout, what)
+        self.check_published(key, data_sha)
+
 
 @pytest.fixture(params=["dir", "s3"])
 def store(request, tmp_path):
@@ -450,6 +463,16 @@ def test_other_nodes_files_read_through_the_cache(mount, store):
     assert s3["checksum_failures"] == 1, s3
     assert s3["bytes_from_source"] == 4 << 20, s3   # that block alone
     assert "failed its checksum" in mount.log_text()
+
+
+def catalog_rows_now(m, db_path=None):
+    """catalog_rows, or {} while the catalog has no table yet (it is made
+    at the first record)."""
+    import sqlite3
+    try:
+        return catalog_rows(m, db_path)
+    except sqlite3.OperationalError:
+        return {}
 
 
 def catalog_rows(m, db_path=None):
@@ -760,9 +783,11 @@ def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy,
         assert re.search(r"cannot publish f/a.bin .*retried", m.log_text())
         faultproxy.clear_faults()
         # The retry thread publishes it (retry_interval 1s).
-        wait_for(lambda: st.get("f/a.bin") is not None, 30, "the retry")
-        m.check_published("f/a.bin", sha(data))
-        assert catalog_rows(m)["f/a.bin"] == (sha(data), len(data))
+        m.wait_published("f/a.bin", sha(data), 30, "the retry")
+        # the catalog's record comes after the sidecar (the published
+        # hook; its catalog is opened at the first record)
+        wait_for(lambda: catalog_rows_now(m).get("f/a.bin") ==
+                 (sha(data), len(data)), 30, "the catalog record")
 
         # A connection reset on the upload: fsync fails, a later fsync
         # publishes.
@@ -859,8 +884,7 @@ def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
         assert st.get("u/big.bin") is None
         m.start()
         want = sha(b"".join(bytes([i % 251]) * (1 << 20) for i in range(24)))
-        wait_for(lambda: st.get("u/big.bin") is not None, 60, "republish")
-        m.check_published("u/big.bin", want)
+        m.wait_published("u/big.bin", want, 60, "republish")
         assert re.search(r"u/big.bin published to .*\(retried\)",
                          m.log_text())
     finally:
@@ -902,9 +926,7 @@ def test_full_dir_store_enospc_then_restart_publishes(tool, tmp_path,
         subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)],
                        check=True)
         m.start()                                  # the restart publishes
-        wait_for(lambda: st.get("full/ckpt.bin") is not None, 30,
-                 "the publish after restart")
-        m.check_published("full/ckpt.bin", sha(data))
+        m.wait_published("full/ckpt.bin", sha(data), 30, "the publish after restart")
         # recorded by the recovery at open too
         wait_for(lambda: catalog_rows(m).get("full/ckpt.bin") ==
                  (sha(data), len(data)), 10, "the catalog's record")

@@ -345,8 +345,7 @@ def test_journal_escaped_and_old_records_read(tool, tmp_path):
         assert key == b"j/a%20b%2541%20c.pt", text
         del m.env["DSTAGE_TEST_CRASH_AT"]
         m.start()
-        wait_for(lambda: st.get("j/" + name) == b"data", 30, "republish")
-        m.check_published("j/" + name, sha(b"data"))
+        m.wait_published("j/" + name, sha(b"data"), 30, "republish")
 
         # a record as an older dstagefs wrote it (no escaping, no mark)
         m.env["DSTAGE_TEST_CRASH_AT"] = "upload"

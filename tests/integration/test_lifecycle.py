@@ -422,7 +422,11 @@ def test_schedule_applies_the_rules(tool, tmp_path, dirmount):
         d.lc("add", "sj", "--keep-local", "1")
         wait_for(lambda: os.listdir(tree) == ["step-2"], 30,
                  "the scheduled run")
-        a = [x for x in d.audit() if x["action"] == "lifecycle.drop-local"]
+        # its audit record comes after the drop: wait for it too (read at
+        # once, it raced the daemon in the ASan stage)
+        a = wait_for(lambda: [x for x in d.audit()
+                              if x["action"] == "lifecycle.drop-local"], 30,
+                     "the drop's audit record")
         assert [(x["target"], x["user"], x["uid"]) for x in a] == \
             [("sj/step-1", "lifecycle schedule", 0)], a
         assert m.store.get("sj/step-1") == b"s" * 1000
@@ -456,9 +460,7 @@ def test_retry_job_publishes_after_the_store_returns(tool, tmp_path,
         assert b"publish" in p.stdout and b"rj/x.bin" in p.stdout
         assert not (m.store.root / "rj").is_dir()
         (m.store.root / "rj").unlink()      # the store is back
-        wait_for(lambda: m.store.get("rj/x.bin") is not None, 60,
-                 "the retry job's publish")
-        m.check_published("rj/x.bin", sha(data))
+        m.wait_published("rj/x.bin", sha(data), 60, "the retry job's publish")
         wait_for(lambda: (state() or {}).get("state") == "published", 30,
                  "the entry's state")
         assert "published to" in d.log.read_text()
