@@ -30,8 +30,8 @@ import time
 
 import pytest
 
-from test_checkpoints import (PY, Ckpt, DirStore, S3Store, drill, sha,
-                              wait_for)
+from test_checkpoints import (PY, Ckpt, DirStore, drill, sha,  # noqa: F401
+                              store, wait_for)
 from test_lifecycle import Daemon
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -39,18 +39,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
 
 MB = 1 << 20
 OLD = b"previous complete version " * 40000          # about 1 MiB
-
-
-@pytest.fixture(params=["dir", "s3"])
-def anystore(request, tmp_path):
-    if request.param == "dir":
-        yield DirStore(tmp_path / "store")
-        return
-    st = S3Store(request.getfixturevalue("rgw"))
-    try:
-        yield st
-    finally:
-        st.cleanup()
 
 
 def staged_size(m, key):
@@ -119,9 +107,9 @@ f.write(open(sys.argv[2], "rb").read(3 << 20)); f.flush()
 
 
 @pytest.mark.parametrize("how", sorted(WRITERS))
-def test_kill9_dstagefs_mid_write_keeps_previous(tool, tmp_path, anystore,
+def test_kill9_dstagefs_mid_write_keeps_previous(tool, tmp_path, store,
                                                  how):
-    st = anystore
+    st = store
     src = tmp_path / "random"
     src.write_bytes(os.urandom(4 * MB))
     m = Ckpt(tool, tmp_path / "m", st)
@@ -181,8 +169,8 @@ f.close()
 
 @pytest.mark.parametrize("point", ["create", "truncate", "upload",
                                    "sidecar"])
-def test_crash_at_point(tool, tmp_path, anystore, point):
-    st = anystore
+def test_crash_at_point(tool, tmp_path, store, point):
+    st = store
     new = tmp_path / "new"
     new.write_bytes(NEW)
     m = Ckpt(tool, tmp_path / "m", st)
@@ -266,8 +254,8 @@ def open_to_all(tool, tmp_path):
     return lambda name: str(wrap) if name == "dstagefs" else tool(name)
 
 
-def test_names_control_bytes_and_length(tool, tmp_path, anystore, users):
-    st = anystore
+def test_names_control_bytes_and_length(tool, tmp_path, store, users):
+    st = store
     m = Ckpt(open_to_all(tool, tmp_path), tmp_path / "m", st)
     m.start()
     try:
