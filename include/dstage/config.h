@@ -82,6 +82,9 @@ struct dstage_config {
 	int sources_follow_symlinks; /* sources.follow_symlinks,
 				      * enum config_symlinks */
 
+	/* [store] */
+	unsigned store_tmp_max_age_ms; /* store.tmp_max_age, 0: no sweep */
+
 	/* [checkpoints] */
 	char *ckpt_store; /* checkpoints.store, NULL: checkpoints/ read-only */
 	char *ckpt_staging_dir; /* checkpoints.staging_dir */

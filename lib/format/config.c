@@ -138,6 +138,10 @@ static const struct config_key config_keys[] = {
 	  "no", 0, 0,
 	  "file:// sources: no (skip symlinks) or inside (follow links that "
 	  "stay inside the source)" },
+	{ "store.tmp_max_age", CT_DURATION, OFF(store_tmp_max_age_ms), "6h", 0,
+	  0,
+	  "file:// stores: temporary files of puts older than this are "
+	  "removed (0: never)" },
 	{ "checkpoints.store", CT_STRING, OFF(ckpt_store), NULL, 0, 0,
 	  "checkpoint store, file:///dir/ or s3://bucket/prefix/; unset: "
 	  "checkpoints/ stays empty and read-only" },

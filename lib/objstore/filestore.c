@@ -14,8 +14,11 @@
  *          file is replaced or rewritten.
  *   get    pread; If-Match is compared with the ETag of the opened file, so a
  *          file replaced between check and read cannot mix versions.
- *   put    temporary file ".dstage-tmp.*" in the target directory, fsync,
- *          rename over the key, fsync of the directory: whole or not at all.
+ *   put    temporary file ".dstage-tmp.<host>.<pid>.<random>" in the target
+ *          directory, fsync, rename over the key, fsync of the directory:
+ *          whole or not at all. Temporaries a dead writer left are removed
+ *          by the first write of a handle, then every so often, once
+ *          older than store.tmp_max_age (filestore_sweep.c).
  *
  * Confinement: the source tree is not trusted (any user who can write in it
  * may plant links, FIFOs or devices). Every path is resolved beneath the
@@ -42,7 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -514,24 +516,28 @@ out:
 }
 
 /* Create a temporary file in key's directory (made when missing): *dfd the
- * directory, *fd the file, tmp its name. Returns 0 or -errno. */
+ * directory, *fd the file, tmp its name (filestore_tmp_name), after a sweep
+ * of stale ones when due. Returns 0 or -errno (-EIO: no random bytes). */
 static int filestore_tmp_open(struct filestore *fs, const char *key, int *dfd,
 			      int *fd, char tmp[NAME_MAX + 1])
 {
 	const char *slash = strrchr(key, '/');
-	uint64_t rnd = 0;
 	int ret;
 
 	*fd = -1;
 	tmp[0] = '\0';
+	filestore_sweep_maybe(fs);
 	ret = filestore_path_open_dir(
 		fs, key, slash ? (size_t)(slash - key) : 0, true, dfd);
 	if (ret)
 		return ret;
-	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
-		rnd = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&rnd;
-	snprintf(tmp, NAME_MAX + 1, "%s%016llx", FILESTORE_TMP_PREFIX,
-		 (unsigned long long)rnd);
+	ret = filestore_tmp_name(fs, tmp);
+	if (ret) {
+		tmp[0] = '\0';
+		close(*dfd);
+		*dfd = -1;
+		return ret;
+	}
 	*fd = openat(*dfd, tmp,
 		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		     0644);
@@ -932,6 +938,7 @@ int filestore_open(const char *url, const char *rest,
 		   const struct dstage_config *cfg, struct objstore **out)
 {
 	struct filestore *fs;
+	char host[256];
 	size_t len;
 	int ret;
 
@@ -970,6 +977,13 @@ int filestore_open(const char *url, const char *rest,
 	fs->follow_inside =
 		cfg->sources_follow_symlinks == CONFIG_SYMLINKS_INSIDE;
 	fs->no_openat2 = !filestore_path_has_openat2(fs->root_fd);
+	fs->tmp_max_age_ms = cfg->store_tmp_max_age_ms;
+	fs->host_hash = 2166136261u; /* FNV-1a */
+	if (gethostname(host, sizeof(host)))
+		host[0] = '\0';
+	host[sizeof(host) - 1] = '\0';
+	for (const char *c = host; *c; c++)
+		fs->host_hash = (fs->host_hash ^ (unsigned char)*c) * 16777619u;
 	if (fs->no_openat2)
 		log_info("%s: openat2 not available: paths are resolved one "
 			 "component at a time",

@@ -9,16 +9,23 @@
 #ifndef DSTAGE_FILESTORE_I_H
 #define DSTAGE_FILESTORE_I_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
 #include "objstore_backend.h"
 
+#include <stdint.h>
+
 #define FILESTORE_TMP_PREFIX ".dstage-tmp."
+/* Temporary files removed by one sweep at most, and directory entries
+ * looked at: each pass's work is bounded, the next pass goes on. */
+#define FILESTORE_SWEEP_MAX_REMOVE 1000
+#define FILESTORE_SWEEP_MAX_ENTRIES 1000000
 struct stat;
 
-/* Immutable after open. */
+/* Immutable after open, but for next_sweep_ms (atomic). */
 struct filestore {
 	struct objstore base;
 	char *root; /* absolute, no trailing slash ("" for "/") */
@@ -26,6 +33,9 @@ struct filestore {
 	int root_fd; /* directory of root */
 	bool follow_inside; /* sources.follow_symlinks = inside */
 	bool no_openat2; /* the kernel lacks openat2: resolve by hand */
+	uint32_t host_hash; /* FNV-1a of the host name, in temporary names */
+	uint64_t tmp_max_age_ms; /* store.tmp_max_age, 0: no sweep */
+	int64_t next_sweep_ms; /* CLOCK_MONOTONIC; 0: at the first write */
 };
 
 /*
@@ -69,6 +79,38 @@ int filestore_path_open_file(struct filestore *fs, const char *key, int flags,
  */
 int filestore_path_open_dir(struct filestore *fs, const char *key, size_t len,
 			    bool create, int *out);
+
+/*
+ * The name of a new temporary file of this process into tmp:
+ * ".dstage-tmp.<host hash, 8 hex>.<pid>.<random, 16 hex>". Returns 0, or
+ * -EIO when no random bytes could be had (getrandom failed).
+ */
+int filestore_tmp_name(struct filestore *fs, char tmp[NAME_MAX + 1]);
+
+/*
+ * Whether name is a temporary file name of dstage: the form above, or the
+ * older ".dstage-tmp.<16 hex>" (no writer recorded). Sets *host and *pid
+ * (0 for the older form).
+ */
+bool filestore_tmp_parse(const char *name, uint32_t *host, long *pid);
+
+/*
+ * Remove the temporary files under the root older than store.tmp_max_age
+ * (mtime), except this process's own, never following a symlink and
+ * removing only regular files whose name filestore_tmp_parse accepts; at
+ * most FILESTORE_SWEEP_MAX_REMOVE of them. Each removal is logged (its
+ * directory, name and age). Returns the number removed, or -errno when
+ * the root could not be read (-ENOMEM, -EACCES...); a subdirectory that
+ * cannot be read is logged and skipped.
+ */
+int filestore_sweep(struct filestore *fs);
+
+/*
+ * Sweep when one is due: at the first write of the handle, then at most
+ * every store.tmp_max_age / 2 (1 minute to 1 hour). Only one thread
+ * sweeps; others go on at once. Failures are logged only.
+ */
+void filestore_sweep_maybe(struct filestore *fs);
 
 /* Whether openat2 with RESOLVE_BENEATH works here (Linux 5.6);
  * DSTAGE_TEST_NO_OPENAT2=1 says no, for the tests of the fallback. */

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -376,3 +377,60 @@ def test_put_records_sha256_metadata(s3_store, rgw, tmp_path, size):
     info = json.loads(out)
     assert info["Metadata"].get("sha256") == hashlib.sha256(data).hexdigest()
     assert info["ContentLength"] == size
+
+
+def test_file_store_sweeps_stale_temporaries(file_store, tmp_path):
+    """Issue 32: temporaries a dead writer left (a put killed after it made
+    its file) are removed at the store's first write once older than
+    store.tmp_max_age; a fresh one (a put in progress), files that only
+    look like ours, links and real objects are left alone."""
+    store, root = file_store
+    store.put_bytes("d/real.bin", b"real", tmp_path)
+    old = time.time() - 3600
+    # A put killed by kill -9: its temporary with its writer's name.
+    p = subprocess.Popen(["sleep", "60"])
+    p.kill()
+    p.wait()
+    dead = root / "d" / (".dstage-tmp.0badcafe.%d.0123456789abcdef" % p.pid)
+    legacy = root / "e" / "f" / ".dstage-tmp.fedcba9876543210"
+    fresh = root / "d" / ".dstage-tmp.0badcafe.1.1111111111111111"
+    not_ours = root / "d" / ".dstage-tmp.keep-me"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    beyond = outside / ".dstage-tmp.0badcafe.7.2222222222222222"
+    legacy.parent.mkdir(parents=True)
+    for f in (dead, legacy, fresh, not_ours, beyond):
+        f.write_bytes(b"partial")
+    (root / "link").symlink_to(outside)               # never followed
+    planted_link = root / "d" / ".dstage-tmp.0badcafe.8.3333333333333333"
+    planted_link.symlink_to(root / "d" / "real.bin")  # not a regular file
+    for f in (dead, legacy, not_ours, beyond):
+        os.utime(f, (old, old))
+    os.utime(planted_link, (old, old), follow_symlinks=False)
+    # Reads (and a store not written to) remove nothing.
+    assert [k for k, _, _ in store.ls()] == ["d/real.bin"]
+    assert dead.exists() and legacy.exists()
+    # The first write of a handle with a small max age sweeps.
+    p = store.run("put", "d/new.bin", str(tmp_path / ("src-" + hashlib.sha1(
+        b"d/real.bin").hexdigest())), env={"DSTAGE_STORE_TMP_MAX_AGE": "60s"})
+    log = p.stderr.decode()
+    assert not dead.exists() and not legacy.exists()
+    assert "removed stale temporary file 'd/%s'" % dead.name in log, log
+    assert "'e/f/%s'" % legacy.name in log, log
+    assert fresh.exists(), "a fresh temporary (a live put) was swept"
+    assert not_ours.exists() and beyond.exists()
+    assert planted_link.is_symlink()
+    assert (root / "d" / "real.bin").read_bytes() == b"real"
+    assert (root / "d" / "new.bin").read_bytes() == b"real"
+    # 0 turns the sweep off.
+    os.utime(fresh, (old, old))
+    store.run("put", "d/new2.bin", str(tmp_path / ("src-" + hashlib.sha1(
+        b"d/real.bin").hexdigest())), env={"DSTAGE_STORE_TMP_MAX_AGE": "0"})
+    assert fresh.exists()
+    # New temporaries carry host, pid and random parts (upload left open).
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 100)
+    up = store.run("upload", "u/obj", str(src), "leave",
+                   env=SMALL_PARTS).stdout.decode().strip()
+    assert re.fullmatch(r"\.dstage-tmp\.[0-9a-f]{8}\.[0-9]+\.[0-9a-f]{16}",
+                        up), up
