@@ -394,6 +394,17 @@ static void two_passes(const char *name, const struct src *s, int n,
 		objstore_get_stats(os, &os0);
 		k = setup(s, r);
 		CHECK_INT(run_readers(c, s, n, r, k, &zc), 0);
+		/* The readers are done, but a readahead fill may still be in
+		 * flight: it holds its object, whose landed fills go when it
+		 * is idle. Wait for that (bounded: 30 s), then check. Read at
+		 * once, land_bytes was once 48 MiB (a fill of the readahead
+		 * landing after the last reader). */
+		for (int i = 0; i < 3000; i++) {
+			cache_get_stats(c, &st);
+			if (!st.land_bytes)
+				break;
+			usleep(10000);
+		}
 		cache_get_stats(c, &st);
 		objstore_get_stats(os, &os1);
 		fprintf(stderr,
