@@ -331,6 +331,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	st->land_peak = atomic_load(&c->land_peak);
 	st->lands_refused = atomic_load(&c->lands_refused);
 	st->lands_displaced = atomic_load(&c->lands_displaced);
+	st->passthrough_opens = atomic_load(&c->passthrough_opens);
 }
 
 int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)
