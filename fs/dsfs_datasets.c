@@ -626,6 +626,10 @@ static void dsfs_datasets_pt_open(struct dsfs *fs, struct dsfs_caller *who,
 	p->pt_opens++;
 	f->passthrough = true;
 	fi->backing_id = p->pt_id;
+	/* The FUSE inode's page cache is not used (the backing file's is),
+	 * and the kernel fails an open that asks for both with EIO (seen on
+	 * 6.18). */
+	fi->keep_cache = 0;
 	atomic_fetch_add_explicit(&fs->ctr.passthrough_opens, 1,
 				  memory_order_relaxed);
 }
