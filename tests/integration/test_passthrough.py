@@ -10,9 +10,7 @@ fs_reads. Skipped where the build or the kernel has no passthrough: the
 mount's line ("passthrough off: ...") is the reason given.
 """
 import os
-import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -222,3 +220,18 @@ def test_eviction_of_an_object_open_in_passthrough(penv):
     st = m.stats()
     assert st["fs_passthrough_opens"] == before["fs_passthrough_opens"]
     assert st["fs_reads"] > before["fs_reads"]
+
+
+def test_verify_reads_always_never_passes_through(tool, tmp_path):
+    e = Env(tool, tmp_path, conf="[cache]\nverify_reads = always\n")
+    try:
+        files = {"v.bin": os.urandom(MiB + 3)}
+        src = data_set(e, "va", files)
+        stage(e, src, "va", "v.bin")
+        m = mount_on(e)
+        assert (m.mnt / "datasets/va/v.bin").read_bytes() == files["v.bin"]
+        st = m.stats()
+        assert st["fs_passthrough_opens"] == 0 and st["fs_reads"] > 0, st
+        assert st["bytes_from_source"] == 0, st
+    finally:
+        e.cleanup()
