@@ -21,7 +21,9 @@ struct dsfs_caller {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
-	fuse_req_t req; /* NULL: no request (teardown, or a stored copy) */
+	/* NULL: no request (teardown, a stored copy, or a release run
+	 * after the request that dropped the handle was answered) */
+	fuse_req_t req;
 	int ngroups; /* -1: not fetched yet, -2: unknown */
 	gid_t groups[64];
 };

@@ -216,6 +216,8 @@ static struct dsfs_ctl_fh *dsfs_ctl_stats_text(struct dsfs *fs)
 		atomic_load(&c->readdirs), atomic_load(&c->prefetch_lists),
 		atomic_load(&c->prefetch_objects));
 	fprintf(f, "fs_passthrough %d\n", fs->passthrough); /* 1: on */
+	fprintf(f, "fs_passthrough_opens %llu\n",
+		atomic_load(&c->passthrough_opens));
 	if (fclose(f)) {
 		free(buf);
 		return NULL;

@@ -226,6 +226,9 @@ static void dsfs_ops_handle_put(struct dsfs *fs, struct dsfs_caller *who,
  * returned. */
 static void dsfs_ops_leave(struct dsfs_ops_ctx *c)
 {
+	/* The request was answered: a release run from here has no
+	 * request (its req is freed; dsfs_caller.h). */
+	c->who.req = NULL;
 	if (c->h)
 		dsfs_ops_handle_put(c->fs, &c->who, c->h);
 	c->h = NULL;
@@ -285,6 +288,7 @@ static void dsfs_ops_reply_open(fuse_req_t req, struct dsfs *fs,
 		sent = fuse_reply_open(req, fi);
 	}
 	if (sent == -ENOENT) { /* interrupted: no RELEASE will come */
+		who->req = NULL; /* answered (freed) */
 		dsfs_ops_handle_put(fs, who,
 				    (struct dsfs_handle *)(uintptr_t)fi->fh);
 		if (e)

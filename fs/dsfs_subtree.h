@@ -206,6 +206,7 @@ struct dsfs_counters {
 	atomic_ullong reads, read_bytes, splice_replies, copy_replies;
 	atomic_ullong read_errors, lookups, readdirs, prefetch_lists;
 	atomic_ullong prefetch_objects;
+	atomic_ullong passthrough_opens; /* opens given a backing file */
 };
 
 /*

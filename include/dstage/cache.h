@@ -64,6 +64,8 @@ struct cache_stats {
 	uint64_t land_bytes, land_peak; /* held now, most ever held */
 	uint64_t lands_refused; /* not kept: land_limit reached */
 	uint64_t lands_displaced; /* dropped early: per-object limit */
+	/* Descriptors handed out by cache_open_passthrough. */
+	uint64_t passthrough_opens;
 };
 
 /* A dataset's eviction policy, as its caller keeps it. */
@@ -278,6 +280,25 @@ int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
  * pass through).
  */
 bool cache_verify_reads_always(const struct cache *c);
+
+/*
+ * A descriptor of the object's bytes for FUSE passthrough: the data file
+ * reopened read-only (O_RDONLY | O_CLOEXEC; not the cache's own O_RDWR
+ * descriptor), its bytes the object's from offset 0. Given only when the
+ * object's files are format version 3, the data file is exactly the
+ * object's size, every block's record on disk is present and valid (read
+ * at this call: another process's scrub may have cleared one), and
+ * cache.verify_reads is not `always`. The descriptor's open file
+ * description holds the data file's shared in-use lock (CACHE_LOCK_INUSE)
+ * as long as it, or anything it was handed to (the kernel's backing
+ * file), stays open: eviction and cachectl gc treat the object as open
+ * and leave it. The caller closes *fd. Returns 0, -EAGAIN when the object
+ * cannot be passed through (no file, partial, empty, an older format,
+ * verify_reads = always: the caller reads through the cache instead),
+ * -ETIMEDOUT (a lock wait), -EINVAL, or -errno (-EMFILE, -EIO).
+ */
+int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
+			   int *fd);
 
 /*
  * Drop the object's cached blocks (e.g. verify --repair after a mismatch,

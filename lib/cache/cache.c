@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * cache.c, layer 7 of the cache (lib/cache/cache_i.h draws all seven and has the
- * lock order): open, close and the figures. Calls layers 1 to 5.
+ * lock order): open, close and the figures, the record walks that need the
+ * configuration (cache_open_passthrough, cache_object_forget_block). Calls
+ * layers 1 to 5.
  *
  * Lifecycle: cache_open checks cache.dir (owned by this process's euid,
  * not writable by group or others: refused otherwise, naming the fix),
@@ -304,6 +306,86 @@ out:
 	return ret;
 }
 
+/* Whether every block of o has a valid record on disk now. 1, 0 or
+ * -errno. */
+static int cache_all_present(struct cache_obj *o)
+{
+	struct cache_rec recs[CACHE_MAX_BATCH];
+
+	for (uint64_t b = 0; b < o->nblocks; b += CACHE_MAX_BATCH) {
+		uint64_t n = o->nblocks - b < CACHE_MAX_BATCH ? o->nblocks - b
+							      : CACHE_MAX_BATCH;
+		int ret = cache_read_recs(o, b, n, recs);
+
+		if (ret)
+			return ret;
+		for (uint64_t i = 0; i < n; i++)
+			if (!cache_rec_valid(o, &recs[i], b + i))
+				return 0;
+	}
+	return 1;
+}
+
+int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
+			   int *fd)
+{
+	struct cache_obj *o = NULL;
+	char proc[64];
+	struct stat st;
+	int ret, pfd = -1;
+
+	if (!c || !obj || !obj->key || !fd)
+		return -EINVAL;
+	*fd = -1;
+	if (cache_verify_reads_always(c) || !obj->size)
+		return -EAGAIN;
+	ret = cache_obj_get(c, obj, false, &o);
+	if (ret)
+		return ret;
+	if (!o)
+		return -EAGAIN;
+	/* o holds the shared in-use lock of a linked data file (layer 3):
+	 * no evictor can unlink it while the new description takes its own. */
+	if (o->version != CACHE_OBJ_VERSION || o->data_off) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	if (fstat(o->fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	if ((uint64_t)st.st_size != o->size || st.st_nlink == 0) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	ret = cache_all_present(o);
+	if (ret <= 0) {
+		ret = ret ? ret : -EAGAIN;
+		goto out;
+	}
+	/* The same inode even if it was unlinked meanwhile (a path would
+	 * not be), as the O_DIRECT writer reopens it. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
+	pfd = open(proc, O_RDONLY | O_CLOEXEC);
+	if (pfd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ret = cache_ofd_lock(c, pfd, CACHE_LOCK_INUSE, F_RDLCK, true,
+			     o->dataset, o->key, o->name);
+	if (ret)
+		goto out;
+	cache_count(&c->passthrough_opens, 1);
+	cache_obj_touch(o);
+	*fd = pfd;
+	pfd = -1;
+out:
+	if (pfd >= 0)
+		close(pfd);
+	cache_obj_put(o);
+	return ret;
+}
+
 bool cache_disk_full(struct cache *c)
 {
 	return c && atomic_load(&c->last_nospace_disk);
@@ -331,6 +413,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	st->land_peak = atomic_load(&c->land_peak);
 	st->lands_refused = atomic_load(&c->lands_refused);
 	st->lands_displaced = atomic_load(&c->lands_displaced);
+	st->passthrough_opens = atomic_load(&c->passthrough_opens);
 }
 
 int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)

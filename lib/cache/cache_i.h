@@ -375,6 +375,7 @@ struct cache {
 	_Atomic uint64_t hits, misses, bytes_from_cache, bytes_from_source;
 	_Atomic uint64_t fetches, checksum_failures, evictions, streamed;
 	_Atomic uint64_t disk_full; /* see struct cache_stats */
+	_Atomic uint64_t passthrough_opens; /* see struct cache_stats */
 	_Atomic int64_t disk_full_logged; /* time of the last such line */
 	_Atomic bool last_nospace_disk; /* see cache_disk_full */
 };

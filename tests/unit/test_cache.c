@@ -393,6 +393,73 @@ static void test_truncated_file(void)
 	free(data);
 }
 
+/*
+ * cache_open_passthrough (issue 31): a read-only descriptor of a complete
+ * object's data file, its bytes the object's from offset 0, holding the
+ * in-use lock (the object cannot be dropped while it is open); -EAGAIN for
+ * a partial object, a cleared record and verify_reads = always.
+ */
+static void test_passthrough(void)
+{
+	struct cache_object obj = { .dataset = "pt" };
+	char etag[128];
+	size_t size = 9 * BS + 100;
+	char *data = put_src("pt.bin", size, &obj, etag);
+	char *got = malloc(size + 1);
+	struct cache *c = open_cache();
+	struct cache_stats st;
+	int fd = -1;
+
+	CHECK(got);
+	/* Nothing cached yet, then a partial object. */
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	CHECK_INT(fd, -1);
+	CHECK(read_eq(c, &obj, data, 2 * BS, BS));
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	/* Complete: the object's bytes from offset 0, and no more. */
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	CHECK(fd >= 0);
+	CHECK_INT(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	CHECK_INT(pread(fd, got, size + 1, 0), (ssize_t)size);
+	CHECK(!memcmp(got, data, size));
+	cache_get_stats(c, &st);
+	CHECK_INT(st.passthrough_opens, 1);
+	/* Its in-use lock keeps the object: a drop is refused until the
+	 * descriptor is closed. */
+	CHECK_INT(cache_object_drop(c, &obj), -EBUSY);
+	close(fd);
+	CHECK_INT(cache_object_drop(c, &obj), 0);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	/* A record cleared (the scrub, maybe in another process): this
+	 * process's verified bitmap does not count. */
+	CHECK_INT(cache_object_forget_block(c, &obj, 4), 0);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	/* The last block's record alone. */
+	CHECK_INT(cache_object_forget_block(c, &obj, 9), 0);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	CHECK(read_eq(c, &obj, data, 0, size));
+	/* verify_reads = always: every read goes through the cache. */
+	cfg->cache_verify_reads = CONFIG_VERIFY_ALWAYS;
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	cfg->cache_verify_reads = CONFIG_VERIFY_FILL;
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	cache_get_stats(c, &st);
+	CHECK_INT(st.passthrough_opens, 4);
+	CHECK_INT(cache_open_passthrough(c, NULL, &fd), -EINVAL);
+	cache_close(c);
+	free(got);
+	free(data);
+}
+
 static void test_corruption(void)
 {
 	struct cache_object obj = { .dataset = "flip" };
@@ -856,6 +923,7 @@ int main(void)
 	test_corruption();
 	test_check_and_recover();
 	test_truncated_file();
+	test_passthrough();
 	test_stale();
 	test_threads();
 	test_readahead();
