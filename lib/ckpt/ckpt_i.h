@@ -60,6 +60,13 @@
 #define CKPT_JOURNAL "journal"
 #define CKPT_ABANDONED "abandoned"
 #define CKPT_DIR_MODE 0700
+/* One subdirectory of staging_dir per store (issue 34): stores/<the first
+ * CKPT_STORE_HASH_BYTES of the SHA-256 of the store's URL, in hex>/ holds
+ * that store's tree/, journal/ and abandoned/, and the file "store" naming
+ * the URL (checked at every open). */
+#define CKPT_STORES "stores"
+#define CKPT_STORE_FILE "store"
+#define CKPT_STORE_HASH_BYTES 16
 #define CKPT_NEG_MAX 256 /* names remembered missing */
 /* The longest key a store takes, its prefix included (S3: 1,024 bytes). */
 #define CKPT_STORE_KEY_MAX 1024
@@ -228,6 +235,15 @@ const char *ckpt_tpath(const char *key);
 int ckpt_tree_mkparents(struct ckpt *ck, const char *key);
 /* The store's key of key's SHA-256 record (malloc'd) or NULL. */
 char *ckpt_sidecar_key(const char *key);
+/* "stores/<hash of url>", the store's subdirectory of staging_dir (the
+ * URL without trailing '/'), into out. 0 or -errno. */
+int ckpt_store_subdir(const char *url, char *out, size_t size);
+/* Open url's subdirectory of the staging directory sdfd (path staging)
+ * into *out (O_DIRECTORY), making it and its "store" file when create;
+ * *path_out (may be NULL) gets its path (malloc'd). -EINVAL (logged) when
+ * its "store" file names another URL, -ENOENT when it is not there. */
+int ckpt_store_dir_open(int sdfd, const char *staging, const char *url,
+			bool create, int *out, char **path_out);
 /* Store errors as the contract gives them: ENOSPC/EDQUOT stay, the rest is
  * EIO (ENOMEM stays). */
 int ckpt_store_errno(int ret);

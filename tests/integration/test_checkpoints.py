@@ -140,6 +140,12 @@ class S3Store:
             pass
 
 
+def store_staging(staging_dir, url):
+    """staging_dir/stores/<hash of the store's URL> (issue 34)."""
+    h = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
+    return Path(staging_dir) / "stores" / h
+
+
 class Ckpt:
     """dstagefs with a [checkpoints] store, in one temporary directory."""
 
@@ -149,7 +155,7 @@ class Ckpt:
         self.opts = [str(o) for o in opts]  # dstagefs options (-o ...)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.mnt = self.tmp / "mnt"
-        self.staging = self.tmp / "staging"
+        self.staging_dir = self.tmp / "staging"   # checkpoints.staging_dir
         self.log = self.tmp / "dstagefs.log"
         self.cfg = self.tmp / "dstage.conf"
         self.cfg.write_text(
@@ -157,7 +163,7 @@ class Ckpt:
             "[checkpoints]\nstore = %s\nstaging_dir = %s\n"
             "staging_size = %s\nretry_interval = 1s\n%s%s" %
             (self.tmp / "cache", self.tmp / "catalog.db", store.url,
-             self.staging, staging_size, store.conf, conf))
+             self.staging_dir, staging_size, store.conf, conf))
         self.env = dict(env or store.env, DSTAGE_CONFIG=str(self.cfg),
                         DSTAGE_LOG_LEVEL="info")
         self.p = None
@@ -165,6 +171,12 @@ class Ckpt:
     @property
     def ck(self):
         return self.mnt / "checkpoints"
+
+    @property
+    def staging(self):
+        """This store's subdirectory of staging_dir (tree, journal,
+        abandoned)."""
+        return store_staging(self.staging_dir, self.store.url)
 
     def start(self, timeout=30):
         self.mnt.mkdir(exist_ok=True)
@@ -948,12 +960,12 @@ def test_staging_size_bound(tool, tmp_path):
 def test_staging_dir_writable_by_others_refused(tool, tmp_path):
     st = DirStore(tmp_path / "store")
     m = Ckpt(tool, tmp_path / "m", st)
-    m.staging.mkdir()
-    os.chmod(m.staging, 0o777)
+    m.staging_dir.mkdir()
+    os.chmod(m.staging_dir, 0o777)
     try:
         with pytest.raises(AssertionError):
             m.start(timeout=10)
-        assert "checkpoints.staging_dir %s is writable" % m.staging in \
+        assert "checkpoints.staging_dir %s is writable" % m.staging_dir in \
             m.log_text()
     finally:
         m.stop()
