@@ -255,6 +255,9 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		ck->hooks = *h;
 	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
+	ck->uid_limit = cfg->ckpt_uid_staging_size ? cfg->ckpt_uid_staging_size
+						   : ck->limit / 2;
+	ck->uid_files = cfg->ckpt_uid_files;
 	pthread_mutexattr_init(&ma);
 	/* stat may drop a stale copy (open_lock) inside an open */
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
@@ -317,6 +320,10 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	close(dfd);
 	dfd = -1;
 	ret = ckpt_journal_scan(ck, true, false);
+	if (!ret) {
+		ckpt_live_count(ck);
+		ckpt_abandoned_count(ck);
+	}
 	if (!ret)
 		ret = ckpt_upload_start(ck);
 	if (!ret)
@@ -369,6 +376,7 @@ void ckpt_free(struct ckpt *ck)
 	pthread_cond_destroy(&ck->upq_cond);
 	ckpt_neg_clear(ck);
 	pthread_mutex_destroy(&ck->neg_lock);
+	free(ck->uids);
 	free(ck->staging);
 	free(ck);
 }
