@@ -198,8 +198,8 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	if (!ret && isnew)
 		ret = dsfs_ckpt_own_defer(fs, key, &o);
 	if (!ret) {
-		ret = ckpt_file_open(st->ck, key, fi->flags | O_CREAT, &f,
-				     &created);
+		ret = ckpt_file_open_as(st->ck, key, fi->flags | O_CREAT,
+					who->uid, &f, &created);
 		if (ret && isnew) {
 			dsfs_ckpt_own_remove(fs, key);
 			dsfs_ckpt_own_pending_move(fs, key, NULL);
@@ -263,16 +263,16 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 	if (ret)
 		return ret;
 	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
-	ret = key ? ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
-				   &created)
+	ret = key ? ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
+				      who->uid, &f, &created)
 		  : -ENOMEM;
 	/* Archived: an open for reading by a caller the checks above (and
 	 * the kernel's default_permissions) let through recalls it,
 	 * audited; one for writing only does not. */
 	if (ret == -ENOENT && (fi->flags & O_ACCMODE) != O_WRONLY &&
 	    !dsfs_ckpt_arch_recall(fs, who, key))
-		ret = ckpt_file_open(st->ck, key, fi->flags & ~O_CREAT, &f,
-				     &created);
+		ret = ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
+					who->uid, &f, &created);
 	free(key);
 	if (ret)
 		return ret;

@@ -180,6 +180,13 @@ int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
  */
 int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		   struct ckpt_file **out, bool *created);
+/* ckpt_file_open for uid (ckpt_file_open: this process's): a local copy
+ * this open makes is uid's, and its bytes and the file count against
+ * uid's checkpoints.uid_staging_size and uid_files (-EDQUOT past them;
+ * uid 0 has no per-uid bound). An existing local copy counts against its
+ * owner, whoever writes it. */
+int ckpt_file_open_as(struct ckpt *ck, const char *key, int flags, uid_t uid,
+		      struct ckpt_file **out, bool *created);
 /* Bytes read (0 at the end), or -errno. */
 ssize_t ckpt_file_pread(struct ckpt_file *f, void *buf, size_t len, off_t off);
 /* Bytes written, or -errno (-ENOSPC: staging_size reached with nothing

@@ -89,6 +89,9 @@ struct dstage_config {
 	char *ckpt_store; /* checkpoints.store, NULL: checkpoints/ read-only */
 	char *ckpt_staging_dir; /* checkpoints.staging_dir */
 	uint64_t ckpt_staging_size; /* checkpoints.staging_size, bytes */
+	/* checkpoints.uid_staging_size, bytes (0: half of staging_size) */
+	uint64_t ckpt_uid_staging_size;
+	unsigned ckpt_uid_files; /* checkpoints.uid_files (0: no bound) */
 	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
 	unsigned ckpt_lifecycle_ms; /* checkpoints.lifecycle_interval, 0: off */
 	unsigned ckpt_abandoned_keep_ms; /* checkpoints.abandoned_keep */

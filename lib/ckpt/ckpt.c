@@ -87,6 +87,148 @@ static int ckpt_subdir(int dfd, const char *name, int *out)
 	return *out < 0 ? -errno : 0;
 }
 
+/* Bound on the entries a migration reads in one directory. */
+#define CKPT_MIGRATE_MAX (1u << 22)
+
+/* Whether the flat staging directory's sub (fd) holds any entry. */
+static int ckpt_dir_nonempty(int fd)
+{
+	int dfd = dup(fd);
+	struct dirent *de;
+	unsigned n = 0;
+	DIR *d;
+
+	if (dfd < 0)
+		return -errno;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	while ((de = readdir(d)) && n++ < CKPT_MIGRATE_MAX)
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			break;
+	closedir(d);
+	return de != NULL;
+}
+
+/*
+ * The layout before issue 34: tree/, journal/ and abandoned/ directly in
+ * staging_dir, whatever the store. Move them into this store's
+ * subdirectory sfd when the journal says they are this store's: every
+ * record is C (published) and the store has the key with the record's
+ * ETag; a C record the store does not confirm is a clean copy of some
+ * store's object: dropped (that store has it). A W or P record, or a file
+ * in abandoned/, could be any store's: refused, naming the fix.
+ */
+static int ckpt_staging_migrate(struct ckpt *ck, int dfd, int sfd,
+				const char *top)
+{
+	struct objstore_info oi;
+	struct ckpt_rec rec;
+	struct dirent *de;
+	unsigned n = 0, unknown = 0, kept = 0, dropped = 0;
+	DIR *d = NULL;
+	int jfd, ret = 0;
+
+	jfd = openat(dfd, CKPT_JOURNAL,
+		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (jfd < 0)
+		return errno == ENOENT ? 0 : -errno; /* nothing flat */
+	ck->journal_fd = jfd;
+	ck->tree_fd = openat(dfd, CKPT_TREE,
+			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ck->abandoned_fd =
+		openat(dfd, CKPT_ABANDONED,
+		       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (ck->abandoned_fd >= 0) {
+		ret = ckpt_dir_nonempty(ck->abandoned_fd);
+		if (ret < 0)
+			goto out;
+		unknown += (unsigned)ret;
+		ret = 0;
+	}
+	jfd = dup(ck->journal_fd);
+	d = jfd >= 0 ? fdopendir(jfd) : NULL;
+	if (!d) {
+		ret = -errno;
+		if (jfd >= 0)
+			close(jfd);
+		goto out;
+	}
+	while ((de = readdir(d)) && n++ < CKPT_MIGRATE_MAX) {
+		char *end;
+		unsigned long long ino = strtoull(de->d_name, &end, 10);
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
+			continue;
+		if (ckpt_journal_read(ck, (ino_t)ino, &rec))
+			continue;
+		if (rec.state != 'C') {
+			log_error("checkpoints: %s/%s/%s: %s is not yet "
+				  "published, and this staging directory (the "
+				  "layout before issue 34) does not say to "
+				  "which store",
+				  top, CKPT_JOURNAL, de->d_name, rec.key);
+			unknown++;
+			continue;
+		}
+		if (!objstore_head(ck->os, rec.key, &oi) && rec.etag[0] &&
+		    !strcmp(oi.etag, rec.etag)) {
+			kept++;
+			continue;
+		}
+		if (unlinkat(ck->tree_fd, rec.key, 0) && errno != ENOENT)
+			log_warn("checkpoints: cannot remove %s/%s/%s: %s", top,
+				 CKPT_TREE, rec.key, strerror(errno));
+		ckpt_journal_remove(ck, (ino_t)ino);
+		dropped++;
+	}
+	if (unknown) {
+		log_error(
+			"checkpoints: %s holds %u unpublished or abandoned "
+			"file(s) of an unknown store (the layout before "
+			"issue 34); refusing to mount over %s. Fix: if they "
+			"are this store's, mkdir -p %s && mv %s/%s %s/%s %s/%s "
+			"%s/ && echo '%s' > %s/%s; else publish them with "
+			"dstagefs on their store's version before this "
+			"upgrade, or remove them",
+			top, unknown, ckpt_url(ck), ck->staging, top, CKPT_TREE,
+			top, CKPT_JOURNAL, top, CKPT_ABANDONED, ck->staging,
+			ck->cfg->ckpt_store, ck->staging, CKPT_STORE_FILE);
+		ret = -EINVAL;
+		goto out;
+	}
+	if (ck->tree_fd >= 0 && renameat(dfd, CKPT_TREE, sfd, CKPT_TREE) &&
+	    errno != ENOENT)
+		ret = -errno;
+	if (!ret && renameat(dfd, CKPT_JOURNAL, sfd, CKPT_JOURNAL))
+		ret = -errno;
+	if (!ret && ck->abandoned_fd >= 0 &&
+	    renameat(dfd, CKPT_ABANDONED, sfd, CKPT_ABANDONED) &&
+	    errno != ENOENT)
+		ret = -errno;
+	if (ret)
+		log_error("checkpoints: cannot move %s's tree, journal and "
+			  "abandoned/ into %s: %s",
+			  top, ck->staging, strerror(-ret));
+	else
+		log_info("checkpoints: %s moved into %s (the staging "
+			 "directory is one per store; %u published copies "
+			 "kept, %u of other versions dropped)",
+			 top, ck->staging, kept, dropped);
+out:
+	if (d)
+		closedir(d);
+	close(ck->journal_fd);
+	if (ck->tree_fd >= 0)
+		close(ck->tree_fd);
+	if (ck->abandoned_fd >= 0)
+		close(ck->abandoned_fd);
+	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
+	return ret;
+}
+
 int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 {
 	return ckpt_open_ex(cfg, NULL, out);
@@ -97,7 +239,8 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 {
 	pthread_mutexattr_t ma;
 	struct ckpt *ck;
-	int dfd = -1, ret;
+	char *spath = NULL;
+	int dfd = -1, sfd = -1, ret;
 
 	*out = NULL;
 	if (!cfg->ckpt_store || !*cfg->ckpt_store) {
@@ -112,6 +255,9 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		ck->hooks = *h;
 	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
+	ck->uid_limit = cfg->ckpt_uid_staging_size ? cfg->ckpt_uid_staging_size
+						   : ck->limit / 2;
+	ck->uid_files = cfg->ckpt_uid_files;
 	pthread_mutexattr_init(&ma);
 	/* stat may drop a stale copy (open_lock) inside an open */
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
@@ -150,20 +296,34 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	}
 	ret = ckpt_staging_check(ck->staging, dfd);
 	if (!ret)
-		ret = ckpt_subdir(dfd, CKPT_TREE, &ck->tree_fd);
+		ret = ckpt_store_dir_open(dfd, ck->staging, cfg->ckpt_store,
+					  true, &sfd, &spath);
+	if (!ret) {
+		free(ck->staging); /* from here on, messages name the subdir */
+		ck->staging = spath;
+		ret = ckpt_staging_migrate(ck, dfd, sfd, cfg->ckpt_staging_dir);
+	}
 	if (!ret)
-		ret = ckpt_subdir(dfd, CKPT_JOURNAL, &ck->journal_fd);
+		ret = ckpt_subdir(sfd, CKPT_TREE, &ck->tree_fd);
 	if (!ret)
-		ret = ckpt_subdir(dfd, CKPT_ABANDONED, &ck->abandoned_fd);
+		ret = ckpt_subdir(sfd, CKPT_JOURNAL, &ck->journal_fd);
+	if (!ret)
+		ret = ckpt_subdir(sfd, CKPT_ABANDONED, &ck->abandoned_fd);
 	if (ret) {
-		if (ret != -EACCES)
+		if (ret != -EACCES && ret != -EINVAL)
 			log_error("checkpoints: %s: %s", ck->staging,
 				  strerror(-ret));
 		goto err;
 	}
+	close(sfd);
+	sfd = -1;
 	close(dfd);
 	dfd = -1;
 	ret = ckpt_journal_scan(ck, true, false);
+	if (!ret) {
+		ckpt_live_count(ck);
+		ckpt_abandoned_count(ck);
+	}
 	if (!ret)
 		ret = ckpt_upload_start(ck);
 	if (!ret)
@@ -176,6 +336,8 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	*out = ck;
 	return 0;
 err:
+	if (sfd >= 0)
+		close(sfd);
 	if (dfd >= 0)
 		close(dfd);
 	ckpt_free(ck);
@@ -214,6 +376,7 @@ void ckpt_free(struct ckpt *ck)
 	pthread_cond_destroy(&ck->upq_cond);
 	ckpt_neg_clear(ck);
 	pthread_mutex_destroy(&ck->neg_lock);
+	free(ck->uids);
 	free(ck->staging);
 	free(ck);
 }

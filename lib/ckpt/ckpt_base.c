@@ -7,6 +7,9 @@
  * each calls only files below it. ckpt_i.h has the layout and the locks.)
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,4 +164,118 @@ const char *ckpt_url(const struct ckpt *ck)
 struct objstore *ckpt_objstore(const struct ckpt *ck)
 {
 	return ck->os;
+}
+
+/* The url a store is known by in the staging directory: without its
+ * trailing '/' (s3://b/p and s3://b/p/ are one store). */
+static size_t ckpt_store_id_len(const char *url)
+{
+	size_t len = strlen(url);
+
+	while (len > 1 && url[len - 1] == '/')
+		len--;
+	return len;
+}
+
+int ckpt_store_subdir(const char *url, char *out, size_t size)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	size_t n;
+
+	if (!EVP_Digest(url, ckpt_store_id_len(url), md, &mdlen, EVP_sha256(),
+			NULL) ||
+	    mdlen < CKPT_STORE_HASH_BYTES)
+		return -EIO;
+	n = strlen(CKPT_STORES "/");
+	if (size < n + 2 * CKPT_STORE_HASH_BYTES + 1)
+		return -ENAMETOOLONG;
+	memcpy(out, CKPT_STORES "/", n);
+	for (unsigned i = 0; i < CKPT_STORE_HASH_BYTES; i++)
+		snprintf(out + n + 2 * i, 3, "%02x", md[i]);
+	return 0;
+}
+
+/* Check (or, when new, write) the store file of the store directory dfd:
+ * it names url. */
+static int ckpt_store_file(int dfd, const char *path, const char *url,
+			   bool create)
+{
+	size_t len = ckpt_store_id_len(url);
+	char buf[4200];
+	ssize_t got;
+	int fd, ret = 0;
+
+	fd = openat(dfd, CKPT_STORE_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && create) {
+		fd = openat(dfd, CKPT_STORE_FILE,
+			    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+				    O_CLOEXEC,
+			    0600);
+		if (fd < 0)
+			return -errno;
+		if (write(fd, url, len) != (ssize_t)len ||
+		    write(fd, "\n", 1) != 1 || fsync(fd))
+			ret = errno ? -errno : -EIO;
+		close(fd);
+		return ret;
+	}
+	if (fd < 0)
+		return -errno;
+	got = read(fd, buf, sizeof(buf) - 1);
+	ret = got < 0 ? -errno : 0;
+	close(fd);
+	if (got < 0)
+		return ret;
+	buf[got] = '\0';
+	if ((size_t)got != len + 1 || memcmp(buf, url, len) ||
+	    buf[len] != '\n') {
+		buf[strcspn(buf, "\n")] = '\0';
+		log_error("checkpoints: %s/%s names the store \"%.1024s\", "
+			  "not %.*s: this staging subdirectory is another "
+			  "store's; refusing to use it (set "
+			  "checkpoints.staging_dir to another directory, or "
+			  "remove %s once that store's files are published)",
+			  path, CKPT_STORE_FILE, buf, (int)len, url, path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int ckpt_store_dir_open(int sdfd, const char *staging, const char *url,
+			bool create, int *out, char **path_out)
+{
+	char sub[128], *path = NULL;
+	int fd = -1, ret;
+
+	*out = -1;
+	ret = ckpt_store_subdir(url, sub, sizeof(sub));
+	if (ret)
+		return ret;
+	if (create && mkdirat(sdfd, CKPT_STORES, CKPT_DIR_MODE) &&
+	    errno != EEXIST)
+		return -errno;
+	if (create && mkdirat(sdfd, sub, CKPT_DIR_MODE) && errno != EEXIST)
+		return -errno;
+	fd = openat(sdfd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (asprintf(&path, "%s/%s", staging, sub) < 0) {
+		path = NULL;
+		ret = -ENOMEM;
+		goto err;
+	}
+	ret = ckpt_store_file(fd, path, url, create);
+	if (ret)
+		goto err;
+	*out = fd;
+	if (path_out)
+		*path_out = path;
+	else
+		free(path);
+	return 0;
+err:
+	free(path);
+	close(fd);
+	return ret;
 }

@@ -355,9 +355,12 @@ static int drill_unfinished(const struct dstage_config *cfg, const char *ckpt,
 	DIR *dir;
 	int ret = 0;
 
-	if (!ck.staging)
+	char sub[128];
+
+	if (!ck.staging || ckpt_store_subdir(cfg->ckpt_store, sub, sizeof(sub)))
 		return 0;
-	snprintf(path, sizeof(path), "%s/%s", ck.staging, CKPT_JOURNAL);
+	/* the store's own subdirectory of the staging directory (issue 34) */
+	snprintf(path, sizeof(path), "%s/%s/%s", ck.staging, sub, CKPT_JOURNAL);
 	dir = opendir(path);
 	if (!dir)
 		return 0;

@@ -114,8 +114,10 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write)
 		ckpt_upload_drain(ck, e);
 		pthread_mutex_unlock(&e->lock);
 	}
-	if (e->space_at_close && !fstat(e->fd, &st))
-		ckpt_space(ck, -(int64_t)st.st_size);
+	if (e->space_at_close && !fstat(e->fd, &st)) {
+		ckpt_space(ck, e->uid, -(int64_t)st.st_size);
+		ckpt_files(ck, e->uid, -1);
+	}
 	if (e->dirty && !e->unlinked && e->fd >= 0)
 		ckpt_ent_orphan(ck, e);
 	ckpt_ent_free(e);
@@ -282,8 +284,10 @@ struct ckpt_ent *ckpt_ent_new(const char *key, int fd)
 	}
 	e->fd = fd;
 	e->refs = 1;
-	if (fd >= 0 && !fstat(fd, &st))
+	if (fd >= 0 && !fstat(fd, &st)) {
 		e->ino = st.st_ino;
+		e->uid = st.st_uid;
+	}
 	/* In use: the lifecycle does not drop it while it is open (a drop
 	 * holds it exclusively only for a moment: this waits). */
 	if (fd >= 0 && ckpt_lock_use(fd))
@@ -376,9 +380,13 @@ static void ckpt_ent_begin_write(struct ckpt *ck, struct ckpt_ent *e)
 }
 
 /* Create key's local copy (and its parents), opened with O_RDWR | O_CREAT
- * | excl_or_trunc, as a new entry that owns the descriptor. */
+ * | excl_or_trunc, as a new entry that owns the descriptor. The copy is
+ * uid's (its owner: the file's creator): chowned to it, so that a restart
+ * and abandoned/ still know whose it is; it counts against uid's
+ * checkpoints.uid_files (-EDQUOT). A dstagefs that may not chown keeps
+ * its own uid on the file. */
 static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
-			    struct ckpt_ent **out)
+			    uid_t uid, struct ckpt_ent **out)
 {
 	int fd, ret;
 
@@ -386,21 +394,48 @@ static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
 	ret = ckpt_tree_mkparents(ck, key);
 	if (ret)
 		return ret;
+	if (uid != geteuid() && geteuid() != 0)
+		uid = geteuid();
+	ret = ckpt_files(ck, uid, 1);
+	if (ret)
+		return ret;
 	fd = openat(ck->tree_fd, key,
 		    O_RDWR | O_CREAT | excl_or_trunc | O_NOFOLLOW | O_CLOEXEC,
 		    0600);
-	if (fd < 0)
-		return -errno;
+	if (fd < 0) {
+		ret = -errno;
+		goto err;
+	}
+	if (uid != geteuid() && fchown(fd, uid, (gid_t)-1)) {
+		ret = -errno;
+		log_error("checkpoints: cannot chown the local copy of %s to "
+			  "uid %u: %s",
+			  key, (unsigned)uid, strerror(-ret));
+		goto err;
+	}
 	*out = ckpt_ent_new(key, fd);
 	if (!*out) {
-		close(fd);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto err;
 	}
 	return 0;
+err:
+	if (fd >= 0) {
+		close(fd);
+		unlinkat(ck->tree_fd, key, 0);
+	}
+	ckpt_files(ck, uid, -1);
+	return ret;
 }
 
 int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 		   struct ckpt_file **out, bool *created)
+{
+	return ckpt_file_open_as(ck, key, flags, geteuid(), out, created);
+}
+
+int ckpt_file_open_as(struct ckpt *ck, const char *key, int flags, uid_t uid,
+		      struct ckpt_file **out, bool *created)
 {
 	bool write = (flags & O_ACCMODE) != O_RDONLY;
 	bool excl = (flags & O_CREAT) && (flags & O_EXCL);
@@ -488,7 +523,7 @@ again:
 			e->rmtime = oi.mtime;
 			goto private;
 		}
-		ret = ckpt_tree_create(ck, key, O_TRUNC, &e);
+		ret = ckpt_tree_create(ck, key, O_TRUNC, uid, &e);
 		if (ret)
 			goto err;
 		if (flags & O_TRUNC) {
@@ -496,11 +531,16 @@ again:
 		} else {
 			struct ckpt_rec rec = { .state = 'C', .size = oi.size };
 
-			ret = ckpt_space(ck, (int64_t)oi.size);
-			if (!ret)
+			ret = ckpt_space(ck, e->uid, (int64_t)oi.size);
+			if (!ret) {
 				ret = ckpt_fetch(ck, key, e->fd, oi.size,
 						 oi.etag);
+				if (ret) /* give the reservation back */
+					ckpt_space(ck, e->uid,
+						   -(int64_t)oi.size);
+			}
 			if (ret) {
+				ckpt_files(ck, e->uid, -1);
 				log_error("checkpoints: cannot copy %s from %s "
 					  "to write it: %s",
 					  key, ckpt_url(ck), strerror(-ret));
@@ -516,7 +556,7 @@ again:
 		/* A new file (the caller checked the parent). */
 		ret = ckpt_key_new_ok(ck, key);
 		if (!ret)
-			ret = ckpt_tree_create(ck, key, O_EXCL, &e);
+			ret = ckpt_tree_create(ck, key, O_EXCL, uid, &e);
 		if (ret)
 			goto err;
 		*created = true;
@@ -607,7 +647,7 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 		goto out;
 	}
 	old = (uint64_t)st.st_size;
-	ret = ckpt_space(ck, end > old ? (int64_t)(end - old) : 0);
+	ret = ckpt_space(ck, e->uid, end > old ? (int64_t)(end - old) : 0);
 	if (ret)
 		goto out;
 	ckpt_ent_dirty(ck, e);
@@ -618,7 +658,7 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 		      ? (uint64_t)off + (uint64_t)w
 		      : old;
 	if (end > old) /* give back what was reserved and not written */
-		ckpt_space(ck, (int64_t)now - (int64_t)end);
+		ckpt_space(ck, e->uid, (int64_t)now - (int64_t)end);
 	ret = w < 0 ? -errno : 0;
 	if (w > 0)
 		ckpt_upload_wrote(ck, e, (uint64_t)off, (uint64_t)w);
@@ -658,13 +698,13 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 		ret = -errno;
 		goto out;
 	}
-	ret = ckpt_space(f->ck, (int64_t)size - (int64_t)st.st_size);
+	ret = ckpt_space(f->ck, e->uid, (int64_t)size - (int64_t)st.st_size);
 	if (ret)
 		goto out;
 	ckpt_ent_dirty(f->ck, e);
 	if (ftruncate(e->fd, (off_t)size)) {
 		ret = -errno;
-		ckpt_space(f->ck, (int64_t)st.st_size - (int64_t)size);
+		ckpt_space(f->ck, e->uid, (int64_t)st.st_size - (int64_t)size);
 		goto out;
 	}
 	ckpt_upload_truncated(e, (uint64_t)st.st_size, size);

@@ -60,6 +60,13 @@
 #define CKPT_JOURNAL "journal"
 #define CKPT_ABANDONED "abandoned"
 #define CKPT_DIR_MODE 0700
+/* One subdirectory of staging_dir per store (issue 34): stores/<the first
+ * CKPT_STORE_HASH_BYTES of the SHA-256 of the store's URL, in hex>/ holds
+ * that store's tree/, journal/ and abandoned/, and the file "store" naming
+ * the URL (checked at every open). */
+#define CKPT_STORES "stores"
+#define CKPT_STORE_FILE "store"
+#define CKPT_STORE_HASH_BYTES 16
 #define CKPT_NEG_MAX 256 /* names remembered missing */
 /* The longest key a store takes, its prefix included (S3: 1,024 bytes). */
 #define CKPT_STORE_KEY_MAX 1024
@@ -121,6 +128,8 @@ struct ckpt_ent {
 	pthread_mutex_t lock; /* see the order above */
 	int fd; /* set at open: the local copy, -1 when read from the store */
 	ino_t ino; /* the local copy's inode (its journal record's name) */
+	uid_t uid; /* set at open: the local copy's owner, whose staging
+		    * bounds its bytes count against */
 	bool dirty; /* lock: changed since the last successful publish */
 	bool journal_w; /* lock: the record says W */
 	/* lock: SHA-256 of [0, hashed) fed as it was written in order, so a
@@ -147,6 +156,18 @@ struct ckpt_file {
 	bool write; /* opened for writing */
 };
 
+/* One uid's staging (checkpoints.uid_staging_size, uid_files), in
+ * ck->uids under ck->lock. */
+struct ckpt_uid_use {
+	uid_t uid;
+	uint64_t bytes; /* sizes of its local copies in tree/ */
+	unsigned files; /* its local copies in tree/ */
+	uint64_t ab_bytes; /* in abandoned/ (recounted each retry tick) */
+	unsigned ab_files;
+};
+
+#define CKPT_UIDS_MAX 65536 /* distinct uids tracked */
+
 struct ckpt {
 	const struct dstage_config *cfg;
 	struct objstore *os;
@@ -163,6 +184,12 @@ struct ckpt {
 	pthread_mutex_t lock;
 	struct ckpt_ent *ents; /* lock */
 	uint64_t used; /* lock: bytes of local copies */
+	uint64_t ab_used; /* lock: bytes in abandoned/ (they count too) */
+	uint64_t uid_limit; /* checkpoints.uid_staging_size; immutable */
+	unsigned uid_files; /* checkpoints.uid_files (0: none); immutable */
+	struct ckpt_uid_use *uids; /* lock: n_uids of cap_uids */
+	size_t n_uids, cap_uids;
+	int64_t uid_logged_ms; /* lock: the last EDQUOT line (rate limit) */
 	unsigned pending; /* lock: P records found by the last scan */
 	int64_t last_retry_ms; /* lock */
 	pthread_cond_t cond; /* with lock: wakes the retry thread */
@@ -228,6 +255,15 @@ const char *ckpt_tpath(const char *key);
 int ckpt_tree_mkparents(struct ckpt *ck, const char *key);
 /* The store's key of key's SHA-256 record (malloc'd) or NULL. */
 char *ckpt_sidecar_key(const char *key);
+/* "stores/<hash of url>", the store's subdirectory of staging_dir (the
+ * URL without trailing '/'), into out. 0 or -errno. */
+int ckpt_store_subdir(const char *url, char *out, size_t size);
+/* Open url's subdirectory of the staging directory sdfd (path staging)
+ * into *out (O_DIRECTORY), making it and its "store" file when create;
+ * *path_out (may be NULL) gets its path (malloc'd). -EINVAL (logged) when
+ * its "store" file names another URL, -ENOENT when it is not there. */
+int ckpt_store_dir_open(int sdfd, const char *staging, const char *url,
+			bool create, int *out, char **path_out);
 /* Store errors as the contract gives them: ENOSPC/EDQUOT stay, the rest is
  * EIO (ENOMEM stays). */
 int ckpt_store_errno(int ret);
@@ -315,9 +351,21 @@ int ckpt_lock_publish(int fd, bool wait);
 void ckpt_unlock_publish(int fd);
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */
 struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
-/* Account growth bytes of local copies (negative: freed); evicts clean
- * copies when over the limit. Returns 0 or -ENOSPC. */
-int ckpt_space(struct ckpt *ck, int64_t growth);
+/* Account growth bytes of uid's local copies (negative: freed); evicts
+ * clean copies when over the limit. Returns 0, -EDQUOT (uid's
+ * uid_staging_size, logged) or -ENOSPC. uid 0 has no per-uid bound. */
+int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth);
+/* One local copy more (delta 1: -EDQUOT past uid_files, logged) or less
+ * (-1) for uid. 0 or -EDQUOT. */
+int ckpt_files(struct ckpt *ck, uid_t uid, int delta);
+/* The same with ck->lock held. */
+int ckpt_files_locked(struct ckpt *ck, uid_t uid, int delta);
+/* Recount abandoned/ per uid into ck->uids and ck->ab_used (files there
+ * count until removed, by the stager's gc or an operator). */
+void ckpt_abandoned_count(struct ckpt *ck);
+/* Recount the local copies the journal names per uid into ck->uids and
+ * ck->used (at open, after the recovery scan). */
+void ckpt_live_count(struct ckpt *ck);
 /* Whether key has a listed entry (ck->lock held). */
 bool ckpt_is_open_locked(struct ckpt *ck, const char *key);
 int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,

@@ -296,7 +296,19 @@ void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
 		return;
 	}
 	ckpt_journal_remove(ck, ino);
-	ckpt_space(ck, -(int64_t)st.st_size);
+	/* no longer a local copy, but still held: it counts as abandoned
+	 * (against staging_size and its uid) until it is removed */
+	ckpt_space(ck, st.st_uid, -(int64_t)st.st_size);
+	pthread_mutex_lock(&ck->lock);
+	ckpt_files_locked(ck, st.st_uid, -1);
+	ck->ab_used += (uint64_t)st.st_size;
+	for (size_t i = 0; i < ck->n_uids; i++) {
+		if (ck->uids[i].uid == st.st_uid) {
+			ck->uids[i].ab_bytes += (uint64_t)st.st_size;
+			ck->uids[i].ab_files++;
+		}
+	}
+	pthread_mutex_unlock(&ck->lock);
 	log_warn("checkpoints: %s: %s; not published (the store keeps what "
 		 "it had); the partial file is %s/%s/%s",
 		 key, why, ck->staging, CKPT_ABANDONED, name);
@@ -362,8 +374,23 @@ struct ckpt_victim {
 	ino_t ino;
 	int64_t mtime;
 	uint64_t size;
+	uid_t uid;
 	char *key;
 };
+
+static struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid);
+
+/* uid's local copy of size bytes is gone (ck->lock held; ck->used is the
+ * caller's). */
+static void ckpt_uid_freed_locked(struct ckpt *ck, uid_t uid, uint64_t size)
+{
+	struct ckpt_uid_use *u = ckpt_uid_locked(ck, uid);
+
+	if (!u)
+		return;
+	u->bytes -= size < u->bytes ? size : u->bytes;
+	u->files -= u->files ? 1 : 0;
+}
 
 static int ckpt_victim_cmp(const void *x, const void *y)
 {
@@ -416,6 +443,7 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 		v[n].ino = ino;
 		v[n].mtime = st.st_mtim.tv_sec;
 		v[n].size = (uint64_t)st.st_size;
+		v[n].uid = st.st_uid;
 		n++;
 	}
 	closedir(d);
@@ -425,6 +453,7 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 		if (freed < need && !unlinkat(ck->tree_fd, v[i].key, 0)) {
 			ckpt_journal_remove(ck, v[i].ino);
 			freed += v[i].size;
+			ckpt_uid_freed_locked(ck, v[i].uid, v[i].size);
 			log_debug("checkpoints: dropped the local copy of %s "
 				  "(published)",
 				  v[i].key);
@@ -448,20 +477,229 @@ struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key)
 	return NULL;
 }
 
-int ckpt_space(struct ckpt *ck, int64_t growth)
+/* uid's usage (ck->lock held), added when new; NULL past CKPT_UIDS_MAX
+ * uids or out of memory (then uid has no per-uid bound). */
+static struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid)
+{
+	struct ckpt_uid_use *u;
+
+	for (size_t i = 0; i < ck->n_uids; i++)
+		if (ck->uids[i].uid == uid)
+			return &ck->uids[i];
+	if (ck->n_uids == ck->cap_uids) {
+		size_t cap = ck->cap_uids ? ck->cap_uids * 2 : 16;
+
+		if (cap > CKPT_UIDS_MAX)
+			return NULL;
+		u = realloc(ck->uids, cap * sizeof(*u));
+		if (!u)
+			return NULL;
+		ck->uids = u;
+		ck->cap_uids = cap;
+	}
+	u = &ck->uids[ck->n_uids++];
+	memset(u, 0, sizeof(*u));
+	u->uid = uid;
+	return u;
+}
+
+/* The EDQUOT line: uid, option and value, at most one each 10 s. */
+static void ckpt_uid_log_locked(struct ckpt *ck, uid_t uid, const char *opt,
+				uint64_t value, const char *unit)
+{
+	int64_t now = timeutil_mono_ms();
+
+	if (ck->uid_logged_ms && now - ck->uid_logged_ms < 10000)
+		return;
+	ck->uid_logged_ms = now;
+	log_warn("checkpoints: uid %u reached checkpoints.%s (%" PRIu64
+		 " %s, abandoned files included) in %s: its writes and "
+		 "creates fail with EDQUOT until it removes files",
+		 (unsigned)uid, opt, value, unit, ck->staging);
+}
+
+int ckpt_files_locked(struct ckpt *ck, uid_t uid, int delta)
+{
+	struct ckpt_uid_use *u = ckpt_uid_locked(ck, uid);
+
+	if (!u)
+		return 0;
+	if (delta < 0) {
+		u->files -= u->files ? 1 : 0;
+		return 0;
+	}
+	if (uid != 0 && ck->uid_files &&
+	    u->files + u->ab_files >= ck->uid_files) {
+		ckpt_uid_log_locked(ck, uid, "uid_files", ck->uid_files,
+				    "files");
+		return -EDQUOT;
+	}
+	u->files++;
+	return 0;
+}
+
+int ckpt_files(struct ckpt *ck, uid_t uid, int delta)
+{
+	int ret;
+
+	pthread_mutex_lock(&ck->lock);
+	ret = ckpt_files_locked(ck, uid, delta);
+	pthread_mutex_unlock(&ck->lock);
+	return ret;
+}
+
+/* Bound on the entries of abandoned/ one recount reads. */
+#define CKPT_ABANDONED_MAX (1u << 20)
+
+/* Add size bytes of a file of uid to the table t (n of cap). -ENOMEM. */
+static int ckpt_tally(struct ckpt_uid_use **t, size_t *n, size_t *cap,
+		      uid_t uid, uint64_t size)
+{
+	size_t i;
+
+	for (i = 0; i < *n && (*t)[i].uid != uid; i++)
+		;
+	if (i == *n) {
+		if (*n == *cap) {
+			size_t c = *cap ? *cap * 2 : 16;
+			struct ckpt_uid_use *nt;
+
+			if (c > CKPT_UIDS_MAX)
+				return -ENOMEM;
+			nt = realloc(*t, c * sizeof(**t));
+			if (!nt)
+				return -ENOMEM;
+			*t = nt;
+			*cap = c;
+		}
+		memset(&(*t)[i], 0, sizeof(**t));
+		(*t)[i].uid = uid;
+		(*n)++;
+	}
+	(*t)[i].bytes += size;
+	(*t)[i].files++;
+	return 0;
+}
+
+/* Bound on the entries one recount reads in a directory. */
+#define CKPT_RECOUNT_MAX (1u << 22)
+
+/* Tally the files of abandoned/ (abandoned true) or the local copies the
+ * journal names into t; the total bytes into *total. */
+static void ckpt_count_dir(struct ckpt *ck, bool abandoned,
+			   struct ckpt_uid_use **t, size_t *n, size_t *cap,
+			   uint64_t *total)
+{
+	int dirfd = abandoned ? ck->abandoned_fd : ck->journal_fd;
+	int dfd = dup(dirfd);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	struct ckpt_rec rec;
+	unsigned seen = 0;
+	struct dirent *de;
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d)) && seen++ < CKPT_RECOUNT_MAX) {
+		struct stat st;
+		char *end;
+		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
+
+		if (abandoned) {
+			if (fstatat(dirfd, de->d_name, &st,
+				    AT_SYMLINK_NOFOLLOW))
+				continue;
+		} else if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end ||
+			   ckpt_journal_read(ck, ino, &rec) || !rec.key[0] ||
+			   ckpt_key_ok(rec.key) ||
+			   fstatat(ck->tree_fd, rec.key, &st,
+				   AT_SYMLINK_NOFOLLOW) ||
+			   st.st_ino != ino) {
+			continue;
+		}
+		if (!S_ISREG(st.st_mode))
+			continue;
+		*total += (uint64_t)st.st_size;
+		if (ckpt_tally(t, n, cap, st.st_uid, (uint64_t)st.st_size))
+			break;
+	}
+	closedir(d);
+}
+
+void ckpt_live_count(struct ckpt *ck)
+{
+	struct ckpt_uid_use *t = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t total = 0;
+
+	ckpt_count_dir(ck, false, &t, &n, &cap, &total);
+	pthread_mutex_lock(&ck->lock);
+	for (size_t i = 0; i < ck->n_uids; i++)
+		ck->uids[i].bytes = ck->uids[i].files = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct ckpt_uid_use *u = ckpt_uid_locked(ck, t[i].uid);
+
+		if (u) {
+			u->bytes = t[i].bytes;
+			u->files = t[i].files;
+		}
+	}
+	ck->used = total;
+	pthread_mutex_unlock(&ck->lock);
+	free(t);
+}
+
+void ckpt_abandoned_count(struct ckpt *ck)
+{
+	struct ckpt_uid_use *t = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t total = 0;
+
+	ckpt_count_dir(ck, true, &t, &n, &cap, &total);
+	pthread_mutex_lock(&ck->lock);
+	for (size_t i = 0; i < ck->n_uids; i++)
+		ck->uids[i].ab_bytes = ck->uids[i].ab_files = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct ckpt_uid_use *u = ckpt_uid_locked(ck, t[i].uid);
+
+		if (u) {
+			u->ab_bytes = t[i].bytes;
+			u->ab_files = t[i].files;
+		}
+	}
+	ck->ab_used = total;
+	pthread_mutex_unlock(&ck->lock);
+	free(t);
+}
+
+int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth)
 {
 	static int64_t last_log;
-	uint64_t g = (uint64_t)growth;
+	uint64_t g = (uint64_t)growth, held;
+	struct ckpt_uid_use *u;
 	int ret = 0;
 
 	pthread_mutex_lock(&ck->lock);
+	u = ckpt_uid_locked(ck, uid);
 	if (growth <= 0) {
 		g = (uint64_t)-growth;
 		ck->used -= g < ck->used ? g : ck->used;
+		if (u)
+			u->bytes -= g < u->bytes ? g : u->bytes;
+	} else if (u && uid != 0 && ck->uid_limit &&
+		   u->bytes + u->ab_bytes + g > ck->uid_limit) {
+		ret = -EDQUOT;
+		ckpt_uid_log_locked(ck, uid, "uid_staging_size", ck->uid_limit,
+				    "bytes");
 	} else {
-		if (ck->used + g > ck->limit)
-			ckpt_journal_evict_locked(ck, ck->used + g - ck->limit);
-		if (ck->used + g > ck->limit) {
+		held = ck->used + ck->ab_used;
+		if (held + g > ck->limit)
+			ckpt_journal_evict_locked(ck, held + g - ck->limit);
+		held = ck->used + ck->ab_used;
+		if (held + g > ck->limit) {
 			ret = -ENOSPC;
 			if (timeutil_mono_ms() - last_log > 10000) {
 				last_log = timeutil_mono_ms();
@@ -474,6 +712,8 @@ int ckpt_space(struct ckpt *ck, int64_t growth)
 			}
 		} else {
 			ck->used += g;
+			if (u)
+				u->bytes += g;
 		}
 	}
 	pthread_mutex_unlock(&ck->lock);

@@ -180,6 +180,12 @@ static void *ckpt_retry_main(void *arg)
 			pthread_cond_timedwait(&ck->cond, &ck->lock, &ts);
 		}
 		first = false;
+		if (ck->stop)
+			continue;
+		/* abandoned/ counts until removed (by gc, by hand) */
+		pthread_mutex_unlock(&ck->lock);
+		ckpt_abandoned_count(ck);
+		pthread_mutex_lock(&ck->lock);
 		if (ck->stop || !ck->pending)
 			continue;
 		pthread_mutex_unlock(&ck->lock);

@@ -71,8 +71,10 @@ static void ckpt_local_remove(struct ckpt *ck, const char *key, bool open)
 		return;
 	if (!unlinkat(ck->tree_fd, key, 0)) {
 		ckpt_journal_remove(ck, st.st_ino);
-		if (!open)
-			ckpt_space(ck, -(int64_t)st.st_size);
+		if (!open) {
+			ckpt_space(ck, st.st_uid, -(int64_t)st.st_size);
+			ckpt_files(ck, st.st_uid, -1);
+		}
 	}
 }
 

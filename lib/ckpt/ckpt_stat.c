@@ -37,7 +37,8 @@ static void ckpt_drop_local(struct ckpt *ck, const char *key,
 	pthread_mutex_unlock(&ck->lock);
 	if (!e && !unlinkat(ck->tree_fd, key, 0)) {
 		ckpt_journal_remove(ck, st->st_ino);
-		ckpt_space(ck, -(int64_t)st->st_size);
+		ckpt_space(ck, st->st_uid, -(int64_t)st->st_size);
+		ckpt_files(ck, st->st_uid, -1);
 		log_debug("checkpoints: %s changed in the store: local copy "
 			  "dropped",
 			  key);

@@ -150,6 +150,14 @@ static const struct config_key config_keys[] = {
 	  "local copies of checkpoints being written (cache disk), mode 0700" },
 	{ "checkpoints.staging_size", CT_SIZE, OFF(ckpt_staging_size), "64G",
 	  1 << 20, 0, "most bytes of local copies in staging_dir" },
+	{ "checkpoints.uid_staging_size", CT_SIZE, OFF(ckpt_uid_staging_size),
+	  "0", 0, 0,
+	  "most bytes (file sizes, sparse included) of one uid's local "
+	  "copies and abandoned files; past it EDQUOT; 0: half of "
+	  "staging_size" },
+	{ "checkpoints.uid_files", CT_UINT, OFF(ckpt_uid_files), "10000", 0, 0,
+	  "most local copies and abandoned files (empty ones included) of "
+	  "one uid; past it EDQUOT; 0: no bound" },
 	{ "checkpoints.retry_interval", CT_DURATION, OFF(ckpt_retry_ms), "30s",
 	  100, 0, "retry publishing files the store refused this often" },
 	{ "checkpoints.lifecycle_interval", CT_DURATION, OFF(ckpt_lifecycle_ms),

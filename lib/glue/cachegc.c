@@ -182,6 +182,35 @@ static void cachegc_staging(struct cachegc_walk *w, int sfd, const char *sub,
 	closedir(d);
 }
 
+/* Each store's subdirectory of staging_dir: stores/<hash>/ (issue 34). */
+static void cachegc_stores(struct cachegc_walk *w, int sfd)
+{
+	struct dirent *de;
+	unsigned n = 0;
+	DIR *d;
+	int dfd = openat(sfd, "stores",
+			 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (dfd < 0)
+		return;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(d)) && n++ < 65536) {
+		char sub[300];
+
+		if (de->d_name[0] == '.' || strlen(de->d_name) > 64)
+			continue;
+		snprintf(sub, sizeof(sub), "stores/%s/journal", de->d_name);
+		cachegc_staging(w, sfd, sub, true);
+		snprintf(sub, sizeof(sub), "stores/%s/abandoned", de->d_name);
+		cachegc_staging(w, sfd, sub, false);
+	}
+	closedir(d);
+}
+
 int cachegc_run(struct cache *c, struct catalog *cat,
 		const struct cachegc_opts *o, struct cachegc_result *r)
 {
@@ -210,8 +239,10 @@ int cachegc_run(struct cache *c, struct catalog *cat,
 			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 		if (sfd >= 0) {
+			/* the layout before issue 34, then each store's */
 			cachegc_staging(&w, sfd, "journal", true);
 			cachegc_staging(&w, sfd, "abandoned", false);
+			cachegc_stores(&w, sfd);
 			close(sfd);
 		} else if (errno != ENOENT) {
 			log_warn("gc: checkpoints.staging_dir %s: %s",

@@ -54,10 +54,12 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 {
 	struct lifecycle_staging *s;
 	struct stat st;
-	int dfd = -1, ret;
+	char *path = NULL;
+	int dfd = -1, sfd = -1, ret;
 
 	*out = NULL;
-	if (!cfg->ckpt_staging_dir || !*cfg->ckpt_staging_dir)
+	if (!cfg->ckpt_staging_dir || !*cfg->ckpt_staging_dir ||
+	    !cfg->ckpt_store || !*cfg->ckpt_store)
 		return -ENOENT;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -85,17 +87,28 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 		ret = -EACCES;
 		goto err;
 	}
-	s->ck.tree_fd = stage_subdir(dfd, CKPT_TREE);
-	s->ck.journal_fd = stage_subdir(dfd, CKPT_JOURNAL);
-	s->ck.abandoned_fd = stage_subdir(dfd, CKPT_ABANDONED);
+	/* Only this store's subdirectory (issue 34): dstagefs makes it, and
+	 * moves a flat staging directory of the layout before into it. */
+	ret = ckpt_store_dir_open(dfd, s->ck.staging, cfg->ckpt_store, false,
+				  &sfd, &path);
+	if (ret)
+		goto err;
+	free(s->ck.staging);
+	s->ck.staging = path;
+	s->ck.tree_fd = stage_subdir(sfd, CKPT_TREE);
+	s->ck.journal_fd = stage_subdir(sfd, CKPT_JOURNAL);
+	s->ck.abandoned_fd = stage_subdir(sfd, CKPT_ABANDONED);
 	if (s->ck.tree_fd < 0 || s->ck.journal_fd < 0) {
 		ret = -ENOENT;
 		goto err;
 	}
+	close(sfd);
 	close(dfd);
 	*out = s;
 	return 0;
 err:
+	if (sfd >= 0)
+		close(sfd);
 	if (dfd >= 0)
 		close(dfd);
 	lifecycle_staging_free(s);

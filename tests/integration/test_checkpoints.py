@@ -139,6 +139,12 @@ class S3Store:
             pass
 
 
+def store_staging(staging_dir, url):
+    """staging_dir/stores/<hash of the store's URL> (issue 34)."""
+    h = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
+    return Path(staging_dir) / "stores" / h
+
+
 class Ckpt:
     """dstagefs with a [checkpoints] store, in one temporary directory."""
 
@@ -148,7 +154,7 @@ class Ckpt:
         self.opts = [str(o) for o in opts]  # dstagefs options (-o ...)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.mnt = self.tmp / "mnt"
-        self.staging = self.tmp / "staging"
+        self.staging_dir = self.tmp / "staging"   # checkpoints.staging_dir
         self.log = self.tmp / "dstagefs.log"
         self.cfg = self.tmp / "dstage.conf"
         self.cfg.write_text(
@@ -156,7 +162,7 @@ class Ckpt:
             "[checkpoints]\nstore = %s\nstaging_dir = %s\n"
             "staging_size = %s\nretry_interval = 1s\n%s%s" %
             (self.tmp / "cache", self.tmp / "catalog.db", store.url,
-             self.staging, staging_size, store.conf, conf))
+             self.staging_dir, staging_size, store.conf, conf))
         self.env = dict(env or store.env, DSTAGE_CONFIG=str(self.cfg),
                         DSTAGE_LOG_LEVEL="info")
         self.p = None
@@ -164,6 +170,12 @@ class Ckpt:
     @property
     def ck(self):
         return self.mnt / "checkpoints"
+
+    @property
+    def staging(self):
+        """This store's subdirectory of staging_dir (tree, journal,
+        abandoned)."""
+        return store_staging(self.staging_dir, self.store.url)
 
     def start(self, timeout=30):
         self.mnt.mkdir(exist_ok=True)

@@ -266,12 +266,12 @@ def test_staging_size_bound(tool, tmp_path):
 def test_staging_dir_writable_by_others_refused(tool, tmp_path):
     st = DirStore(tmp_path / "store")
     m = Ckpt(tool, tmp_path / "m", st)
-    m.staging.mkdir()
-    os.chmod(m.staging, 0o777)
+    m.staging_dir.mkdir()
+    os.chmod(m.staging_dir, 0o777)
     try:
         with pytest.raises(AssertionError):
             m.start(timeout=10)
-        assert "checkpoints.staging_dir %s is writable" % m.staging in \
+        assert "checkpoints.staging_dir %s is writable" % m.staging_dir in \
             m.log_text()
     finally:
         m.stop()

@@ -14,13 +14,16 @@ local copy themselves.
 """
 import fcntl
 import os
+import shutil
+import subprocess
+import sys
 import struct
 import threading
 import time
 
 import pytest
 
-from test_checkpoints import sha, wait_for
+from test_checkpoints import Ckpt, DirStore, sha, wait_for
 from test_lifecycle import Daemon, daemon, dirmount  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -161,3 +164,131 @@ def test_repeated_misses_do_not_each_ask_the_store(tool, tmp_path,
     finally:
         m.stop()
         st.cleanup()
+
+
+# ---- one staging subdirectory per store (issue 34) ----
+
+def crash_after_close(m, key, data):
+    """Write key through m, which exits after the close's P record (before
+    the upload): the file stays in m's staging, closed, not published."""
+    m.env["DSTAGE_TEST_CRASH_AT"] = "upload"
+    m.start()
+    subprocess.run([sys.executable, "-c", "open(%r, 'wb').write(%r)" %
+                    (str(m.ck / key), data)], capture_output=True,
+                   timeout=60)
+    m.p.wait(30)
+    subprocess.run(["fusermount3", "-uz", str(m.mnt)], capture_output=True,
+                   timeout=30)
+    del m.env["DSTAGE_TEST_CRASH_AT"]
+
+
+def share_staging(m, other):
+    """Make m use other's checkpoints.staging_dir."""
+    m.cfg.write_text(m.cfg.read_text().replace(
+        "staging_dir = %s\n" % m.staging_dir,
+        "staging_dir = %s\n" % other.staging_dir))
+    m.staging_dir = other.staging_dir
+
+
+def flatten(m):
+    """Turn m's staging into the layout before issue 34 (tree, journal and
+    abandoned directly in staging_dir)."""
+    for sub in ("tree", "journal", "abandoned"):
+        os.rename(m.staging / sub, m.staging_dir / sub)
+    shutil.rmtree(m.staging_dir / "stores")
+
+
+def test_two_stores_never_share_local_files(tool, tmp_path):
+    s1, s2 = DirStore(tmp_path / "s1"), DirStore(tmp_path / "s2")
+    m1 = Ckpt(tool, tmp_path / "m1", s1)
+    m2 = Ckpt(tool, tmp_path / "m2", s2)
+    share_staging(m2, m1)
+    try:
+        m1.start()
+        (m1.ck / "j").mkdir()
+        m1.stop()
+        crash_after_close(m1, "j/team1.pt", b"team 1's weights")
+        assert s1.get("j/team1.pt") is None
+        # the next mount on the node, another store, same staging_dir:
+        # its restart scan and retry thread must not publish team 1's file
+        m2.start()
+        (m2.ck / "k").mkdir()
+        (m2.ck / "k" / "team2.pt").write_bytes(b"team 2's")
+        time.sleep(3)               # three retry intervals
+        assert s2.get("j/team1.pt") is None, "published into store 2"
+        assert not os.path.exists(m2.ck / "j")
+        assert s2.get("k/team2.pt") == b"team 2's"
+        assert m1.staging != m2.staging
+        assert os.listdir(m2.staging / "tree") == ["k"]
+        assert os.listdir(m2.staging / "tree" / "k") == ["team2.pt"]
+        assert os.listdir(m1.staging / "tree" / "j") == ["team1.pt"]
+        assert (m1.staging / "store").read_text() == \
+            s1.url.rstrip("/") + "\n"
+        assert (m2.staging / "store").read_text() == \
+            s2.url.rstrip("/") + "\n"
+        m2.stop()
+        # team 1's own mount publishes it, into store 1 only
+        m1.start()
+        wait_for(lambda: s1.get(".dstage-sha256/j/team1.pt"), 30,
+                 "team 1's republish")
+        m1.check_published("j/team1.pt", sha(b"team 1's weights"))
+        assert s1.get("k/team2.pt") is None
+        assert s2.get("j/team1.pt") is None
+    finally:
+        m1.stop()
+        m2.stop()
+
+
+def test_store_file_mismatch_refused(tool, tmp_path):
+    s1, s2 = DirStore(tmp_path / "s1"), DirStore(tmp_path / "s2")
+    m1 = Ckpt(tool, tmp_path / "m1", s1)
+    try:
+        m1.start()
+        m1.stop()
+        # store 1's subdirectory claiming to be another store's
+        (m1.staging / "store").write_text(s2.url.rstrip("/") + "\n")
+        with pytest.raises(AssertionError):
+            m1.start(timeout=10)
+        assert "names the store \"%s\", not %s" % (
+            s2.url.rstrip("/"), s1.url.rstrip("/")) in m1.log_text()
+    finally:
+        m1.stop()
+
+
+def test_flat_staging_migrated_or_refused(tool, tmp_path):
+    s1, s2 = DirStore(tmp_path / "s1"), DirStore(tmp_path / "s2")
+    m1 = Ckpt(tool, tmp_path / "m1", s1)
+    m2 = Ckpt(tool, tmp_path / "m2", s2)
+    share_staging(m2, m1)
+    try:
+        # published copies only: the journal's ETags say whose they are
+        m1.start()
+        (m1.ck / "j").mkdir()
+        (m1.ck / "j" / "done.pt").write_bytes(b"done")
+        m1.stop()
+        flatten(m1)
+        m1.start()
+        assert "moved into %s" % m1.staging in m1.log_text()
+        assert not (m1.staging_dir / "journal").exists()
+        assert os.listdir(m1.staging / "tree" / "j") == ["done.pt"]
+        assert (m1.ck / "j" / "done.pt").read_bytes() == b"done"
+        m1.stop()
+        # a closed file never published: whose is it? refused, for both
+        crash_after_close(m1, "j/p.pt", b"pending")
+        flatten(m1)
+        for m in (m2, m1):
+            with pytest.raises(AssertionError):
+                m.start(timeout=10)
+            assert "unpublished or abandoned file(s) of an unknown store" \
+                in m.log_text()
+            assert "mv %s/tree" % m1.staging_dir in m.log_text()
+        assert s2.get("j/p.pt") is None and s1.get("j/p.pt") is None
+        # the fix the message names
+        for sub in ("tree", "journal", "abandoned"):
+            os.rename(m1.staging_dir / sub, m1.staging / sub)
+        m1.start()
+        wait_for(lambda: s1.get("j/p.pt") == b"pending", 30, "republish")
+        assert s2.get("j/p.pt") is None
+    finally:
+        m1.stop()
+        m2.stop()

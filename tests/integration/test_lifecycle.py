@@ -40,7 +40,7 @@ class Daemon(Stager):
             self.cfg.read_text() +
             "[checkpoints]\nstore = %s\nstaging_dir = %s\n"
             "retry_interval = 1s\nlifecycle_interval = %s\n%s" %
-            (m.store.url, m.staging, interval, m.store.conf))
+            (m.store.url, m.staging_dir, interval, m.store.conf))
 
     def lc(self, *args, check=True):
         return self.run("lifecycle", *args, check=check)
