@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -341,12 +342,25 @@ static void cachescrub_state_write(const struct cachescrub *s, int fd,
 static int cachescrub_lock_open(const struct cachescrub *s)
 {
 	char path[4096];
+	struct stat st;
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/%s", s->cfg->cache_dir,
 		 CACHESCRUB_LOCK_FILE);
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	return fd < 0 ? -errno : fd;
+	if (fd < 0)
+		return -errno;
+	/* left wider by an older release or a chmod -R: as the cache's
+	 * own files (cache.c), tightened, never refused */
+	if (!fstat(fd, &st) && (st.st_mode & 077)) {
+		if (fchmod(fd, 0600))
+			log_warn("cache: cannot tighten %s to 0600: %s", path,
+				 strerror(errno));
+		else
+			log_info("cache: tightened %s from %04o to 0600", path,
+				 (unsigned)(st.st_mode & 07777));
+	}
+	return fd;
 }
 
 /* One pass, under scrub.lock. Returns 0 (done or stopped), -EBUSY (another

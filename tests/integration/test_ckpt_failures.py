@@ -224,7 +224,7 @@ def test_full_dir_store_enospc_then_restart_publishes(tool, tmp_path,
         m.start()                                  # the restart publishes
         m.wait_published("full/ckpt.bin", sha(data), 30, "the publish after restart")
         # recorded by the recovery at open too
-        wait_for(lambda: catalog_rows(m).get("full/ckpt.bin") ==
+        wait_for(lambda: catalog_rows_now(m).get("full/ckpt.bin") ==
                  (sha(data), len(data)), 10, "the catalog's record")
     finally:
         m.stop()
