@@ -105,7 +105,13 @@ def make_tree(b, log):
         for i in range(size // (4 * MiB)):
             f.write(i.to_bytes(8, "little") + block[8:])
     if getattr(b, "src", None) and getattr(b, "small_keys", None):
-        shutil.copytree(os.path.join(b.src, "small"), os.path.join(src, "small"))
+        # hard links: the same files, on the same disk, nothing copied
+        try:
+            shutil.copytree(os.path.join(b.src, "small"), os.path.join(src, "small"),
+                            copy_function=os.link)
+        except (OSError, shutil.Error):
+            shutil.rmtree(os.path.join(src, "small"), ignore_errors=True)
+            shutil.copytree(os.path.join(b.src, "small"), os.path.join(src, "small"))
         keys = list(b.small_keys)
     else:
         import bench_data
