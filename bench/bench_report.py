@@ -148,6 +148,7 @@ def markdown(res):
                 v = fmt_num(v)
             out.append(f"| {k} | {v} |")
     out += cpu_markdown(res)
+    out += ceiling_markdown(res)
     out += prefetch_markdown(res)
     out += push_markdown(res)
     mem = res.get("memory") or {}
@@ -214,6 +215,41 @@ def cpu_markdown(res):
         out += ["", f"Store elsewhere: the store's processes on CPUs {cs['store_cpus']}, the "
                 f"client side on {cs['client_cpus']} ({cs.get('rule', '')}); warm rows on "
                 "all cores."]
+    return out
+
+
+CEILING = ("passthrough_hp", "passthrough_hp_nopt", "dstage")
+
+
+def ceiling_markdown(res):
+    """The FUSE ceiling rows (bench/ceiling.py, issue 31): raw disk,
+    passthrough_hp with and without FUSE passthrough, dstagefs, each as a
+    ratio to the raw disk, and the FUSE daemons' CPU-seconds per GiB."""
+    rows = [r for r in res["rows"] if r["id"].startswith("ceil_")]
+    if not rows:
+        return []
+    out = ["", "The FUSE ceiling in the same run (the same files on the caches' disk; "
+           "x raw: the system over the raw disk; CPU: the FUSE daemon's utime + stime "
+           "per GiB read):", "",
+           "| workload | unit | raw disk | passthrough_hp | x raw | --nopassthrough | x raw "
+           "| dstagefs | x raw | CPU-s/GiB passthrough_hp | --nopassthrough | dstagefs "
+           "| stager daemon |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: | ---: |"]
+    whys = []
+    for r in rows:
+        lim = r.get("limit")
+        cells = [r["what"], r["unit"], fmt_num(lim)]
+        for name in CEILING:
+            v = value(r, name)
+            cells += [fmt_cell(r, name), fmt_ratio(v / lim if v is not None and lim else None)]
+            why = (r["systems"].get(name) or {}).get("why")
+            if why and why not in whys:
+                whys.append(why)
+        cells += [fmt_num(cpu_value(r, name)) for name in CEILING]
+        cells.append(fmt_num((r["systems"].get("dstage") or {}).get("daemon_cpu_s_per_GiB")))
+        out.append("| " + " | ".join(cells) + " |")
+    out += [""] + [f"passthrough_hp: {w}" for w in whys] if whys else []
     return out
 
 

@@ -1,5 +1,6 @@
 """bench_rows: each measured row's text, unit, limit and target, from the
 limits of the run (moved out of bench/run, behaviour unchanged)."""
+import ceiling
 import fair_bench
 import million_bench
 
@@ -95,4 +96,6 @@ def define_rows(b, warm_rounds):
     row("verify_cache", "stager verify --cache (large files)", "MB/s", verify_lim,
         f"min(fio read, SHA-256 all cores) (medians of {warm_rounds}, alternated)", 0.9)
     for r in million_bench.row_defs(L):
+        row(*r)
+    for r in ceiling.row_defs(L, warm_rounds):
         row(*r)

@@ -47,6 +47,12 @@ def cpulist(cpus):
     return ",".join(str(c) for c in cpus)
 
 
+def stat_fields(st):
+    """The fields of a /proc/PID/stat text after the command name (field 3
+    on; the name may hold spaces and parentheses)."""
+    return st[st.rindex(")") + 2:].split()
+
+
 def _stat_fields(pid):
     """The fields of /proc/PID/stat after the command name (field 3 on);
     None if the process is gone."""
@@ -55,7 +61,22 @@ def _stat_fields(pid):
             st = f.read()
     except OSError:
         return None
-    return st[st.rindex(")") + 2:].split()
+    return stat_fields(st)
+
+
+def stat_cpu_s(st, tck=TCK):
+    """utime + stime (fields 14 and 15) of a /proc/PID/stat text, seconds."""
+    fields = stat_fields(st)
+    return (int(fields[11]) + int(fields[12])) / tck
+
+
+def cpu_s_per_gib(before, after, nbytes, tck=TCK):
+    """CPU-seconds per GiB moved from two /proc/PID/stat texts of the same
+    process, taken before and after a phase that moved nbytes; None when
+    nothing moved or a sample is missing (the process was gone)."""
+    if not nbytes or before is None or after is None:
+        return None
+    return round((stat_cpu_s(after, tck) - stat_cpu_s(before, tck)) / (nbytes / GiB), 3)
 
 
 def proc_cpu_s(pid):

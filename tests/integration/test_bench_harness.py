@@ -171,3 +171,150 @@ def test_committed_results_have_their_table_and_chart():
         found += 1
     if not found:
         pytest.skip("no bench results committed yet")
+
+
+# ------------------------------------------------ the FUSE ceiling (issue 31)
+import ceiling  # noqa: E402
+import pinning  # noqa: E402
+
+
+def stat_line(utime, stime, comm="dstagefs"):
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+    # majflt cmajflt utime stime cutime cstime ...
+    return (f"4242 ({comm}) S 1 4242 4242 0 -1 4194560 900 0 3 0 {utime} {stime} "
+            "7 8 20 0 9 0 12345 1000000 300 18446744073709551615\n")
+
+
+def test_cpu_per_gib_from_two_proc_stat_samples():
+    before, after = stat_line(100, 50), stat_line(160, 90)
+    # (60 + 40) ticks at 100 ticks/s = 1.0 s over 2 GiB
+    assert pinning.stat_cpu_s(after, tck=100) == pytest.approx(2.5)
+    assert pinning.cpu_s_per_gib(before, after, 2 << 30, tck=100) == pytest.approx(0.5)
+    # a command name with spaces and parentheses is skipped whole
+    odd = stat_line(160, 90, comm="a) (b c")
+    assert pinning.cpu_s_per_gib(before, odd, 1 << 30, tck=100) == pytest.approx(1.0)
+    # nothing moved, or the process was gone: no figure
+    assert pinning.cpu_s_per_gib(before, after, 0, tck=100) is None
+    assert pinning.cpu_s_per_gib(before, None, 1 << 30, tck=100) is None
+
+
+def test_cpu_class_reads_a_live_process():
+    c = ceiling.CPU({"fuse": sys.modules["os"].getpid(), "gone": None})
+    sum(range(3_000_000))
+    out = c.stop(1 << 30)
+    assert set(out) == {"fuse"} and out["fuse"] >= 0
+
+
+class FakeBench:
+    def __init__(self):
+        self.rows, self.notes = {}, []
+
+    def put(self, rid, system, val, truncated=False, why=None, **extra):
+        r = self.rows.setdefault(rid, {"id": rid, "systems": {}})
+        r["systems"][system] = dict(value=val, truncated=truncated, why=why, **extra)
+
+
+def test_passthrough_hp_rows_skipped_when_the_binary_is_missing(tmp_path):
+    missing = str(tmp_path / "no" / "passthrough_hp")
+    why = ceiling.passthrough_hp_missing(missing)
+    assert why.startswith("skipped:") and missing in why
+    noexec = tmp_path / "passthrough_hp"
+    noexec.write_text("")
+    assert "not executable" in ceiling.passthrough_hp_missing(str(noexec))
+    noexec.chmod(0o755)
+    assert ceiling.passthrough_hp_missing(str(noexec)) is None
+    assert ceiling.passthrough_hp_path({"DSTAGE_PASSTHROUGH_HP": missing}) == missing
+    assert ceiling.passthrough_hp_path({}) == ceiling.PASSTHROUGH_HP
+    b = FakeBench()
+    ceiling.skip_passthrough_hp(b, why)
+    assert set(b.rows) == set(ceiling.ROW_IDS)
+    for r in b.rows.values():
+        assert set(r["systems"]) == {"passthrough_hp", "passthrough_hp_nopt"}
+        assert all(e["value"] is None and e["why"] == why for e in r["systems"].values())
+    assert any(why in n for n in b.notes)
+
+
+def test_passthrough_hp_command_line():
+    assert ceiling.passthrough_hp_cmd("/x/ph", "/src", "/mnt") == \
+        ["/x/ph", "--foreground", "/src", "/mnt"]
+    assert ceiling.passthrough_hp_cmd("/x/ph", "/src", "/mnt",
+                                      ceiling.SYSTEMS["passthrough_hp_nopt"]) == \
+        ["/x/ph", "--foreground", "--nopassthrough", "/src", "/mnt"]
+
+
+def load_bench_run():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("bench_run", str(REPO / "bench" / "run"))
+    spec = importlib.util.spec_from_loader("bench_run", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_rows_argument_knows_the_ceiling_group(capsys):
+    run = load_bench_run()
+    a = run.parse_args(["--smoke", "--rows", "ceiling", "--no-peers"])
+    assert a.smoke and a.rows == "ceiling" and a.no_peers
+    assert "ceiling" in run.ROW_GROUPS and "ceiling" not in run.RGW_GROUPS
+    assert set(ceiling.ROW_IDS) <= set(run.ROW_ORDER)
+    with pytest.raises(SystemExit):
+        run.parse_args(["--rows", "ceiling,bogus"])
+    assert "--rows bogus: unknown" in capsys.readouterr().err
+
+
+def ceiling_results(skip=False):
+    import bench_rows
+    L = {"ceil_large_warm_raw": 1000.0, "ceil_small_warm_1_raw": 4000.0,
+         "ceil_small_warm_8_raw": 8000.0, "ceil_epoch2_raw": 5000.0}
+
+    class B(FakeBench):
+        limits = L
+
+        def row(self, rid, what, unit, limit=None, limit_what="", target=None):
+            self.rows[rid].update(what=what, unit=unit, limit=limit, limit_what=limit_what,
+                                  target=target)
+    b = B()
+    for rid, lim in (("ceil_large_warm", 1000), ("ceil_small_warm_1", 4000),
+                     ("ceil_small_warm_8", 8000), ("ceil_epoch2", 5000)):
+        b.put(rid, "dstage", lim * 0.8, cpu_s_per_GiB=0.4, daemon_cpu_s_per_GiB=0.01)
+        if not skip:
+            b.put(rid, "passthrough_hp", lim * 1.0, cpu_s_per_GiB=0.0)
+            b.put(rid, "passthrough_hp_nopt", lim * 0.7, cpu_s_per_GiB=1.3)
+    if skip:
+        ceiling.skip_passthrough_hp(b, "skipped: /x/passthrough_hp not found")
+    bench_rows.define_rows(b, 3)
+    return {"schema": 1, "command": "bench/run --rows ceiling", "mode": "smoke",
+            "rows": list(b.rows.values()), "notes": b.notes}
+
+
+def ceiling_line(md, what):
+    """The ceiling table's line of a row (13 cells)."""
+    (ln,) = [ln for ln in md.splitlines()
+             if ln.startswith(f"| FUSE ceiling: {what}") and ln.count("|") == 14]
+    return ln
+
+
+def test_ceiling_table_has_ratios_to_raw_disk_and_cpu():
+    res = ceiling_results()
+    bench_report.validate(res)
+    md = bench_report.markdown(res)
+    assert "The FUSE ceiling in the same run" in md
+    lines = [ln for ln in md.splitlines() if ln.startswith("| FUSE ceiling: one large file, warm")]
+    assert len(lines) == 3  # the main table, the CPU table and the ceiling table
+    cells = [c.strip() for c in ceiling_line(md, "one large file, warm").strip("|").split("|")]
+    assert cells[1:] == ["MB/s", "1,000", "1,000", "1.00", "700", "0.70", "800", "0.80",
+                         "0.00", "1.30", "0.40", "0.01"]
+    # the main table: dstage over the raw disk
+    assert table_rows(md)["FUSE ceiling: one large file, warm, dd bs=1M, page cache "
+                          "dropped"][7] == "0.80"
+
+
+def test_ceiling_table_says_why_passthrough_hp_is_missing():
+    res = ceiling_results(skip=True)
+    bench_report.validate(res)
+    md = bench_report.markdown(res)
+    row = ceiling_line(md, "small files, warm, 8 readers")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:7] == ["n/a", "n/a", "n/a", "n/a"] and cells[7:9] == ["6,400", "0.80"]
+    assert "passthrough_hp: skipped: /x/passthrough_hp not found" in md
