@@ -81,6 +81,9 @@ struct dstage_config {
 	/* [sources] */
 	int sources_follow_symlinks; /* sources.follow_symlinks,
 				      * enum config_symlinks */
+	char *sources_shared_tier_root; /* sources.shared_tier_root, NULL:
+					 * none */
+	unsigned sources_shared_tier_lease_ms; /* sources.shared_tier_lease */
 
 	/* [checkpoints] */
 	char *ckpt_store; /* checkpoints.store, NULL: checkpoints/ read-only */

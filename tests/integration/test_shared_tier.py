@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: MIT
+"""The shared tier (issue 32): `stager stage NAME --shared` copies a
+dataset's snapshot once into a directory of the parallel file system, under
+a lease kept there, every file checked against SHA256SUMS before it is
+published and a MANIFEST written last."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from test_stager import Stager, data, make_dataset, stager_dir  # noqa: F401
+
+MiB = 1 << 20
+
+FILES = {"a.bin": data(1, 3 * MiB + 5), "dir/b.bin": data(2, 100000),
+         "dir/sub/c.txt": b"hello\n", "empty": b""}
+
+
+def node(tool, root, tier_root):
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o755)
+    s = Stager(tool("stager"), root)
+    with open(s.cfg, "a") as f:
+        f.write("[sources]\nshared_tier_root = %s\n"
+                "shared_tier_lease = 2s\n" % tier_root)
+    return s.start()
+
+
+@pytest.fixture
+def two_nodes(tool, stager_dir):
+    tier = stager_dir / "pfs" / "tier"
+    tier.mkdir(parents=True)
+    make_dataset(stager_dir / "src", FILES)
+    nodes = [node(tool, stager_dir / ("n%d" % i), tier) for i in range(2)]
+    for s in nodes:
+        s.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+    yield nodes, tier
+    for s in nodes:
+        s.stop()
+
+
+def shared(s, *args):
+    p = s.run("stage", "ds", "--shared", "--json", *args)
+    return p, (json.loads(p.stdout) if p.returncode == 0 else None)
+
+
+def tmp_files(tier):
+    return [p for p in tier.rglob("*") if ".dstage-tmp" in p.name]
+
+
+def check_copy(d):
+    d = os.fspath(d)
+    for k, v in FILES.items():
+        with open(os.path.join(d, "data", k), "rb") as f:
+            assert f.read() == v, k
+    lines = open(os.path.join(d, "MANIFEST")).read().splitlines()
+    assert lines[0] == "dstage-shared-tier 1"
+    assert lines[1] == "dataset ds"
+    assert lines[2] == "snapshot " + os.path.basename(d)
+    assert lines[3] == "files %d" % (len(FILES) + 1)  # and SHA256SUMS
+    keys = {ln.split(" ", 3)[3]: ln.split(" ")[0] for ln in lines[5:]}
+    import hashlib
+    for k, v in FILES.items():
+        assert keys[k] == hashlib.sha256(v).hexdigest(), k
+
+
+def test_stage_shared_publishes_once(two_nodes):
+    (a, b), tier = two_nodes
+    p, r = shared(a)
+    assert p.returncode == 0, p.stderr
+    assert r["state"] == "published" and int(r["copied"]) == len(FILES) + 1
+    assert r["dir"].startswith(str(tier / "ds") + "/")
+    check_copy(r["dir"])
+    assert not os.path.exists(os.path.join(r["dir"], ".lease"))
+    # another node with the same listing: the same snapshot, nothing copied
+    p, r2 = shared(b)
+    assert p.returncode == 0, p.stderr
+    assert r2["state"] == "already published" and int(r2["copied"]) == 0
+    assert r2["dir"] == r["dir"]
+    assert not tmp_files(tier)
+
+
+def test_changed_snapshot_gets_its_own_copy(two_nodes, stager_dir):
+    (a, _), tier = two_nodes
+    _, r1 = shared(a)
+    changed = dict(FILES, **{"dir/sub/c.txt": b"changed\n"})
+    make_dataset(stager_dir / "src", changed)
+    a.run("refresh", "ds", check=True)
+    p, r2 = shared(a)
+    assert p.returncode == 0, p.stderr
+    assert r2["dir"] != r1["dir"] and r2["state"] == "published"
+    with open(os.path.join(r2["dir"], "data/dir/sub/c.txt"), "rb") as f:
+        assert f.read() == b"changed\n"
+    with open(os.path.join(r1["dir"], "data/dir/sub/c.txt"), "rb") as f:
+        assert f.read() == b"hello\n"
+
+
+def test_wrong_bytes_never_published(tool, stager_dir):
+    tier = stager_dir / "tier"
+    tier.mkdir()
+    make_dataset(stager_dir / "src", FILES,
+                 sums=dict(FILES, **{"a.bin": b"other"}))
+    s = node(tool, stager_dir / "n", tier)
+    try:
+        s.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+        p, _ = shared(s)
+        assert p.returncode != 0
+        log = s.log.read_text()
+        assert "a.bin from the source has SHA-256" in log, log[-2000:]
+        snaps = list((tier / "ds").iterdir())
+        assert len(snaps) == 1
+        assert not (snaps[0] / "data" / "a.bin").exists()
+        assert not (snaps[0] / "MANIFEST").exists()
+        assert not (snaps[0] / ".lease").exists()
+        assert not tmp_files(tier)
+    finally:
+        s.stop()
+
+
+def test_no_tier_and_unmounted_tier_refused(tool, stager_dir):
+    make_dataset(stager_dir / "src", FILES)
+    s = node(tool, stager_dir / "n", stager_dir / "not-mounted")
+    try:
+        s.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+        p, _ = shared(s)
+        assert p.returncode != 0
+        assert "is not a directory" in s.log.read_text()
+        assert not (stager_dir / "not-mounted").exists()
+        # the dataset's own setting wins over the cluster default
+        own = stager_dir / "own"
+        own.mkdir()
+        s.run("add", "ds2", "file://%s/src/" % stager_dir,
+              "--shared-tier", "file://%s/" % own, check=True)
+        assert s.json("show", "ds2")["shared_tier"] == "file://%s/" % own
+        p = s.run("stage", "ds2", "--shared", "--json", check=True)
+        assert json.loads(p.stdout)["dir"].startswith(str(own) + "/")
+    finally:
+        s.stop()
+
+
+def lease_text(holder, expires_ms):
+    return "holder %s\nexpires_ms %d\n" % (holder, expires_ms)
+
+
+def test_live_lease_waited_for_then_expired_taken_over(two_nodes):
+    (a, b), tier = two_nodes
+    # find the snapshot's directory without publishing: a copy left half
+    # done by a node that died (one file published, a temporary file)
+    p, r = shared(a)
+    d = r["dir"]
+    os.unlink(os.path.join(d, "MANIFEST"))
+    os.unlink(os.path.join(d, "data", "dir", "b.bin"))
+    with open(os.path.join(d, "data", ".dstage-tmp.dead"), "wb") as f:
+        f.write(b"half")
+    lease = os.path.join(d, ".lease")
+    now = int(time.time() * 1000)
+    with open(lease, "w") as f:
+        f.write(lease_text("deadnode pid 1", now + 60000))
+    # a live lease: no wait refuses at once, naming the holder
+    p, _ = shared(b)
+    assert p.returncode != 0 and b"deadnode pid 1" in p.stderr, p.stderr
+    # a bounded wait ends
+    t0 = time.monotonic()
+    p, _ = shared(b, "--timeout", "1s")
+    assert p.returncode != 0 and time.monotonic() - t0 >= 1.0
+    # expired: the next node takes over and resumes
+    with open(lease, "w") as f:
+        f.write(lease_text("deadnode pid 1", now - 1000))
+    p, r = shared(b)
+    assert p.returncode == 0, p.stderr
+    assert r["took_over"] in ("1", 1, True)
+    assert int(r["copied"]) == 1 and int(r["kept"]) == len(FILES)
+    assert "taking over" in b.log.read_text()
+    check_copy(d)
+    assert not os.path.exists(lease)
+
+
+def test_two_nodes_racing(two_nodes):
+    (a, b), tier = two_nodes
+    procs = [subprocess.Popen(
+        [s.exe, "--config", str(s.cfg), "stage", "ds", "--shared", "--json",
+         "--timeout", "60s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for s in (a, b)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    rs = [json.loads(o[0]) for o in outs]
+    assert sorted(int(r["copied"]) for r in rs) == [0, len(FILES) + 1], rs
+    assert rs[0]["dir"] == rs[1]["dir"]
+    check_copy(rs[0]["dir"])
+    assert not tmp_files(tier)
