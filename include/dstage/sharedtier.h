@@ -81,4 +81,18 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 		       const char *name, unsigned wait_ms,
 		       struct sharedtier_result *res);
 
+struct objstore;
+
+/*
+ * Put dataset name's shared tier in front of its source *os
+ * (objstore_open_tiered) when the dataset has a tier and its current
+ * snapshot's copy is published there (MANIFEST); *os is then the tiered
+ * handle, which owns the old one. Otherwise *os stays as it was and the
+ * reason is logged at info (no tier, not published) or as an error (a
+ * MANIFEST that cannot be read).
+ * Returns 1 (tiered), 0 (not), -ENOMEM.
+ */
+int sharedtier_wrap(struct catalog *cat, const struct dstage_config *cfg,
+		    const char *name, struct objstore **os);
+
 #endif

@@ -793,3 +793,32 @@ out:
 	catalog_dataset_release(&ds);
 	return ret;
 }
+
+int sharedtier_wrap(struct catalog *cat, const struct dstage_config *cfg,
+		    const char *name, struct objstore **os)
+{
+	char dir[PATH_MAX], snap[SHAREDTIER_SNAPSHOT_LEN + 1];
+	struct objstore *t;
+	int ret;
+
+	if (!*os)
+		return 0;
+	ret = sharedtier_locate(cat, cfg, name, dir, sizeof(dir), snap);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret)
+		return 0; /* no tier: the common case, not logged */
+	ret = objstore_open_tiered(dir, *os, &t);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret) {
+		log_info("shared tier: %s: no copy of snapshot %s in %s (%s): "
+			 "reading %s alone",
+			 name, snap, dir, strerror(-ret), objstore_url(*os));
+		return 0;
+	}
+	log_info("shared tier: %s: reading snapshot %s from %s first", name,
+		 snap, dir);
+	*os = t;
+	return 1;
+}

@@ -190,3 +190,65 @@ def test_two_nodes_racing(two_nodes):
     assert rs[0]["dir"] == rs[1]["dir"]
     check_copy(rs[0]["dir"])
     assert not tmp_files(tier)
+
+
+# ---- node caches fill from the tier first ----
+
+def published(two_nodes):
+    (a, b), tier = two_nodes
+    p, r = shared(a)
+    assert p.returncode == 0, p.stderr
+    return a, b, r["dir"]
+
+
+def stage_ok(s):
+    p = s.run("stage", "ds", "--wait")
+    assert p.returncode == 0, (p.stdout, p.stderr, s.log.read_text()[-3000:])
+    p = s.run("verify", "ds")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+
+
+def test_node_fills_from_tier_with_the_origin_gone(two_nodes, stager_dir):
+    a, b, d = published(two_nodes)
+    # the origin loses every file (its directory stays: it opens)
+    for k in list(FILES) + ["SHA256SUMS"]:
+        os.unlink(stager_dir / "src" / k)
+    stage_ok(b)
+    log = b.log.read_text()
+    assert "reading snapshot %s from %s first" % (
+        os.path.basename(d), d) in log, log[-2000:]
+    assert "reading it from" not in log, log[-2000:]
+
+
+def test_flipped_byte_in_the_tier_caught(two_nodes):
+    a, b, d = published(two_nodes)
+    path = os.path.join(d, "data", "a.bin")
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        c = f.read(1)
+        f.seek(1000)
+        f.write(bytes([c[0] ^ 1]))
+    stage_ok(b)
+    log = b.log.read_text()
+    assert "a.bin: SHA-256 mismatch" in log, log[-2000:]
+    assert "a.bin is damaged there" in log, log[-2000:]
+    # logged once per cause
+    assert log.count("is damaged there") == 1
+
+
+def test_missing_tier_file_falls_back(two_nodes):
+    a, b, d = published(two_nodes)
+    os.unlink(os.path.join(d, "data", "dir", "b.bin"))
+    stage_ok(b)
+    log = b.log.read_text()
+    assert "dir/b.bin is missing there" in log, log[-2000:]
+
+
+def test_changed_source_not_read_from_an_old_copy(two_nodes, stager_dir):
+    a, b, d = published(two_nodes)
+    make_dataset(stager_dir / "src",
+                 dict(FILES, **{"dir/sub/c.txt": b"changed\n"}))
+    b.run("refresh", "ds", check=True)
+    # the new snapshot has no copy: B reads the origin alone
+    stage_ok(b)
+    assert "no copy of snapshot" in b.log.read_text()
