@@ -106,7 +106,7 @@ static const struct stager_cmd stager_cmds[] = {
 	  "                   tier for the whole cluster instead (one node\n"
 	  "                   holds a lease; with --wait or --timeout T\n"
 	  "                   (default 10m) wait for another node's copy,\n"
-	  "                   else exit 75 at once while it runs)" },
+	  "                   else exit 1 at once naming that node)" },
 	{ "verify", client_submit,
 	  STAGER_NEEDS_DAEMON | STAGER_SUBMIT | STAGER_ALWAYS_WAIT,
 	  STAGER_JSON_OBJECT, 1, 1, "jwscrebnf", "NAME|PATH",
