@@ -252,3 +252,34 @@ def test_changed_source_not_read_from_an_old_copy(two_nodes, stager_dir):
     # the new snapshot has no copy: B reads the origin alone
     stage_ok(b)
     assert "no copy of snapshot" in b.log.read_text()
+
+
+# ---- on CephFS (ceph-fuse): the parallel file system it is meant for ----
+
+def test_on_cephfs_race_publish_and_fill(tool, stager_dir, cephfs):
+    tier = cephfs.mount / ("tier-%d" % os.getpid())
+    tier.mkdir()
+    make_dataset(stager_dir / "src", FILES)
+    nodes = [node(tool, stager_dir / ("n%d" % i), tier) for i in range(2)]
+    try:
+        for s in nodes:
+            s.run("add", "ds", "file://%s/src/" % stager_dir, check=True)
+        procs = [subprocess.Popen(
+            [s.exe, "--config", str(s.cfg), "stage", "ds", "--shared",
+             "--json", "--timeout", "60s"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE) for s in nodes]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        rs = [json.loads(o[0]) for o in outs]
+        assert sorted(int(r["copied"]) for r in rs) == [0, len(FILES) + 1]
+        check_copy(rs[0]["dir"])
+        assert not tmp_files(tier)
+        # the nodes fill from the copy on CephFS with the origin's files gone
+        for k in list(FILES) + ["SHA256SUMS"]:
+            os.unlink(stager_dir / "src" / k)
+        for s in nodes:
+            stage_ok(s)
+            assert "reading it from" not in s.log.read_text()
+    finally:
+        for s in nodes:
+            s.stop()
