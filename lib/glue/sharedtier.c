@@ -749,6 +749,14 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 			  name, base);
 		goto out;
 	}
+	if (st.st_mode & S_IWOTH) {
+		/* every node trusts what is published there */
+		ret = -EACCES;
+		log_error("shared tier: %s: %s is writable by others: refused "
+			  "(chmod o-w it)",
+			  name, base);
+		goto out;
+	}
 	if (!(ds.shared_tier && *ds.shared_tier))
 		base[rootlen] = '/';
 	ret = st_join(res->dir, sizeof(res->dir), base, res->snapshot);

@@ -227,6 +227,12 @@ static int tierstore_get_many(struct objstore *os, struct objstore_get *reqs,
 			continue;
 		}
 		err = t[j].result;
+		if (err == -ERANGE && r->off >= e->size && e->size) {
+			/* past the end: the origin would say the same */
+			r->got = 0;
+			r->result = err;
+			continue;
+		}
 		if (err == -ENOENT || !err)
 			atomic_store(&e->state,
 				     TIER_BAD_BASE +

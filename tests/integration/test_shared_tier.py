@@ -131,6 +131,15 @@ def test_no_tier_and_unmounted_tier_refused(tool, stager_dir):
         # the dataset's own setting wins over the cluster default
         own = stager_dir / "own"
         own.mkdir()
+        # a tier others may write is refused: every node trusts it
+        os.chmod(own, 0o777)
+        s.run("add", "ds3", "file://%s/src/" % stager_dir,
+              "--shared-tier", str(own), check=True)
+        p = s.run("stage", "ds3", "--shared")
+        assert p.returncode != 0
+        assert "is writable by others" in s.log.read_text()
+        assert not list(own.iterdir())
+        os.chmod(own, 0o755)
         s.run("add", "ds2", "file://%s/src/" % stager_dir,
               "--shared-tier", "file://%s/" % own, check=True)
         assert s.json("show", "ds2")["shared_tier"] == "file://%s/" % own
