@@ -674,6 +674,8 @@ static int st_acquire(struct st_pub *p, const char *dir, unsigned wait_ms)
 				p->res->took_over = true;
 			if (ret && ret != -EAGAIN)
 				return ret;
+			if (ret) /* another node took it first */
+				nanosleep(&ts, NULL);
 			continue;
 		}
 		if (timeutil_mono_ms() >= deadline) {
