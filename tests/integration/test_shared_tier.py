@@ -3,6 +3,7 @@
 dataset's snapshot once into a directory of the parallel file system, under
 a lease kept there, every file checked against SHA256SUMS before it is
 published and a MANIFEST written last."""
+import hashlib
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from test_metrics import free_port, http, parse_metrics
 from test_stager import Stager, data, make_dataset, stager_dir  # noqa: F401
 
 MiB = 1 << 20
@@ -22,10 +24,19 @@ def node(tool, root, tier_root):
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
     s = Stager(tool("stager"), root)
+    s.port = free_port()
     with open(s.cfg, "a") as f:
         f.write("[sources]\nshared_tier_root = %s\n"
-                "shared_tier_lease = 2s\n" % tier_root)
+                "shared_tier_lease = 2s\n"
+                "[metrics]\nlisten = 127.0.0.1:%d\n" % (tier_root, s.port))
     return s.start()
+
+
+def tier_metrics(s):
+    st, body = http("http://127.0.0.1:%d/metrics" % s.port)
+    assert st == 200, body
+    m = parse_metrics(body)[0]
+    return {k: v for k, v in m.items() if k.startswith("dstage_shared_tier")}
 
 
 @pytest.fixture
@@ -61,7 +72,6 @@ def check_copy(d):
     assert lines[2] == "snapshot " + os.path.basename(d)
     assert lines[3] == "files %d" % (len(FILES) + 1)  # and SHA256SUMS
     keys = {ln.split(" ", 3)[3]: ln.split(" ")[0] for ln in lines[5:]}
-    import hashlib
     for k, v in FILES.items():
         assert keys[k] == hashlib.sha256(v).hexdigest(), k
 
@@ -219,6 +229,8 @@ def stage_ok(s):
 
 def test_node_fills_from_tier_with_the_origin_gone(two_nodes, stager_dir):
     a, b, d = published(two_nodes)
+    total = sum(len(v) for v in FILES.values()) + os.path.getsize(
+        stager_dir / "src" / "SHA256SUMS")
     # the origin loses every file (its directory stays: it opens)
     for k in list(FILES) + ["SHA256SUMS"]:
         os.unlink(stager_dir / "src" / k)
@@ -227,6 +239,10 @@ def test_node_fills_from_tier_with_the_origin_gone(two_nodes, stager_dir):
     assert "reading snapshot %s from %s first" % (
         os.path.basename(d), d) in log, log[-2000:]
     assert "reading it from" not in log, log[-2000:]
+    # every byte of the dataset came from the tier, none from elsewhere
+    m = tier_metrics(b)
+    assert m["dstage_shared_tier_bytes_total"] == total, m
+    assert all(v == 0 for k, v in m.items() if "fallbacks" in k), m
 
 
 def test_flipped_byte_in_the_tier_caught(two_nodes):
@@ -241,8 +257,12 @@ def test_flipped_byte_in_the_tier_caught(two_nodes):
     log = b.log.read_text()
     assert "a.bin: SHA-256 mismatch" in log, log[-2000:]
     assert "a.bin is damaged there" in log, log[-2000:]
-    # logged once per cause
+    # logged once per cause, counted each time
     assert log.count("is damaged there") == 1
+    m = tier_metrics(b)
+    assert m['dstage_shared_tier_fallbacks_total{cause="damaged"}'] >= 1, m
+    assert m['dstage_shared_tier_fallbacks_total{cause="missing"}'] == 0, m
+    assert m["dstage_shared_tier_reads_total"] >= 3, m
 
 
 def test_missing_tier_file_falls_back(two_nodes):
@@ -251,6 +271,8 @@ def test_missing_tier_file_falls_back(two_nodes):
     stage_ok(b)
     log = b.log.read_text()
     assert "dir/b.bin is missing there" in log, log[-2000:]
+    m = tier_metrics(b)
+    assert m['dstage_shared_tier_fallbacks_total{cause="missing"}'] >= 1, m
 
 
 def test_changed_source_not_read_from_an_old_copy(two_nodes, stager_dir):
