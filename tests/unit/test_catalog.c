@@ -309,9 +309,9 @@ static void test_migrate_v3(void)
 		  -EINVAL);
 	CHECK_INT(catalog_dataset_set_shared_tier(cat, "nope", "/pfs/t"),
 		  -ENOENT);
-	CHECK_INT(catalog_dataset_set_shared_tier(cat, "three",
-						  "file:///pfs/t/"),
-		  0);
+	CHECK_INT(
+		catalog_dataset_set_shared_tier(cat, "three", "file:///pfs/t/"),
+		0);
 	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
 	CHECK_STR(ds.shared_tier, "file:///pfs/t/");
 	catalog_dataset_release(&ds);
