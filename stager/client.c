@@ -249,6 +249,21 @@ static int client_added_row(struct client *cl, void *arg)
 	return 0;
 }
 
+static int client_shared_row(struct client *cl, void *arg)
+{
+	char b[32];
+
+	(void)arg;
+	printf("shared tier of %s: snapshot %s in %s: %s; %" PRIu64
+	       " files, %s (%" PRIu64 " fetched, %" PRIu64 " kept)\n",
+	       client_get(cl, "name"), client_get(cl, "snapshot"),
+	       client_get(cl, "dir"), client_get(cl, "state"),
+	       client_u64(cl, "files"),
+	       cli_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
+	       client_u64(cl, "copied"), client_u64(cl, "kept"));
+	return 0;
+}
+
 static int client_submit_row(struct client *cl, void *arg)
 {
 	int64_t *job = arg;
@@ -582,6 +597,13 @@ static int client_request(struct client *cl, const struct stager_cmd *cmd,
 		proto_add(&cl->pc.out, "group", o->group);
 	if (o->manifest)
 		proto_add(&cl->pc.out, "manifest", o->manifest);
+	if (o->shared_tier)
+		proto_add(&cl->pc.out, "shared_tier", o->shared_tier);
+	if (o->shared)
+		proto_add_u64(&cl->pc.out, "wait_ms",
+			      o->timeout_ms ? o->timeout_ms
+			      : o->wait	    ? 600000
+					    : 0);
 	if (o->version)
 		proto_add(&cl->pc.out, "label", o->version);
 	if (o->pin)
@@ -774,6 +796,13 @@ int client_submit(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	if (adhoc_is_path(o->argv[0]))
 		return adhoc_run(cfg, cmd, o);
 	client_jitter(o->jitter_s);
+	if (o->shared) {
+		struct stager_cmd shared = *cmd;
+
+		shared.name = "stage.shared";
+		return client_simple(cfg, &shared, o, false, NULL,
+				     client_shared_row, NULL, NULL);
+	}
 	code = client_request(&cl, cmd, &id);
 
 	if (code)

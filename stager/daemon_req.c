@@ -29,6 +29,7 @@
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sharedtier.h"
 
 /* ---- read-only requests ---- */
 
@@ -50,6 +51,7 @@ static void daemon_req_ds_fields(struct proto_buf *b,
 	proto_add_i64(b, "refreshed", ds->refreshed);
 	proto_add(b, "manifest_key",
 		  ds->sums_key ? ds->sums_key : CATALOG_SUMS_KEY_DEFAULT);
+	proto_add(b, "shared_tier", ds->shared_tier ? ds->shared_tier : "");
 }
 
 static void daemon_req_label(struct daemon_conn *c, const char *name)
@@ -503,6 +505,9 @@ static int daemon_req_add(struct daemon_conn *c)
 		return daemon_peer_end(c, ret, NULL);
 	if (manifest)
 		ret = catalog_dataset_set_sums_key(c->cat, name, manifest);
+	if (!ret && proto_get(&c->msg, "shared_tier"))
+		ret = catalog_dataset_set_shared_tier(
+			c->cat, name, proto_get(&c->msg, "shared_tier"));
 	if (!ret && proto_get(&c->msg, "pin"))
 		ret = catalog_dataset_set_pinned(c->cat, name, true);
 	if (!ret && !proto_get_i64(&c->msg, "priority", &prio))
@@ -534,6 +539,53 @@ static int daemon_req_add(struct daemon_conn *c)
 		ret = proto_send(c->fd, &c->out);
 	}
 	return ret ? ret : daemon_peer_end(c, 0, NULL);
+}
+
+/* stage --shared: the snapshot's copy in the shared tier, made here (in
+ * this connection's thread) unless it is there or another node makes it. */
+static int daemon_req_stage_shared(struct daemon_conn *c)
+{
+	struct sharedtier_result *r = calloc(1, sizeof(*r));
+	uint64_t wait_ms = 0;
+	int ret;
+
+	if (!r)
+		return daemon_peer_end(c, -ENOMEM, NULL);
+	proto_get_u64(&c->msg, "wait_ms", &wait_ms);
+	ret = sharedtier_publish(
+		c->cat, c->d->cfg, c->name,
+		wait_ms > 86400000 ? 86400000 : (unsigned)wait_ms, r);
+	if (ret == -EBUSY && r->holder[0])
+		ret = daemon_peer_end(c, ret,
+				      "%s: the shared tier's copy %s is being "
+				      "made by %s (wait with --wait)",
+				      c->name, r->dir, r->holder);
+	else if (ret)
+		ret = daemon_peer_end(c, ret,
+				      "%s: shared tier: %s (the daemon's log "
+				      "names the file at fault)",
+				      c->name, strerror(-ret));
+	else {
+		daemon_peer_row(c, "row");
+		proto_add(&c->out, "name", c->name);
+		proto_add(&c->out, "dir", r->dir);
+		proto_add(&c->out, "snapshot", r->snapshot);
+		proto_add(&c->out, "state",
+			  r->already ? "already published" : "published");
+		proto_add_u64(&c->out, "files", r->files);
+		proto_add_u64(&c->out, "bytes", r->bytes);
+		proto_add_u64(&c->out, "copied", r->copied);
+		proto_add_u64(&c->out, "copied_bytes", r->copied_bytes);
+		proto_add_u64(&c->out, "kept", r->kept);
+		proto_add_u64(&c->out, "unchecked", r->unchecked);
+		proto_add(&c->out, "waited", r->waited ? "1" : "0");
+		proto_add(&c->out, "took_over", r->took_over ? "1" : "0");
+		ret = proto_send(c->fd, &c->out);
+		if (!ret)
+			ret = daemon_peer_end(c, 0, NULL);
+	}
+	free(r);
+	return ret;
 }
 
 static int daemon_req_refresh(struct daemon_conn *c)
@@ -787,6 +839,8 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "refresh", daemon_req_refresh, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "remove", daemon_req_remove, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "stage", daemon_req_submit, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "stage.shared", daemon_req_stage_shared,
+	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "verify", daemon_req_submit, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "cancel", daemon_req_cancel, DAEMON_REQ_ADMIN | DAEMON_REQ_JOB },
 	/* cachectl (daemon_admin.c) */

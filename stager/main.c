@@ -51,7 +51,7 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --idle-timeout T       close a connection that sends no whole\n"
 	  "                         request for T (default 5s; 500ms, 1m)" },
 	{ "add", client_add, STAGER_NEEDS_DAEMON, STAGER_JSON_OBJECT, 2, 2,
-	  "jVMGpP", "NAME URL",
+	  "jVMGpPL", "NAME URL",
 	  "Register a dataset: list URL (s3://bucket/prefix/ or file:///dir/)\n"
 	  "once and record its manifest, with the expected SHA-256 of every\n"
 	  "file listed in its SHA256SUMS file (or --manifest KEY).\n"
@@ -64,7 +64,11 @@ static const struct stager_cmd stager_cmds[] = {
 	  "  --group G       owning group\n"
 	  "  --pin           never evict it from the cache\n"
 	  "  --priority N    eviction and bandwidth priority (higher: kept\n"
-	  "                  longer, more bandwidth)" },
+	  "                  longer, more bandwidth)\n"
+	  "  --shared-tier DIR  the dataset's shared tier: a directory on the\n"
+	  "                  parallel FS (/DIR or file:///DIR/) holding a\n"
+	  "                  verified copy of each snapshot (stage --shared);\n"
+	  "                  default sources.shared_tier_root/NAME" },
 	{ "refresh", client_add, STAGER_NEEDS_DAEMON, STAGER_JSON_OBJECT, 1, 1,
 	  "j", "NAME",
 	  "List the dataset's source again and make that the new manifest,\n"
@@ -79,7 +83,7 @@ static const struct stager_cmd stager_cmds[] = {
 	  "Files, bytes, manifest key, cached and verified share and last\n"
 	  "verify of a dataset." },
 	{ "stage", client_submit, STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
-	  STAGER_JSON_OBJECT, 1, 1, "jwbnfFJ", "NAME|PATH",
+	  STAGER_JSON_OBJECT, 1, 1, "jwbnfFJHO", "NAME|PATH",
 	  "Prewarm the dataset (or --files) into the cache, hashing every "
 	  "file\n"
 	  "as it streams and checking it against the dataset's manifest key\n"
@@ -96,7 +100,13 @@ static const struct stager_cmd stager_cmds[] = {
 	  "                   when the dataset is larger than cache.size\n"
 	  "  --jitter S       first wait a uniform random 0 to S seconds\n"
 	  "                   (0-86400), so many nodes' scheduled stages\n"
-	  "                   spread out (the Slurm prolog)" },
+	  "                   spread out (the Slurm prolog)\n"
+	  "  --shared         copy the snapshot once into the dataset's "
+	  "shared\n"
+	  "                   tier for the whole cluster instead (one node\n"
+	  "                   holds a lease; with --wait or --timeout T\n"
+	  "                   (default 10m) wait for another node's copy,\n"
+	  "                   else exit 1 at once naming that node)" },
 	{ "verify", client_submit,
 	  STAGER_NEEDS_DAEMON | STAGER_SUBMIT | STAGER_ALWAYS_WAIT,
 	  STAGER_JSON_OBJECT, 1, 1, "jwscrebnf", "NAME|PATH",
@@ -187,6 +197,8 @@ static const struct option stager_long[] = {
 	{ "wait", no_argument, NULL, 'w' },
 	{ "version", required_argument, NULL, 'V' },
 	{ "manifest", required_argument, NULL, 'M' },
+	{ "shared-tier", required_argument, NULL, 'L' },
+	{ "shared", no_argument, NULL, 'H' },
 	{ "group", required_argument, NULL, 'G' },
 	{ "pin", no_argument, NULL, 'p' },
 	{ "priority", required_argument, NULL, 'P' },
@@ -347,6 +359,12 @@ int main(int argc, char **argv)
 			break;
 		case 'M':
 			o.manifest = optarg;
+			break;
+		case 'L':
+			o.shared_tier = optarg;
+			break;
+		case 'H':
+			o.shared = true;
 			break;
 		case 'G':
 			o.group = optarg;

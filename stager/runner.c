@@ -57,6 +57,7 @@
 #include "dstage/catalog.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sharedtier.h"
 #include "runner_i.h"
 
 #define RUNNER_CHUNK (8u << 20)
@@ -710,6 +711,16 @@ void runner_run(const struct runner_env *env, struct runner_job *rj,
 	} else if (ret) {
 		runner_error(c, "opening %s: %s", c->ds.source, strerror(-ret));
 		goto finish;
+	}
+	/* fills come from the shared tier first; verify --source reads the
+	 * source itself */
+	if (c->stage || c->cache_mode) {
+		ret = sharedtier_wrap(c->cat, env->cfg, rj->dataset, &c->os);
+		if (ret < 0) {
+			runner_error(c, "opening the shared tier: %s",
+				     strerror(-ret));
+			goto finish;
+		}
 	}
 	ret = c->files_arg ? runner_load_list(c) : runner_load_all(c);
 	if (ret) {

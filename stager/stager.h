@@ -57,6 +57,8 @@ struct stager_opts {
 	const char *mode; /* "cache" or "source" (verify) */
 	const char *version; /* --version */
 	const char *manifest; /* --manifest */
+	const char *shared_tier; /* --shared-tier DIR (add) */
+	bool shared; /* --shared (stage) */
 	const char *group; /* --group */
 	const char *files; /* --files, comma-separated or @FILE */
 	int64_t priority; /* --priority */

@@ -45,7 +45,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 8
+#define CATALOG_SCHEMA_VERSION 9
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*
@@ -84,6 +84,8 @@ struct catalog_dataset {
 	int64_t refreshed; /* last registration, 0: never */
 	char *sums_key; /* the expected-hash list; CATALOG_SUMS_KEY_DEFAULT
 			 * unless set */
+	char *shared_tier; /* the shared tier's directory (an absolute path
+			    * or file:///DIR/), NULL: the cluster default */
 };
 
 /* One manifest entry: an object (file) or a directory. */
@@ -170,6 +172,18 @@ int catalog_dataset_set_group(struct catalog *cat, const char *name,
  */
 int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
 				 const char *key);
+
+/*
+ * Set the shared tier of a dataset (docs/stager.md, "The shared tier"): a
+ * directory on the cluster's parallel file system, given as an absolute
+ * path or a file:///DIR/ URL, under which each snapshot's verified copy
+ * lives. NULL or "" clears it (the cluster default, sources.shared_tier_root,
+ * applies again).
+ * Returns 0, -EINVAL (not absolute, or over PATH_MAX bytes; logged with the
+ * value), -ENOENT (no such dataset), or an error above.
+ */
+int catalog_dataset_set_shared_tier(struct catalog *cat, const char *name,
+				    const char *dir);
 
 /*
  * Remove a dataset and all its manifests and block records. Large manifests

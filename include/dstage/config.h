@@ -81,6 +81,9 @@ struct dstage_config {
 	/* [sources] */
 	int sources_follow_symlinks; /* sources.follow_symlinks,
 				      * enum config_symlinks */
+	char *sources_shared_tier_root; /* sources.shared_tier_root, NULL:
+					 * none */
+	unsigned sources_shared_tier_lease_ms; /* sources.shared_tier_lease */
 
 	/* [store] */
 	unsigned store_tmp_max_age_ms; /* store.tmp_max_age, 0: no sweep */

@@ -91,6 +91,46 @@ int objstore_open(const char *url, const struct dstage_config *cfg,
 /* Accepts NULL. */
 void objstore_free(struct objstore *os);
 
+/* Why a read of a tiered store (objstore_open_tiered) went to the origin. */
+enum {
+	OBJSTORE_TIER_MISSING, /* not in the tier's MANIFEST, or its file
+				* is gone */
+	OBJSTORE_TIER_DAMAGED, /* its file's size or SHA-256 differs from
+				* the MANIFEST's */
+	OBJSTORE_TIER_CHANGED, /* the reader's If-Match is another ETag (a
+				* snapshot the copy is not of) */
+	OBJSTORE_TIER_UNREACHABLE, /* the tier's read failed otherwise */
+	OBJSTORE_TIER_CAUSES
+};
+
+/* Process totals of the tiered stores; all monotonic. */
+struct objstore_tier_stats {
+	uint64_t reads; /* ranged reads served by a shared tier */
+	uint64_t bytes; /* their bytes */
+	uint64_t fallbacks[OBJSTORE_TIER_CAUSES]; /* reads sent to the origin */
+};
+
+/*
+ * A dataset's source with its shared tier in front (docs/objstore.md,
+ * "The shared tier"): dir is a snapshot's copy (DIR/MANIFEST,
+ * DIR/data/KEY; include/dstage/sharedtier.h). Reads come from the copy
+ * when its MANIFEST lists the key with the reader's If-Match ETag and the
+ * file passed its check (the whole file's SHA-256 against the MANIFEST's,
+ * on first use); else, and when the copy's read fails, from origin, each
+ * counted (objstore_get_tier_stats) and logged once per cause. list and
+ * head are origin's; writes are -EROFS. On success the handle owns origin.
+ * Returns 0, -ENOENT (no MANIFEST in dir: not published), -EINVAL (a
+ * MANIFEST line that cannot be parsed; logged), -ENOMEM, or an error of
+ * objstore_open on dir/data/. On failure origin stays the caller's.
+ */
+int objstore_open_tiered(const char *dir, struct objstore *origin,
+			 struct objstore **out);
+
+/* The tiered stores' totals, and the name of a cause ("missing",
+ * "damaged", "changed", "unreachable"). */
+void objstore_get_tier_stats(struct objstore_tier_stats *st);
+const char *objstore_tier_cause_name(int cause);
+
 /* The URL the store was opened with (for messages: checkpoints name it). */
 const char *objstore_url(const struct objstore *os);
 

@@ -220,6 +220,12 @@ static const char *const catalog_migrations[] = {
 	" etag TEXT NOT NULL DEFAULT '',"
 	" published INTEGER NOT NULL,"
 	" PRIMARY KEY(store, key)) WITHOUT ROWID;",
+
+	/* 8 -> 9: each dataset's shared tier (stager add --shared-tier): a
+	 * directory on the parallel file system holding a verified copy of
+	 * each snapshot (docs/stager.md, "The shared tier"); NULL: the
+	 * cluster default, sources.shared_tier_root, if set. */
+	"ALTER TABLE datasets ADD COLUMN shared_tier TEXT;",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==

@@ -6,6 +6,7 @@
  * catalog file, this one keeps no state of its own beyond the connection.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@ static void catalog_ds_fill(sqlite3_stmt *st, struct catalog_dataset *ds)
 	ds->bytes = (uint64_t)sqlite3_column_int64(st, 12);
 	ds->refreshed = sqlite3_column_int64(st, 13);
 	ds->sums_key = (char *)sqlite3_column_text(st, 14);
+	ds->shared_tier = (char *)sqlite3_column_text(st, 15);
 }
 
 int catalog_dataset_add(struct catalog *cat, const char *name,
@@ -103,6 +105,7 @@ int catalog_dataset_get(struct catalog *cat, const char *name,
 	ds->source = catalog_col_dup(st, 2, &oom);
 	ds->group = catalog_col_dup(st, 7, &oom);
 	ds->sums_key = catalog_col_dup(st, 14, &oom);
+	ds->shared_tier = catalog_col_dup(st, 15, &oom);
 	if (oom) {
 		catalog_dataset_release(ds);
 		ret = -ENOMEM;
@@ -119,7 +122,9 @@ void catalog_dataset_release(struct catalog_dataset *ds)
 	free(ds->source);
 	free(ds->group);
 	free(ds->sums_key);
+	free(ds->shared_tier);
 	ds->name = ds->source = ds->group = ds->sums_key = NULL;
+	ds->shared_tier = NULL;
 }
 
 /* catalog_each's row function of catalog_dataset_list. */
@@ -205,6 +210,24 @@ int catalog_dataset_set_sums_key(struct catalog *cat, const char *name,
 		return -EINVAL;
 	}
 	return catalog_dataset_set(cat, name, DS_SET("sums_key"), 0, key, true);
+}
+
+int catalog_dataset_set_shared_tier(struct catalog *cat, const char *name,
+				    const char *dir)
+{
+	const char *path = dir;
+
+	if (dir && strncmp(dir, "file://", 7) == 0)
+		path = dir + 7;
+	if (dir && *dir && (path[0] != '/' || strlen(dir) >= PATH_MAX)) {
+		log_error("catalog: dataset %s: bad shared tier '%.200s': "
+			  "an absolute directory (/DIR or file:///DIR/) of "
+			  "under %d bytes is needed",
+			  name, dir, PATH_MAX);
+		return -EINVAL;
+	}
+	return catalog_dataset_set(cat, name, DS_SET("shared_tier"), 0,
+				   dir && *dir ? dir : NULL, true);
 }
 
 /* Delete one manifest in batches of CATALOG_BATCH rows (autocommit), letting

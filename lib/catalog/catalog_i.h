@@ -96,7 +96,8 @@ enum {
 	"d.id, d.name, d.source, d.state, d.pinned, d.quota, d.priority, " \
 	"d.owner_group, d.created, coalesce(m.version, 0), "               \
 	"coalesce(m.bad_keys, 0), coalesce(m.n_objects, 0), "              \
-	"coalesce(m.n_bytes, 0), coalesce(m.created, 0), d.sums_key "      \
+	"coalesce(m.n_bytes, 0), coalesce(m.created, 0), d.sums_key, "     \
+	"d.shared_tier "                                                   \
 	"FROM datasets d LEFT JOIN manifests m "                           \
 	"ON m.dataset_id = d.id AND m.state = 1 "
 

@@ -138,6 +138,15 @@ static const struct config_key config_keys[] = {
 	  "no", 0, 0,
 	  "file:// sources: no (skip symlinks) or inside (follow links that "
 	  "stay inside the source)" },
+	{ "sources.shared_tier_root", CT_PATH, OFF(sources_shared_tier_root),
+	  NULL, 0, 0,
+	  "the cluster's shared tier on the parallel FS: a dataset's verified "
+	  "copies under ROOT/NAME/SNAPSHOT/; unset: only datasets added with "
+	  "--shared-tier have one" },
+	{ "sources.shared_tier_lease", CT_DURATION,
+	  OFF(sources_shared_tier_lease_ms), "60s", 1000, 0,
+	  "how long a node's lease on publishing a shared-tier copy lasts "
+	  "unrenewed; after it another node takes over" },
 	{ "store.tmp_max_age", CT_DURATION, OFF(store_tmp_max_age_ms), "6h", 0,
 	  0,
 	  "file:// stores: temporary files of puts older than this are "

@@ -100,6 +100,7 @@ void metrics_cache_collect(void *arg, struct metrics_buf *b)
 {
 	struct cache_stats cs;
 	struct objstore_stats os;
+	struct objstore_tier_stats ts;
 
 	if (arg) {
 		cache_get_stats(arg, &cs);
@@ -118,4 +119,26 @@ void metrics_cache_collect(void *arg, struct metrics_buf *b)
 	metrics_counter(b, "dstage_source_sent_bytes_total",
 			"Body bytes sent to sources (checkpoints, uploads)",
 			os.bytes_out);
+	objstore_get_tier_stats(&ts);
+	metrics_counter(b, "dstage_shared_tier_reads_total",
+			"Ranged reads of dataset files served by a shared tier",
+			ts.reads);
+	metrics_counter(b, "dstage_shared_tier_bytes_total",
+			"Bytes of dataset files read from a shared tier",
+			ts.bytes);
+	metrics_family(b, "dstage_shared_tier_fallbacks_total", "counter",
+		       "Reads a shared tier could not serve, sent to the "
+		       "dataset's source, by cause");
+	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
+		       "cause=\"missing\"",
+		       (double)ts.fallbacks[OBJSTORE_TIER_MISSING]);
+	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
+		       "cause=\"damaged\"",
+		       (double)ts.fallbacks[OBJSTORE_TIER_DAMAGED]);
+	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
+		       "cause=\"changed\"",
+		       (double)ts.fallbacks[OBJSTORE_TIER_CHANGED]);
+	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
+		       "cause=\"unreachable\"",
+		       (double)ts.fallbacks[OBJSTORE_TIER_UNREACHABLE]);
 }

@@ -64,6 +64,10 @@ static int objstore_check_key(const struct objstore *os, const char *key)
 	return 0;
 }
 
+static int objstore_register(struct objstore *os, const char *url,
+			     const struct dstage_config *cfg,
+			     struct objstore **out);
+
 int objstore_open(const char *url, const struct dstage_config *cfg,
 		  struct objstore **out)
 {
@@ -85,6 +89,15 @@ int objstore_open(const char *url, const struct dstage_config *cfg,
 	}
 	if (ret)
 		return ret;
+	return objstore_register(os, url, cfg, out);
+}
+
+/* The base of a backend's new handle: its URL, config and place in the
+ * live list. Frees os on failure (-ENOMEM). */
+static int objstore_register(struct objstore *os, const char *url,
+			     const struct dstage_config *cfg,
+			     struct objstore **out)
+{
 	os->cfg = cfg;
 	os->url = strdup(url);
 	if (!os->url) {
@@ -100,6 +113,30 @@ int objstore_open(const char *url, const struct dstage_config *cfg,
 	pthread_mutex_unlock(&objstore_live_lock);
 	*out = os;
 	return 0;
+}
+
+int objstore_open_tiered(const char *dir, struct objstore *origin,
+			 struct objstore **out)
+{
+	struct objstore *tier = NULL, *os = NULL;
+	char url[4200];
+	int n, ret;
+
+	*out = NULL;
+	if (!dir || !origin)
+		return -EINVAL;
+	n = snprintf(url, sizeof(url), "file://%s/data/", dir);
+	if (n < 0 || (size_t)n >= sizeof(url))
+		return -ENAMETOOLONG;
+	ret = objstore_open(url, origin->cfg, &tier);
+	if (!ret)
+		ret = tierstore_open(dir, tier, origin, objstore_free, &os);
+	if (ret) {
+		objstore_free(tier);
+		return ret;
+	}
+	/* (-ENOMEM here has freed origin with os) */
+	return objstore_register(os, origin->url, origin->cfg, out);
 }
 
 void objstore_free(struct objstore *os)

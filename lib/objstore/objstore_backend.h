@@ -136,5 +136,11 @@ int s3store_open(const char *url, const char *rest,
 		 const struct dstage_config *cfg, struct objstore **out);
 int filestore_open(const char *url, const char *rest,
 		   const struct dstage_config *cfg, struct objstore **out);
+/* tierstore.c: over two handles made by the caller (objstore_open_tiered),
+ * owned by the result on success and freed with release (the front end's
+ * objstore_free: a backend does not call up into objstore.c). */
+int tierstore_open(const char *dir, struct objstore *tier,
+		   struct objstore *origin, void (*release)(struct objstore *),
+		   struct objstore **out);
 
 #endif

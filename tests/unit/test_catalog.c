@@ -302,6 +302,22 @@ static void test_migrate_v3(void)
 		return;
 	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
 	CHECK_STR(ds.sums_key, "meta/s.txt");
+	/* 8 -> 9: no shared tier of its own until one is set (issue 32) */
+	CHECK(ds.shared_tier == NULL);
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_dataset_set_shared_tier(cat, "three", "pfs/t"),
+		  -EINVAL);
+	CHECK_INT(catalog_dataset_set_shared_tier(cat, "nope", "/pfs/t"),
+		  -ENOENT);
+	CHECK_INT(
+		catalog_dataset_set_shared_tier(cat, "three", "file:///pfs/t/"),
+		0);
+	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
+	CHECK_STR(ds.shared_tier, "file:///pfs/t/");
+	catalog_dataset_release(&ds);
+	CHECK_INT(catalog_dataset_set_shared_tier(cat, "three", ""), 0);
+	CHECK_INT(catalog_dataset_get(cat, "three", &ds), 0);
+	CHECK(ds.shared_tier == NULL);
 	catalog_dataset_release(&ds);
 	catalog_close(cat);
 	check_row(p, NULL,
