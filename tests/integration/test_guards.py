@@ -478,12 +478,22 @@ def test_stager_reads_recheck_flipped_block(tool, tmp_path):
         d.stop()
 
 
-def test_mount_reads_recheck_flipped_block(tool, tmp_path):
+@pytest.mark.parametrize("policy", ["always", "fill-nopassthrough"])
+def test_mount_reads_recheck_flipped_block(tool, tmp_path, policy):
+    """Every read path of dstagefs checks a block before it serves it: with
+    cache.verify_reads = always (no file is passed through), and in fill
+    mode on dstagefs's own path (-o nopassthrough: a fresh mount verifies
+    each block at its first read). In fill mode a file passed through is
+    the kernel's to read, unchecked: the scrub finds a flipped byte there
+    (test_scrub.py, docs/cache.md)."""
     if not os.path.exists("/dev/fuse"):
         pytest.skip("no /dev/fuse")
     size = 6 << 20
     data = os.urandom(size)
-    e = Env(tool, tmp_path)
+    always = policy == "always"
+    e = Env(tool, tmp_path,
+            conf="[cache]\nverify_reads = always\n" if always else "")
+    opts = [] if always else ["-o", "nopassthrough"]
     try:
         e.add_dataset("ds", {"big.bin": data})
         m = e.mount()
@@ -495,7 +505,7 @@ def test_mount_reads_recheck_flipped_block(tool, tmp_path):
             # mount's file (the cache file's pages hold the flipped byte)
             subprocess.run(["sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"],
                            capture_output=True)
-            m = e.mount(name="mnt%d" % n)
+            m = e.mount(opts, name="mnt%d" % n)
             f = m.mnt / "datasets/ds/big.bin"
             if n == 0:
                 got = f.read_bytes()  # whole: sequential, spliced

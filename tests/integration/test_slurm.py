@@ -340,7 +340,13 @@ def test_job_reads_its_staged_dataset_and_nothing_from_the_source(cluster):
     after = node.stats()
     assert after["bytes_from_source"] == before["bytes_from_source"], \
         "the job's reads went to the source: the prolog did not stage"
-    assert after["bytes_from_cache"] - before["bytes_from_cache"] >= node.size
+    # Served from the cache: through dstagefs, or (whole, staged objects)
+    # by the kernel from the cache's files in passthrough, which dstagefs
+    # counts as opens, not bytes (docs/dstagefs.md, "Passthrough").
+    served = after["bytes_from_cache"] - before["bytes_from_cache"]
+    passed = after.get("fs_passthrough_opens", 0) - \
+        before.get("fs_passthrough_opens", 0)
+    assert served >= node.size or passed >= 3, (served, passed)
 
 
 def test_missing_dataset_fails_the_job_with_the_reason(cluster):
