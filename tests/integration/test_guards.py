@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 MUTATING = {"add", "refresh", "remove", "stage", "verify", "cancel",
             "cache.policy.set", "cache.pin", "cache.unpin", "cache.quota",
             "cache.priority", "cache.evict", "cache.gc",
-            "lifecycle.add", "lifecycle.remove", "lifecycle.run"}
+            "lifecycle.add", "lifecycle.remove", "lifecycle.run",
+            "stage.shared"}
 READ_ONLY = {"ping", "list", "show", "jobs", "status", "watch",
              "cache.status", "cache.policy", "lifecycle.list"}
 # Changes nothing but is for admins only (who changed what, and when).
@@ -76,9 +77,10 @@ def test_request_table_parsed():
             "%s: table flags %r disagree with the test's list" % (cmd, flags)
     # every stager request but ping and watch is a CLI command of its own
     # (cache.* and audit are cachectl's, tested in test_cachectl.py;
-    # lifecycle.* are `stager lifecycle SUB`, tested in test_lifecycle.py)
+    # lifecycle.* are `stager lifecycle SUB`, tested in test_lifecycle.py;
+    # stage.shared is `stager stage NAME --shared`, in test_shared_tier.py)
     stager_reqs = {c for c in MUTATING | READ_ONLY
-                   if not c.startswith(("cache.", "lifecycle."))}
+                   if not c.startswith(("cache.", "lifecycle.", "stage."))}
     assert stager_reqs - {"ping", "watch"} <= client_commands()
 
 

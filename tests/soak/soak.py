@@ -247,8 +247,14 @@ class Soak:
         self.sock = self.root / "stager.sock"
         self.mnt = self.root / "mnt"
         self.mnt.mkdir()
+        # verify_reads = always: the soak flips bytes in cache files and
+        # holds that no reader ever sees one; that is the `always` policy.
+        # In `fill` (the default) a whole object is passed through to the
+        # kernel and a flip is the scrub's to find (test_scrub.py,
+        # test_passthrough.py); the soak read one in its first run with
+        # passthrough ("BYTES DIFFER", unexplained by its classifier).
         self.cfg.write_text(
-            "[cache]\ndir = %s/cache\nsize = %dM\n"
+            "[cache]\ndir = %s/cache\nsize = %dM\nverify_reads = always\n"
             "[catalog]\npath = %s/catalog.db\n"
             "[daemon]\nsocket = %s\n[log]\nlevel = info\n"
             % (self.root, self.a.cache_mb, self.root, self.sock))
