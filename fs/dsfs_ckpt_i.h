@@ -33,6 +33,10 @@ struct dsfs_ckpt_pn {
 	 * (CLOCK_MONOTONIC ms; 0: never, INT64_MAX: fixed, the top) */
 	struct dsfs_ckpt_own own;
 	int64_t own_ms;
+	/* st->lock: bumped by each change of own that this node makes
+	 * (dsfs_ckpt_own_remember), so that a read of the record begun
+	 * before the change does not overwrite it (dsfs_ckpt_own_get) */
+	uint64_t own_gen;
 };
 
 struct dsfs_ckpt {

@@ -340,6 +340,7 @@ void dsfs_ckpt_own_remember(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
 	pthread_mutex_lock(&st->lock);
 	pn->own = *o;
 	pn->own_ms = timeutil_mono_ms();
+	pn->own_gen++;
 	pthread_mutex_unlock(&st->lock);
 }
 
@@ -348,6 +349,7 @@ int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	int64_t now = timeutil_mono_ms();
+	uint64_t gen;
 	bool known;
 	char *key;
 	int ret;
@@ -358,6 +360,7 @@ int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
 		 now - pn->own_ms < (int64_t)(DSFS_CKPT_TIMEOUT * 1000));
 	if (known)
 		*o = pn->own;
+	gen = pn->own_gen;
 	pthread_mutex_unlock(&st->lock);
 	if (known)
 		return 0;
@@ -369,8 +372,13 @@ int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&st->lock);
-	pn->own = *o;
-	pn->own_ms = now;
+	if (pn->own_gen == gen) {
+		pn->own = *o;
+		pn->own_ms = now;
+	} else {
+		/* changed here while the record was read: the change wins */
+		*o = pn->own;
+	}
 	pthread_mutex_unlock(&st->lock);
 	return 0;
 }
