@@ -22,6 +22,15 @@ The model, stepped every dt seconds over arrays of N nodes (numpy):
   every request for retry_after, and recovers by limit / 10 per second (the
   AIMD of lib/objstore/ratelimit.c). Throttled requests are sent again.
 
+With the dataset's shared tier (predict_tier, `--tier`; docs/stager.md,
+"The shared tier"): every node runs `stage --shared --wait`; the first to
+start copies the snapshot from the store into the tier (the model above for
+one node alone, or its tier write at tier_node_bw if that is slower) and
+publishes it; every node then fills its cache from the tier, the readers
+sharing tier_bw (the parallel file system's aggregate) and each reading at
+most tier_node_bw. The store serves the copy once and each node only its
+`extra` metadata requests (the model above with no objects).
+
 Outputs: the request rate the store sees (peak over any 1 s, mean over the
 staging), the 503s, and each node's time-to-staged (from t = 0 to its last
 request's answer): median, p99 and max. The step (dt) bounds the time
@@ -31,8 +40,11 @@ resolution; 0.01 s is right for a few nodes, 0.05 s is enough for 1,000.
         --objects 256 --object-size 32M --store-rps 5000 --store-bw 20G \\
         --dt 0.05
 
+    bench/cluster_sim.py --tier ...   # the same, with and without the tier
+
 tests/integration/test_manynodes.py runs predict() for its 8 nodes and checks
-the measurement against it.
+the measurement against it; tests/integration/test_shared_tier_reads.py does
+the same with predict_tier() for 8 nodes sharing a tier on CephFS.
 """
 import argparse
 import json
@@ -63,6 +75,11 @@ DEFAULTS = {
     "seed": 18,
     "dt": 0.01,  # s per simulated step
     "max_time": 7200.0,  # s, the simulation gives up here
+}
+
+TIER_DEFAULTS = {
+    "tier_bw": 100e9,  # bytes/s the parallel file system serves in all
+    "tier_node_bw": 2e9,  # bytes/s one node reads from (or writes to) it
 }
 
 
@@ -200,6 +217,101 @@ def predict(**kw):
     }
 
 
+def _times(done):
+    done = np.asarray(done, dtype=float)
+    return {
+        "time_to_staged_median_s": float(np.median(done)),
+        "time_to_staged_p99_s": float(np.percentile(done, 99)),
+        "time_to_staged_max_s": float(done.max()),
+    }
+
+
+def predict_tier(**kw):
+    """The model with the dataset's shared tier (see the module doc).
+    Returns the store's requests and bytes, the time the copy was published,
+    each node's time-to-staged (median, p99, max), and the same figures
+    without the tier (predict() on the same parameters) under "without"."""
+    p = dict(DEFAULTS, **TIER_DEFAULTS)
+    unknown = set(kw) - set(p)
+    if unknown:
+        raise TypeError("unknown parameters: %s" % sorted(unknown))
+    p.update(kw)
+    base = {k: v for k, v in p.items() if k in DEFAULTS}
+    n, dt = int(p["nodes"]), float(p["dt"])
+    rng = np.random.default_rng(int(p["seed"]))
+    start = rng.uniform(0, p["jitter"], n) if p["jitter"] > 0 else \
+        np.zeros(n)
+    size = float(p["objects"]) * float(p["object_size"])
+    # the publisher: the first node to start, alone on the store
+    pub = predict(**dict(base, nodes=1, jitter=0))
+    copy_s = max(pub["time_to_staged_max_s"] or 0.0,
+                 size / p["tier_node_bw"])
+    published = float(start.min()) + copy_s
+    # everybody's metadata requests (the listing, the manifest)
+    meta = predict(**dict(base, objects=0)) if p["extra"] > 0 else \
+        {"requests": 0, "peak_rps": 0, "throttled_503": 0}
+    # the fills: processor sharing of tier_bw, each node capped
+    begin = np.maximum(start, published)
+    left = np.full(n, size)
+    done_at = np.where(left <= 0, begin, np.nan)
+    t = float(begin.min())
+    end = t + p["max_time"]
+    while np.isnan(done_at).any() and t < end:
+        active = (begin <= t) & np.isnan(done_at)
+        k = int(active.sum())
+        if k:
+            rate = min(p["tier_node_bw"], p["tier_bw"] / k)
+            left[active] -= rate * dt
+            fin = active & (left <= 0)
+            done_at[fin] = t + dt
+        t += dt
+    without = predict(**base)
+    out = {
+        "params": p,
+        "store_requests": int(pub["requests"] + meta["requests"]),
+        "store_bytes": size,
+        "store_peak_rps": max(pub["peak_rps"], meta["peak_rps"]),
+        "throttled_503": pub["throttled_503"] + meta["throttled_503"],
+        "published_s": published,
+        "staged_nodes": int((~np.isnan(done_at)).sum()),
+        "without": {
+            "store_requests": without["requests"],
+            "store_bytes": size * n,
+            "store_peak_rps": without["peak_rps"],
+            "throttled_503": without["throttled_503"],
+            "staged_nodes": without["staged_nodes"],
+            "time_to_staged_median_s": without["time_to_staged_median_s"],
+            "time_to_staged_p99_s": without["time_to_staged_p99_s"],
+            "time_to_staged_max_s": without["time_to_staged_max_s"],
+        },
+    }
+    out.update(_times(done_at[~np.isnan(done_at)]) if out["staged_nodes"]
+               else {"time_to_staged_median_s": None,
+                     "time_to_staged_p99_s": None,
+                     "time_to_staged_max_s": None})
+    return out
+
+
+def _print_tier(r):
+    w = r["without"]
+    print("%d nodes, shared tier: the store serves %d requests, %.3g GB "
+          "(without: %d requests, %.3g GB); %d x 503 (without: %d)"
+          % (r["params"]["nodes"], r["store_requests"],
+             r["store_bytes"] / 1e9, w["store_requests"],
+             w["store_bytes"] / 1e9, r["throttled_503"], w["throttled_503"]))
+    print("copy published at %.1f s" % r["published_s"])
+    for name, x in (("with the tier", r), ("without", w)):
+        if x["staged_nodes"]:
+            print("time to staged (%s): median %.1f s, p99 %.1f s, "
+                  "max %.1f s (%d of %d nodes)"
+                  % (name, x["time_to_staged_median_s"],
+                     x["time_to_staged_p99_s"], x["time_to_staged_max_s"],
+                     x["staged_nodes"], r["params"]["nodes"]))
+        else:
+            print("time to staged (%s): no node staged within %.0f s"
+                  % (name, r["params"]["max_time"]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Predict the store's request rate and the nodes' "
@@ -214,9 +326,24 @@ def main(argv=None):
         else:
             ap.add_argument(flag, type=type(v), default=v,
                             help="default %s" % v)
+    for name, v in TIER_DEFAULTS.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=parse_size,
+                        default=v, help="with --tier; default %s" % v)
+    ap.add_argument("--tier", action="store_true",
+                    help="model the dataset's shared tier, and print both "
+                    "ways")
     ap.add_argument("--json", action="store_true", help="print JSON")
     a = ap.parse_args(argv)
     kw = {k: getattr(a, k) for k in DEFAULTS}
+    if a.tier:
+        kw.update({k: getattr(a, k) for k in TIER_DEFAULTS})
+        r = predict_tier(**kw)
+        if a.json:
+            json.dump(r, sys.stdout, indent=1)
+            print()
+        else:
+            _print_tier(r)
+        return 0
     r = predict(**kw)
     if a.json:
         json.dump(r, sys.stdout, indent=1)

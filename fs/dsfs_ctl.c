@@ -31,6 +31,7 @@
 #include "dsfs_ctl_i.h"
 #include "dsfs_opts.h"
 #include "dstage/cache.h"
+#include "dstage/objstore.h"
 
 static int dsfs_ctl_init(struct dsfs *fs)
 {
@@ -187,6 +188,7 @@ static struct dsfs_ctl_fh *dsfs_ctl_stats_text(struct dsfs *fs)
 	struct dsfs_counters *c = &fs->ctr;
 	struct dsfs_ctl_fh *h;
 	struct cache_stats cs = { 0 };
+	struct objstore_tier_stats ts;
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -218,6 +220,12 @@ static struct dsfs_ctl_fh *dsfs_ctl_stats_text(struct dsfs *fs)
 	fprintf(f, "fs_passthrough %d\n", fs->passthrough); /* 1: on */
 	fprintf(f, "fs_passthrough_opens %llu\n",
 		atomic_load(&c->passthrough_opens));
+	objstore_get_tier_stats(&ts);
+	fprintf(f, "tier_reads %" PRIu64 "\ntier_bytes %" PRIu64 "\n", ts.reads,
+		ts.bytes);
+	for (int i = 0; i < OBJSTORE_TIER_CAUSES; i++)
+		fprintf(f, "tier_fallbacks_%s %" PRIu64 "\n",
+			objstore_tier_cause_name(i), ts.fallbacks[i]);
 	if (fclose(f)) {
 		free(buf);
 		return NULL;

@@ -8,6 +8,18 @@
  *   present(v) --catalog shows v' != v, another source or group-->
  *                present(v'), name queued as changed
  *   present --gone from the catalog--> absent, name queued as changed
+ *   present(v), untiered --its shared tier's MANIFEST appears-->
+ *                present(v), tiered, the same entry (same bytes: nothing
+ *                queued; nodes and open files holding it follow)
+ *
+ * A dataset with a shared tier (docs/stager.md, "The shared tier") has
+ * its snapshot's copy directory looked up once per version (the catalog's
+ * manifest is walked for the snapshot id, outside the lock); until the
+ * copy's MANIFEST is there, each refresh looks for it again (one stat).
+ * Once it is, the entry's store becomes a tiered handle
+ * (objstore_open_tiered), swapped in place: fills read the copy first and
+ * fall back to the source. A copy that cannot be opened is given up for
+ * that version (logged once).
  *
  * The owner (the datasets subtree) refreshes it from the poller and sends
  * the kernel invalidations for the queued names; a lookup of a name the
@@ -23,16 +35,19 @@
 #include <errno.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dsfs_caller.h"
 #include "dsfs_dataset.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sharedtier.h"
 #include "dstage/timeutil.h"
 
 /* Least time between two on-demand refreshes from lookups, ms. */
@@ -41,6 +56,7 @@
 struct dsfs_store {
 	struct dsfs_store *next;
 	char *url;
+	char *tier; /* the shared tier's copy in front of url, or NULL */
 	struct objstore *os;
 };
 
@@ -49,7 +65,7 @@ struct dsfs_dataset_table {
 	pthread_rwlock_t lock;
 	struct dsfs_dataset **ents; /* lock: sorted by name, references */
 	size_t nents; /* lock */
-	struct dsfs_store *stores; /* lock: opened sources, by URL */
+	struct dsfs_store *stores; /* lock: opened sources, by URL and tier */
 	uint64_t polled_ms; /* lock: last refresh, CLOCK_MONOTONIC */
 	char **changed; /* lock: names whose entry changed */
 	size_t nchanged; /* lock */
@@ -100,6 +116,7 @@ void dsfs_dataset_put(struct dsfs_dataset *d)
 	free(d->name);
 	free(d->source);
 	free(d->group);
+	free(d->tier_dir);
 	free(d);
 }
 
@@ -116,6 +133,8 @@ bool dsfs_dataset_allowed(const struct dsfs_dataset *d, struct dsfs_caller *who)
 struct dsfs_dsrow {
 	char *name, *source, *group;
 	int64_t version, refreshed;
+	char *tier_dir; /* the snapshot's copy in its shared tier, or NULL */
+	bool tier_ready; /* the copy's MANIFEST is there */
 };
 
 struct dsfs_dslist {
@@ -145,6 +164,8 @@ static int dsfs_dataset_list_add(void *arg, const struct catalog_dataset *ds)
 	r->group = ds->group && ds->group[0] ? strdup(ds->group) : NULL;
 	r->version = ds->version;
 	r->refreshed = ds->refreshed;
+	r->tier_dir = NULL;
+	r->tier_ready = false;
 	if (!r->name || !r->source ||
 	    (ds->group && ds->group[0] && !r->group)) {
 		free(r->name);
@@ -162,19 +183,48 @@ static void dsfs_dataset_list_free(struct dsfs_dslist *l)
 		free(l->rows[i].name);
 		free(l->rows[i].source);
 		free(l->rows[i].group);
+		free(l->rows[i].tier_dir);
 	}
 	free(l->rows);
 }
 
-/* The opened store for url, opening it on first use. Called with t->lock
- * held for writing. */
+static bool dsfs_dataset_str_eq(const char *a, const char *b)
+{
+	if (!a || !b)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
+
+/* Open url, with the shared tier's copy tier in front of it if not NULL. */
+static int dsfs_dataset_store_open(struct dsfs_dataset_table *t,
+				   const char *url, const char *tier,
+				   struct objstore **out)
+{
+	struct objstore *origin;
+	int ret;
+
+	ret = objstore_open(url, t->cfg, &origin);
+	if (ret || !tier) {
+		*out = ret ? NULL : origin;
+		return ret;
+	}
+	ret = objstore_open_tiered(tier, origin, out);
+	if (ret)
+		objstore_free(origin);
+	return ret;
+}
+
+/* The opened store for url (behind tier, if not NULL), opening it on first
+ * use. Called with t->lock held for writing. */
 static struct objstore *dsfs_dataset_store(struct dsfs_dataset_table *t,
-					   const char *url, int *err)
+					   const char *url, const char *tier,
+					   int *err)
 {
 	struct dsfs_store *s;
 
 	for (s = t->stores; s; s = s->next)
-		if (strcmp(s->url, url) == 0)
+		if (strcmp(s->url, url) == 0 &&
+		    dsfs_dataset_str_eq(s->tier, tier))
 			return s->os;
 	s = calloc(1, sizeof(*s));
 	if (!s) {
@@ -182,9 +232,13 @@ static struct objstore *dsfs_dataset_store(struct dsfs_dataset_table *t,
 		return NULL;
 	}
 	s->url = strdup(url);
-	*err = s->url ? objstore_open(url, t->cfg, &s->os) : -ENOMEM;
+	s->tier = tier ? strdup(tier) : NULL;
+	*err = s->url && (!tier || s->tier)
+		       ? dsfs_dataset_store_open(t, url, tier, &s->os)
+		       : -ENOMEM;
 	if (*err) {
 		free(s->url);
+		free(s->tier);
 		free(s);
 		return NULL;
 	}
@@ -193,11 +247,13 @@ static struct objstore *dsfs_dataset_store(struct dsfs_dataset_table *t,
 	return s->os;
 }
 
-static bool dsfs_dataset_str_eq(const char *a, const char *b)
+/* Whether entry d is of row r's version, source and group. */
+static bool dsfs_dataset_same(const struct dsfs_dataset *d,
+			      const struct dsfs_dsrow *r)
 {
-	if (!a || !b)
-		return a == b;
-	return strcmp(a, b) == 0;
+	return d->version == r->version &&
+	       dsfs_dataset_str_eq(d->source, r->source) &&
+	       dsfs_dataset_str_eq(d->group, r->group);
 }
 
 static int dsfs_dataset_cmp(const void *a, const void *b)
@@ -245,6 +301,7 @@ static struct dsfs_dataset *dsfs_dataset_make(struct dsfs_dataset_table *t,
 					      const struct dsfs_dsrow *r)
 {
 	struct dsfs_dataset *d = calloc(1, sizeof(*d));
+	struct objstore *os;
 	int err;
 
 	if (!d)
@@ -270,18 +327,111 @@ static struct dsfs_dataset *dsfs_dataset_make(struct dsfs_dataset_table *t,
 				 r->name, r->group);
 		}
 	}
-	if (!d->name || !d->source || (r->group && !d->group)) {
+	d->tier_dir = r->tier_dir ? strdup(r->tier_dir) : NULL;
+	if (!d->name || !d->source || (r->group && !d->group) ||
+	    (r->tier_dir && !d->tier_dir)) {
 		dsfs_dataset_put(d);
 		return NULL;
 	}
-	d->os = dsfs_dataset_store(t, r->source, &err);
-	if (!d->os) {
+	os = dsfs_dataset_store(t, r->source, NULL, &err);
+	if (!os) {
 		log_error("dataset %s: cannot open source %s: %s", r->name,
 			  r->source, strerror(-err));
 		dsfs_dataset_put(d);
 		return NULL;
 	}
+	atomic_init(&d->os, os);
+	atomic_init(&d->tiered, false);
 	return d;
+}
+
+/* Put d's published shared-tier copy in front of its source. Called with
+ * t->lock held for writing. */
+static void dsfs_dataset_tier_up(struct dsfs_dataset_table *t,
+				 struct dsfs_dataset *d)
+{
+	struct objstore *os;
+	int err;
+
+	if (!d->tier_dir || d->tier_given_up || atomic_load(&d->tiered))
+		return;
+	os = dsfs_dataset_store(t, d->source, d->tier_dir, &err);
+	if (!os) {
+		if (err == -ENOMEM)
+			return; /* the next refresh tries again */
+		log_error("dataset %s: shared tier %s: %s: filling from %s "
+			  "alone",
+			  d->name, d->tier_dir, strerror(-err), d->source);
+		d->tier_given_up = true;
+		return;
+	}
+	atomic_store(&d->os, os);
+	atomic_store(&d->tiered, true);
+	log_info("dataset %s: filling from its shared tier %s first, then %s",
+		 d->name, d->tier_dir, d->source);
+}
+
+/* Whether the copy in dir is published (its MANIFEST is there). */
+static bool dsfs_dataset_tier_published(const char *dir)
+{
+	char path[PATH_MAX];
+	int n = snprintf(path, sizeof(path), "%s/" SHAREDTIER_MANIFEST, dir);
+
+	return n > 0 && (size_t)n < sizeof(path) && access(path, F_OK) == 0;
+}
+
+/*
+ * Each row's shared tier: the entry's when it is of the row's version
+ * (copied under the read lock), else looked up in the catalog (no lock
+ * held); then, while the copy is not yet published, whether it is now.
+ * Returns 0 or -ENOMEM.
+ */
+static int dsfs_dataset_rows_tier(struct dsfs_dataset_table *t,
+				  struct catalog *cat, struct dsfs_dslist *l)
+{
+	bool *known = calloc(l->n ? l->n : 1, sizeof(*known));
+	int ret = 0;
+
+	if (!known)
+		return -ENOMEM;
+	pthread_rwlock_rdlock(&t->lock);
+	for (size_t i = 0; i < l->n && !ret; i++) {
+		struct dsfs_dsrow *r = &l->rows[i];
+		ssize_t at = dsfs_dataset_find(t, r->name);
+		const struct dsfs_dataset *old = at >= 0 ? t->ents[at] : NULL;
+
+		if (!old || !dsfs_dataset_same(old, r))
+			continue;
+		known[i] = true;
+		/* nothing to look for once tiered or given up */
+		r->tier_ready = atomic_load(&old->tiered) || old->tier_given_up;
+		if (old->tier_dir && !(r->tier_dir = strdup(old->tier_dir)))
+			ret = -ENOMEM;
+	}
+	pthread_rwlock_unlock(&t->lock);
+	for (size_t i = 0; i < l->n && !ret; i++) {
+		struct dsfs_dsrow *r = &l->rows[i];
+		char dir[PATH_MAX], snap[SHAREDTIER_SNAPSHOT_LEN + 1];
+		int err;
+
+		if (!known[i] && cat) {
+			err = sharedtier_locate(cat, t->cfg, r->name, dir,
+						sizeof(dir), snap);
+			if (!err && !(r->tier_dir = strdup(dir)))
+				ret = -ENOMEM;
+			else if (err == -ENOMEM)
+				ret = err;
+			else if (err && err != -ENOENT)
+				log_warn("dataset %s: shared tier: %s: filling "
+					 "from %s",
+					 r->name, strerror(-err), r->source);
+		}
+		if (r->tier_dir && !r->tier_ready)
+			r->tier_ready =
+				dsfs_dataset_tier_published(r->tier_dir);
+	}
+	free(known);
+	return ret;
 }
 
 int dsfs_dataset_table_refresh(struct dsfs_dataset_table *t)
@@ -297,6 +447,8 @@ int dsfs_dataset_table_refresh(struct dsfs_dataset_table *t)
 		return ret;
 	/* No catalog file yet: no datasets (until one is registered). */
 	ret = cat ? catalog_dataset_list(cat, dsfs_dataset_list_add, &l) : 0;
+	if (!ret)
+		ret = dsfs_dataset_rows_tier(t, cat, &l);
 	if (ret)
 		goto out;
 	ents = calloc(l.n ? l.n : 1, sizeof(*ents));
@@ -311,9 +463,7 @@ int dsfs_dataset_table_refresh(struct dsfs_dataset_table *t)
 		ssize_t at = dsfs_dataset_find(t, r->name);
 		struct dsfs_dataset *old = at >= 0 ? t->ents[at] : NULL, *d;
 
-		if (old && old->version == r->version &&
-		    dsfs_dataset_str_eq(old->source, r->source) &&
-		    dsfs_dataset_str_eq(old->group, r->group)) {
+		if (old && dsfs_dataset_same(old, r)) {
 			d = old;
 			dsfs_dataset_get(d);
 		} else {
@@ -331,6 +481,8 @@ int dsfs_dataset_table_refresh(struct dsfs_dataset_table *t)
 					 r->name, r->version, r->source);
 			}
 		}
+		if (r->tier_ready)
+			dsfs_dataset_tier_up(t, d);
 		ents[n++] = d;
 	}
 	qsort(ents, n, sizeof(*ents), dsfs_dataset_cmp);
@@ -397,6 +549,7 @@ void dsfs_dataset_table_free(struct dsfs_dataset_table *t)
 		t->stores = s->next;
 		objstore_free(s->os);
 		free(s->url);
+		free(s->tier);
 		free(s);
 	}
 	pthread_rwlock_destroy(&t->lock);

@@ -24,9 +24,11 @@ struct dsfs_caller;
 struct dsfs_dataset_table;
 
 /*
- * One version of one dataset. Immutable after creation but for refs;
- * shared by the nodes, open files and prefetch lists made from it, freed
- * with the last reference.
+ * One version of one dataset. Immutable after creation but for refs, and
+ * os and tiered, which change once (the source's handle -> the tiered
+ * handle, when the shared tier's copy is published: atomics, read without
+ * a lock); shared by the nodes, open files and prefetch lists made from
+ * it, freed with the last reference.
  */
 struct dsfs_dataset {
 	atomic_int refs;
@@ -34,7 +36,13 @@ struct dsfs_dataset {
 	char *source;
 	int64_t version;
 	int64_t mtime; /* registration time: the root's mtime */
-	struct objstore *os; /* owned by the table; lives as long as it */
+	/* Owned by the table; lives as long as it. Load it once per use. */
+	_Atomic(struct objstore *) os;
+	char *tier_dir; /* its snapshot's copy in the shared tier, or NULL
+			 * (no tier) */
+	atomic_bool tiered; /* os reads tier_dir first (MANIFEST found) */
+	bool tier_given_up; /* the table's lock: the copy could not be
+			     * opened; not tried again for this version */
 	bool restricted; /* catalog group set */
 	bool group_known; /* the group resolved to gid on this node */
 	gid_t gid;

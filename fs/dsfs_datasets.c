@@ -651,7 +651,7 @@ static int dsfs_datasets_open(struct dsfs *fs, struct dsfs_caller *who,
 	if (!f)
 		return -ENOMEM;
 	f->obj.dataset = p->ds->name;
-	f->obj.os = p->ds->os;
+	f->obj.os = atomic_load(&p->ds->os);
 	f->obj.key = p->path;
 	f->obj.etag = p->etag;
 	f->obj.size = p->size;

@@ -60,8 +60,9 @@ Python API (what tests/integration/conftest.py uses):
                 seconds=None, nbytes=None) -> Fault
     p.clear_faults(); p.pending_faults() -> list of dicts
     p.requests() -> list of dicts (method, target, path, query, range,
-                    status, fault)
+                    status, fault, body_bytes: response body bytes relayed)
     p.count(method=None, path=None, range=None) -> int
+    p.body_bytes(method="GET", query=None) -> int  (query "": object GETs)
     p.counts() -> {"GET /bucket/key": n, ...}  (query string left out)
     p.reset_stats()
     p.stop()                      # also a context manager
@@ -405,6 +406,13 @@ class FaultProxy:
             n += 1
         return n
 
+    def body_bytes(self, method="GET", query=None):
+        """Response body bytes relayed for method's requests (those whose
+        query string is `query` when given, "" for plain object GETs)."""
+        return sum(r.get("body_bytes", 0) for r in self.requests()
+                   if r["method"] == method.upper() and
+                   (query is None or r["query"] == query))
+
     def counts(self):
         out = {}
         for r in self.requests():
@@ -666,9 +674,10 @@ class FaultProxy:
         keep = not client_close and not wants_close(first.split(" ")[0], uh) \
             and rframing[0] != "close"
         return self._relay_response(cs, ureader, rhead, uh, rframing, fault,
-                                    keep)
+                                    keep, rec)
 
-    def _relay_response(self, cs, ureader, rhead, uh, rframing, fault, keep):
+    def _relay_response(self, cs, ureader, rhead, uh, rframing, fault, keep,
+                        rec):
         kind = fault.kind if fault is not None else None
         length = rframing[1] if rframing[0] == "length" else None
         if kind in ("length_long", "length_short", "corrupt") and \
@@ -734,6 +743,7 @@ class FaultProxy:
                 cut = None
             cs.sendall(piece)
             sent += len(piece)
+            rec["body_bytes"] = sent
         if cut is not None and kind in ("reset", "truncate"):
             # The body ended before `nbytes`: strike at its end.
             if kind == "reset":

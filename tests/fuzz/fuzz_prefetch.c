@@ -30,6 +30,7 @@
 #include "dstage/cache.h"
 #include "dstage/catalog.h"
 #include "dstage/keypath.h"
+#include "dstage/objstore.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -133,6 +134,17 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 {
 	(void)c;
 	memset(st, 0, sizeof(*st));
+}
+
+void objstore_get_tier_stats(struct objstore_tier_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+}
+
+const char *objstore_tier_cause_name(int cause)
+{
+	(void)cause;
+	return "stub";
 }
 
 void dsfs_caller_load_groups(struct dsfs_caller *who)

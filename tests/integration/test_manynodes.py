@@ -206,6 +206,7 @@ def test_eight_nodes_stage_one_dataset_under_the_total_limit(
             assert p.returncode == 0, (i, outs[i])
             chosen_jitter(outs[i][1])
         reqs = faultproxy.requests()
+        served = faultproxy.body_bytes("GET", query="")
         # every node verifies, and kept its limits in its own shared file
         for s in nodes:
             assert s.run("verify", "ds", "--cache").returncode == 0
@@ -218,6 +219,12 @@ def test_eight_nodes_stage_one_dataset_under_the_total_limit(
             rgw.curl("/%s/ds/%s" % (bucket, k), "-X", "DELETE", "-o",
                      "/dev/null")
         rgw.curl("/" + bucket, "-X", "DELETE", "-o", "/dev/null")
+    # without a shared tier the store serves the dataset once per node
+    # (with one: about once in all, test_shared_tier_reads.py)
+    size = OBJECTS * OBJ_SIZE + len(sums)
+    print("8 nodes, no shared tier: store served %d object bytes for a "
+          "%d-byte dataset (%.2fx)" % (served, size, served / size))
+    assert served >= NODES * OBJECTS * OBJ_SIZE, (served, size)
     ts = sorted(r["t"] for r in reqs)
     assert len(ts) >= NODES * OBJECTS, len(ts)
     total = NODES * LIMIT
