@@ -41,6 +41,7 @@
 #ifndef DSTAGE_PINNED_H
 #define DSTAGE_PINNED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -122,14 +123,25 @@ int pinned_file_open(struct pinned *p, const char *path,
 
 /*
  * Open one object of a dataset through the cache: obj (copied; its size is
- * the manifest's) is read as cache_read_fd and cache_read_iov read it, so a
- * damaged block is re-fetched from the source or the read fails (-ESTALE
- * when the source changed, -ENOENT when it is gone, -EIO). The cache must
- * outlive the file. Returns 0, -EINVAL, -ENOMEM.
+ * the manifest's). When the cache holds it whole and verified
+ * (cache_open_passthrough: every block present and checked when filled,
+ * cache.verify_reads = fill), its data file is read directly, O_DIRECT
+ * where aligned, as FUSE passthrough reads it: its blocks were checked
+ * when filled and are re-checked by the scrub, not on each read (the file
+ * keeps the object from eviction while open). Otherwise (partial,
+ * verify_reads = always, an older cache format) it is read as
+ * cache_read_fd and cache_read_iov read it, so a damaged block is
+ * re-fetched from the source or the read fails (-ESTALE when the source
+ * changed, -ENOENT when it is gone, -EIO). The cache must outlive the file.
+ * Returns 0, -EINVAL, -ENOMEM.
  */
 int pinned_file_open_cached(struct pinned *p, struct cache *c,
 			    const struct cache_object *obj,
 			    struct pinned_file **out);
+
+/* Whether f, opened by pinned_file_open_cached, reads its cache file
+ * directly (see above). */
+bool pinned_file_direct(const struct pinned_file *f);
 
 /* Accepts NULL. */
 void pinned_file_close(struct pinned_file *f);

@@ -5,7 +5,10 @@
  *
  * Reads are records (struct pinned_io) of one context's pool, each reading
  * bytes of one descriptor into memory: a file opened by path (buffered, or
- * O_DIRECT when buffer, offset and length are 4 KiB-aligned), or a dup of a
+ * O_DIRECT when buffer, offset and length are 4 KiB-aligned), a cache
+ * object's own data file read the same way when the cache holds it whole
+ * and verified (cache_open_passthrough: its bytes at offset 0, checked when
+ * filled and by the scrub, as for FUSE passthrough), or else a dup of a
  * cache file from cache_read_fd (bytes the cache has just checked). Ranges
  * the cache cannot hand out that way are read with cache_read_iov at once.
  * Records are queued on the context's io_uring and submitted together; with
@@ -107,10 +110,11 @@ struct pinned {
 
 struct pinned_file {
 	struct pinned *p;
-	int fd; /* -1 for a cache object */
+	int fd; /* -1 for a cache object read through the cache */
 	int dfd; /* O_DIRECT descriptor of the same file, or -1 */
 	uint64_t size;
 	struct cache *c; /* NULL for a file by path */
+	bool whole; /* a cache object read from its data file (fd, dfd) */
 	struct cache_object obj; /* its strings in strs */
 	char *strs;
 	char *name; /* path, or dataset/key, for messages */
@@ -303,6 +307,49 @@ err:
 	return ret;
 }
 
+/*
+ * A cache object the cache holds whole and verified is read from its data
+ * file directly: fd is cache_open_passthrough's descriptor (which holds the
+ * object's in-use lock, so it is not evicted under the reader) and dfd an
+ * O_DIRECT reopen of it. Otherwise (partial, an older format,
+ * verify_reads = always, O_DIRECT refused) f stays on the cache's path.
+ */
+static void pinned_open_whole(struct pinned_file *f)
+{
+	struct stat st, dst;
+	char proc[64];
+	int fd, ret;
+
+	ret = cache_open_passthrough(f->c, &f->obj, &fd);
+	if (ret) {
+		if (ret != -EAGAIN)
+			log_warn("pinned: %s: cannot open its cache file: %s: "
+				 "reading it through the cache",
+				 f->name, strerror(-ret));
+		return;
+	}
+	if (fstat(fd, &st) || (uint64_t)st.st_size < f->size) {
+		close(fd);
+		return;
+	}
+	f->fd = fd;
+	f->whole = true;
+	if (f->p->flags & PINNED_NO_DIRECT)
+		return;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	f->dfd = open(proc, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	if (f->dfd >= 0 && (fstat(f->dfd, &dst) || dst.st_dev != st.st_dev ||
+			    dst.st_ino != st.st_ino)) {
+		close(f->dfd);
+		f->dfd = -1;
+	}
+}
+
+bool pinned_file_direct(const struct pinned_file *f)
+{
+	return f && f->whole;
+}
+
 int pinned_file_open_cached(struct pinned *p, struct cache *c,
 			    const struct cache_object *obj,
 			    struct pinned_file **out)
@@ -339,6 +386,8 @@ int pinned_file_open_cached(struct pinned *p, struct cache *c,
 	f->obj.key = f->strs + ld;
 	f->obj.etag = f->strs + ld + lk;
 	snprintf(f->name, ld + lk, "%s/%s", obj->dataset, obj->key);
+	if (f->size)
+		pinned_open_whole(f);
 	*out = f;
 	return 0;
 }
@@ -624,7 +673,7 @@ static int pinned_queue_range(struct pinned_file *f, uint64_t off, size_t len,
 	while (len && !ret && !*err) {
 		size_t n = len < p->chunk ? len : p->chunk;
 
-		if (f->c) {
+		if (f->c && !f->whole) {
 			uint64_t bs = cache_block_size(f->c);
 			uint64_t lim = (off / bs + PINNED_CACHE_BLOCKS) * bs;
 

@@ -358,6 +358,14 @@ static void test_cached(void)
 
 	CHECK_INT(pinned_init(&o, &p), 0);
 	CHECK_INT(cache_open(cfg, NULL, &c), 0);
+	/* Not cached yet: read through the cache, not its file. */
+	{
+		struct pinned_file *f = NULL;
+
+		CHECK_INT(pinned_file_open_cached(p, c, &obj, &f), 0);
+		CHECK(!pinned_file_direct(f));
+		pinned_file_close(f);
+	}
 	/* Cold: through the cache, fetched from the source. */
 	CHECK_INT(cached_dev(p, c, &obj, back), 0);
 	CHECK(!memcmp(back, data, sz));
@@ -370,11 +378,34 @@ static void test_cached(void)
 	CHECK(!memcmp(back, data, sz));
 	cache_get_stats(c, &st);
 	CHECK_INT(st.fetches, 0);
+	/* Whole and verified (verify_reads = fill): its data file read
+	 * directly, holding the object open (not evictable meanwhile). */
+	{
+		struct pinned_file *f = NULL;
+		uint64_t opens;
+
+		cache_get_stats(c, &st);
+		opens = st.passthrough_opens; /* cached_dev's above: 1 */
+		CHECK_INT(pinned_file_open_cached(p, c, &obj, &f), 0);
+		CHECK(pinned_file_direct(f));
+		cache_get_stats(c, &st);
+		CHECK_INT(st.passthrough_opens, opens + 1);
+		CHECK(host_eq(p, f, 4097, 9 * BS, 3, data));
+		CHECK(host_eq(p, f, 0, sz, 1, data));
+		CHECK_INT(cache_object_drop(c, &obj), -EBUSY);
+		pinned_file_close(f);
+	}
+	cache_close(c);
+
+	/* From here on every read is checked (cache.verify_reads = always):
+	 * never the direct path, so a damaged block is caught. */
+	cfg->cache_verify_reads = CONFIG_VERIFY_ALWAYS;
+	CHECK_INT(cache_open(cfg, NULL, &c), 0);
 	{
 		struct pinned_file *f = NULL;
 
 		CHECK_INT(pinned_file_open_cached(p, c, &obj, &f), 0);
-		CHECK(host_eq(p, f, 4097, 9 * BS, 3, data));
+		CHECK(!pinned_file_direct(f));
 		pinned_file_close(f);
 	}
 	cache_close(c);
@@ -444,6 +475,7 @@ static void test_cached(void)
 		CHECK(untouched(back, sz));
 	}
 	cache_close(c);
+	cfg->cache_verify_reads = CONFIG_VERIFY_FILL;
 	pinned_free(p);
 	free(data);
 	free(d2);
