@@ -24,25 +24,14 @@
  * Locks: the dataset table's lock is held (read) while nodes for
  * datasets/ are made in readdirplus (then the node table's). Open
  * directories have a per-handle mutex (one readdir at a time). Each file
- * node has pt_lock (a leaf, held across the cache's passthrough check:
- * one node's opens wait for each other, no one else's).
+ * node has pt.lock (a leaf, held across the cache's passthrough check:
+ * one node's opens wait for each other, no one else's; dsfs_pt.h).
  *
  * Passthrough (docs/dstagefs.md): with fs->passthrough, an open of a file
  * whose object the cache holds complete and recorded is answered with a
- * backing file (cache_open_passthrough, fuse_passthrough_open) and the
- * kernel serves its reads. The kernel allows one backing file per inode,
- * used by every open of it while any is open, and refuses a passthrough
- * open beside an open read through dstagefs (and the reverse) with EIO.
- * So per node: the backing id and the opens using it, and the opens read
- * through dstagefs; an open joins the kind already open. Life of pt_id:
- *
- *   0 --open, no plain open, the cache gives a descriptor,
- *        fuse_passthrough_open > 0--> id (pt_opens 1)
- *   id --open--> id (pt_opens + 1, whatever the cache says now)
- *   id --RELEASE of the last (pt_opens 0)--> fuse_passthrough_close, 0
- *   id --last release without a request (an interrupted OPEN reply, a
- *        release run after its request's reply, teardown)--> id, unused:
- *        closed by the node's next open, or with the connection
+ * backing file (cache_open_passthrough) and the kernel serves its reads;
+ * each file node's opens are counted in its struct dsfs_pt (dsfs_pt.h:
+ * one backing file an inode, never mixed with plain opens).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +46,7 @@
 #include "dsfs_dataset.h"
 #include "dsfs_datasets.h"
 #include "dsfs_opts.h"
+#include "dsfs_pt.h"
 #include "dstage/cache.h"
 #include "dstage/log.h"
 
@@ -72,11 +62,7 @@ struct dsfs_datasets_node {
 	char *etag; /* "" when the source gave none */
 	bool dir;
 	atomic_bool error_logged; /* read errors are logged once per node */
-	/* Files: what is open (see "Passthrough" above). pt_lock: */
-	pthread_mutex_t pt_lock;
-	int pt_id; /* backing id registered with the kernel; 0: none */
-	unsigned pt_opens; /* open handles passed through with pt_id */
-	unsigned plain_opens; /* open handles read through dstagefs */
+	struct dsfs_pt pt; /* files: what is open (see "Passthrough") */
 	/* path and etag point here: one malloc a node, not three */
 	char strs[];
 };
@@ -85,7 +71,7 @@ static void dsfs_datasets_node_free(struct dsfs_datasets_node *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_destroy(&p->pt_lock);
+	dsfs_pt_destroy(&p->pt);
 	dsfs_dataset_put(p->ds);
 	free(p);
 }
@@ -225,7 +211,7 @@ static struct dsfs_node *dsfs_datasets_make(const struct dsfs_datasets_mk *mk)
 	p->ds = mk->ds;
 	dsfs_dataset_get(p->ds);
 	atomic_init(&p->error_logged, false);
-	pthread_mutex_init(&p->pt_lock, NULL);
+	dsfs_pt_init(&p->pt);
 	n = dsfs_node_new(&dsfs_datasets_subtree, mk->name, p);
 	if (!n)
 		dsfs_datasets_node_free(p);
@@ -580,66 +566,30 @@ static int dsfs_datasets_readdir(struct dsfs *fs, struct dsfs_caller *who,
 
 struct dsfs_datasets_file {
 	struct cache_object obj; /* strings point into the node's priv */
-	bool passthrough; /* counted in the node's pt_opens, else plain */
+	enum dsfs_pt_kind kind; /* how the open was answered (dsfs_pt) */
 };
 
-#if DSTAGE_HAVE_FUSE_PASSTHROUGH
-/*
- * Pass f through to the kernel if the node may (see "Passthrough"): with
- * p->pt_lock held. Sets fi->backing_id and f->passthrough when it does;
- * otherwise the open reads through dstagefs. Cannot fail.
- */
-static void dsfs_datasets_pt_open(struct dsfs *fs, struct dsfs_caller *who,
-				  struct dsfs_datasets_node *p,
-				  struct dsfs_datasets_file *f,
-				  struct fuse_file_info *fi)
-{
-	static atomic_bool failure_logged;
-	int fd = -1, id, ret;
+struct dsfs_datasets_backing {
+	struct dsfs *fs;
+	const struct cache_object *obj;
+};
 
-	if (p->pt_id && !p->pt_opens) {
-		/* Left by a release that had no request to close it with. */
-		fuse_passthrough_close(who->req, p->pt_id);
-		p->pt_id = 0;
-	}
-	if (!p->pt_id) {
-		if (p->plain_opens)
-			return; /* the kernel would refuse the mix: EIO */
-		ret = cache_open_passthrough(fs->cache, &f->obj, &fd);
-		if (ret)
-			return; /* partial, verify_reads = always, ...: reads */
-		/* The kernel holds the file from here on (and with it the
-		 * descriptor's in-use lock): ours is closed. */
-		id = fuse_passthrough_open(who->req, fd);
-		close(fd);
-		if (id <= 0) {
-			if (!atomic_exchange(&failure_logged, true))
-				log_warn("passthrough: the kernel refused a "
-					 "backing file (dataset %s key %s); "
-					 "such opens read through dstagefs "
-					 "(logged once)",
-					 p->ds->name, p->path);
-			return;
-		}
-		p->pt_id = id;
-	}
-	p->pt_opens++;
-	f->passthrough = true;
-	fi->backing_id = p->pt_id;
-	/* The FUSE inode's page cache is not used (the backing file's is),
-	 * and the kernel fails an open that asks for both with EIO (seen on
-	 * 6.18). */
-	fi->keep_cache = 0;
-	atomic_fetch_add_explicit(&fs->ctr.passthrough_opens, 1,
-				  memory_order_relaxed);
+/* The backing file of a passthrough open: the cache's data file when it
+ * holds the object whole and recorded (else the open reads through us). */
+static int dsfs_datasets_backing(void *arg, int *fd)
+{
+	struct dsfs_datasets_backing *b = arg;
+
+	return cache_open_passthrough(b->fs->cache, b->obj, fd);
 }
-#endif
 
 static int dsfs_datasets_open(struct dsfs *fs, struct dsfs_caller *who,
 			      struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_datasets_node *p = n->priv;
 	struct dsfs_datasets_file *f;
+	struct dsfs_datasets_backing b;
+	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
 		return -EROFS;
@@ -661,17 +611,14 @@ static int dsfs_datasets_open(struct dsfs *fs, struct dsfs_caller *who,
 	fi->noflush = 1;
 	/* Every access check is done: only now may the kernel be handed
 	 * the bytes. */
-	pthread_mutex_lock(&p->pt_lock);
-#if DSTAGE_HAVE_FUSE_PASSTHROUGH
-	if (fs->passthrough && who->req)
-		dsfs_datasets_pt_open(fs, who, p, f, fi);
-#else
-	(void)fs;
-#endif
-	if (!f->passthrough)
-		p->plain_opens++;
-	pthread_mutex_unlock(&p->pt_lock);
-	return 0;
+	b = (struct dsfs_datasets_backing){ .fs = fs, .obj = &f->obj };
+	ret = dsfs_pt_open(fs, who, &p->pt, true, dsfs_datasets_backing, &b,
+			   p->etag, fi, p->ds->name, p->path, &f->kind);
+	if (ret) { /* not for a snapshot: every open may join */
+		fi->fh = 0;
+		free(f);
+	}
+	return ret;
 }
 
 static void dsfs_datasets_release(struct dsfs *fs, struct dsfs_caller *who,
@@ -683,17 +630,7 @@ static void dsfs_datasets_release(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_datasets_node *p = n->priv;
 
 	(void)fs;
-	pthread_mutex_lock(&p->pt_lock);
-	if (!f->passthrough) {
-		p->plain_opens--;
-	} else if (!--p->pt_opens && who->req) {
-#if DSTAGE_HAVE_FUSE_PASSTHROUGH
-		/* The kernel keeps the file while its own users remain. */
-		fuse_passthrough_close(who->req, p->pt_id);
-		p->pt_id = 0;
-#endif
-	}
-	pthread_mutex_unlock(&p->pt_lock);
+	dsfs_pt_release(who, &p->pt, f->kind);
 	free(f);
 }
 

@@ -84,9 +84,11 @@ static int dsfs_ovl_init(struct dsfs *fs)
 		return -ENOMEM;
 	st->root_fd = -1;
 	pthread_mutex_init(&st->lock, NULL);
+	dsfs_pt_init(&st->top.pt); /* a directory: never used */
 	fs->sub_state[DSFS_SUB_ROOT] = st;
 	st->timeout = fs->cfg->overlay_attr_timeout_ms / 1000.0;
 	st->min_cached = fs->cfg->overlay_min_cached_size;
+	st->passthrough = fs->cfg->overlay_passthrough;
 	st->euid = geteuid();
 	st->as_caller = st->euid == 0;
 	st->dir = realpath(mp, NULL);
@@ -157,6 +159,7 @@ static void dsfs_ovl_destroy(struct dsfs *fs)
 	for (char **p = st->no_cache; p && *p; p++)
 		free(*p);
 	free(st->no_cache);
+	dsfs_pt_destroy(&st->top.pt);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	fs->sub_state[DSFS_SUB_ROOT] = NULL;

@@ -14,6 +14,15 @@
  * from the descriptor from then on (direct, set once). Small files and
  * files opened for writing are always read directly.
  *
+ * Passthrough (overlay.passthrough, off by default; dsfs_pt.h): a
+ * read-only open that would read through the cache, of a version the
+ * cache holds whole and recorded, is handed to the kernel with the cache's
+ * data file as backing file (cache_open_passthrough of the object named
+ * above: the version at open, never another's blocks). The kernel allows
+ * no other kind of open of the inode beside it: an open for writing, or of
+ * another version, meanwhile fails with ETXTBSY. Hence opt-in, for trees
+ * this node only reads.
+ *
  * Writes go to the descriptor. Durability: FLUSH (every close) and FSYNC
  * return once the written bytes are on the tree's file system (fsync of
  * the descriptor); CREATE returns once the new name is (fsync of the
@@ -45,6 +54,7 @@ struct dsfs_ovl_file {
 	char *key; /* path at open */
 	atomic_bool direct; /* read from fd, not through the cache */
 	atomic_bool dirty; /* written since the last fsync */
+	enum dsfs_pt_kind kind; /* how the open was answered */
 };
 
 static struct dsfs_ovl_file *dsfs_ovl_file_of(const struct fuse_file_info *fi)
@@ -69,15 +79,40 @@ int dsfs_ovl_file_fd(const struct fuse_file_info *fi)
 	return dsfs_ovl_file_of(fi)->fd;
 }
 
-/* Wrap fd (opened with flags for path) in a handle: fi->fh. */
-static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_node *n, int fd,
-			     const char *path, struct fuse_file_info *fi)
+struct dsfs_ovl_backing {
+	struct dsfs *fs;
+	struct dsfs_ovl *st;
+	struct dsfs_ovl_file *f;
+};
+
+/* The backing file of a passthrough open: the cache's data file of the
+ * version opened, when the cache holds it whole and recorded. */
+static int dsfs_ovl_backing(void *arg, int *fd)
+{
+	struct dsfs_ovl_backing *b = arg;
+	struct cache_object obj = {
+		.dataset = b->st->label,
+		.os = b->st->os,
+		.key = b->f->key,
+		.etag = b->f->etag,
+		.size = b->f->size,
+	};
+
+	return cache_open_passthrough(b->fs->cache, &obj, fd);
+}
+
+/* Wrap fd (opened with flags for path) in a handle: fi->fh. who: the
+ * caller of an open (NULL for a create: never passed through). */
+static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *n, int fd, const char *path,
+			     struct fuse_file_info *fi)
 {
 	struct dsfs_ovl *st = dsfs_ovl_st(fs);
 	struct dsfs_ovl_node *p = n->priv;
 	struct dsfs_ovl_file *f;
 	bool rdonly = (fi->flags & O_ACCMODE) == O_RDONLY;
 	struct stat sb;
+	int ret;
 
 	if (fstat(fd, &sb))
 		return -errno;
@@ -96,6 +131,26 @@ static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_node *n, int fd,
 					f->size < st->min_cached ||
 					dsfs_ovl_no_cache(st, path));
 	atomic_init(&f->dirty, false);
+	if (who) {
+		struct dsfs_ovl_backing b = { fs, st, f };
+
+		ret = dsfs_pt_open(fs, who, &p->pt,
+				   st->passthrough && !atomic_load(&f->direct),
+				   dsfs_ovl_backing, &b, f->etag, fi, st->label,
+				   path, &f->kind);
+	} else {
+		ret = dsfs_pt_open(fs, NULL, &p->pt, false, NULL, NULL, "", fi,
+				   st->label, path, &f->kind);
+	}
+	if (ret) {
+		log_info("overlay %s: %s: refused %s open (ETXTBSY): it is "
+			 "open in passthrough (overlay.passthrough)",
+			 st->dir, path,
+			 rdonly ? "another version's" : "a writing");
+		free(f->key);
+		free(f);
+		return ret;
+	}
 	pthread_mutex_lock(&st->lock);
 	fi->keep_cache = rdonly && !strcmp(p->etag, f->etag);
 	if (rdonly)
@@ -103,6 +158,8 @@ static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_node *n, int fd,
 	else
 		p->etag[0] = '\0';
 	pthread_mutex_unlock(&st->lock);
+	if (f->kind == DSFS_PT_PASSED)
+		fi->keep_cache = 0; /* the backing file's pages, not ours */
 	fi->fh = (uintptr_t)f;
 	return 0;
 }
@@ -130,7 +187,7 @@ int dsfs_ovl_open(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 	dsfs_ovl_cred_drop(st);
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_file_new(fs, n, fd, path, fi);
+	ret = dsfs_ovl_file_new(fs, who, n, fd, path, fi);
 	if (ret)
 		close(fd);
 	return ret;
@@ -167,7 +224,7 @@ int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
 	dsfs_ovl_sync_dir(st, dpath);
 	ret = dsfs_ovl_entry(fs, dir, name, &sb, e);
 	if (!ret)
-		ret = dsfs_ovl_file_new(fs, e->node, fd, path, fi);
+		ret = dsfs_ovl_file_new(fs, NULL, e->node, fd, path, fi);
 	if (ret) {
 		close(fd);
 		if (e->node) {
@@ -320,12 +377,12 @@ void dsfs_ovl_release(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_ovl_file *f = dsfs_ovl_file_of(fi);
+	struct dsfs_ovl_node *p = n->priv;
 
 	(void)fs;
-	(void)who;
-	(void)n;
 	if (!f)
 		return;
+	dsfs_pt_release(who, &p->pt, f->kind);
 	close(f->fd);
 	free(f->key);
 	free(f);

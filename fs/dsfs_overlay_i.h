@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dsfs_pt.h"
 #include "dsfs_subtree.h"
 #include "dstage/overlay.h"
 
@@ -33,6 +34,7 @@ struct dsfs_ovl_node {
 	mode_t type; /* S_IFMT bits at lookup, immutable */
 	/* The version the last open saw (keep_cache when unchanged). */
 	char etag[OVERLAY_ETAG_MAX]; /* st->lock */
+	struct dsfs_pt pt; /* files: passthrough opens (dsfs_pt.h) */
 };
 
 /*
@@ -47,6 +49,7 @@ struct dsfs_ovl {
 	struct objstore *os; /* overlay_store on root_fd */
 	double timeout; /* overlay.attr_timeout, seconds */
 	uint64_t min_cached; /* overlay.min_cached_size */
+	bool passthrough; /* overlay.passthrough */
 	char **no_cache; /* overlay.no_cache, split; NULL-terminated */
 	bool as_caller; /* euid 0: system calls as the caller */
 	uid_t euid;

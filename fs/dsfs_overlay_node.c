@@ -96,6 +96,7 @@ static void dsfs_ovl_unref_locked(struct dsfs_ovl *st, struct dsfs_ovl_node *p)
 	while (p && p != &st->top && --p->refs == 0) {
 		struct dsfs_ovl_node *parent = p->parent;
 
+		dsfs_pt_destroy(&p->pt);
 		free(p->name);
 		free(p);
 		p = parent;
@@ -163,6 +164,7 @@ int dsfs_ovl_entry(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 		free(p);
 		return -ENOMEM;
 	}
+	dsfs_pt_init(&p->pt);
 	p->type = sb->st_mode & S_IFMT;
 	p->refs = 1;
 	pthread_mutex_lock(&st->lock);

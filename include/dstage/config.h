@@ -103,6 +103,7 @@ struct dstage_config {
 	char *overlay_dir; /* overlay.dir, NULL: no overlay mount */
 	unsigned overlay_attr_timeout_ms; /* overlay.attr_timeout */
 	uint64_t overlay_min_cached_size; /* overlay.min_cached_size, bytes */
+	bool overlay_passthrough; /* overlay.passthrough */
 	char *overlay_no_cache; /* overlay.no_cache: patterns, NULL: none */
 	/* [metrics] */
 	char *metrics_listen; /* metrics.listen, ADDR:PORT; NULL: off */

@@ -193,6 +193,12 @@ static const struct config_key config_keys[] = {
 	  "64K", 0, 0,
 	  "overlay: files smaller than this are read directly, not through "
 	  "the cache" },
+	{ "overlay.passthrough", CT_BOOL, OFF(overlay_passthrough), "false", 0,
+	  0,
+	  "overlay: hand a read-only open of a file the cache holds whole to "
+	  "the kernel (FUSE passthrough); while such an open is there, an "
+	  "open of the file for writing, or of a newer version of it, fails "
+	  "with ETXTBSY: for trees this node only reads" },
 	{ "overlay.no_cache", CT_STRING, OFF(overlay_no_cache), NULL, 0, 0,
 	  "overlay: files matching one of these comma-separated shell "
 	  "patterns (the name, or the path when the pattern has a '/') are "

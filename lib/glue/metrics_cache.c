@@ -61,6 +61,10 @@ static void metrics_cache_write(struct metrics_buf *b,
 	metrics_counter(b, "dstage_cache_disk_full_total",
 			"Of the streamed: cache.dir's file system was full",
 			st->disk_full);
+	metrics_counter(b, "dstage_cache_passthrough_opens_total",
+			"Whole cached objects handed out as their data file "
+			"(FUSE passthrough, the GPU reader's direct reads)",
+			st->passthrough_opens);
 }
 
 struct metrics_cache_ds {

@@ -139,6 +139,12 @@ class Overlay:
                 return int(float(line.rsplit(" ", 1)[1]))
         return 0
 
+    def passthrough_opens(self):
+        for line in self.metrics().splitlines():
+            if line.startswith("dstage_cache_passthrough_opens_total "):
+                return int(float(line.rsplit(" ", 1)[1]))
+        raise AssertionError("no dstage_cache_passthrough_opens_total")
+
     # the tree underneath
     def put(self, rel, data, mode=0o644):
         fd = os.open(rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode,
@@ -250,6 +256,8 @@ def test_second_read_is_served_from_the_cache(ov):
     assert sha((ov.pfs / "model.bin").read_bytes()) == sha(data)
     assert ov.ds_counter("misses") == 0
     assert ov.ds_counter("hits") >= 8
+    # overlay.passthrough is off by default (test_overlay_passthrough.py)
+    assert ov.passthrough_opens() == 0
 
 
 def test_small_files_and_no_cache_patterns_bypass_the_cache(ov):
