@@ -58,6 +58,7 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/sharedtier.h"
+#include "dstage/timeutil.h"
 #include "runner_i.h"
 
 #define RUNNER_CHUNK (8u << 20)
@@ -614,8 +615,7 @@ static unsigned runner_wait(struct runner_ctx *c, struct jobs *jq)
 	for (;;) {
 		struct timespec ts, now;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		timeutil_real_after_ms(&ts, 1000);
 		pthread_mutex_lock(&c->run_lock);
 		if (c->running)
 			pthread_cond_timedwait(&c->run_cv, &c->run_lock, &ts);
