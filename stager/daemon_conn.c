@@ -139,8 +139,7 @@ int daemon_conn_stop(struct daemon *d)
 	unsigned left;
 	int ret = 0;
 
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += DAEMON_CONN_STOP_WAIT;
+	timeutil_real_after_ms(&dl, DAEMON_CONN_STOP_WAIT * 1000);
 	pthread_mutex_lock(&d->conn_lock);
 	for (struct daemon_conn *c = d->conns; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);

@@ -166,8 +166,7 @@ void *daemon_jobs_dispatch_thread(void *arg)
 			if (ret && ret != -ENOENT && ret != -EBUSY)
 				log_error("claiming a job: %s", strerror(-ret));
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		timeutil_real_after_ms(&ts, 1000);
 		pthread_cond_timedwait(&d->cond, &d->lock, &ts);
 	}
 	/* stopping: tell the jobs, wait for them */

@@ -30,6 +30,9 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/sharedtier.h"
+#include "dstage/timeutil.h"
+
+#define DAEMON_REQ_WATCH_MS 500 /* between a watch's progress rows */
 
 /* ---- read-only requests ---- */
 
@@ -355,7 +358,7 @@ static int daemon_req_watch(struct daemon_conn *c)
 	int ret;
 
 	for (;;) {
-		struct timespec ts = { 0, 500 * 1000 * 1000 };
+		struct timespec ts = { 0, DAEMON_REQ_WATCH_MS * 1000 * 1000 };
 
 		ret = daemon_req_get_job(c, id, &j, &vis);
 		if (ret) {
@@ -387,12 +390,7 @@ static int daemon_req_watch(struct daemon_conn *c)
 			 * ends. */
 			struct timespec dl;
 
-			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += ts.tv_nsec;
-			if (dl.tv_nsec >= 1000000000L) {
-				dl.tv_sec++;
-				dl.tv_nsec -= 1000000000L;
-			}
+			timeutil_real_after_ms(&dl, DAEMON_REQ_WATCH_MS);
 			pthread_mutex_lock(&rj->lock);
 			if (!atomic_load(&rj->finished))
 				pthread_cond_timedwait(&rj->cond, &rj->lock,

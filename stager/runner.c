@@ -58,6 +58,7 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/sharedtier.h"
+#include "dstage/timeutil.h"
 #include "runner_i.h"
 
 #define RUNNER_CHUNK (8u << 20)
@@ -608,14 +609,13 @@ static int runner_prepare(struct runner_ctx *c)
 static unsigned runner_wait(struct runner_ctx *c, struct jobs *jq)
 {
 	struct runner_job *rj = c->rj;
-	struct timespec stop_at = { 0 };
+	int64_t stop_at = 0; /* timeutil_mono_ns; 0: no stop seen yet */
 	unsigned left;
 
 	for (;;) {
-		struct timespec ts, now;
+		struct timespec ts;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		timeutil_real_after_ms(&ts, 1000);
 		pthread_mutex_lock(&c->run_lock);
 		if (c->running)
 			pthread_cond_timedwait(&c->run_cv, &c->run_lock, &ts);
@@ -624,13 +624,12 @@ static unsigned runner_wait(struct runner_ctx *c, struct jobs *jq)
 		if (!left)
 			return 0;
 		if (atomic_load(&rj->cancel)) {
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			if (!stop_at.tv_sec) {
-				stop_at = now;
-				stop_at.tv_sec += RUNNER_STOP_GRACE_S;
-			} else if (now.tv_sec > stop_at.tv_sec ||
-				   (now.tv_sec == stop_at.tv_sec &&
-				    now.tv_nsec >= stop_at.tv_nsec)) {
+			int64_t now = timeutil_mono_ns();
+
+			if (!stop_at) {
+				stop_at = now + (int64_t)RUNNER_STOP_GRACE_S *
+							1000000000;
+			} else if (now >= stop_at) {
 				log_error("job %" PRId64 ": %u worker(s) still "
 					  "blocked in a read %d s after the "
 					  "stop: the job ends without them",

@@ -79,8 +79,9 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out);
  * What the caller records of the store's contents as this node changes
  * them (lib/catalog/catalog_ckpt.c's table, through dstagefs). Each may be NULL.
  * Called from any thread once the store has the change, possibly with
- * ckpt's own locks held: a hook must not call into ckpt, and any lock it
- * takes must be a leaf. store is the store's URL (ckpt_url).
+ * ckpt's own locks held (lib/ckpt/ckpt_i.h says which): a hook may call
+ * into ckpt only for ckpt_url and ckpt_objstore (they take no lock), and
+ * any lock it takes must be a leaf. store is the store's URL (ckpt_url).
  *   published: key's whole content is in the store, its SHA-256 (hex) and
  *              size as written, the ETag the store gave it ("" unknown);
  *   renamed:   a file or a directory (and all below it) moved from -> to;
@@ -94,10 +95,12 @@ struct ckpt_hooks {
 	void (*removed)(void *arg, const char *store, const char *key);
 	void *arg;
 	/* Before a file's bytes go to the store (each publish and retry), on
-	 * the publishing thread, under the entry's lock: what must reach
+	 * the publishing thread, under the file's entry lock, ckpt's
+	 * namespace lock (read) and its publish OFD lock: what must reach
 	 * the store first (dstagefs: an owner record its create could not
-	 * store). A -errno fails this publish, which is retried as any
-	 * other. NULL: none. Its own argument, parg. */
+	 * store, PUT to ckpt_objstore's store from here). The same rules as
+	 * the hooks above. A -errno fails this publish, which is retried as
+	 * any other. NULL: none. Its own argument, parg. */
 	int (*publishing)(void *parg, const char *store, const char *key);
 	void *parg;
 };

@@ -588,8 +588,7 @@ static void *cache_worker(void *arg)
 		while (!c->jobs && !c->stopping) {
 			struct timespec ts;
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += CACHE_BUF_IDLE_S;
+			timeutil_real_after_ms(&ts, CACHE_BUF_IDLE_S * 1000);
 			if (pthread_cond_timedwait(&c->jobs_cv, &c->lock,
 						   &ts) == ETIMEDOUT &&
 			    !c->jobs) {

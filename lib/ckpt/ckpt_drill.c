@@ -22,6 +22,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/timeutil.h"
 
 #define DRILL_CHUNK (8u << 20)
 #define DRILL_RECORDS_MAX (1u << 20) /* journal records looked at */
@@ -393,7 +394,7 @@ int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 	struct drill_list l = { 0 };
 	struct objstore *os = NULL;
 	const struct drill_ckpt *c;
-	struct timespec t0, t1;
+	int64_t t0;
 	char *prefix = NULL, *buf = NULL, path[4200];
 	size_t plen;
 	int ret;
@@ -411,7 +412,7 @@ int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 			  o->to);
 		return -EEXIST;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = timeutil_mono_ns();
 	ret = objstore_open(cfg->ckpt_store, cfg, &os);
 	if (ret)
 		return ret;
@@ -490,9 +491,7 @@ int ckpt_drill(const struct dstage_config *cfg, const struct ckpt_drill_opts *o,
 	if (!ret)
 		ret = drill_unfinished(cfg, r->checkpoint, r);
 out:
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	r->seconds = (double)(t1.tv_sec - t0.tv_sec) +
-		     (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	r->seconds = (double)(timeutil_mono_ns() - t0) / 1e9;
 	for (size_t i = 0; i < l.n; i++)
 		free(l.v[i].name);
 	for (size_t i = 0; i < l.nkeys; i++)

@@ -33,12 +33,19 @@
  *
  * The caller's hooks (ck->hooks) run with the locks of the change they
  * report held, so that they see the changes of one key in the store's
- * order: published with the entry's lock and ns_lock (read; ckpt_put),
- * removed with open_lock and the entry's lock if it is open (ckpt_unlink),
- * a file's renamed and published with the same (ckpt_rename_file); a
- * directory's renamed with none. ck->lock is never held. That is safe
- * because a hook takes only a leaf lock of its own (dstagefs's:
- * catalog_ckpt_log's) and never calls into ck.
+ * order: publishing (before the bytes go up) and published with the
+ * entry's lock, ns_lock (read) and the local copy's publish OFD lock
+ * (ckpt_lock_publish; ckpt_put), removed with open_lock and the entry's
+ * lock if it is open (ckpt_unlink), a file's renamed and published with
+ * the same (ckpt_rename_file); a directory's renamed with none. ck->lock
+ * is never held. That is safe because a hook takes only leaf locks of its
+ * own and calls into ck only for ckpt_url and ckpt_objstore, which take
+ * none. dstagefs's: published, renamed and removed take catalog_ckpt_log's
+ * lock and write on its SQLite connection under it (at most the busy
+ * timeout); publishing (dsfs_ckpt_own_publishing) takes st->lock, never
+ * across a store call, and PUTs the owner records still kept on this node
+ * to the store, so under these locks a publish may wait on the store for
+ * them as it does for its own bytes.
  */
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 #include "filestore_i.h"
 
 struct fs_sweep {
@@ -230,14 +231,12 @@ out:
 
 void filestore_sweep_maybe(struct filestore *fs)
 {
-	struct timespec now;
 	int64_t now_ms, next, every;
 	int ret;
 
 	if (!fs->tmp_max_age_ms)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	now_ms = timeutil_mono_ms();
 	next = __atomic_load_n(&fs->next_sweep_ms, __ATOMIC_ACQUIRE);
 	if (next && now_ms < next)
 		return;

@@ -122,21 +122,19 @@ int s3mpu_complete(struct s3store *st, const char *key, const char *id,
 		 * ETag the parts make, when the caller knows it). */
 		struct s3req hd;
 
-		if (!s3req_init(st, &hd, "HEAD", key, NULL, 0)) {
-			hd.flags = REQ_HEAD | REQ_QUIET_404;
-			if (!s3req_run(st, &hd, 1) && hd.have_cl &&
-			    hd.content_length == size &&
-			    (!want_etag || !strcmp(want_etag, hd.etag))) {
-				log_warn("s3: '%s%s': upload completed by an "
-					 "earlier attempt",
-					 st->prefix, key);
-				if (etag)
-					snprintf(etag, OBJSTORE_ETAG_MAX, "%s",
-						 hd.etag);
-				ret = 0;
-			}
-			s3req_release(&hd);
+		if (!s3req_once(st, &hd, "HEAD", key, NULL, 0,
+				REQ_HEAD | REQ_QUIET_404) &&
+		    hd.have_cl && hd.content_length == size &&
+		    (!want_etag || !strcmp(want_etag, hd.etag))) {
+			log_warn("s3: '%s%s': upload completed by an earlier "
+				 "attempt",
+				 st->prefix, key);
+			if (etag)
+				snprintf(etag, OBJSTORE_ETAG_MAX, "%s",
+					 hd.etag);
+			ret = 0;
 		}
+		s3req_release(&hd);
 	}
 	s3req_release(&rq);
 out:

@@ -3,7 +3,9 @@
  * banned: C library calls the project's own code may not use, each turned
  * into a compile error that names it. CMakeLists.txt force-includes this
  * header (-include) first in every file of lib/, fs/, cli/, stager/ and
- * cachectl/; the tests, benchmarks and fuzz harnesses build without it.
+ * cachectl/, and tests/CMakeLists.txt in the unit tests (tests/unit/) and
+ * the test tools (tests/tools/); the benchmarks, the fuzz harnesses, the
+ * fault-injection shim and the stand-in libcudart build without it.
  *
  * Banned, with what to use instead:
  *   strcpy, strcat, stpcpy, strncpy, strncat, sprintf, vsprintf, gets:

@@ -807,7 +807,7 @@ static size_t open_objects(char (*paths)[400], size_t max)
 		for (i = 0; i < n && strcmp(paths[i], target); i++)
 			;
 		if (i == n && n < max)
-			strcpy(paths[n++], target);
+			snprintf(paths[n++], sizeof(*paths), "%s", target);
 	}
 	if (d)
 		closedir(d);

@@ -75,12 +75,12 @@ static void test_check(void)
 	r = rule("x", 1, 7, 0, 0, "http://a/");
 	CHECK_INT(lifecycle_rule_check(&r, msg, sizeof(msg)), -EINVAL);
 	r = rule("x", 1, 7, 0, 0, "file:///arch/");
-	strcpy(r.storage_class, "GLACIER");
+	snprintf(r.storage_class, sizeof(r.storage_class), "GLACIER");
 	CHECK_INT(lifecycle_rule_check(&r, msg, sizeof(msg)), 0);
-	strcpy(r.storage_class, "glacier");
+	snprintf(r.storage_class, sizeof(r.storage_class), "glacier");
 	CHECK_INT(lifecycle_rule_check(&r, msg, sizeof(msg)), -EINVAL);
 	r = rule("x", 1, 0, 0, 0, NULL);
-	strcpy(r.storage_class, "GLACIER");
+	snprintf(r.storage_class, sizeof(r.storage_class), "GLACIER");
 	CHECK_INT(lifecycle_rule_check(&r, msg, sizeof(msg)), -EINVAL);
 	r = rule("x", 1, LIFECYCLE_DAYS_MAX + 1, 0, 0, "s3://a/");
 	CHECK_INT(lifecycle_rule_check(&r, msg, sizeof(msg)), -EINVAL);
@@ -274,7 +274,7 @@ static void test_catalog(const char *dir)
 	free(v);
 
 	r = rule("llm-*", 2, 7, 30, 1000, "s3://arch/ckpt/");
-	strcpy(r.storage_class, "GLACIER");
+	snprintf(r.storage_class, sizeof(r.storage_class), "GLACIER");
 	CHECK_INT(catalog_lifecycle_add(cat, &r, &who, msg, sizeof(msg)), 0);
 	CHECK(r.id > 0);
 	CHECK_INT(catalog_lifecycle_add(cat, &r, &who, msg, sizeof(msg)),

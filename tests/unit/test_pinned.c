@@ -308,14 +308,14 @@ static void test_absent_short(void)
 }
 
 static char *put_obj(const char *ds, const char *key, size_t size,
-		     struct cache_object *obj, char *etag)
+		     struct cache_object *obj, char etag[OBJSTORE_ETAG_MAX])
 {
 	char *d = rnd_bytes(size);
 	struct objstore_info oi;
 
 	CHECK_INT(objstore_put_buf(os, key, d, size), 0);
 	CHECK_INT(objstore_head(os, key, &oi), 0);
-	strcpy(etag, oi.etag);
+	snprintf(etag, OBJSTORE_ETAG_MAX, "%s", oi.etag);
 	*obj = (struct cache_object){
 		.dataset = ds, .os = os, .key = key, .etag = etag, .size = size
 	};

@@ -216,6 +216,7 @@ static void test_hostile(void)
 	struct s3xml_error e;
 	char *etag = NULL;
 	char *deep;
+	enum { DEEP_SIZE = 100000 * 3 + 64 };
 
 	CHECK_INT(parse_list(laughs, &l), -EINVAL);
 	CHECK_INT(s3xml_parse_error(xxe, strlen(xxe), &e), -EINVAL);
@@ -225,13 +226,13 @@ static void test_hostile(void)
 	CHECK(etag == NULL);
 
 	/* Deep nesting stops at libxml2's depth limit, not the stack. */
-	deep = malloc(100000 * 3 + 64);
+	deep = malloc(DEEP_SIZE);
 	if (deep) {
 		char *p = deep;
 
-		p += sprintf(p, "<ListBucketResult>");
+		p += snprintf(p, DEEP_SIZE, "<ListBucketResult>");
 		for (int i = 0; i < 100000; i++)
-			p += sprintf(p, "<a>");
+			p += snprintf(p, DEEP_SIZE - (size_t)(p - deep), "<a>");
 		CHECK_INT(parse_list(deep, &l), -EINVAL);
 		free(deep);
 	}
@@ -271,7 +272,8 @@ static void test_error(void)
 		     "<Error><Code>SlowDown</Code>"
 		     "<Message>");
 	memset(longmsg + n, 'm', 600);
-	strcpy(longmsg + n + 600, "</Message></Error>");
+	snprintf(longmsg + n + 600, sizeof(longmsg) - (size_t)n - 600,
+		 "</Message></Error>");
 	CHECK_INT(s3xml_parse_error(longmsg, strlen(longmsg), &e), 0);
 	CHECK_INT(strlen(e.message), sizeof(e.message) - 1);
 }
