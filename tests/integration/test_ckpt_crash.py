@@ -20,7 +20,8 @@ terminal can carry.
   the store's 1,024-byte key limit (prefix and sidecar included) enforced
   at create, mkdir and rename (ENAMETOOLONG); the journal's escaped
   records (a name with '%' and spaces survives a crash; an old unescaped
-  record still reads); `stager jobs` prints no raw control byte.
+  record still reads); `stager jobs` and `stager unpublished` print no raw
+  control byte.
 """
 import errno
 import os
@@ -372,6 +373,34 @@ def test_stager_jobs_prints_no_control_bytes(tool, tmp_path):
         body = out.replace(b"\n", b"")
         assert not [c for c in body if c < 0x20 or c == 0x7f], out
         assert b"\\x1b]0;owned\\x07\\x1b[2J\\x0ax" in out
+        assert out.count(b"\n") == 2          # header and one row
+    finally:
+        if d:
+            d.stop()
+        m.stop()
+
+
+def test_stager_unpublished_prints_no_control_bytes(tool, tmp_path):
+    """`stager unpublished` escapes what it prints from names as `stager
+    jobs` does: an abandoned file whose name holds an escape sequence and a
+    newline (planted: the mount refuses such names at create) shows as
+    \\xNN in the key and in the cause, one row."""
+    m = Ckpt(tool, tmp_path / "m", DirStore(tmp_path / "store"))
+    m.start()
+    d = None
+    try:
+        (m.staging / "abandoned").mkdir(exist_ok=True)
+        (m.staging / "abandoned" / "7-\x1b]0;owned\x07\x1b[2J\nx").write_bytes(
+            b"partial")
+        d = Daemon(tool, tmp_path / "d", m).start()
+        p = d.run("unpublished")
+        out = p.stdout
+        assert p.returncode == 1, (p.returncode, out, p.stderr)
+        assert b"abandoned" in out
+        body = out.replace(b"\n", b"")
+        assert not [c for c in body if c < 0x20 or c == 0x7f], out
+        # the key and the cause both name it
+        assert out.count(b"7-\\x1b]0;owned\\x07\\x1b[2J\\x0ax") == 2, out
         assert out.count(b"\n") == 2          # header and one row
     finally:
         if d:
