@@ -68,6 +68,7 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 	if (!st)
 		return -ENOMEM;
 	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->open_lock, NULL);
 	st->top.dir = true;
 	st->top.refs = 1;
 	/* as /tmp: everyone makes job directories, each its owner's */
@@ -90,6 +91,7 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 		ret = ckpt_open_ex(fs->cfg, &h, &st->ck);
 		if (ret)
 			return ret;
+		st->uid_open_max = fs->cfg->ckpt_uid_open_files;
 		if (asprintf(&st->cache_label, "checkpoints:%s",
 			     ckpt_url(st->ck)) < 0) {
 			st->cache_label = NULL;
@@ -111,6 +113,8 @@ static void dsfs_ckpt_destroy(struct dsfs *fs)
 	catalog_ckpt_log_free(st->record);
 	dsfs_ckpt_own_pending_free(st);
 	free(st->cache_label);
+	free(st->open_uids);
+	pthread_mutex_destroy(&st->open_lock);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	fs->sub_state[DSFS_SUB_CKPT] = NULL;

@@ -10,6 +10,12 @@
  * wrote through it, only at its last descriptor of the file, and not when
  * that process is dying of a signal. Nothing else publishes: not a
  * truncate, fallocate, rename or O_TRUNC (issue 34).
+ *
+ * Each handle counts against its opener's uid (checkpoints.uid_open_files,
+ * st->open_uids): an open or create past it fails with EDQUOT, so that one
+ * user cannot take every descriptor and handle dstagefs has (root has no
+ * per-uid bound, as for the staging bounds). dup(2) and fork(2) share one
+ * handle; the kernel's RELEASE gives it back.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +38,7 @@
 #include "dstage/keypath.h"
 #include "dstage/objstore.h"
 #include "dstage/log.h"
+#include "dstage/timeutil.h"
 
 /*
  * One open file of the subtree (fi->fh): the ckpt handle, and which
@@ -49,6 +56,8 @@
 struct dsfs_ckpt_file_handle {
 	struct ckpt_file *f;
 	pid_t opener; /* tgid that opened the file */
+	uid_t uid; /* the opener's uid */
+	bool held; /* counts against uid's open files (dsfs_ckpt_file_hold) */
 	pthread_mutex_t lock;
 	pid_t writers[DSFS_CKPT_FILE_WRITERS]; /* lock: tgids that wrote */
 	unsigned nwriters; /* lock: above DSFS_CKPT_FILE_WRITERS: anyone */
@@ -106,19 +115,106 @@ struct ckpt_file *dsfs_ckpt_file_of(struct fuse_file_info *fi)
 	return dsfs_ckpt_file_fh(fi);
 }
 
-/* Wrap f in a handle into fi->fh. Returns 0 or -ENOMEM (f closed). */
-static int dsfs_ckpt_file_handle_new(struct dsfs_caller *who,
-				     struct ckpt_file *f,
+/* The EDQUOT line of checkpoints.uid_open_files, at most one each 10 s
+ * (st->open_lock held). */
+static void dsfs_ckpt_file_refused_locked(struct dsfs *fs, uid_t uid)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	int64_t now = timeutil_mono_ms();
+
+	if (st->open_logged_ms && now - st->open_logged_ms < 10000)
+		return;
+	st->open_logged_ms = now;
+	log_warn("checkpoints: uid %u reached checkpoints.uid_open_files (%u "
+		 "open files) in %s/checkpoints: its opens and creates fail "
+		 "with EDQUOT until it closes files",
+		 (unsigned)uid, st->uid_open_max,
+		 fs->opts && fs->opts->mountpoint ? fs->opts->mountpoint
+						  : "the mount");
+}
+
+/*
+ * Take one of uid's checkpoints.uid_open_files for a new handle. Returns
+ * 0, with *held saying whether one was taken (none for root, nor on a
+ * mount without the bound), -EDQUOT when uid holds them all (logged), or
+ * -ENOMEM.
+ */
+static int dsfs_ckpt_file_hold(struct dsfs *fs, uid_t uid, bool *held)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	struct dsfs_ckpt_uid_open *u;
+	int ret = 0;
+	size_t i;
+
+	*held = false;
+	if (!st->uid_open_max || uid == 0)
+		return 0;
+	pthread_mutex_lock(&st->open_lock);
+	for (i = 0; i < st->n_open && st->open_uids[i].uid != uid; i++)
+		;
+	if (i == st->n_open && st->n_open == st->cap_open) {
+		size_t cap = st->cap_open ? st->cap_open * 2 : 16;
+
+		u = realloc(st->open_uids, cap * sizeof(*u));
+		if (!u) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		st->open_uids = u;
+		st->cap_open = cap;
+	}
+	u = &st->open_uids[i];
+	if (i == st->n_open) {
+		u->uid = uid;
+		u->handles = 0;
+		st->n_open++;
+	}
+	if (u->handles >= st->uid_open_max) {
+		dsfs_ckpt_file_refused_locked(fs, uid);
+		ret = -EDQUOT;
+		goto out;
+	}
+	u->handles++;
+	*held = true;
+out:
+	pthread_mutex_unlock(&st->open_lock);
+	return ret;
+}
+
+/* Give back one of uid's open files (dsfs_ckpt_file_hold set held). */
+static void dsfs_ckpt_file_unhold(struct dsfs *fs, uid_t uid, bool held)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	size_t i;
+
+	if (!held)
+		return;
+	pthread_mutex_lock(&st->open_lock);
+	for (i = 0; i < st->n_open && st->open_uids[i].uid != uid; i++)
+		;
+	if (i < st->n_open && --st->open_uids[i].handles == 0)
+		st->open_uids[i] = st->open_uids[--st->n_open];
+	pthread_mutex_unlock(&st->open_lock);
+}
+
+/* Wrap f in a handle into fi->fh, with who's open file that
+ * dsfs_ckpt_file_hold took (held). Returns 0 or -ENOMEM (f closed, the
+ * open file given back). */
+static int dsfs_ckpt_file_handle_new(struct dsfs *fs, struct dsfs_caller *who,
+				     struct ckpt_file *f, bool held,
 				     struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt_file_handle *h = calloc(1, sizeof(*h));
 
 	if (!h) {
 		ckpt_file_close(f);
+		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return -ENOMEM;
 	}
 	h->f = f;
 	h->opener = dsfs_ckpt_file_tgid(who->pid);
+	h->uid = who->uid;
+	h->held = held;
 	pthread_mutex_init(&h->lock, NULL);
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 0;
@@ -126,11 +222,13 @@ static int dsfs_ckpt_file_handle_new(struct dsfs_caller *who,
 	return 0;
 }
 
-static void dsfs_ckpt_file_handle_free(struct dsfs_ckpt_file_handle *h)
+static void dsfs_ckpt_file_handle_free(struct dsfs *fs,
+				       struct dsfs_ckpt_file_handle *h)
 {
 	if (!h)
 		return;
 	ckpt_file_close(h->f);
+	dsfs_ckpt_file_unhold(fs, h->uid, h->held);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
 }
@@ -185,13 +283,16 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct ckpt_file *f = NULL;
 	struct dsfs_ckpt_own o = { 0 };
 	struct ckpt_attr a;
-	bool created, isnew = false;
+	bool created, isnew = false, held = false;
 	char *key;
 	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
 	if (!ret)
 		ret = dsfs_ckpt_may_create(fs, who, dir, key, fi->flags, mode,
 					   &o, &isnew);
+	/* before anything is made: a create past the bound leaves nothing */
+	if (!ret)
+		ret = dsfs_ckpt_file_hold(fs, who->uid, &held);
 	/* the owner before anything of the file reaches the store */
 	/* the owner goes to the store just before the file's first
 	 * publish (a writer killed first leaves nothing there) */
@@ -212,9 +313,10 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_pn_node(fs, dir, name, false, &e->node);
 	if (ret) {
 		ckpt_file_close(f);
+		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return ret;
 	}
-	ret = dsfs_ckpt_file_handle_new(who, f, fi);
+	ret = dsfs_ckpt_file_handle_new(fs, who, f, held, fi);
 	if (ret) {
 		dsfs_ckpt_pn_unref_node(fs, e->node);
 		e->node = NULL;
@@ -240,7 +342,7 @@ int dsfs_ckpt_file_mknod(struct dsfs *fs, struct dsfs_caller *who,
 	if (ret)
 		return ret;
 	ret = ckpt_file_sync(dsfs_ckpt_file_fh(&fi));
-	dsfs_ckpt_file_handle_free(dsfs_ckpt_file_h(&fi));
+	dsfs_ckpt_file_handle_free(fs, dsfs_ckpt_file_h(&fi));
 	if (ret) {
 		dsfs_ckpt_pn_unref_node(fs, e->node);
 		e->node = NULL;
@@ -253,13 +355,15 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_file *f;
-	bool created;
+	bool created, held = false;
 	char *key;
 	int ret;
 
 	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
 		return -EISDIR;
 	ret = dsfs_ckpt_may_open(fs, who, n, fi->flags);
+	if (!ret)
+		ret = dsfs_ckpt_file_hold(fs, who->uid, &held);
 	if (ret)
 		return ret;
 	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
@@ -274,9 +378,11 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 		ret = ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
 					who->uid, &f, &created);
 	free(key);
-	if (ret)
+	if (ret) {
+		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return ret;
-	return dsfs_ckpt_file_handle_new(who, f, fi);
+	}
+	return dsfs_ckpt_file_handle_new(fs, who, f, held, fi);
 }
 
 /*
@@ -535,7 +641,6 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_ckpt_file_handle *h = dsfs_ckpt_file_h(fi);
 	int ret;
 
-	(void)fs;
 	(void)n;
 	/* A writer's close deferred to another descriptor of the same
 	 * process that was an independent open of the file, not a dup (its
@@ -549,5 +654,5 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 				 "could not be published yet: %s (retried)",
 				 strerror(-ret));
 	}
-	dsfs_ckpt_file_handle_free(h);
+	dsfs_ckpt_file_handle_free(fs, h);
 }

@@ -39,6 +39,13 @@ struct dsfs_ckpt_pn {
 	uint64_t own_gen;
 };
 
+/* One uid's open files in the subtree (struct dsfs_ckpt's open_uids,
+ * under its open_lock). */
+struct dsfs_ckpt_uid_open {
+	uid_t uid;
+	unsigned handles; /* its counted handles, at least 1 */
+};
+
 struct dsfs_ckpt {
 	struct ckpt *ck; /* NULL: no store configured (read-only) */
 	/* The block cache's dataset for other nodes' files:
@@ -60,6 +67,15 @@ struct dsfs_ckpt {
 	/* The mount's device number (dsfs_ckpt_file.c), read at the first
 	 * writer's close; 0 until then. Atomic. */
 	atomic_ullong mnt_dev;
+	/* Open files per uid, bounded by checkpoints.uid_open_files
+	 * (dsfs_ckpt_file.c; immutable after init, 0: no bound). */
+	unsigned uid_open_max;
+	pthread_mutex_t open_lock; /* a leaf: guards the fields below */
+	/* open_lock: the uids holding at least one counted handle, n_open
+	 * of cap_open (a uid leaves when its last handle goes) */
+	struct dsfs_ckpt_uid_open *open_uids;
+	size_t n_open, cap_open;
+	int64_t open_logged_ms; /* open_lock: the last EDQUOT line */
 };
 
 static inline struct dsfs_ckpt *dsfs_ckpt_st(struct dsfs *fs)

@@ -919,15 +919,21 @@ int client_unpublished(const struct dstage_config *cfg,
 		       "CAUSE");
 		json_array_foreach(doc, i, row)
 		{
-			char b[32];
+			/* Keys and causes hold files' names: no raw control
+			 * byte reaches the terminal (issue 34). */
+			char b[32], key[4 * 1024 + 1], state[64],
+				err[4 * 1024 + 1];
 
 			printf("%-40s %-11s %10s  %s\n",
-			       client_jstr(row, "key"),
-			       client_jstr(row, "state"),
+			       cli_safe(client_jstr(row, "key"), key,
+					sizeof(key)),
+			       cli_safe(client_jstr(row, "state"), state,
+					sizeof(state)),
 			       cli_bytes((uint64_t)json_integer_value(
 						 json_object_get(row, "size")),
 					 b, sizeof(b)),
-			       client_jstr(row, "error"));
+			       cli_safe(client_jstr(row, "error"), err,
+					sizeof(err)));
 		}
 	}
 	if (!code && json_array_size(doc)) {

@@ -95,6 +95,9 @@ struct dstage_config {
 	/* checkpoints.uid_staging_size, bytes (0: half of staging_size) */
 	uint64_t ckpt_uid_staging_size;
 	unsigned ckpt_uid_files; /* checkpoints.uid_files (0: no bound) */
+	/* checkpoints.uid_open_files: checkpoint files one uid holds open in
+	 * dstagefs (0: no bound) */
+	unsigned ckpt_uid_open_files;
 	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
 	unsigned ckpt_lifecycle_ms; /* checkpoints.lifecycle_interval, 0: off */
 	unsigned ckpt_abandoned_keep_ms; /* checkpoints.abandoned_keep */

@@ -167,6 +167,10 @@ static const struct config_key config_keys[] = {
 	{ "checkpoints.uid_files", CT_UINT, OFF(ckpt_uid_files), "10000", 0, 0,
 	  "most local copies and abandoned files (empty ones included) of "
 	  "one uid; past it EDQUOT; 0: no bound" },
+	{ "checkpoints.uid_open_files", CT_UINT, OFF(ckpt_uid_open_files),
+	  "4096", 0, 0,
+	  "most checkpoint files one uid holds open in dstagefs (each open "
+	  "or create; dup and fork share one); past it EDQUOT; 0: no bound" },
 	{ "checkpoints.retry_interval", CT_DURATION, OFF(ckpt_retry_ms), "30s",
 	  100, 0, "retry publishing files the store refused this often" },
 	{ "checkpoints.lifecycle_interval", CT_DURATION, OFF(ckpt_lifecycle_ms),

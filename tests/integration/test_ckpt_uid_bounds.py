@@ -3,6 +3,8 @@ checkpoints.uid_staging_size (bytes: file SIZES, a sparse ftruncate counts
 its whole size) and checkpoints.uid_files (local copies, empty ones
 included), per uid (the file's creator), abandoned files included; past
 either, EDQUOT and a log line naming the uid, the option and the value.
+checkpoints.uid_open_files: the files one uid (the opener) holds open in
+dstagefs; past it, an open or a create gets EDQUOT, logged the same way.
 Run as root with two throwaway unprivileged users (the `users` fixture)
 on one mount with allow_other; a directory store (file://).
 """
@@ -142,3 +144,99 @@ def test_abandoned_files_still_count(bounded, users):
     os.unlink(ab / name)
     time.sleep(2.5)
     assert op(users, a, "write", m.ck / "a" / "next", 8 * MB) == "OK"
+
+
+# Holds files open for the test, one command a line on stdin, one answer
+# (OK or the errno's name) a line on stdout:
+#   create LABEL PATH     open(O_WRONLY | O_CREAT | O_EXCL), kept as LABEL
+#   open LABEL PATH       open(O_RDONLY), kept as LABEL
+#   close LABEL
+HOLDER = r'''
+import errno, os, sys
+fds = {}
+for line in sys.stdin:
+    cmd, label, *path = line.split()
+    try:
+        if cmd == "create":
+            fds[label] = os.open(path[0], os.O_WRONLY | os.O_CREAT |
+                                 os.O_EXCL, 0o644)
+        elif cmd == "open":
+            fds[label] = os.open(path[0], os.O_RDONLY)
+        else:
+            os.close(fds.pop(label))
+        print("OK", flush=True)
+    except OSError as e:
+        print(errno.errorcode[e.errno], flush=True)
+'''
+
+
+class Holder:
+    """A process of user holding checkpoint files open (HOLDER)."""
+
+    def __init__(self, users, user):
+        self.p = users.popen(user, ["/usr/bin/python3", "-c", HOLDER],
+                             stdin=-1, stdout=-1, stderr=-1)
+
+    def ask(self, *words):
+        self.p.stdin.write((" ".join(str(w) for w in words) +
+                            "\n").encode())
+        self.p.stdin.flush()
+        got = self.p.stdout.readline().decode().strip()
+        assert got, self.p.stderr.read().decode()
+        return got
+
+    def stop(self):
+        self.p.stdin.close()
+        self.p.wait(30)
+
+
+def test_uid_open_files_bound(tool, tmp_path, users):
+    """A holds uid_open_files (4) files open: its next create and its next
+    open (of a file that exists) get EDQUOT, the create making nothing,
+    and the log names A's uid, the option and the value; B still creates
+    and opens, A's files included (a handle counts against its opener,
+    not the file's owner); once A closes one, A opens again, and is held
+    to the bound again after it. Root has no per-uid bound."""
+    m = Ckpt(tool, tmp_path / "m", DirStore(tmp_path / "store"),
+             conf="uid_open_files = 4\n",
+             opts=["-o", "allow_other,umask=000"])
+    users.reach(m.tmp)
+    m.start()
+    a = b = None
+    try:
+        ua_name, ub_name = users.user("cqa"), users.user("cqb")
+        ua = users.uid(ua_name)
+        d = m.ck / "d"
+        d.mkdir()
+        os.chmod(d, 0o777)
+        a = Holder(users, ua_name)
+        for i in range(4):
+            assert a.ask("create", "f%d" % i, d / ("f%d" % i)) == "OK"
+        assert a.ask("create", "f4", d / "f4") == "EDQUOT"
+        assert not os.path.exists(d / "f4")
+        assert not os.path.exists(m.staging / "tree" / "d" / "f4")
+        assert a.ask("open", "r0", d / "f0") == "EDQUOT"
+        assert ("uid %d reached checkpoints.uid_open_files (4 open files"
+                % ua) in m.log_text()
+        # B is not held by A's handles, nor by A owning the files
+        b = Holder(users, ub_name)
+        assert b.ask("create", "b0", d / "b0") == "OK"
+        assert b.ask("open", "r0", d / "f0") == "OK"
+        assert b.ask("open", "r1", d / "f1") == "OK"
+        # A closes one: the kernel's RELEASE follows close(2) shortly
+        assert a.ask("close", "f0") == "OK"
+        end = time.time() + 10
+        while a.ask("open", "r0", d / "f0") == "EDQUOT":
+            assert time.time() < end, "A's closed handle still counts"
+            time.sleep(0.1)
+        assert a.ask("create", "f4", d / "f4") == "EDQUOT"
+        # root: no per-uid bound
+        fds = [os.open(d / ("root%d" % i), os.O_WRONLY | os.O_CREAT)
+               for i in range(6)]
+        for fd in fds:
+            os.close(fd)
+    finally:
+        for h in (a, b):
+            if h:
+                h.stop()
+        m.stop()
