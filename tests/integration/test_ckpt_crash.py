@@ -18,7 +18,7 @@ terminal can carry.
   radosgw: the final key holds the previous or the new complete version,
   and the restart publishes the new one only when its writer had closed
   it (else abandoned/, listed by `stager jobs`);
-* the writer (dd) killed mid-write: nothing published;
+* the writer (dd, cp, torch.save) killed mid-write: nothing published;
 * names: control bytes refused (EINVAL, also for an unprivileged uid),
   the store's 1,024-byte key limit (prefix and sidecar included) enforced
   at create, mkdir and rename (ENAMETOOLONG); the journal's escaped
@@ -352,29 +352,50 @@ def test_crash_at_point(tool, tmp_path, request, kind, point, how):
             st.cleanup()
 
 
-def test_dd_killed_mid_write_publishes_nothing(tool, tmp_path):
-    st = DirStore(tmp_path / "store")
+# ---- the writer killed mid-write ----
+
+@pytest.mark.parametrize("how", ["dd", "cp", "torch"])
+def test_writer_killed_mid_write_publishes_nothing(tool, tmp_path, store,
+                                                   how):
+    """kill -9 of the writer (dd, cp, torch.save) half way through a new
+    version: the final key keeps the previous version and its sidecar,
+    the file goes to abandoned/ (listed by `stager jobs`), the drill
+    passes on the previous version."""
+    st = store
+    src = tmp_path / "random"
+    src.write_bytes(os.urandom(4 * MB))
     m = Ckpt(tool, tmp_path / "m", st)
     m.start()
+    w = None
     try:
         (m.ck / "j").mkdir()
-        w = subprocess.Popen(WRITERS["dd"](m.ck / "j" / "big.bin",
-                                           "/dev/urandom"),
+        (m.ck / "j" / "model.pt").write_bytes(OLD)
+        m.check_published("j/model.pt", sha(OLD))
+        w = subprocess.Popen(WRITERS[how](m.ck / "j" / "model.pt",
+                                          str(src)),
+                             stdout=subprocess.DEVNULL,
                              start_new_session=True)
-        wait_for(lambda: staged_size(m, "j/big.bin") >= 3 * MB, 30,
-                 "dd's writes")
-        assert st.get("j/big.bin") is None
+        wait_for(lambda: staged_size(m, "j/model.pt") >= 3 * MB, 60,
+                 "3 MiB written by " + how)
+        store_is(st, "j/model.pt", OLD)
         os.killpg(w.pid, signal.SIGKILL)
         w.wait(30)
         wait_for(lambda: os.listdir(m.staging / "abandoned"), 10,
                  "the abandoned file")
-        assert st.get("j/big.bin") is None
-        assert st.get(".dstage-sha256/j/big.bin") is None
-        # and a dd that finishes publishes once, at its last close
-        subprocess.run(["dd", "if=/dev/zero", "of=%s" % (m.ck / "j" / "z"),
-                        "bs=1M", "count=3"], check=True, capture_output=True)
-        m.check_published("j/z", sha(b"\0" * 3 * MB))
+        assert m.p.poll() is None          # the mount lives on
+        m.check_published("j/model.pt", sha(OLD))
+        assert (m.ck / "j" / "model.pt").read_bytes() == OLD
+        abandoned_in_jobs(tool, tmp_path, m, "model.pt")
+        drill_restores(tool, m, tmp_path, "d", [OLD])
+        if how == "dd":
+            # and a dd that finishes publishes once, at its last close
+            subprocess.run(["dd", "if=/dev/zero",
+                            "of=%s" % (m.ck / "j" / "z"), "bs=1M",
+                            "count=3"], check=True, capture_output=True)
+            m.check_published("j/z", sha(b"\0" * 3 * MB))
     finally:
+        if w and w.poll() is None:
+            os.killpg(w.pid, signal.SIGKILL)
         m.stop()
 
 
