@@ -254,7 +254,9 @@ size_t ckpt_key_max_of(const char *url);
  * "mid-upload" (a publish in parts: some parts in the store, not all,
  * the upload not committed: S3 holds an open multipart upload, a
  * directory store its partly written temporary file), "sidecar" (the
- * object stored under its final key, its sidecar not yet).
+ * object stored under its final key, its sidecar not yet). The stager
+ * daemon's retry job stops at "upload" and "sidecar" of its own publish
+ * too (lib/lifecycle/lifecycle_stage.c).
  */
 void ckpt_test_crash(const char *point);
 /* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */
