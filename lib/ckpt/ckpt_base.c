@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -27,11 +28,23 @@ int ckpt_store_errno(int ret)
 	return -EIO;
 }
 
-void ckpt_test_crash(const char *point)
+/* DSTAGE_TEST_CRASH_AT, read once (the first call): the hooks sit on
+ * the write path, where a getenv per write would cost a scan of the
+ * environment. */
+static const char *ckpt_crash_at;
+static pthread_once_t ckpt_crash_once = PTHREAD_ONCE_INIT;
+
+static void ckpt_crash_read(void)
 {
 	const char *at = getenv("DSTAGE_TEST_CRASH_AT");
 
-	if (!at || strcmp(at, point))
+	ckpt_crash_at = at && *at ? strdup(at) : NULL;
+}
+
+void ckpt_test_crash(const char *point)
+{
+	pthread_once(&ckpt_crash_once, ckpt_crash_read);
+	if (!ckpt_crash_at || strcmp(ckpt_crash_at, point))
 		return;
 	log_warn("checkpoints: DSTAGE_TEST_CRASH_AT=%s: exiting now, as a "
 		 "crash would",

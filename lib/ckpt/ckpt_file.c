@@ -680,6 +680,8 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 			 ck->staging, strerror(-ret));
 	else if (w > 0)
 		ckpt_upload_pace(e);
+	if (old < CKPT_TEST_MID_WRITE && now >= CKPT_TEST_MID_WRITE)
+		ckpt_test_crash("mid-write");
 out:
 	pthread_mutex_unlock(&e->lock);
 	return ret ? ret : w;

@@ -79,6 +79,10 @@
 #define CKPT_STORE_KEY_MAX 1024
 /* The exit status of DSTAGE_TEST_CRASH_AT (ckpt_test_crash). */
 #define CKPT_TEST_CRASH_STATUS 86
+/* DSTAGE_TEST_CRASH_AT=mid-write: the size a write takes a local copy to
+ * (from below it). More than one FUSE write (-o max_write, 1008 KiB at
+ * most): the file has received earlier writes when it fires. */
+#define CKPT_TEST_MID_WRITE (1u << 20)
 
 /* One part of an overlapped upload (ckpt_upload.c); under the entry's lock. */
 struct ckpt_part {
@@ -246,12 +250,20 @@ int ckpt_key_new_ok(const struct ckpt *ck, const char *key);
 /* key_max for the store at url (0: its prefix leaves no room). */
 size_t ckpt_key_max_of(const char *url);
 /*
- * Tests: when the environment's DSTAGE_TEST_CRASH_AT names point, log it
- * and _exit(CKPT_TEST_CRASH_STATUS) at once, as a crash there would (no
- * cleanup, nothing flushed). The points: "create" (a new or O_TRUNC file,
- * its W record written), "truncate" (a truncate done), "upload" (a
- * closed file's P record written, nothing stored yet), "sidecar" (the
- * object stored under its final key, its sidecar not yet).
+ * Tests: when the environment's DSTAGE_TEST_CRASH_AT (read once, at the
+ * first call) names point, log it and _exit(CKPT_TEST_CRASH_STATUS) at
+ * once, as a crash there would (no cleanup, nothing flushed). The points:
+ * "create" (a new or O_TRUNC file, its W record written), "truncate" (a
+ * truncate done), "mid-write" (a write took the local copy from below
+ * CKPT_TEST_MID_WRITE to it or past it: earlier writes are in, the
+ * writer has more to write), "upload" (a closed file's P record written,
+ * nothing stored yet but the parts sent while it was written),
+ * "mid-upload" (a publish in parts: some parts in the store, not all,
+ * the upload not committed: S3 holds an open multipart upload, a
+ * directory store its partly written temporary file), "sidecar" (the
+ * object stored under its final key, its sidecar not yet). The stager
+ * daemon's retry job stops at "upload" and "sidecar" of its own publish
+ * too (lib/lifecycle/lifecycle_stage.c).
  */
 void ckpt_test_crash(const char *point);
 /* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */

@@ -286,13 +286,17 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 			early++;
 			continue;
 		}
+		if (k > 0) /* parts 1 to k are in the store, not this one */
+			ckpt_test_crash("mid-upload");
 		ret = objstore_upload_part_fd(up, (unsigned)k + 1, e->fd,
 					      k * ps, len);
 	}
-	if (ret)
+	if (ret) {
 		objstore_upload_abort(up);
-	else
+	} else {
+		ckpt_test_crash("mid-upload"); /* every part sent early */
 		ret = objstore_upload_commit_etag(up, size, etag);
+	}
 	if (!ret) {
 		if (ck->cfg->ckpt_stamp_sha256)
 			ckpt_upload_stamp(ck, key, etag, sha);

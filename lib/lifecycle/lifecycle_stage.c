@@ -273,6 +273,14 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		ret = stage_rec(s, key, ino, 'P', &rec);
 	if (ret)
 		goto out;
+	/* An upload in parts a dead dstagefs left open (its publish lock is
+	 * ours: no dstagefs is sending it): abort it, as dstagefs's restart
+	 * would, so that none stays open if dstagefs never starts again. */
+	if (rec.upload_id[0] &&
+	    !objstore_upload_abort_id(os, rec.upload_key, rec.upload_id))
+		log_info("lifecycle: aborted the unfinished upload of %s to %s "
+			 "(dstagefs stopped while sending it)",
+			 rec.upload_key, objstore_url(os));
 	ret = stage_copy(s, fd, (uint64_t)st.st_size, &cfd, sha);
 	if (ret)
 		goto out;
@@ -285,11 +293,13 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		ret = -EIO;
 		goto out;
 	}
+	ckpt_test_crash("upload"); /* tests: as dstagefs's publish */
 	ret = objstore_put_fd(os, key, cfd, rec.size);
 	side = ckpt_sidecar_key(key);
 	if (!ret && !side)
 		ret = -ENOMEM;
 	if (!ret) {
+		ckpt_test_crash("sidecar");
 		snprintf(line, sizeof(line), "%s  %" PRIu64 "\n", rec.sha,
 			 rec.size);
 		ret = objstore_put_buf(os, side, line, strlen(line));
@@ -305,6 +315,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	if (!objstore_head(os, key, &oi))
 		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 	rec.state = 'C';
+	rec.upload_id[0] = rec.upload_key[0] = '\0'; /* aborted above */
 	ret = ckpt_journal_write(&s->ck, ino, &rec, true);
 	if (!ret)
 		catalog_ckpt_published(cat, objstore_url(os), key, rec.sha,
