@@ -7,6 +7,7 @@ rgw (session)      a throwaway single-node Ceph radosgw started by scripts/rgw
                    region, pids. Methods:
                      env(**overrides) -> dict   os.environ + AWS_* for it
                      make_bucket(name) -> name  (idempotent)
+                     drop_bucket(name, keys)  deletes keys, then the bucket
                      curl(path, *args, endpoint=None, secret=None,
                           timeout=60, payload_sha256=EMPTY, input=None)
                           -> CompletedProcess (signed curl)
@@ -138,6 +139,13 @@ class Rgw:
             raise AssertionError("aws %s failed: %s" %
                                  (" ".join(args), p.stderr.decode(errors="replace")))
         return p
+
+    def drop_bucket(self, name, keys):
+        """Delete keys (best effort), then the bucket."""
+        for k in keys:
+            self.curl("/%s/%s" % (name, k), "-X", "DELETE", "-o",
+                      "/dev/null")
+        self.curl("/" + name, "-X", "DELETE", "-o", "/dev/null")
 
     def make_bucket(self, name):
         p = self.curl("/" + name, "-X", "PUT", "-o", "-", "-w",

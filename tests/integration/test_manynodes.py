@@ -215,10 +215,8 @@ def test_eight_nodes_stage_one_dataset_under_the_total_limit(
     finally:
         for s in nodes:
             s.stop()
-        for k in list(files) + ["SHA256SUMS"]:
-            rgw.curl("/%s/ds/%s" % (bucket, k), "-X", "DELETE", "-o",
-                     "/dev/null")
-        rgw.curl("/" + bucket, "-X", "DELETE", "-o", "/dev/null")
+        rgw.drop_bucket(bucket, ["ds/" + k for k in
+                                 list(files) + ["SHA256SUMS"]])
     # without a shared tier the store serves the dataset once per node
     # (with one: about once in all, test_shared_tier_reads.py)
     size = OBJECTS * OBJ_SIZE + len(sums)

@@ -5,6 +5,7 @@ byte-exact whether the copy is complete, partial, damaged, gone, or
 published only after the mount started; and eight nodes on one radosgw
 with the tier on a real CephFS: the store serves the dataset's bytes about
 once for the cluster, not once per node."""
+import contextlib
 import hashlib
 import json
 import os
@@ -82,103 +83,89 @@ def flip(path, off):
         f.write(bytes([c[0] ^ 1]))
 
 
-def test_mount_fills_from_the_tier_with_the_origin_gone(tool, stager_dir):
-    s, _, d = one_node(tool, stager_dir)
+@contextlib.contextmanager
+def mounted_node(tool, stager_dir, publish=True, before=None):
+    """one_node's node with a mount; before(copy dir) runs before the
+    mount starts. Yields (stager, tier root, copy dir, mount)."""
+    s, tier, d = one_node(tool, stager_dir, publish)
     try:
+        if before:
+            before(d)
         m = mount(s, tool)
         try:
-            origin_gone(stager_dir)
-            read_exact(m, FILES)
-            st = tier_stats(m)
-            # every byte read came from the copy: nothing fell back
-            assert st["tier_bytes"] >= sum(len(v) for v in FILES.values()), st
-            assert all(v == 0 for k, v in st.items() if "fallbacks" in k), st
-            assert "filling from its shared tier %s first" % d in \
-                m.log_text(), m.log_text()[-2000:]
+            yield s, tier, d, m
         finally:
             m.cleanup()
     finally:
         s.stop()
+
+
+def test_mount_fills_from_the_tier_with_the_origin_gone(tool, stager_dir):
+    with mounted_node(tool, stager_dir) as (_, _, d, m):
+        origin_gone(stager_dir)
+        read_exact(m, FILES)
+        st = tier_stats(m)
+        # every byte read came from the copy: nothing fell back
+        assert st["tier_bytes"] >= sum(len(v) for v in FILES.values()), st
+        assert all(v == 0 for k, v in st.items() if "fallbacks" in k), st
+        assert "filling from its shared tier %s first" % d in \
+            m.log_text(), m.log_text()[-2000:]
 
 
 def test_mount_reads_right_from_a_damaged_tier(tool, stager_dir):
-    s, _, d = one_node(tool, stager_dir)
-    try:
+    def damage(d):
         flip(os.path.join(d, "data", "a.bin"), 2 * 1024 * 1024 + 7)
-        m = mount(s, tool)
-        try:
-            read_exact(m, FILES)
-            st = tier_stats(m)
-            assert st["tier_fallbacks_damaged"] >= 1, st
-            assert st["tier_fallbacks_missing"] == 0, st
-            assert "a.bin is damaged there" in m.log_text()
-            # the other files still came from the copy
-            assert st["tier_reads"] >= 2, st
-        finally:
-            m.cleanup()
-    finally:
-        s.stop()
+
+    with mounted_node(tool, stager_dir, before=damage) as (_, _, _, m):
+        read_exact(m, FILES)
+        st = tier_stats(m)
+        assert st["tier_fallbacks_damaged"] >= 1, st
+        assert st["tier_fallbacks_missing"] == 0, st
+        assert "a.bin is damaged there" in m.log_text()
+        # the other files still came from the copy
+        assert st["tier_reads"] >= 2, st
 
 
 def test_mount_reads_right_from_a_partial_tier(tool, stager_dir):
-    s, _, d = one_node(tool, stager_dir)
-    try:
+    def remove(d):
         os.unlink(os.path.join(d, "data", "dir", "b.bin"))
-        m = mount(s, tool)
-        try:
-            read_exact(m, FILES)
-            st = tier_stats(m)
-            assert st["tier_fallbacks_missing"] >= 1, st
-            assert "dir/b.bin is missing there" in m.log_text()
-        finally:
-            m.cleanup()
-    finally:
-        s.stop()
+
+    with mounted_node(tool, stager_dir, before=remove) as (_, _, _, m):
+        read_exact(m, FILES)
+        st = tier_stats(m)
+        assert st["tier_fallbacks_missing"] >= 1, st
+        assert "dir/b.bin is missing there" in m.log_text()
 
 
 def test_mount_reads_right_when_the_tier_goes_away(tool, stager_dir):
-    s, tier, d = one_node(tool, stager_dir)
-    try:
-        m = mount(s, tool)
-        try:
-            # the copy was there at the mount's start, then vanishes (the
-            # parallel file system's directory removed under the mount)
-            assert "filling from its shared tier" in m.log_text()
-            shutil.rmtree(tier)
-            read_exact(m, FILES)
-            st = tier_stats(m)
-            assert st["tier_bytes"] == 0, st
-            assert sum(v for k, v in st.items() if "fallbacks" in k) >= 3, st
-        finally:
-            m.cleanup()
-    finally:
-        s.stop()
+    with mounted_node(tool, stager_dir) as (_, tier, _, m):
+        # the copy was there at the mount's start, then vanishes (the
+        # parallel file system's directory removed under the mount)
+        assert "filling from its shared tier" in m.log_text()
+        shutil.rmtree(tier)
+        read_exact(m, FILES)
+        st = tier_stats(m)
+        assert st["tier_bytes"] == 0, st
+        assert sum(v for k, v in st.items() if "fallbacks" in k) >= 3, st
 
 
 def test_copy_published_after_the_mount_started_is_used(tool, stager_dir):
-    s, _, _ = one_node(tool, stager_dir, publish=False)
-    try:
-        m = mount(s, tool)
-        try:
-            first = {"dir/sub/c.txt": FILES["dir/sub/c.txt"]}
-            read_exact(m, first)
-            assert tier_stats(m)["tier_reads"] == 0
-            p, r = shared(s)
-            assert p.returncode == 0, p.stderr
-            # the next poll finds the MANIFEST (one stat a poll, 1 s)
-            wait_for(lambda: "filling from its shared tier %s first" %
-                     r["dir"] in m.log_text(), what="the tier taken up")
-            origin_gone(stager_dir)
-            rest = {k: v for k, v in FILES.items() if k not in first}
-            read_exact(m, rest)
-            read_exact(m, first)  # from the node's cache
-            st = tier_stats(m)
-            assert st["tier_bytes"] >= len(FILES["a.bin"]), st
-            assert all(v == 0 for k, v in st.items() if "fallbacks" in k), st
-        finally:
-            m.cleanup()
-    finally:
-        s.stop()
+    with mounted_node(tool, stager_dir, publish=False) as (s, _, _, m):
+        first = {"dir/sub/c.txt": FILES["dir/sub/c.txt"]}
+        read_exact(m, first)
+        assert tier_stats(m)["tier_reads"] == 0
+        p, r = shared(s)
+        assert p.returncode == 0, p.stderr
+        # the next poll finds the MANIFEST (one stat a poll, 1 s)
+        wait_for(lambda: "filling from its shared tier %s first" %
+                 r["dir"] in m.log_text(), what="the tier taken up")
+        origin_gone(stager_dir)
+        rest = {k: v for k, v in FILES.items() if k not in first}
+        read_exact(m, rest)
+        read_exact(m, first)  # from the node's cache
+        st = tier_stats(m)
+        assert st["tier_bytes"] >= len(FILES["a.bin"]), st
+        assert all(v == 0 for k, v in st.items() if "fallbacks" in k), st
 
 
 # ---- eight nodes, one radosgw, the tier on CephFS ----
@@ -249,10 +236,8 @@ def test_eight_nodes_store_serves_the_dataset_about_once(
             m.cleanup()
         for s in nodes:
             s.stop()
-        for k in list(files) + ["SHA256SUMS"]:
-            rgw.curl("/%s/ds/%s" % (bucket, k), "-X", "DELETE", "-o",
-                     "/dev/null")
-        rgw.curl("/" + bucket, "-X", "DELETE", "-o", "/dev/null")
+        rgw.drop_bucket(bucket, ["ds/" + k for k in
+                                 list(files) + ["SHA256SUMS"]])
         shutil.rmtree(tier, ignore_errors=True)
     print("8 nodes, shared tier on CephFS: store served %d object bytes for "
           "a %d-byte dataset (%.2fx) in %d requests"
