@@ -172,7 +172,8 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 		return ret;
 	}
 	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
-	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	e->attr_timeout = dsfs_ckpt_attr_timeout(fs, dsfs_ckpt_pn_of(e->node));
 	return 0;
 }
 
@@ -223,7 +224,8 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 		return ret;
 	dsfs_ckpt_own_remember(fs, dsfs_ckpt_pn_of(e->node), &o);
 	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
-	e->attr_timeout = e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	e->attr_timeout = dsfs_ckpt_attr_timeout(fs, dsfs_ckpt_pn_of(e->node));
 	return 0;
 }
 
@@ -543,8 +545,10 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 			ret = dsfs_ckpt_arch_stat(fs, key, &a);
 		free(key);
 	}
-	if (!ret)
+	if (!ret) {
 		dsfs_ckpt_pn_attr(fs, n->ino, &a, &o, sb);
+		*timeout = dsfs_ckpt_attr_timeout(fs, pn);
+	}
 	return ret;
 }
 

@@ -172,9 +172,16 @@ int dsfs_ckpt_own_copy(struct dsfs *fs, const char *from, const char *to,
 int dsfs_ckpt_may(struct dsfs_caller *who, const struct dsfs_ckpt_own *o,
 		  int mask);
 /* Search (X) permission on every directory above pn: 0, -EACCES, or the
- * store's error reading an owner. */
+ * store's error reading an owner. who NULL: search for everyone (owner,
+ * group and others) on every directory above. */
 int dsfs_ckpt_may_walk(struct dsfs *fs, struct dsfs_caller *who,
 		       struct dsfs_ckpt_pn *pn);
+/* How long the kernel may keep pn's attributes: DSFS_CKPT_TIMEOUT when
+ * everyone may search every directory above it, else 0. The kernel
+ * answers stat(2) from its cache for any caller, without asking
+ * dstagefs: a 0700 directory's entries looked up by its owner (or root)
+ * would show another user their size, owner and mode until it expires. */
+double dsfs_ckpt_attr_timeout(struct dsfs *fs, struct dsfs_ckpt_pn *pn);
 /* may_walk to dir, then mask on dir itself; *downer (may be NULL) is
  * dir's owner. */
 int dsfs_ckpt_may_dir(struct dsfs *fs, struct dsfs_caller *who,

@@ -516,7 +516,7 @@ int dsfs_ckpt_may_walk(struct dsfs *fs, struct dsfs_caller *who,
 	size_t n = 0;
 	int ret = 0;
 
-	if (who->uid == 0)
+	if (who && who->uid == 0)
 		return 0;
 	/* the directories above pn, each held while it is checked */
 	pthread_mutex_lock(&st->lock);
@@ -533,14 +533,21 @@ int dsfs_ckpt_may_walk(struct dsfs *fs, struct dsfs_caller *who,
 		ret = -ENAMETOOLONG;
 	for (size_t i = n; !ret && i-- > 0;) {
 		ret = dsfs_ckpt_own_get(fs, up[i], false, &o);
-		if (!ret)
+		if (!ret && who)
 			ret = dsfs_ckpt_may(who, &o, X_OK);
+		else if (!ret && (o.mode & 0111) != 0111)
+			ret = -EACCES;
 	}
 	pthread_mutex_lock(&st->lock);
 	for (size_t i = 0; i < n; i++)
 		dsfs_ckpt_pn_unref_locked(st, up[i]);
 	pthread_mutex_unlock(&st->lock);
 	return ret;
+}
+
+double dsfs_ckpt_attr_timeout(struct dsfs *fs, struct dsfs_ckpt_pn *pn)
+{
+	return dsfs_ckpt_may_walk(fs, NULL, pn) ? 0 : DSFS_CKPT_TIMEOUT;
 }
 
 int dsfs_ckpt_may_dir(struct dsfs *fs, struct dsfs_caller *who,

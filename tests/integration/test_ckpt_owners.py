@@ -4,7 +4,10 @@ Each file and directory is its creator's, with the creator's mode; every
 access through the mount is checked as the caller, as POSIX does, on one
 mount and on a second mount ("node") over the same store; checkpoints/ is
 1777. Run as root with two (three) throwaway unprivileged users (the
-`users` fixture); a directory store (file://).
+`users` fixture); a directory store (file://), and for the tests over two
+mounts (the `two` fixture) radosgw as well: on mount 2, with everything
+made through mount 1, another user's 0600 file, 0700 directory and the
+sticky rule, and chmod on one mount in force on the other.
 """
 import os
 import stat
@@ -12,7 +15,8 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, proxied_store, wait_for  # noqa: F401 (fixture)
+from test_checkpoints import Ckpt, DirStore, proxied_store, store, \
+    wait_for  # noqa: F401 (fixtures)
 
 # One operation as another user: prints OK or the errno's name.
 OP = r'''
@@ -47,6 +51,9 @@ try:
         os.stat(a[0])
     elif op == "truncate":
         os.truncate(a[0], 0)
+    elif op == "fill":
+        with open(a[0], "wb") as f:
+            f.write(b"q" * int(a[1]))
     print("OK")
 except OSError as e:
     print(errno.errorcode[e.errno])
@@ -74,9 +81,10 @@ def owner(path):
     return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
 
-def start(tool, tmp, store, users, name):
+def start(tool, tmp, store, users, name, conf=""):
     # umask=000: the review's setup, where every user could do anything
-    m = Ckpt(tool, tmp / name, store, opts=["-o", "allow_other,umask=000"])
+    m = Ckpt(tool, tmp / name, store, conf=conf,
+             opts=["-o", "allow_other,umask=000"])
     users.reach(m.tmp)
     m.start()
     return m
@@ -118,6 +126,7 @@ def test_owner_mode_and_checks_on_one_mount(one, users):
     assert m.store.get("teamA/model.pt") == b"written by %d" % ua
     # a 0700 directory: not even a stat or a listing below it
     assert op(users, a, "chmod", d, "700") == "OK"
+    os.stat(f)      # root's lookup: the kernel holds f's entry and attrs
     for args in [("stat", f), ("list", d), ("read", f), ("unlink", f)]:
         assert op(users, b, *args) == "EACCES", args
     assert op(users, b, "rmdir", d) == "EPERM"      # the sticky top
@@ -173,47 +182,219 @@ def test_groups_and_supplementary_groups(one, users):
     assert op(users, b, "read", f) == "EACCES"
 
 
-def test_two_mounts_same_store_and_remount(tool, tmp_path, users):
-    store = DirStore(tmp_path / "store")
-    m1 = start(tool, tmp_path, store, users, "m1")
-    m2 = start(tool, tmp_path, store, users, "m2")
+MB = 1 << 20
+
+
+@pytest.fixture
+def two(tool, tmp_path, store, users):
+    """Two mounts ("nodes") over one store (file:// and radosgw), each with
+    its own staging directory and a per-uid staging bound of 4 MiB."""
+    conf = "[checkpoints]\nuid_staging_size = 4M\n"
+    m1 = start(tool, tmp_path, store, users, "m1", conf)
     try:
-        a, b = users.user("cka"), users.user("ckb")
-        ua = users.uid(a)
-        d1, d2 = m1.ck / "teamA", m2.ck / "teamA"
-        assert op(users, a, "mkdir", d1, "755") == "OK"
-        assert op(users, a, "create", d1 / "model.pt", "022") == "OK"
-        assert op(users, a, "chmod", d1 / "model.pt", "600") == "OK"
-        f2 = d2 / "model.pt"
-        wait_for(lambda: f2.exists(), 10, "model.pt on the second mount")
-        assert owner(f2) == (ua, users.gid(a), 0o600)
-        assert owner(d2) == (ua, users.gid(a), 0o755)
-        expect(users, b, [(("read", f2), "EACCES"),
-                          (("write", f2), "EACCES"),
-                          (("truncate", f2), "EACCES"),
-                          (("unlink", f2), "EACCES"),
-                          (("rename", f2, m2.ck / "x"), "EACCES"),
-                          (("rename", d2, m2.ck / "x"), "EPERM"),
-                          (("rmdir", d2), "EPERM"),
-                          (("chmod", f2, "644"), "EPERM")])
-        assert store.get("teamA/model.pt") == b"written by %d" % ua
-        # a chmod on one node is in force on the other within a second
-        assert op(users, a, "chmod", f2, "400") == "OK"
-        wait_for(lambda: mode(d1 / "model.pt") == 0o400, 5,
-                 "the chmod on the first mount")
-        # and kept across a remount
+        m2 = start(tool, tmp_path, store, users, "m2", conf)
+    except BaseException:
         m1.stop()
-        m1.start()
-        assert owner(d1 / "model.pt") == (ua, users.gid(a), 0o400)
-        assert op(users, b, "read", d1 / "model.pt") == "EACCES"
-        # a rename keeps the owner and mode, on both nodes
-        assert op(users, a, "rename", d1 / "model.pt", d1 / "m2.pt") == "OK"
-        assert owner(d1 / "m2.pt") == (ua, users.gid(a), 0o400)
-        wait_for(lambda: (d2 / "m2.pt").exists(), 5, "m2.pt on m2")
-        assert owner(d2 / "m2.pt") == (ua, users.gid(a), 0o400)
+        raise
+    try:
+        yield m1, m2
     finally:
         m2.stop()
         m1.stop()
+
+
+def test_two_mounts_same_store_and_remount(two, users):
+    m1, m2 = two
+    store = m1.store
+    a, b = users.user("cka"), users.user("ckb")
+    ua = users.uid(a)
+    d1, d2 = m1.ck / "teamA", m2.ck / "teamA"
+    assert op(users, a, "mkdir", d1, "755") == "OK"
+    assert op(users, a, "create", d1 / "model.pt", "022") == "OK"
+    assert op(users, a, "chmod", d1 / "model.pt", "600") == "OK"
+    f2 = d2 / "model.pt"
+    wait_for(lambda: f2.exists(), 10, "model.pt on the second mount")
+    assert owner(f2) == (ua, users.gid(a), 0o600)
+    assert owner(d2) == (ua, users.gid(a), 0o755)
+    expect(users, b, [(("read", f2), "EACCES"),
+                      (("write", f2), "EACCES"),
+                      (("truncate", f2), "EACCES"),
+                      (("create", f2, "022"), "EACCES"),  # O_TRUNC
+                      (("unlink", f2), "EACCES"),
+                      (("rename", f2, m2.ck / "x"), "EACCES"),
+                      (("rename", f2, d2 / "x"), "EACCES"),
+                      (("rename", d2, m2.ck / "x"), "EPERM"),
+                      (("rmdir", d2), "EPERM"),
+                      (("chmod", f2, "644"), "EPERM")])
+    assert store.get("teamA/model.pt") == b"written by %d" % ua
+    # A's chmod on mount 1 is in force on mount 2 at B's next open or
+    # truncate (both read the owner record again), and stat shows it
+    # within the attribute timeout (1 s)
+    assert op(users, a, "chmod", d1 / "model.pt", "644") == "OK"
+    expect(users, b, [(("read", f2), "OK"), (("write", f2), "EACCES"),
+                      (("truncate", f2), "EACCES")])
+    wait_for(lambda: mode(f2) == 0o644, 5, "0644 on the second mount")
+    assert op(users, a, "chmod", d1 / "model.pt", "600") == "OK"
+    expect(users, b, [(("read", f2), "EACCES"),
+                      (("truncate", f2), "EACCES")])
+    wait_for(lambda: mode(f2) == 0o600, 5, "0600 on the second mount")
+    assert store.get("teamA/model.pt") == b"written by %d" % ua
+    # a chmod on one node is in force on the other within a second
+    assert op(users, a, "chmod", f2, "400") == "OK"
+    wait_for(lambda: mode(d1 / "model.pt") == 0o400, 5,
+             "the chmod on the first mount")
+    # and kept across a remount
+    m1.stop()
+    m1.start()
+    assert owner(d1 / "model.pt") == (ua, users.gid(a), 0o400)
+    assert op(users, b, "read", d1 / "model.pt") == "EACCES"
+    # a rename keeps the owner and mode, on both nodes
+    assert op(users, a, "rename", d1 / "model.pt", d1 / "m2.pt") == "OK"
+    assert owner(d1 / "m2.pt") == (ua, users.gid(a), 0o400)
+    wait_for(lambda: (d2 / "m2.pt").exists(), 5, "m2.pt on m2")
+    assert owner(d2 / "m2.pt") == (ua, users.gid(a), 0o400)
+
+
+def test_private_directory_across_mounts(two, users):
+    """All made through mount 1; on mount 2, B can neither list, stat,
+    read, create in, rename out of or into, nor delete from A's 0700
+    directory (A can); A's chmod of the directory on mount 1 is in force
+    on mount 2 within the entry timeout (1 s), also for names mount 2's
+    kernel still has cached from B's lookups."""
+    m1, m2 = two
+    a, b = users.user("cka"), users.user("ckb")
+    ua = users.uid(a)
+    d1, d2, jb1, jb2 = (m1.ck / "privA", m2.ck / "privA", m1.ck / "jobB",
+                        m2.ck / "jobB")
+    assert op(users, a, "mkdir", d1, "700") == "OK"
+    assert op(users, a, "mkdir", d1 / "sub", "755") == "OK"
+    assert op(users, a, "create", d1 / "sub" / "s.pt", "022") == "OK"
+    assert op(users, a, "create", d1 / "model.pt", "022") == "OK"  # 0644
+    assert op(users, b, "mkdir", jb1, "755") == "OK"
+    assert op(users, b, "create", jb1 / "b.pt", "022") == "OK"
+    f2, s2 = d2 / "model.pt", d2 / "sub" / "s.pt"
+    wait_for(lambda: f2.exists() and s2.exists() and
+             (jb2 / "b.pt").exists(), 10, "mount 1's files on mount 2")
+    assert owner(d2) == (ua, users.gid(a), 0o700)
+    assert owner(f2) == (ua, users.gid(a), 0o644)
+    keys = m1.store.keys()
+    expect(users, b, [(("list", d2), "EACCES"),
+                      (("list", d2 / "sub"), "EACCES"),
+                      (("stat", f2), "EACCES"),
+                      (("read", f2), "EACCES"),
+                      (("read", s2), "EACCES"),
+                      (("write", f2), "EACCES"),
+                      (("truncate", f2), "EACCES"),
+                      (("create", f2, "022"), "EACCES"),
+                      (("create", d2 / "new.pt", "022"), "EACCES"),
+                      (("mkdir", d2 / "newdir", "755"), "EACCES"),
+                      (("rename", f2, jb2 / "took.pt"), "EACCES"),
+                      (("rename", f2, d2 / "again.pt"), "EACCES"),
+                      (("rename", jb2 / "b.pt", d2 / "b.pt"), "EACCES"),
+                      (("unlink", f2), "EACCES"),
+                      (("unlink", s2), "EACCES"),
+                      (("rmdir", d2 / "sub"), "EACCES"),
+                      (("rmdir", d2), "EPERM"),           # sticky top
+                      (("rename", d2, m2.ck / "stolen"), "EPERM"),
+                      (("chmod", d2, "777"), "EPERM")])
+    assert m1.store.keys() == keys
+    assert m1.store.get("privA/model.pt") == b"written by %d" % ua
+    expect(users, a, [(("list", d2), "OK"), (("read", f2), "OK"),
+                      (("read", s2), "OK")])
+    # opened up on mount 1: B lists and reads there, still writes nothing
+    assert op(users, a, "chmod", d1, "755") == "OK"
+    wait_for(lambda: op(users, b, "list", d2) == "OK", 5,
+             "0755 of privA on mount 2")
+    expect(users, b, [(("read", f2), "OK"), (("stat", f2), "OK"),
+                      (("create", d2 / "new.pt", "022"), "EACCES"),
+                      (("unlink", f2), "EACCES")])
+    # closed again on mount 1: B's names cached by mount 2's kernel open
+    # nothing there
+    assert op(users, a, "chmod", d1, "700") == "OK"
+    t0 = time.monotonic()
+    wait_for(lambda: op(users, b, "stat", f2) == "EACCES", 5,
+             "0700 of privA on mount 2")
+    assert time.monotonic() - t0 < 4
+    expect(users, b, [(("read", f2), "EACCES"), (("read", s2), "EACCES"),
+                      (("list", d2), "EACCES")])
+    assert m1.store.keys() == keys
+
+
+def test_sticky_rule_across_mounts(two, users):
+    """All made through mount 1; on mount 2, B neither removes nor renames
+    A's job directories in the sticky checkpoints/ (a world-writable one
+    included), nor A's world-writable file in root's sticky 1777 pool/;
+    A and root do. In A's world-writable, non-sticky directory B may."""
+    m1, m2 = two
+    a, b = users.user("cka"), users.user("ckb")
+    st = m1.store
+    for who, name, mode_ in ((a, "jobA", "755"), (a, "jobW", "777"),
+                             (b, "jobB", "755")):
+        assert op(users, who, "mkdir", m1.ck / name, mode_) == "OK"
+        for f in ("1.pt", "2.pt"):      # umask 000: 0666, anyone writes
+            assert op(users, who, "create", m1.ck / name / f, "000") == "OK"
+    os.mkdir(m1.ck / "pool")
+    os.chmod(m1.ck / "pool", 0o1777)    # root's, as /tmp
+    assert op(users, a, "create", m1.ck / "pool" / "a.pt", "000") == "OK"
+    assert op(users, b, "create", m1.ck / "pool" / "b.pt", "000") == "OK"
+    ck = m2.ck
+    ja, jw, jb, pool = ck / "jobA", ck / "jobW", ck / "jobB", ck / "pool"
+    wait_for(lambda: all((d / f).exists() for d, f in (
+        (ja, "2.pt"), (jw, "2.pt"), (jb, "2.pt"), (pool, "a.pt"),
+        (pool, "b.pt"))), 10, "mount 1's files on mount 2")
+    assert owner(pool) == (0, 0, 0o1777)
+    assert owner(jw)[2] == 0o777
+    expect(users, b, [(("rmdir", ja), "EPERM"),
+                      (("rename", ja, ck / "stolenA"), "EPERM"),
+                      (("rmdir", jw), "EPERM"),
+                      (("rename", jw, ck / "stolenW"), "EPERM"),
+                      (("rename", jw, jb / "moved"), "EPERM"),
+                      (("rename", jb, ja), "EPERM"),      # over A's
+                      (("unlink", pool / "a.pt"), "EPERM"),
+                      (("rename", pool / "a.pt", pool / "x.pt"), "EPERM"),
+                      (("rename", pool / "a.pt", jb / "a.pt"), "EPERM"),
+                      (("rename", pool / "b.pt", pool / "a.pt"), "EPERM"),
+                      (("rmdir", pool), "EPERM"),
+                      (("write", pool / "a.pt"), "OK")])  # 0666: may
+    assert op(users, a, "unlink", pool / "b.pt") == "EPERM"  # nor A
+    # not sticky: B removes A's file in A's world-writable directory
+    assert op(users, b, "unlink", jw / "1.pt") == "OK"
+    # A's own entries: A renames and removes them (on mount 2)
+    expect(users, a, [(("rename", pool / "a.pt", pool / "a2.pt"), "OK"),
+                      (("unlink", pool / "a2.pt"), "OK"),
+                      (("rename", ja, ck / "jobA2"), "OK"),
+                      (("unlink", ck / "jobA2" / "1.pt"), "OK")])
+    assert op(users, b, "unlink", pool / "b.pt") == "OK"
+    os.rename(jb, ck / "byroot")         # root: anyone's
+    os.rename(jw, ck / "byroot" / "w")
+    wait_for(lambda: st.get("byroot/2.pt") is not None and
+             st.get("byroot/w/2.pt") is not None, 10, "root's renames")
+    assert st.get("pool/a.pt") is None and st.get("pool/b.pt") is None
+    assert st.get("jobA2/2.pt") is not None and st.get("jobA/2.pt") is None
+    assert st.get("jobW/1.pt") is None
+    assert st.get("pool/a2.pt") is None
+    assert owner(ck / "byroot")[0] == users.uid(b)   # moved, still B's
+
+
+def test_uid_staging_bound_is_per_mount(two, users):
+    """checkpoints.uid_staging_size is per mount: each dstagefs counts the
+    local copies in its own staging directory, so A at its bound on mount
+    1 stops neither B on mount 2 nor A itself there."""
+    m1, m2 = two
+    a, b = users.user("cka"), users.user("ckb")
+    ua = users.uid(a)
+    assert op(users, a, "mkdir", m1.ck / "q", "777") == "OK"
+    assert op(users, a, "fill", m1.ck / "q" / "full", 4 * MB) == "OK"
+    assert op(users, a, "fill", m1.ck / "q" / "more", 1) == "EDQUOT"
+    msg = "uid %d reached checkpoints.uid_staging_size" % ua
+    assert msg in m1.log_text()
+    q2 = m2.ck / "q"
+    wait_for(lambda: (q2 / "full").exists(), 10, "q/full on mount 2")
+    assert op(users, b, "fill", q2 / "b", 3 * MB) == "OK"
+    assert op(users, a, "fill", q2 / "a", 3 * MB) == "OK"
+    assert "reached checkpoints.uid_staging_size" not in m2.log_text()
+    assert len(m1.store.get("q/b")) == 3 * MB
+    assert len(m1.store.get("q/a")) == 3 * MB
 
 
 def test_objects_without_owner_get_the_mount_default(tool, tmp_path,
