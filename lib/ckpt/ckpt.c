@@ -320,6 +320,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	sfd = -1;
 	close(dfd);
 	dfd = -1;
+	ckpt_store_census(ck);
 	ret = ckpt_journal_scan(ck, true, false);
 	if (!ret) {
 		ckpt_live_count(ck);

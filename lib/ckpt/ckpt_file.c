@@ -250,7 +250,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	ckpt_journal_write(ck, ino, &rec, false);
 	if (ck->hooks.published)
 		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), key, rec.sha,
-				    rec.size, rec.etag);
+				    rec.size, rec.etag, st.st_uid);
 	ckpt_store_published(ck, e, key, st.st_uid, rec.size);
 	metrics_ckpt_publish(0, rec.size, t0);
 	ckpt_unlock_publish(fd);

@@ -429,6 +429,8 @@ void ckpt_store_published(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 void ckpt_store_forget(struct ckpt *ck, const char *key);
 /* key (a file or a directory) became to; what to had is replaced. */
 void ckpt_store_renamed(struct ckpt *ck, const char *from, const char *to);
+/* Fill ck->pubs from the hooks' census (ckpt_open, before the recovery). */
+void ckpt_store_census(struct ckpt *ck);
 /* Free ck->pubs (ckpt_free). */
 void ckpt_store_free(struct ckpt *ck);
 

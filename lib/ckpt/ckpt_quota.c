@@ -10,16 +10,21 @@
  *   wip_bytes  what the files it writes now add: each open entry written
  *              or truncated since its last publish counts its size less
  *              the size of the published version it replaces (uid's own).
- * Files other nodes published, files removed from the store by anything
- * but this node, and files closed unpublished (waiting for a retry, until
- * it publishes them) are not counted. uid 0 counts, with no bound (as
- * uid_staging_size). All under ck->lock.
+ * At open, ck->pubs is filled from the catalog's checkpoint_files (the
+ * census hook: rows with an owner, schema 10). Not counted: files other
+ * nodes published; files closed unpublished (waiting for a retry) until
+ * they are published; the stager daemon's retry publishes until the next
+ * open. Files removed from the store by anything but this node count
+ * until this node unlinks or replaces them. uid 0 counts, with no bound
+ * (as uid_staging_size). All under ck->lock.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt_i.h"
+#include "dstage/log.h"
 
 /* Whether key is k or below the directory k. */
 static bool ckpt_key_under(const char *key, const char *k)
@@ -181,6 +186,49 @@ void ckpt_store_renamed(struct ckpt *ck, const char *from, const char *to)
 		p->key = k;
 	}
 	pthread_mutex_unlock(&ck->lock);
+}
+
+/* One file of the census, appended (its rows are one a key). */
+static void ckpt_store_census_add(void *ctx, const char *key, uid_t uid,
+				  uint64_t size)
+{
+	struct ckpt *ck = ctx;
+	struct ckpt_uid_use *u;
+	char *k;
+
+	if (ck->n_pubs == ck->cap_pubs) {
+		size_t cap = ck->cap_pubs ? ck->cap_pubs * 2 : 64;
+		struct ckpt_pub *np = realloc(ck->pubs, cap * sizeof(*np));
+
+		if (!np)
+			return;
+		ck->pubs = np;
+		ck->cap_pubs = cap;
+	}
+	u = ckpt_uid_locked(ck, uid);
+	k = u ? strdup(key) : NULL;
+	if (!k)
+		return;
+	ck->pubs[ck->n_pubs++] = (struct ckpt_pub){ k, uid, size };
+	u->pub_bytes += size;
+}
+
+void ckpt_store_census(struct ckpt *ck)
+{
+	int ret;
+
+	if (!ck->hooks.census)
+		return;
+	pthread_mutex_lock(&ck->lock);
+	ret = ck->hooks.census(ck->hooks.arg, ckpt_url(ck),
+			       ckpt_store_census_add, ck);
+	pthread_mutex_unlock(&ck->lock);
+	if (ret)
+		log_warn("checkpoints: cannot read the catalog's record of the "
+			 "files this node published to %s: %s; "
+			 "checkpoints.uid_store_size counts only what it "
+			 "publishes from now on",
+			 ckpt_url(ck), strerror(-ret));
 }
 
 void ckpt_store_free(struct ckpt *ck)

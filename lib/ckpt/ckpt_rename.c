@@ -203,7 +203,7 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 	/* The copy is another version in the store (its own ETag). */
 	if (local && rec.state == 'C' && ck->hooks.published)
 		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), to, rec.sha,
-				    rec.size, rec.etag);
+				    rec.size, rec.etag, st.st_uid);
 	pthread_mutex_lock(&ck->lock);
 	if (e) {
 		char *k = strdup(to);

@@ -13,6 +13,7 @@ on one mount with allow_other; a directory store (file://).
 """
 import os
 import signal
+import sqlite3
 import time
 
 import pytest
@@ -296,6 +297,20 @@ def test_uid_store_size_bound(tool, tmp_path, users):
         assert op(users, a, "write", m.ck / "a" / "f3", 3 * MB) == "OK"
         assert os.path.getsize(f3) == 3 * MB
         assert op(users, a, "write", m.ck / "a" / "f5", 1) == "EDQUOT"
+        # the catalog records each file's owner (schema 10): a restarted
+        # dstagefs starts from A's 8 MiB, not from nothing
+        db = sqlite3.connect(m.tmp / "catalog.db")
+        try:
+            owners = dict(db.execute("SELECT key, uid FROM"
+                                     " checkpoint_files"))
+        finally:
+            db.close()
+        assert owners["a/f1"] == ua and owners["b/g"] == users.uid(b)
+        m.stop()
+        m.start()
+        assert op(users, a, "write", m.ck / "a" / "f5", 1) == "EDQUOT"
+        assert op(users, a, "rm", m.ck / "a" / "f3") == "OK"
+        assert op(users, a, "write", m.ck / "a" / "f5", 3 * MB) == "OK"
         # root: no per-uid bound
         with open(m.ck / "r" / "big", "wb") as f:
             f.write(b"r" * (12 * MB))
