@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, wait_for
+from test_checkpoints import Ckpt, DirStore, S3Store, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -253,15 +253,32 @@ def test_uid_open_files_bound(tool, tmp_path, users):
         m.stop()
 
 
-def test_uid_store_size_bound(tool, tmp_path, users):
-    """A publishes up to uid_store_size (8 MiB): its next write gets EDQUOT
+@pytest.fixture(params=["dir", "s3"])
+def anystore(request, tmp_path):
+    if request.param == "dir":
+        yield DirStore(tmp_path / "store")
+        return
+    st = S3Store(request.getfixturevalue("rgw"))
+    try:
+        yield st
+    finally:
+        st.cleanup()
+
+
+def test_uid_store_size_bound(tool, tmp_path, users, anystore):
+    """On a directory store and on radosgw, A publishes up to uid_store_size (8 MiB): its next write gets EDQUOT
     and nothing of it reaches the store, logged with A's uid, the option
     and the value; B is not held by A's bytes; a file A rewrites counts
     its new size only (not both versions); once A deletes a file it
     writes again. Root has no bound."""
-    store = DirStore(tmp_path / "store")
+    store = anystore
+
+    def size(key):
+        data = store.get(key)
+        return None if data is None else len(data)
+
     m = Ckpt(tool, tmp_path / "m", store, staging_size="64M",
-             conf="uid_store_size = 8M\n",
+             conf="[checkpoints]\nuid_store_size = 8M\n",
              opts=["-o", "allow_other,umask=000"])
     users.reach(m.tmp)
     m.start()
@@ -273,29 +290,28 @@ def test_uid_store_size_bound(tool, tmp_path, users):
             os.chmod(m.ck / d, 0o777)
         assert op(users, a, "write", m.ck / "a" / "f1", 5 * MB) == "OK"
         assert op(users, a, "write", m.ck / "a" / "f2", 3 * MB) == "OK"
-        assert os.path.getsize(store.root / "a" / "f2") == 3 * MB
+        assert size("a/f2") == 3 * MB
         # at the bound: one byte more fails, and none of it is stored
         assert op(users, a, "write", m.ck / "a" / "f3", 1) == "EDQUOT"
-        f3 = store.root / "a" / "f3"
-        assert not f3.exists() or os.path.getsize(f3) == 0
+        assert size("a/f3") in (None, 0)
         assert op(users, a, "trunc", m.ck / "a" / "f4", MB) == "EDQUOT"
         assert ("uid %d reached checkpoints.uid_store_size (%d bytes"
                 % (ua, 8 * MB)) in m.log_text()
         # B is not held by A's bytes
         assert op(users, b, "write", m.ck / "b" / "g", 8 * MB) == "OK"
-        assert os.path.getsize(store.root / "b" / "g") == 8 * MB
+        assert size("b/g") == 8 * MB
         # a rewrite of f1 replaces it: 5 MiB counted once, not twice
         assert op(users, a, "rewrite", m.ck / "a" / "f1", 5 * MB) == "OK"
-        assert os.path.getsize(store.root / "a" / "f1") == 5 * MB
+        assert size("a/f1") == 5 * MB
         assert op(users, a, "rewrite", m.ck / "a" / "f1", 6 * MB) == \
             "EDQUOT"
         # the close publishes what the failed rewrite wrote before it
-        assert os.path.getsize(store.root / "a" / "f1") <= 5 * MB
+        assert size("a/f1") <= 5 * MB
         assert op(users, a, "rewrite", m.ck / "a" / "f1", 5 * MB) == "OK"
         # A deletes f2 through the mount: its 3 MiB come back
         assert op(users, a, "rm", m.ck / "a" / "f2") == "OK"
         assert op(users, a, "write", m.ck / "a" / "f3", 3 * MB) == "OK"
-        assert os.path.getsize(f3) == 3 * MB
+        assert size("a/f3") == 3 * MB
         assert op(users, a, "write", m.ck / "a" / "f5", 1) == "EDQUOT"
         # the catalog records each file's owner (schema 10): a restarted
         # dstagefs starts from A's 8 MiB, not from nothing
