@@ -45,7 +45,7 @@
 
 struct catalog;
 
-#define CATALOG_SCHEMA_VERSION 9
+#define CATALOG_SCHEMA_VERSION 10
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 
 /*
@@ -311,19 +311,30 @@ int catalog_lifecycle_list(struct catalog *cat, struct lifecycle_rule **out,
  * (store URL, key), the SHA-256 and size of the content written, the ETag
  * the store gave it and when. Written by whoever published (dstagefs, the
  * stager daemon's retry), moved by renames, dropped with the file; read by
- * the recovery drill, which then needs no record from the store itself.
+ * the recovery drill, which then needs no record from the store itself,
+ * and (schema 10: its owner) by checkpoints.uid_store_size's count.
  */
 struct catalog_ckpt {
 	char sha256[65]; /* hex */
 	uint64_t size;
+	int64_t uid; /* the owner (its creator); -1: not recorded (before
+		      * schema 10) */
 	char etag[OBJSTORE_ETAG_MAX]; /* "" when the store gave none */
 	int64_t published; /* seconds since the epoch */
 };
 
-/* Insert or replace key's row. 0, -EINVAL (a key or hash out of bounds:
- * KEYPATH_KEY_MAX bytes, 64 hex digits), or an error above. */
+/* Insert or replace key's row; uid -1: owner unknown. 0, -EINVAL (a key or
+ * hash out of bounds: KEYPATH_KEY_MAX bytes, 64 hex digits), or an error
+ * above. */
 int catalog_ckpt_record(struct catalog *cat, const char *store, const char *key,
-			const char *sha256, uint64_t size, const char *etag);
+			const char *sha256, uint64_t size, const char *etag,
+			int64_t uid);
+/* cb for each row of store whose owner is recorded, in key order; a
+ * non-zero return stops the walk and is returned. 0 or an error above. */
+typedef int (*catalog_ckpt_each_cb)(void *arg, const char *key, int64_t uid,
+				    uint64_t size);
+int catalog_ckpt_each(struct catalog *cat, const char *store,
+		      catalog_ckpt_each_cb cb, void *arg);
 /* key's row into *out: 0, -ENOENT (none), or an error above. */
 int catalog_ckpt_get(struct catalog *cat, const char *store, const char *key,
 		     struct catalog_ckpt *out);
@@ -346,7 +357,7 @@ int catalog_ckpt_rename(struct catalog *cat, const char *store,
  */
 void catalog_ckpt_published(struct catalog *cat, const char *store,
 			    const char *key, const char *sha256, uint64_t size,
-			    const char *etag);
+			    const char *etag, int64_t uid);
 
 /*
  * A checkpoint store's record in the catalog, for ckpt_open_ex's hooks: a

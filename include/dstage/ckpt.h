@@ -83,13 +83,17 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out);
  * into ckpt only for ckpt_url and ckpt_objstore (they take no lock), and
  * any lock it takes must be a leaf. store is the store's URL (ckpt_url).
  *   published: key's whole content is in the store, its SHA-256 (hex) and
- *              size as written, the ETag the store gave it ("" unknown);
+ *              size as written, the ETag the store gave it ("" unknown),
+ *              its owner (the local copy's);
  *   renamed:   a file or a directory (and all below it) moved from -> to;
  *   removed:   a file unlinked.
  */
+typedef void (*ckpt_census_cb)(void *ctx, const char *key, uid_t uid,
+			       uint64_t size);
 struct ckpt_hooks {
 	void (*published)(void *arg, const char *store, const char *key,
-			  const char *sha256, uint64_t size, const char *etag);
+			  const char *sha256, uint64_t size, const char *etag,
+			  uid_t uid);
 	void (*renamed)(void *arg, const char *store, const char *from,
 			const char *to);
 	void (*removed)(void *arg, const char *store, const char *key);
@@ -103,6 +107,12 @@ struct ckpt_hooks {
 	 * any other. NULL: none. Its own argument, parg. */
 	int (*publishing)(void *parg, const char *store, const char *key);
 	void *parg;
+	/* At open, before the recovery (arg): cb(ctx, ...) for each file of
+	 * store recorded as published with its owner and size, the count
+	 * checkpoints.uid_store_size starts from. A -errno is logged and
+	 * the count starts empty. NULL: none. */
+	int (*census)(void *arg, const char *store, ckpt_census_cb cb,
+		      void *ctx);
 };
 
 /* ckpt_open with hooks (copied; NULL: none), in force from the recovery

@@ -98,6 +98,9 @@ struct dstage_config {
 	/* checkpoints.uid_open_files: checkpoint files one uid holds open in
 	 * dstagefs (0: no bound) */
 	unsigned ckpt_uid_open_files;
+	/* checkpoints.uid_store_size, bytes: one uid's published checkpoint
+	 * files as this node knows them, and those it writes (0: no bound) */
+	uint64_t ckpt_uid_store_size;
 	unsigned ckpt_retry_ms; /* checkpoints.retry_interval */
 	unsigned ckpt_lifecycle_ms; /* checkpoints.lifecycle_interval, 0: off */
 	unsigned ckpt_abandoned_keep_ms; /* checkpoints.abandoned_keep */

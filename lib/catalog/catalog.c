@@ -226,6 +226,11 @@ static const char *const catalog_migrations[] = {
 	 * each snapshot (docs/stager.md, "The shared tier"); NULL: the
 	 * cluster default, sources.shared_tier_root, if set. */
 	"ALTER TABLE datasets ADD COLUMN shared_tier TEXT;",
+
+	/* 9 -> 10: the owner of each checkpoint file this node published
+	 * (its creator's uid), for checkpoints.uid_store_size's count; NULL
+	 * in the rows from before, which that count leaves out. */
+	"ALTER TABLE checkpoint_files ADD COLUMN uid INTEGER;",
 };
 
 _Static_assert(sizeof(catalog_migrations) / sizeof(catalog_migrations[0]) ==

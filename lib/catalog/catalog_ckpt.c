@@ -36,19 +36,21 @@ static bool catalog_ckpt_key_ok(const char *key)
 }
 
 int catalog_ckpt_record(struct catalog *cat, const char *store, const char *key,
-			const char *sha256, uint64_t size, const char *etag)
+			const char *sha256, uint64_t size, const char *etag,
+			int64_t uid)
 {
 	if (!store || !catalog_ckpt_key_ok(key) || !sha256 ||
 	    strlen(sha256) != 64 || strspn(sha256, "0123456789abcdef") != 64)
 		return -EINVAL;
 	return catalog_run(cat, "checkpoint file record",
 			   "INSERT OR REPLACE INTO checkpoint_files(store,"
-			   " key, sha256, size, etag, published)"
-			   " VALUES(?, ?, ?, ?, ?, ?)",
+			   " key, sha256, size, etag, published, uid)"
+			   " VALUES(?, ?, ?, ?, ?, ?, nullif(?, -1))",
 			   CATALOG_ARGS(CATALOG_TEXT(store), CATALOG_TEXT(key),
 					CATALOG_TEXT(sha256), CATALOG_INT(size),
 					CATALOG_TEXT(etag ? etag : ""),
-					CATALOG_INT(timeutil_real_s())),
+					CATALOG_INT(timeutil_real_s()),
+					CATALOG_INT(uid < 0 ? -1 : uid)),
 			   NULL);
 }
 
@@ -63,7 +65,7 @@ int catalog_ckpt_get(struct catalog *cat, const char *store, const char *key,
 		return -EINVAL;
 	ret = catalog_prepare(
 		cat, "checkpoint file lookup",
-		"SELECT sha256, size, etag, published"
+		"SELECT sha256, size, etag, published, ifnull(uid, -1)"
 		" FROM checkpoint_files WHERE store = ?"
 		" AND key = ?",
 		CATALOG_ARGS(CATALOG_TEXT(store), CATALOG_TEXT(key)), &st);
@@ -79,7 +81,38 @@ int catalog_ckpt_get(struct catalog *cat, const char *store, const char *key,
 	s = (const char *)sqlite3_column_text(st, 2);
 	snprintf(out->etag, sizeof(out->etag), "%s", s ? s : "");
 	out->published = sqlite3_column_int64(st, 3);
+	out->uid = sqlite3_column_int64(st, 4);
 out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int catalog_ckpt_each(struct catalog *cat, const char *store,
+		      catalog_ckpt_each_cb cb, void *arg)
+{
+	sqlite3_stmt *st;
+	int ret, rc;
+
+	if (!store)
+		return -EINVAL;
+	ret = catalog_prepare(cat, "checkpoint file owners",
+			      "SELECT key, uid, size FROM checkpoint_files"
+			      " WHERE store = ? AND uid IS NOT NULL"
+			      " ORDER BY key",
+			      CATALOG_ARGS(CATALOG_TEXT(store)), &st);
+	if (ret)
+		return ret;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *key = (const char *)sqlite3_column_text(st, 0);
+
+		ret = key ? cb(arg, key, sqlite3_column_int64(st, 1),
+			       (uint64_t)sqlite3_column_int64(st, 2))
+			  : 0;
+		if (ret)
+			break;
+	}
+	if (!ret && rc != SQLITE_DONE)
+		ret = catalog_sqlerr(cat->db, rc, "checkpoint file owners");
 	sqlite3_finalize(st);
 	return ret;
 }
@@ -146,9 +179,10 @@ err:
 
 void catalog_ckpt_published(struct catalog *cat, const char *store,
 			    const char *key, const char *sha256, uint64_t size,
-			    const char *etag)
+			    const char *etag, int64_t uid)
 {
-	if (cat && catalog_ckpt_record(cat, store, key, sha256, size, etag))
+	if (cat &&
+	    catalog_ckpt_record(cat, store, key, sha256, size, etag, uid))
 		log_warn("checkpoints: %s is published to %s, but its SHA-256 "
 			 "could not be recorded in the catalog",
 			 key, store);
@@ -216,14 +250,47 @@ static struct catalog *catalog_ckpt_log_cat(struct catalog_ckpt_log *l)
 
 static void catalog_ckpt_log_published(void *arg, const char *store,
 				       const char *key, const char *sha256,
-				       uint64_t size, const char *etag)
+				       uint64_t size, const char *etag,
+				       uid_t uid)
 {
 	struct catalog_ckpt_log *l = arg;
 
 	pthread_mutex_lock(&l->lock);
 	catalog_ckpt_published(catalog_ckpt_log_cat(l), store, key, sha256,
-			       size, etag);
+			       size, etag, (int64_t)uid);
 	pthread_mutex_unlock(&l->lock);
+}
+
+struct catalog_ckpt_census {
+	ckpt_census_cb cb;
+	void *ctx;
+};
+
+static int catalog_ckpt_census_row(void *arg, const char *key, int64_t uid,
+				   uint64_t size)
+{
+	struct catalog_ckpt_census *c = arg;
+
+	if (uid >= 0 && uid <= (int64_t)(uid_t)-1)
+		c->cb(c->ctx, key, (uid_t)uid, size);
+	return 0;
+}
+
+static int catalog_ckpt_log_census(void *arg, const char *store,
+				   ckpt_census_cb cb, void *ctx)
+{
+	struct catalog_ckpt_log *l = arg;
+	struct catalog_ckpt_census c = { cb, ctx };
+	struct catalog *cat;
+	int ret = 0;
+
+	pthread_mutex_lock(&l->lock);
+	cat = catalog_ckpt_log_cat(l);
+	if (cat)
+		ret = catalog_ckpt_each(cat, store, catalog_ckpt_census_row,
+					&c);
+	pthread_mutex_unlock(&l->lock);
+	return ret;
 }
 
 static void catalog_ckpt_log_renamed(void *arg, const char *store,
@@ -260,6 +327,7 @@ void catalog_ckpt_log_hooks(struct catalog_ckpt_log *l, struct ckpt_hooks *h)
 {
 	*h = (struct ckpt_hooks){ 0 };
 	h->published = catalog_ckpt_log_published;
+	h->census = catalog_ckpt_log_census;
 	h->renamed = catalog_ckpt_log_renamed;
 	h->removed = catalog_ckpt_log_removed;
 	h->arg = l;

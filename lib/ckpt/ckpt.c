@@ -258,6 +258,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	ck->uid_limit = cfg->ckpt_uid_staging_size ? cfg->ckpt_uid_staging_size
 						   : ck->limit / 2;
 	ck->uid_files = cfg->ckpt_uid_files;
+	ck->uid_store = cfg->ckpt_uid_store_size;
 	pthread_mutexattr_init(&ma);
 	/* stat may drop a stale copy (open_lock) inside an open */
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
@@ -319,6 +320,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	sfd = -1;
 	close(dfd);
 	dfd = -1;
+	ckpt_store_census(ck);
 	ret = ckpt_journal_scan(ck, true, false);
 	if (!ret) {
 		ckpt_live_count(ck);
@@ -377,6 +379,7 @@ void ckpt_free(struct ckpt *ck)
 	ckpt_neg_clear(ck);
 	pthread_mutex_destroy(&ck->neg_lock);
 	free(ck->uids);
+	ckpt_store_free(ck);
 	free(ck->staging);
 	free(ck);
 }

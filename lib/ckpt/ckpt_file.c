@@ -105,6 +105,8 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write)
 			}
 		}
 	}
+	if (last)
+		ckpt_store_uncharge_locked(ck, e);
 	pthread_mutex_unlock(&ck->lock);
 	if (!last)
 		return;
@@ -248,7 +250,8 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	ckpt_journal_write(ck, ino, &rec, false);
 	if (ck->hooks.published)
 		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), key, rec.sha,
-				    rec.size, rec.etag);
+				    rec.size, rec.etag, st.st_uid);
+	ckpt_store_published(ck, e, key, st.st_uid, rec.size);
 	metrics_ckpt_publish(0, rec.size, t0);
 	ckpt_unlock_publish(fd);
 	free(side);
@@ -647,9 +650,14 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 		goto out;
 	}
 	old = (uint64_t)st.st_size;
-	ret = ckpt_space(ck, e->uid, end > old ? (int64_t)(end - old) : 0);
+	ret = ckpt_store_charge(ck, e, old, end > old ? end : old, true);
 	if (ret)
 		goto out;
+	ret = ckpt_space(ck, e->uid, end > old ? (int64_t)(end - old) : 0);
+	if (ret) {
+		ckpt_store_charge(ck, e, old, old, false);
+		goto out;
+	}
 	ckpt_ent_dirty(ck, e);
 	do
 		w = pwrite(e->fd, buf, len, off);
@@ -657,8 +665,10 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	now = w > 0 && (uint64_t)off + (uint64_t)w > old
 		      ? (uint64_t)off + (uint64_t)w
 		      : old;
-	if (end > old) /* give back what was reserved and not written */
+	if (end > old) { /* give back what was reserved and not written */
 		ckpt_space(ck, e->uid, (int64_t)now - (int64_t)end);
+		ckpt_store_charge(ck, e, old, now, false);
+	}
 	ret = w < 0 ? -errno : 0;
 	if (w > 0)
 		ckpt_upload_wrote(ck, e, (uint64_t)off, (uint64_t)w);
@@ -700,13 +710,21 @@ int ckpt_file_truncate(struct ckpt_file *f, uint64_t size)
 		ret = -errno;
 		goto out;
 	}
-	ret = ckpt_space(f->ck, e->uid, (int64_t)size - (int64_t)st.st_size);
+	ret = ckpt_store_charge(f->ck, e, (uint64_t)st.st_size, size, true);
 	if (ret)
 		goto out;
+	ret = ckpt_space(f->ck, e->uid, (int64_t)size - (int64_t)st.st_size);
+	if (ret) {
+		ckpt_store_charge(f->ck, e, (uint64_t)st.st_size,
+				  (uint64_t)st.st_size, false);
+		goto out;
+	}
 	ckpt_ent_dirty(f->ck, e);
 	if (ftruncate(e->fd, (off_t)size)) {
 		ret = -errno;
 		ckpt_space(f->ck, e->uid, (int64_t)st.st_size - (int64_t)size);
+		ckpt_store_charge(f->ck, e, (uint64_t)st.st_size,
+				  (uint64_t)st.st_size, false);
 		goto out;
 	}
 	ckpt_upload_truncated(e, (uint64_t)st.st_size, size);

@@ -142,6 +142,12 @@ struct ckpt_ent {
 	uid_t uid; /* set at open: the local copy's owner, whose staging
 		    * bounds its bytes count against */
 	bool dirty; /* lock: changed since the last successful publish */
+	/* ck->lock (ckpt_quota.c): charged to uid's wip_bytes since the
+	 * first write or truncate after a publish (store_on): its size then
+	 * store_size, less store_base, the published size of the version it
+	 * replaces (uid's own, else 0). */
+	bool store_on;
+	uint64_t store_size, store_base;
 	bool journal_w; /* lock: the record says W */
 	/* lock: SHA-256 of [0, hashed) fed as it was written in order, so a
 	 * publish hashes only the rest; NULL once a write or truncate went
@@ -175,6 +181,20 @@ struct ckpt_uid_use {
 	unsigned files; /* its local copies in tree/ */
 	uint64_t ab_bytes; /* in abandoned/ (recounted each retry tick) */
 	unsigned ab_files;
+	/* checkpoints.uid_store_size (ckpt_quota.c): the sizes of the files
+	 * it published through this node, and what the files it writes now
+	 * add to them (their sizes less those of the versions they replace;
+	 * may be negative). */
+	uint64_t pub_bytes;
+	int64_t wip_bytes;
+};
+
+/* A file this node published and has not seen removed since (ckpt_quota.c),
+ * in ck->pubs under ck->lock. */
+struct ckpt_pub {
+	char *key;
+	uid_t uid; /* its owner */
+	uint64_t size;
 };
 
 #define CKPT_UIDS_MAX 65536 /* distinct uids tracked */
@@ -201,6 +221,9 @@ struct ckpt {
 	struct ckpt_uid_use *uids; /* lock: n_uids of cap_uids */
 	size_t n_uids, cap_uids;
 	int64_t uid_logged_ms; /* lock: the last EDQUOT line (rate limit) */
+	uint64_t uid_store; /* checkpoints.uid_store_size; immutable */
+	struct ckpt_pub *pubs; /* lock: n_pubs of cap_pubs */
+	size_t n_pubs, cap_pubs;
 	unsigned pending; /* lock: P records found by the last scan */
 	int64_t last_retry_ms; /* lock */
 	pthread_cond_t cond; /* with lock: wakes the retry thread */
@@ -379,6 +402,38 @@ int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth);
 int ckpt_files(struct ckpt *ck, uid_t uid, int delta);
 /* The same with ck->lock held. */
 int ckpt_files_locked(struct ckpt *ck, uid_t uid, int delta);
+/* uid's usage (ck->lock held), added when new; NULL past CKPT_UIDS_MAX
+ * uids or out of memory (then uid has no per-uid bound). */
+struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid);
+/* The EDQUOT line (ck->lock held): uid, option and value, at most one each
+ * 10 s; the staging bounds' (abandoned files included, staging_dir) or
+ * what and where of another. */
+void ckpt_uid_log_locked(struct ckpt *ck, uid_t uid, const char *opt,
+			 uint64_t value, const char *unit);
+void ckpt_uid_log_what_locked(struct ckpt *ck, uid_t uid, const char *opt,
+			      uint64_t value, const char *unit,
+			      const char *what, const char *where);
+/* ckpt_quota.c: checkpoints.uid_store_size. */
+/* e (e->lock held), now of size old, is to be size bytes: -EDQUOT (logged)
+ * when that takes its uid's published and in-progress bytes past
+ * uid_store_size (check; a shrink never fails), else 0 and e charged at
+ * size. */
+int ckpt_store_charge(struct ckpt *ck, struct ckpt_ent *e, uint64_t old,
+		      uint64_t size, bool check);
+/* e's charge dropped (its last close, or it was published). */
+void ckpt_store_uncharge_locked(struct ckpt *ck, struct ckpt_ent *e);
+/* key was published with size bytes, uid's (e: its open entry or NULL). */
+void ckpt_store_published(struct ckpt *ck, struct ckpt_ent *e, const char *key,
+			  uid_t uid, uint64_t size);
+/* key (a file, or a directory and all below it) left the store. */
+void ckpt_store_forget(struct ckpt *ck, const char *key);
+/* key (a file or a directory) became to; what to had is replaced. */
+void ckpt_store_renamed(struct ckpt *ck, const char *from, const char *to);
+/* Fill ck->pubs from the hooks' census (ckpt_open, before the recovery). */
+void ckpt_store_census(struct ckpt *ck);
+/* Free ck->pubs (ckpt_free). */
+void ckpt_store_free(struct ckpt *ck);
+
 /* Recount abandoned/ per uid into ck->uids and ck->ab_used (files there
  * count until removed, by the stager's gc or an operator). */
 void ckpt_abandoned_count(struct ckpt *ck);

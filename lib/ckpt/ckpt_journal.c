@@ -378,8 +378,6 @@ struct ckpt_victim {
 	char *key;
 };
 
-static struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid);
-
 /* uid's local copy of size bytes is gone (ck->lock held; ck->used is the
  * caller's). */
 static void ckpt_uid_freed_locked(struct ckpt *ck, uid_t uid, uint64_t size)
@@ -477,9 +475,7 @@ struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key)
 	return NULL;
 }
 
-/* uid's usage (ck->lock held), added when new; NULL past CKPT_UIDS_MAX
- * uids or out of memory (then uid has no per-uid bound). */
-static struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid)
+struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid)
 {
 	struct ckpt_uid_use *u;
 
@@ -503,9 +499,16 @@ static struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid)
 	return u;
 }
 
-/* The EDQUOT line: uid, option and value, at most one each 10 s. */
-static void ckpt_uid_log_locked(struct ckpt *ck, uid_t uid, const char *opt,
-				uint64_t value, const char *unit)
+void ckpt_uid_log_locked(struct ckpt *ck, uid_t uid, const char *opt,
+			 uint64_t value, const char *unit)
+{
+	ckpt_uid_log_what_locked(ck, uid, opt, value, unit,
+				 "abandoned files included", ck->staging);
+}
+
+void ckpt_uid_log_what_locked(struct ckpt *ck, uid_t uid, const char *opt,
+			      uint64_t value, const char *unit,
+			      const char *what, const char *where)
 {
 	int64_t now = timeutil_mono_ms();
 
@@ -513,9 +516,9 @@ static void ckpt_uid_log_locked(struct ckpt *ck, uid_t uid, const char *opt,
 		return;
 	ck->uid_logged_ms = now;
 	log_warn("checkpoints: uid %u reached checkpoints.%s (%" PRIu64
-		 " %s, abandoned files included) in %s: its writes and "
+		 " %s, %s) in %s: its writes and "
 		 "creates fail with EDQUOT until it removes files",
-		 (unsigned)uid, opt, value, unit, ck->staging);
+		 (unsigned)uid, opt, value, unit, what, where);
 }
 
 int ckpt_files_locked(struct ckpt *ck, uid_t uid, int delta)

@@ -100,6 +100,8 @@ int ckpt_unlink(struct ckpt *ck, const char *key)
 	pthread_mutex_unlock(&ck->lock);
 	ckpt_local_remove(ck, key, open);
 	ret = ckpt_store_delete(ck, key);
+	if (!ret)
+		ckpt_store_forget(ck, key);
 	if (!ret && ck->hooks.removed)
 		ck->hooks.removed(ck->hooks.arg, ckpt_url(ck), key);
 	if (e) {
@@ -195,12 +197,13 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 		ckpt_journal_write(ck, st.st_ino, &rec, false);
 	}
+	ckpt_store_renamed(ck, from, to);
 	if (ck->hooks.renamed)
 		ck->hooks.renamed(ck->hooks.arg, ckpt_url(ck), from, to);
 	/* The copy is another version in the store (its own ETag). */
 	if (local && rec.state == 'C' && ck->hooks.published)
 		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), to, rec.sha,
-				    rec.size, rec.etag);
+				    rec.size, rec.etag, st.st_uid);
 	pthread_mutex_lock(&ck->lock);
 	if (e) {
 		char *k = strdup(to);
@@ -387,6 +390,8 @@ int ckpt_rename(struct ckpt *ck, const char *from, const char *to,
 	if (!fa.dir)
 		return ckpt_rename_file(ck, from, to);
 	ret = ckpt_rename_dir(ck, from, to);
+	if (!ret)
+		ckpt_store_renamed(ck, from, to);
 	if (!ret && ck->hooks.renamed)
 		ck->hooks.renamed(ck->hooks.arg, ckpt_url(ck), from, to);
 	return ret;

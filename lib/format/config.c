@@ -171,6 +171,11 @@ static const struct config_key config_keys[] = {
 	  "4096", 0, 0,
 	  "most checkpoint files one uid holds open in dstagefs (each open "
 	  "or create; dup and fork share one); past it EDQUOT; 0: no bound" },
+	{ "checkpoints.uid_store_size", CT_SIZE, OFF(ckpt_uid_store_size), "0",
+	  0, 0,
+	  "most bytes of one uid's checkpoint files in the store, as this "
+	  "node knows them (published through it, and being written); past "
+	  "it EDQUOT; 0: no bound" },
 	{ "checkpoints.retry_interval", CT_DURATION, OFF(ckpt_retry_ms), "30s",
 	  100, 0, "retry publishing files the store refused this often" },
 	{ "checkpoints.lifecycle_interval", CT_DURATION, OFF(ckpt_lifecycle_ms),

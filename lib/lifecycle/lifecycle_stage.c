@@ -319,7 +319,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	ret = ckpt_journal_write(&s->ck, ino, &rec, true);
 	if (!ret)
 		catalog_ckpt_published(cat, objstore_url(os), key, rec.sha,
-				       rec.size, rec.etag);
+				       rec.size, rec.etag, (int64_t)st.st_uid);
 out:
 	if (fd >= 0)
 		close(fd);

@@ -5,16 +5,20 @@ included), per uid (the file's creator), abandoned files included; past
 either, EDQUOT and a log line naming the uid, the option and the value.
 checkpoints.uid_open_files: the files one uid (the opener) holds open in
 dstagefs; past it, an open or a create gets EDQUOT, logged the same way.
+checkpoints.uid_store_size: the bytes of one uid's files in the store as
+this node knows them (published through it, and being written); past it a
+write or a truncate gets EDQUOT, logged the same way.
 Run as root with two throwaway unprivileged users (the `users` fixture)
 on one mount with allow_other; a directory store (file://).
 """
 import os
 import signal
+import sqlite3
 import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, wait_for
+from test_checkpoints import Ckpt, DirStore, S3Store, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -27,15 +31,22 @@ MB = 1 << 20
 #   touch PATH            create an empty file
 #   hold PATH SIZE N      create, ftruncate to SIZE, write N bytes at 0,
 #                         print the result, then keep it open (until killed)
+#   rewrite PATH N        open with O_TRUNC (or create), write N bytes, close
+#   rm PATH               unlink
 OP = r'''
 import errno, os, sys, time
 op, a = sys.argv[1], sys.argv[2:]
 try:
-    fd = os.open(a[0], os.O_WRONLY | os.O_CREAT, 0o600)
+    if op == "rm":
+        os.unlink(a[0])
+        print("OK", flush=True)
+        sys.exit(0)
+    fd = os.open(a[0], os.O_WRONLY | os.O_CREAT |
+                 (os.O_TRUNC if op == "rewrite" else 0), 0o600)
     try:
         if op in ("trunc", "hold"):
             os.ftruncate(fd, int(a[1]))
-        left = int(a[1]) if op == "write" else int(a[2]) if op == "hold" \
+        left = int(a[1]) if op in ("write", "rewrite") else int(a[2]) if op == "hold" \
             else 0
         while left > 0:             # a short write is no error: go on
             left -= os.write(fd, b"w" * min(left, 1 << 20))
@@ -239,4 +250,85 @@ def test_uid_open_files_bound(tool, tmp_path, users):
         for h in (a, b):
             if h:
                 h.stop()
+        m.stop()
+
+
+@pytest.fixture(params=["dir", "s3"])
+def anystore(request, tmp_path):
+    if request.param == "dir":
+        yield DirStore(tmp_path / "store")
+        return
+    st = S3Store(request.getfixturevalue("rgw"))
+    try:
+        yield st
+    finally:
+        st.cleanup()
+
+
+def test_uid_store_size_bound(tool, tmp_path, users, anystore):
+    """On a directory store and on radosgw, A publishes up to uid_store_size (8 MiB): its next write gets EDQUOT
+    and nothing of it reaches the store, logged with A's uid, the option
+    and the value; B is not held by A's bytes; a file A rewrites counts
+    its new size only (not both versions); once A deletes a file it
+    writes again. Root has no bound."""
+    store = anystore
+
+    def size(key):
+        data = store.get(key)
+        return None if data is None else len(data)
+
+    m = Ckpt(tool, tmp_path / "m", store, staging_size="64M",
+             conf="[checkpoints]\nuid_store_size = 8M\n",
+             opts=["-o", "allow_other,umask=000"])
+    users.reach(m.tmp)
+    m.start()
+    try:
+        a, b = users.user("cqa"), users.user("cqb")
+        ua = users.uid(a)
+        for d in ("a", "b", "r"):
+            (m.ck / d).mkdir()
+            os.chmod(m.ck / d, 0o777)
+        assert op(users, a, "write", m.ck / "a" / "f1", 5 * MB) == "OK"
+        assert op(users, a, "write", m.ck / "a" / "f2", 3 * MB) == "OK"
+        assert size("a/f2") == 3 * MB
+        # at the bound: one byte more fails, and none of it is stored
+        assert op(users, a, "write", m.ck / "a" / "f3", 1) == "EDQUOT"
+        assert size("a/f3") in (None, 0)
+        assert op(users, a, "trunc", m.ck / "a" / "f4", MB) == "EDQUOT"
+        assert ("uid %d reached checkpoints.uid_store_size (%d bytes"
+                % (ua, 8 * MB)) in m.log_text()
+        # B is not held by A's bytes
+        assert op(users, b, "write", m.ck / "b" / "g", 8 * MB) == "OK"
+        assert size("b/g") == 8 * MB
+        # a rewrite of f1 replaces it: 5 MiB counted once, not twice
+        assert op(users, a, "rewrite", m.ck / "a" / "f1", 5 * MB) == "OK"
+        assert size("a/f1") == 5 * MB
+        assert op(users, a, "rewrite", m.ck / "a" / "f1", 6 * MB) == \
+            "EDQUOT"
+        # the close publishes what the failed rewrite wrote before it
+        assert size("a/f1") <= 5 * MB
+        assert op(users, a, "rewrite", m.ck / "a" / "f1", 5 * MB) == "OK"
+        # A deletes f2 through the mount: its 3 MiB come back
+        assert op(users, a, "rm", m.ck / "a" / "f2") == "OK"
+        assert op(users, a, "write", m.ck / "a" / "f3", 3 * MB) == "OK"
+        assert size("a/f3") == 3 * MB
+        assert op(users, a, "write", m.ck / "a" / "f5", 1) == "EDQUOT"
+        # the catalog records each file's owner (schema 10): a restarted
+        # dstagefs starts from A's 8 MiB, not from nothing
+        db = sqlite3.connect(m.tmp / "catalog.db")
+        try:
+            owners = dict(db.execute("SELECT key, uid FROM"
+                                     " checkpoint_files"))
+        finally:
+            db.close()
+        assert owners["a/f1"] == ua and owners["b/g"] == users.uid(b)
+        m.stop()
+        m.start()
+        assert op(users, a, "write", m.ck / "a" / "f5", 1) == "EDQUOT"
+        assert op(users, a, "rm", m.ck / "a" / "f3") == "OK"
+        assert op(users, a, "write", m.ck / "a" / "f5", 3 * MB) == "OK"
+        # root: no per-uid bound
+        with open(m.ck / "r" / "big", "wb") as f:
+            f.write(b"r" * (12 * MB))
+    finally:
         m.stop()

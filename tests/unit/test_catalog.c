@@ -240,6 +240,36 @@ static void test_migrate_v2(void)
 		  "queued");
 }
 
+/* v9 -> v10: a checkpoint file published before keeps its row, with no
+ * owner (-1: uid_store_size's count leaves it out); a new row takes one. */
+static void test_migrate_v9(void)
+{
+	struct catalog_ckpt c;
+	struct catalog *cat;
+	char p[160], sha[65];
+
+	memset(sha, 'e', 64);
+	sha[64] = '\0';
+	cat = migrated(
+		"v9.db", 9,
+		"INSERT INTO checkpoint_files(store, key, sha256, size,"
+		" etag, published) VALUES ('file:///s/', 'j/old',"
+		" 'eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
+		"eeeeeeeeee', 12, '', 1);",
+		"SELECT uid FROM checkpoint_files", p, sizeof(p));
+	if (!cat)
+		return;
+	CHECK_INT(catalog_ckpt_get(cat, "file:///s/", "j/old", &c), 0);
+	CHECK(c.size == 12);
+	CHECK(c.uid == -1);
+	CHECK_INT(catalog_ckpt_record(cat, "file:///s/", "j/new", sha, 3, "",
+				      1000),
+		  0);
+	CHECK_INT(catalog_ckpt_get(cat, "file:///s/", "j/new", &c), 0);
+	CHECK(c.uid == 1000);
+	catalog_close(cat);
+}
+
 /* v3 -> v4: a registered dataset with hashes and a job keeps all of it,
  * and gets the default sums key. */
 static void test_migrate_v3(void)
@@ -386,6 +416,7 @@ int main(void)
 	test_migrate_v1();
 	test_migrate_v2();
 	test_migrate_v3();
+	test_migrate_v9();
 
 	CHECK_INT(catalog_open(dbpath, CATALOG_CREATE, &cat), 0);
 	if (cat) {
