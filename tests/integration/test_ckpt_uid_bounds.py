@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, S3Store, wait_for
+from test_checkpoints import Ckpt, DirStore, store, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -253,25 +253,12 @@ def test_uid_open_files_bound(tool, tmp_path, users):
         m.stop()
 
 
-@pytest.fixture(params=["dir", "s3"])
-def anystore(request, tmp_path):
-    if request.param == "dir":
-        yield DirStore(tmp_path / "store")
-        return
-    st = S3Store(request.getfixturevalue("rgw"))
-    try:
-        yield st
-    finally:
-        st.cleanup()
-
-
-def test_uid_store_size_bound(tool, tmp_path, users, anystore):
+def test_uid_store_size_bound(tool, tmp_path, users, store):
     """On a directory store and on radosgw, A publishes up to uid_store_size (8 MiB): its next write gets EDQUOT
     and nothing of it reaches the store, logged with A's uid, the option
     and the value; B is not held by A's bytes; a file A rewrites counts
     its new size only (not both versions); once A deletes a file it
     writes again. Root has no bound."""
-    store = anystore
 
     def size(key):
         data = store.get(key)
