@@ -5,8 +5,10 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsfs.h"
@@ -16,7 +18,13 @@
 
 void dsfs_pt_init(struct dsfs_pt *pt)
 {
+	pthread_condattr_t ca;
+
 	pthread_mutex_init(&pt->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pt->released, &ca);
+	pthread_condattr_destroy(&ca);
 	pt->id = 0;
 	pt->pt_opens = pt->plain_opens = 0;
 	pt->tag[0] = '\0';
@@ -24,7 +32,38 @@ void dsfs_pt_init(struct dsfs_pt *pt)
 
 void dsfs_pt_destroy(struct dsfs_pt *pt)
 {
+	pthread_cond_destroy(&pt->released);
 	pthread_mutex_destroy(&pt->lock);
+}
+
+/* Whether an open with these arguments would join the passed-through
+ * opens there (pt_opens > 0). Called with pt->lock held. */
+static bool dsfs_pt_joins(struct dsfs *fs, struct dsfs_caller *who,
+			  const struct dsfs_pt *pt, bool may_pass,
+			  const char *tag)
+{
+	return may_pass && fs->passthrough && who->req && pt->id &&
+	       !strcmp(pt->tag, tag);
+}
+
+/* Wait, bounded, for the passed-through opens of pt to be released when
+ * this open could not join them. Called with pt->lock held. */
+static void dsfs_pt_wait_released(struct dsfs *fs, struct dsfs_caller *who,
+				  struct dsfs_pt *pt, bool may_pass,
+				  const char *tag)
+{
+	struct timespec end;
+	uint64_t ns;
+
+	if (!pt->pt_opens || dsfs_pt_joins(fs, who, pt, may_pass, tag))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	ns = (uint64_t)end.tv_nsec + DSFS_PT_RELEASE_WAIT_MS * 1000000ull;
+	end.tv_sec += (time_t)(ns / 1000000000ull);
+	end.tv_nsec = (long)(ns % 1000000000ull);
+	while (pt->pt_opens &&
+	       pthread_cond_timedwait(&pt->released, &pt->lock, &end) == 0)
+		;
 }
 
 #if DSTAGE_HAVE_FUSE_PASSTHROUGH
@@ -74,6 +113,7 @@ int dsfs_pt_open(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_pt *pt,
 
 	*kind = DSFS_PT_PLAIN;
 	pthread_mutex_lock(&pt->lock);
+	dsfs_pt_wait_released(fs, who, pt, may_pass, tag);
 #if DSTAGE_HAVE_FUSE_PASSTHROUGH
 	if (may_pass && fs->passthrough && who->req) {
 		int id =
@@ -116,11 +156,16 @@ void dsfs_pt_release(struct dsfs_caller *who, struct dsfs_pt *pt,
 	pthread_mutex_lock(&pt->lock);
 	if (kind == DSFS_PT_PLAIN) {
 		pt->plain_opens--;
-	} else if (kind == DSFS_PT_PASSED && !--pt->pt_opens && who->req) {
+	} else if (kind == DSFS_PT_PASSED && !--pt->pt_opens) {
+		pthread_cond_broadcast(&pt->released);
 #if DSTAGE_HAVE_FUSE_PASSTHROUGH
 		/* The kernel keeps the file while its own users remain. */
-		fuse_passthrough_close(who->req, pt->id);
-		pt->id = 0;
+		if (who->req) {
+			fuse_passthrough_close(who->req, pt->id);
+			pt->id = 0;
+		}
+#else
+		(void)who;
 #endif
 	}
 	pthread_mutex_unlock(&pt->lock);

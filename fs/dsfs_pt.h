@@ -27,6 +27,12 @@
  *
  * lock is a leaf, held across the backing callback: one inode's opens
  * wait for each other, no one else's.
+ *
+ * The kernel sends RELEASE after close(2) has returned, so a program that
+ * closes a passed-through file and opens it again for writing can reach
+ * us before its RELEASE: an open that would be refused first waits, on
+ * released, up to DSFS_PT_RELEASE_WAIT_MS for the passed-through opens to
+ * be released (another worker thread serves the RELEASE meanwhile).
  */
 #ifndef DSFS_PT_H
 #define DSFS_PT_H
@@ -40,8 +46,12 @@ struct dsfs;
 struct dsfs_caller;
 struct fuse_file_info;
 
+/* How long a refused open waits for RELEASEs in flight, ms. */
+#define DSFS_PT_RELEASE_WAIT_MS 1000
+
 struct dsfs_pt {
 	pthread_mutex_t lock;
+	pthread_cond_t released; /* with lock: pt_opens reached 0 */
 	int id; /* lock: backing id registered with the kernel; 0: none */
 	unsigned pt_opens; /* lock: opens passed through with id */
 	unsigned plain_opens; /* lock: opens read through dstagefs, cached */
@@ -68,7 +78,8 @@ void dsfs_pt_destroy(struct dsfs_pt *pt);
  * through. label and key name the file in the one log line when the
  * kernel refuses a backing file.
  * Returns 0, or -ETXTBSY: passed-through opens of the inode are there and
- * this one cannot join them (may_pass false, or another tag).
+ * this one cannot join them (may_pass false, or another tag), still after
+ * DSFS_PT_RELEASE_WAIT_MS.
  */
 int dsfs_pt_open(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_pt *pt,
 		 bool may_pass, int (*backing)(void *arg, int *fd), void *arg,
