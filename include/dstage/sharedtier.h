@@ -70,7 +70,8 @@ int sharedtier_locate(struct catalog *cat, const struct dstage_config *cfg,
  * (If-Match its ETag), check it against the expected SHA-256, publish it,
  * then write the MANIFEST and drop the lease.
  * Returns 0, -ENOENT (no dataset, no tier, or the tier's directory does not
- * exist: the parallel FS is not mounted?), -EACCES (the tier's root is
+ * exist: the parallel FS is not mounted?), -EPERM (a dataset restricted to
+ * a group: its copy would be readable by everyone), -EACCES (the tier's root is
  * writable by others), -EBUSY (another node holds the
  * lease after wait_ms, res->holder names it; or this node's lease was taken
  * over), -EIO (a file's bytes do not match the sums key: nothing is

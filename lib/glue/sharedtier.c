@@ -716,6 +716,17 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 	ret = catalog_dataset_get(cat, name, &ds);
 	if (ret)
 		return ret;
+	if (ds.group && ds.group[0]) {
+		/* The copy's files are world-readable on the parallel FS,
+		 * which every node mounts: that would bypass the group. */
+		log_error(
+			"shared tier: dataset %s is restricted to group '%s': "
+			"its copy on the parallel file system would be "
+			"readable by every user there; not published",
+			name, ds.group);
+		ret = -EPERM;
+		goto out;
+	}
 	ret = st_base(cfg, &ds, base, sizeof(base));
 	if (ret == -ENOENT)
 		log_error("shared tier: dataset %s has none: set one with "

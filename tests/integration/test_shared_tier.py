@@ -163,6 +163,24 @@ def lease_text(holder, expires_ms):
     return "holder %s\nexpires_ms %d\n" % (holder, expires_ms)
 
 
+def test_restricted_dataset_not_published(tool, stager_dir):
+    """A dataset restricted to a group is never copied to the tier: its
+    files there would be readable by every user of the parallel FS."""
+    tier = stager_dir / "tier"
+    tier.mkdir()
+    make_dataset(stager_dir / "src", FILES)
+    s = node(tool, stager_dir / "n", tier)
+    try:
+        s.run("add", "ds", "file://%s/src/" % stager_dir, "--group", "root",
+              check=True)
+        p, _ = shared(s)
+        assert p.returncode != 0
+        assert "is restricted to group 'root'" in s.log.read_text()
+        assert not any(tier.rglob("*")), list(tier.rglob("*"))
+    finally:
+        s.stop()
+
+
 def test_live_lease_waited_for_then_expired_taken_over(two_nodes):
     (a, b), tier = two_nodes
     # find the snapshot's directory without publishing: a copy left half
