@@ -341,7 +341,10 @@ void proto_reader_init(struct proto_reader *r, int fd)
 	r->timeout_ms = 0;
 }
 
-/* Wait until r->fd is readable or the deadline (ms, 0: none) passes. */
+/* Wait until r->fd is readable or the deadline (ms) passes.  The fd is
+ * polled at least once even when the deadline has already passed, so bytes
+ * (or an end of file) that are there already are never reported as a
+ * timeout because the millisecond clock ticked since the deadline was set. */
 static int proto_wait(const struct proto_reader *r, int64_t deadline)
 {
 	struct pollfd pfd = { .fd = r->fd, .events = POLLIN };
@@ -350,13 +353,15 @@ static int proto_wait(const struct proto_reader *r, int64_t deadline)
 		int64_t left = deadline - timeutil_mono_ms();
 		int n;
 
-		if (left <= 0)
-			return -ETIMEDOUT;
+		if (left < 0)
+			left = 0;
 		n = poll(&pfd, 1, left > INT32_MAX ? INT32_MAX : (int)left);
 		if (n > 0)
 			return 0;
 		if (n < 0 && errno != EINTR)
 			return -errno;
+		if (n == 0 && left == 0)
+			return -ETIMEDOUT;
 	}
 }
 
