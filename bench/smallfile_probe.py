@@ -12,7 +12,7 @@ cache dropped (dentries and inodes too) before each read, alternately:
   dstage: the same files through MOUNT/datasets/d/.
 Prints files/s of each and the ratio. Needs root (drop_caches, FUSE).
 For issue 17's per-open cost; bench/run is the full benchmark.
-PROBE_PERF=record PROBE_OUT=FILE (or PROBE_PERF=trace with -s ...) runs
+PROBE_PERF=record PROBE_OUT=FILE (or PROBE_PERF="record -g", "trace -s") runs
 perf on dstagefs around each dstage read (FILE.READERS.RUN).
 """
 import argparse
@@ -139,7 +139,7 @@ def main():
                                          capture_output=True, text=True
                                          ).stdout.split()[0]
                     rec = subprocess.Popen(
-                        ["perf", os.environ["PROBE_PERF"], "-o",
+                        ["perf", *os.environ["PROBE_PERF"].split(), "-o",
                          f"{os.environ['PROBE_OUT']}.{readers}.{run_i}",
                          "-p", pid], stderr=subprocess.DEVNULL)
                     time.sleep(1)

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -109,6 +110,54 @@ static void cache_tighten_top(struct cache *c, struct cache_modes *t)
 		else
 			t->dirs++;
 	}
+}
+
+/*
+ * The damage generation: 8 bytes of CACHE_GEN_FILE (0600) mapped shared
+ * by every process of this cache, bumped (cache_gen_bump) after a valid
+ * record was made invalid (cache_object_forget_block: the scrub's damaged
+ * blocks). An open object remembers that its records were all valid under
+ * generation g (o->pt_whole, o->pt_gen), so a passthrough open of an
+ * object this process has open reads no record while the generation stays
+ * g: after a page-cache drop that read is a disk read per small file.
+ * Without the mapping (a read-only cache.dir, a filesystem without shared
+ * mappings) every passthrough open reads the records, as before.
+ */
+static void cache_gen_map(struct cache *c)
+{
+	struct stat st;
+	void *p;
+	int fd;
+
+	fd = openat(c->dir_fd, CACHE_GEN_FILE,
+		    O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, CACHE_FILE_MODE);
+	if (fd < 0)
+		goto fail;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+	    ((uint64_t)st.st_size < sizeof(*c->damage_gen) &&
+	     ftruncate(fd, sizeof(*c->damage_gen))))
+		goto fail;
+	p = mmap(NULL, sizeof(*c->damage_gen), PROT_READ | PROT_WRITE,
+		 MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		goto fail;
+	close(fd);
+	c->damage_gen = p;
+	return;
+fail:
+	log_info("cache: %s/%s: not shared (%s): every passthrough open "
+		 "reads its object's records",
+		 c->cfg->cache_dir, CACHE_GEN_FILE, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Make every process read the records again at its next passthrough
+ * opens: called after a valid record was made invalid. */
+static void cache_gen_bump(struct cache *c)
+{
+	if (c->damage_gen)
+		atomic_fetch_add(c->damage_gen, 1);
 }
 
 /* Idle open objects kept: a sixth of the descriptors the process may
@@ -210,6 +259,7 @@ int cache_open(const struct dstage_config *cfg,
 		goto err;
 	}
 	cache_tighten_top(c, &t);
+	cache_gen_map(c);
 	ret = cache_scan_all(c, &t);
 	if (ret)
 		goto err;
@@ -242,6 +292,8 @@ void cache_close(struct cache *c)
 	cache_obj_close_all(c);
 	free(c->buckets);
 	cache_ds_free_all(c);
+	if (c->damage_gen)
+		munmap((void *)c->damage_gen, sizeof(*c->damage_gen));
 	if (c->objects_fd >= 0)
 		close(c->objects_fd);
 	if (c->dir_fd >= 0)
@@ -297,6 +349,9 @@ int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
 		   (off_t)(o->rec_off + block * sizeof(none)));
 	if (w != (ssize_t)sizeof(none))
 		ret = w < 0 ? -errno : -EIO;
+	/* After the write (whatever it did): a passthrough open that read
+	 * the old record before it sees a new generation. */
+	cache_gen_bump(c);
 	pthread_mutex_lock(&o->lock);
 	cache_set_verified(o, block, false);
 	pthread_mutex_unlock(&o->lock);
@@ -324,6 +379,30 @@ static int cache_all_present(struct cache_obj *o)
 				return 0;
 	}
 	return 1;
+}
+
+/* cache_all_present, or what it found under the same damage generation
+ * (cache_gen_map). The generation is read before the records: a record
+ * made invalid after they were read bumps it past the one remembered. */
+static int cache_whole(struct cache *c, struct cache_obj *o)
+{
+	uint64_t g = c->damage_gen ? atomic_load(c->damage_gen) : 0;
+	bool known;
+	int ret;
+
+	pthread_mutex_lock(&o->lock);
+	known = c->damage_gen && o->pt_whole && o->pt_gen == g;
+	pthread_mutex_unlock(&o->lock);
+	if (known)
+		return 1;
+	ret = cache_all_present(o);
+	if (ret == 1 && c->damage_gen) {
+		pthread_mutex_lock(&o->lock);
+		o->pt_whole = true;
+		o->pt_gen = g;
+		pthread_mutex_unlock(&o->lock);
+	}
+	return ret;
 }
 
 int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
@@ -358,7 +437,7 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 		ret = -EAGAIN;
 		goto out;
 	}
-	ret = cache_all_present(o);
+	ret = cache_whole(c, o);
 	if (ret <= 0) {
 		ret = ret ? ret : -EAGAIN;
 		goto out;
@@ -366,7 +445,13 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	/* The same inode even if it was unlinked meanwhile (a path would
 	 * not be), as the O_DIRECT writer reopens it. */
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
-	pfd = open(proc, O_RDONLY | O_CLOEXEC);
+	/* O_NOATIME: the kernel's reads of a passed-through file update no
+	 * access time of the cache's file (a journal write per small file
+	 * and epoch); recency is the sidecar's (cache_obj_touch). Refused to
+	 * a process that does not own the file: then without it. */
+	pfd = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
+	if (pfd < 0 && errno == EPERM)
+		pfd = open(proc, O_RDONLY | O_CLOEXEC);
 	if (pfd < 0) {
 		ret = -errno;
 		goto out;

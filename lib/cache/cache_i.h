@@ -66,6 +66,7 @@
  *      cache_obj_get, close() of the entries it frees.
  *   3. o->lock (mutex, per open object): o->claims, o->verified, the
  *      sequential-access state (seq_next, window, ra_next), o->atime,
+ *      o->pt_whole and o->pt_gen,
  *      o->dfd, o->no_direct and the landed fills (o->lands, their refs and
  *      left). Never held across I/O or while waiting for another lock.
  *   4. c->buf_lock (mutex, a leaf): the idle fill buffers.
@@ -117,6 +118,9 @@
 #include "dstage/cache.h"
 
 #define CACHE_ID_FILE "dstage-cache"
+/* The damage generation shared by every process of the cache (cache.c):
+ * 8 bytes, mapped shared. */
+#define CACHE_GEN_FILE "damage.gen"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"
 /* 3: the object's bytes at offset 0 of their own file, header and records
  * in a sidecar (FUSE passthrough hands the kernel the data file). 2: one
@@ -282,6 +286,10 @@ struct cache_obj {
 	uint64_t window; /* readahead window, blocks */
 	uint64_t ra_next; /* first block not yet handed to readahead */
 	time_t atime;
+	/* A passthrough open found every block's record valid while the
+	 * damage generation was pt_gen (cache_open_passthrough). */
+	bool pt_whole;
+	uint64_t pt_gen;
 	struct cache_land *lands; /* newest first */
 	unsigned nlands;
 };
@@ -376,6 +384,10 @@ struct cache {
 	_Atomic uint64_t fetches, checksum_failures, evictions, streamed;
 	_Atomic uint64_t disk_full; /* see struct cache_stats */
 	_Atomic uint64_t passthrough_opens; /* see struct cache_stats */
+	/* The damage generation (CACHE_GEN_FILE, mapped shared; NULL when it
+	 * could not be: every passthrough open reads the records). Bumped by
+	 * any process after it made a valid record invalid. */
+	_Atomic uint64_t *damage_gen;
 	_Atomic int64_t disk_full_logged; /* time of the last such line */
 	_Atomic bool last_nospace_disk; /* see cache_disk_full */
 };

@@ -749,6 +749,8 @@ bool cache_verified(struct cache_obj *o, uint64_t b)
 
 void cache_set_verified(struct cache_obj *o, uint64_t b, bool on)
 {
+	if (!on)
+		o->pt_whole = false; /* the next passthrough open reads them */
 	if (!o->verified)
 		return;
 	if (on)
