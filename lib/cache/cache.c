@@ -123,7 +123,7 @@ static void cache_tighten_top(struct cache *c, struct cache_modes *t)
  * Without the mapping (a read-only cache.dir, a filesystem without shared
  * mappings) every passthrough open reads the records, as before.
  */
-static void cache_gen_map(struct cache *c)
+static void cache_gen_map(struct cache *c, struct cache_modes *t)
 {
 	struct stat st;
 	void *p;
@@ -133,9 +133,20 @@ static void cache_gen_map(struct cache *c)
 		    O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, CACHE_FILE_MODE);
 	if (fd < 0)
 		goto fail;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
-	    ((uint64_t)st.st_size < sizeof(*c->damage_gen) &&
-	     ftruncate(fd, sizeof(*c->damage_gen))))
+	if (fstat(fd, &st))
+		goto fail;
+	if (!S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		goto fail;
+	}
+	if (st.st_mode & 077) { /* an older cache's looser mode */
+		if (fchmod(fd, CACHE_FILE_MODE))
+			t->failed++;
+		else
+			t->files++;
+	}
+	if ((uint64_t)st.st_size < sizeof(*c->damage_gen) &&
+	    ftruncate(fd, sizeof(*c->damage_gen)))
 		goto fail;
 	p = mmap(NULL, sizeof(*c->damage_gen), PROT_READ | PROT_WRITE,
 		 MAP_SHARED, fd, 0);
@@ -259,7 +270,7 @@ int cache_open(const struct dstage_config *cfg,
 		goto err;
 	}
 	cache_tighten_top(c, &t);
-	cache_gen_map(c);
+	cache_gen_map(c, &t);
 	ret = cache_scan_all(c, &t);
 	if (ret)
 		goto err;

@@ -564,7 +564,7 @@ def mode(p):
 def cache_entries(d):
     """(directories, files) the cache keeps under d."""
     dirs = [d, d / "objects"] + sorted((d / "objects").glob("*"))
-    files = [d / "dstage-cache"] + all_object_files(d)
+    files = [d / "dstage-cache", d / "damage.gen"] + all_object_files(d)
     return dirs, files
 
 
@@ -583,7 +583,7 @@ def test_cache_modes_keep_other_users_out(tool, file_source, tmp_path,
     c = make_cache(tool, file_source, tmp_path)
     assert c.run("ds", "cat", "obj").stdout == data
     dirs, files = cache_entries(c.dir)
-    assert len(files) == 3  # identity, data file, sidecar
+    assert len(files) == 4  # identity, damage generation, data file, sidecar
     for d in dirs:
         assert mode(d) == 0o700, (d, oct(mode(d)))
     for f in files:
@@ -628,8 +628,8 @@ def test_looser_modes_tightened_at_open(tool, file_source, tmp_path,
     p = c.run("ds", "stats")
     log = p.stderr.decode()
     assert log.count("modes tightened") == 1, log
-    # identity, data file, sidecar
-    assert "3 directories to 0700 and 3 files to 0600" in log, log
+    # identity, damage generation, data file, sidecar
+    assert "3 directories to 0700 and 4 files to 0600" in log, log
     for d in dirs:
         assert mode(d) == 0o700, d
     for f in files:
