@@ -212,7 +212,8 @@ def run(b, log, read_files, rounds):
                     continue
                 mnt = os.path.join(b.work, f"ceiling-{name}")
                 os.makedirs(mnt)
-                pr = b.spawn(name, passthrough_hp_cmd(ph, src, mnt, extra))
+                pr = b.spawn(name, passthrough_hp_cmd(ph, src, mnt,
+                                                      [*extra, *b.fuse_opts()]))
                 b.mounts.append(mnt)
                 mounted.append((mnt, pr))
                 b.mount_wait(mnt, pr, os.path.join(mnt, "big", "blob.bin"))

@@ -58,7 +58,7 @@ class Setup:
             self.mnt = os.path.join(self.d, "mnt")
             os.makedirs(self.mnt)
             self.fpr = b.spawn(f"{name}-fs", [b.dstagefs, "--config", self.conf, "-f",
-                                              self.mnt])
+                                              *b.fuse_opts(), self.mnt])
             b.mounts.append(self.mnt)
             first = next(iter(datasets))
             b.mount_wait(self.mnt, self.fpr, os.path.join(self.mnt, "datasets", first))
