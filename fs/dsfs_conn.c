@@ -36,8 +36,26 @@ static bool dsfs_cap_sys_admin(void)
 }
 #endif
 
+/* Whether the kernel offers FUSE over io_uring (its fuse module's
+ * enable_uring): one line, so that a mount's transport is never a guess. */
+static void dsfs_init_uring(const struct fuse_conn_info *conn)
+{
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (conn->capable_ext & FUSE_CAP_OVER_IO_URING)
+		log_info("io_uring: offered by the kernel; used when mounted "
+			 "with -o io_uring (.dstage/stats fs_uring_requests)");
+	else
+		log_info("io_uring: not offered by the kernel (the fuse "
+			 "module's enable_uring parameter is off): requests "
+			 "over /dev/fuse");
+#else
+	(void)conn;
+#endif
+}
+
 void dsfs_init_conn(struct dsfs *fs, struct fuse_conn_info *conn)
 {
+	dsfs_init_uring(conn);
 	fs->passthrough = false;
 #if DSTAGE_HAVE_FUSE_PASSTHROUGH
 	const char *why;

@@ -68,6 +68,25 @@ static struct dsfs *dsfs_ops_fs(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+#ifndef DSTAGE_HAVE_FUSE_URING
+#define DSTAGE_HAVE_FUSE_URING 0
+#endif
+
+/* Count a request that came over io_uring (libfuse >= 3.18 mounted with
+ * -o io_uring where the kernel offers it); the first one is logged. */
+static void dsfs_ops_transport(fuse_req_t req)
+{
+#if DSTAGE_HAVE_FUSE_URING
+	if (fuse_req_is_uring(req) &&
+	    atomic_fetch_add_explicit(&dsfs_ops_fs(req)->ctr.uring_requests, 1,
+				      memory_order_relaxed) == 0)
+		log_info("FUSE over io_uring: requests arrive on the "
+			 "kernel's ring");
+#else
+	(void)req;
+#endif
+}
+
 /* The node ino and the request's caller; replies ESTALE if there is no
  * such node (then returns NULL). */
 static struct dsfs_node *dsfs_ops_node(fuse_req_t req, fuse_ino_t ino,
@@ -75,6 +94,7 @@ static struct dsfs_node *dsfs_ops_node(fuse_req_t req, fuse_ino_t ino,
 {
 	struct dsfs_node *n = dsfs_nodes_find(&dsfs_ops_fs(req)->nodes, ino);
 
+	dsfs_ops_transport(req);
 	if (!n)
 		fuse_reply_err(req, ESTALE);
 	else

@@ -207,6 +207,7 @@ struct dsfs_counters {
 	atomic_ullong read_errors, lookups, readdirs, prefetch_lists;
 	atomic_ullong prefetch_objects;
 	atomic_ullong passthrough_opens; /* opens given a backing file */
+	atomic_ullong uring_requests; /* arrived over io_uring (libfuse 3.18) */
 };
 
 /*
