@@ -582,7 +582,7 @@ static void *cache_worker(void *arg)
 
 	for (;;) {
 		struct cache_job *j;
-		bool no_space = false;
+		bool no_space = false, stop;
 
 		pthread_mutex_lock(&c->lock);
 		while (!c->jobs && !c->stopping) {
@@ -606,10 +606,13 @@ static void *cache_worker(void *arg)
 				c->jobs_tail = &c->jobs;
 			c->njobs--;
 		}
+		/* Read under the lock (cache_ahead_stop writes it under it): a
+		 * job taken before the stop runs, and cache_close waits. */
+		stop = c->stopping;
 		pthread_mutex_unlock(&c->lock);
 		if (!j)
 			return NULL;
-		if (j->kind == CACHE_JOB_READAHEAD && !c->stopping)
+		if (j->kind == CACHE_JOB_READAHEAD && !stop)
 			cache_obj_range(j->o, j->b0, j->b0 + j->n, false, true,
 					NULL, &no_space);
 		else if (j->kind == CACHE_JOB_PREFETCH)
