@@ -73,7 +73,9 @@ static struct dsfs *dsfs_ops_fs(fuse_req_t req)
 #endif
 
 /* Count a request that came over io_uring (libfuse >= 3.18 mounted with
- * -o io_uring where the kernel offers it); the first one is logged. */
+ * -o io_uring where the kernel offers it); the first one is logged. Every
+ * request handler calls it (through dsfs_ops_node, or itself) but INIT's,
+ * which always comes over /dev/fuse. */
 static void dsfs_ops_transport(fuse_req_t req)
 {
 #if DSTAGE_HAVE_FUSE_URING
@@ -408,6 +410,7 @@ static void dsfs_ops_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	struct dsfs *fs = dsfs_ops_fs(req);
 
+	dsfs_ops_transport(req);
 	dsfs_ops_free_node(fs, dsfs_nodes_forget(&fs->nodes, ino, nlookup));
 	dsfs_nodes_trim(&fs->nodes);
 	fuse_reply_none(req);
@@ -418,6 +421,7 @@ static void dsfs_ops_forget_multi(fuse_req_t req, size_t count,
 {
 	struct dsfs *fs = dsfs_ops_fs(req);
 
+	dsfs_ops_transport(req);
 	for (size_t i = 0; i < count; i++)
 		dsfs_ops_free_node(fs,
 				   dsfs_nodes_forget(&fs->nodes, forgets[i].ino,
@@ -627,6 +631,7 @@ static void dsfs_ops_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv;
 	int ret = 0;
 
+	dsfs_ops_transport(req);
 	dsfs_caller_get(req, &who);
 	memset(&sv, 0, sizeof(sv));
 	sv.f_namemax = 255;
