@@ -3,6 +3,7 @@
 """Small files warm through dstagefs against the same tree on local disk.
 
 bench/smallfile_probe.py [--build DIR] [--files N] [--readers 1,8] [--runs 3]
+                         [--ceiling] [--drop 3|1]
 
 Makes N files of 1-150 KB (seeded) under a work directory on the cache
 disk, registers them as a file:// dataset, stages it (so the cache is
@@ -10,6 +11,11 @@ warm), mounts dstagefs, then for each reader count and run, with the page
 cache dropped (dentries and inodes too) before each read, alternately:
   local: every file of the tree read by R threads (open, read, close);
   dstage: the same files through MOUNT/datasets/d/.
+--drop 1 drops only the page cache (dentries and inodes stay, on local
+disk and in the FUSE mounts alike: the second epoch of a job whose data
+outgrew memory, while its names did not).
+With --ceiling, libfuse's passthrough_hp (bench/ceiling.py's, the FUSE
+ceiling) mounted over the tree is read third in each run.
 Prints files/s of each and the ratio. Needs root (drop_caches, FUSE).
 For issue 17's per-open cost; bench/run is the full benchmark.
 PROBE_PERF=record PROBE_OUT=FILE (or PROBE_PERF="record -g", "trace -s") runs
@@ -26,10 +32,13 @@ import threading
 import time
 
 
+DROP = "3"  # --drop: what drop() writes to drop_caches
+
+
 def drop():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+        f.write(DROP + "\n")
 
 
 def disk_reads():
@@ -85,7 +94,13 @@ def main():
     ap.add_argument("--readers", default="1,8")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--drop", choices=("3", "1"), default="3",
+                    help="what is dropped before each read (drop_caches)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also read the tree through passthrough_hp")
     a = ap.parse_args()
+    global DROP
+    DROP = a.drop
     build = os.path.abspath(a.build)
     work = tempfile.mkdtemp(prefix="dstage-small.", dir="/var/tmp")
     src = os.path.join(work, "src")
@@ -110,6 +125,8 @@ def main():
                               stdout=subprocess.DEVNULL,
                               stderr=open(os.path.join(work, "d.log"), "w"))
     mounted = False
+    hp = None
+    hpmnt = os.path.join(work, "hp")
     try:
         for _ in range(100):
             if os.path.exists(os.path.join(work, "stager.sock")):
@@ -126,6 +143,24 @@ def main():
         local = [os.path.join(src, r) for r in rel]
         mine = [os.path.join(mnt, "datasets/d", r) for r in rel]
         read_all(mine, 8)  # first opens: catalog, cache files
+        theirs = None
+        if a.ceiling:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import ceiling
+            ph = ceiling.passthrough_hp_path()
+            why = ceiling.passthrough_hp_missing(ph)
+            if why:
+                sys.exit(f"--ceiling: passthrough_hp {why}")
+            os.makedirs(hpmnt)
+            hp = subprocess.Popen(ceiling.passthrough_hp_cmd(ph, src, hpmnt),
+                                  stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+            theirs = [os.path.join(hpmnt, r) for r in rel]
+            for _ in range(100):
+                if os.path.exists(theirs[0]):
+                    break
+                time.sleep(0.1)
+            read_all(theirs, 8)
         for readers in [int(x) for x in a.readers.split(",")]:
             for run_i in range(a.runs):
                 drop()
@@ -157,7 +192,16 @@ def main():
                       f"{(d1[1] - d0[1]) / 2 / a.files:.0f} / "
                       f"{(d3[1] - d2[1]) / 2 / a.files:.0f}",
                       flush=True)
+                if theirs:
+                    drop()
+                    th = read_all(theirs, readers)
+                    print(f"readers {readers} run {run_i + 1}: passthrough_hp "
+                          f"{a.files / th:.0f} files/s, ratio {tl / th:.2f}",
+                          flush=True)
     finally:
+        if hp:
+            subprocess.run(["fusermount3", "-u", hpmnt], timeout=60)
+            hp.wait(timeout=30)
         if mounted:
             subprocess.run(["fusermount3", "-u", mnt], timeout=60)
         daemon.terminate()
