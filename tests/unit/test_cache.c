@@ -477,6 +477,56 @@ static void test_passthrough(void)
 	free(data);
 }
 
+/* The access time o's header holds reaches t within a few seconds (the
+ * workers write it: cache_touch_later). */
+static bool atime_reaches(struct cache *c, const struct cache_object *obj,
+			  uint64_t t)
+{
+	uint64_t at = 0;
+
+	for (int i = 0; i < 300; i++) {
+		if (cache_object_atime(c, obj, &at) == 0 && at >= t)
+			return true;
+		usleep(10000);
+	}
+	fprintf(stderr, "access time %llu, wanted %llu or later\n",
+		(unsigned long long)at, (unsigned long long)t);
+	return false;
+}
+
+/*
+ * Access times (eviction's recency) are written by the cache's workers, off
+ * the reader's and the passthrough opener's path; one still queued when
+ * the cache closes is written then, never lost.
+ */
+static void test_access_time(void)
+{
+	struct cache_object obj = { .dataset = "at" };
+	char etag[128];
+	size_t size = 3 * BS;
+	char *data = put_src("at.bin", size, &obj, etag);
+	struct cache *c = open_cache();
+	uint64_t t;
+	int fd = -1;
+
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK(atime_reaches(c, &obj, (uint64_t)time(NULL) - 1));
+	sleep(2); /* past CACHE_ATIME_STEP */
+	t = (uint64_t)time(NULL);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	CHECK(atime_reaches(c, &obj, t));
+	/* Read, then closed at once: the close writes what is queued. */
+	sleep(2);
+	t = (uint64_t)time(NULL);
+	CHECK(read_eq(c, &obj, data, BS, BS));
+	cache_close(c);
+	c = open_cache();
+	CHECK(atime_reaches(c, &obj, t));
+	cache_close(c);
+	free(data);
+}
+
 static void test_corruption(void)
 {
 	struct cache_object obj = { .dataset = "flip" };
@@ -948,6 +998,7 @@ int main(void)
 	test_check_and_recover();
 	test_truncated_file();
 	test_passthrough();
+	test_access_time();
 	test_stale();
 	test_threads();
 	test_readahead();
