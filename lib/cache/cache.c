@@ -163,14 +163,6 @@ fail:
 		close(fd);
 }
 
-/* Make every process read the records again at its next passthrough
- * opens: called after a valid record was made invalid. */
-static void cache_gen_bump(struct cache *c)
-{
-	if (c->damage_gen)
-		atomic_fetch_add(c->damage_gen, 1);
-}
-
 /* Idle open objects kept: a sixth of the descriptors the process may
  * open (an object may hold three: data file, sidecar, O_DIRECT writer; so
  * half of them at most), CACHE_MAX_OPEN at least. */

@@ -258,6 +258,16 @@ uint32_t cache_rec_check(const struct cache_obj *o, const struct cache_rec *r,
 	return (uint32_t)XXH3_64bits_withSeed(r, 12, b ^ o->rec_seed);
 }
 
+/* Whether r marks block b damaged (CACHE_REC_DAMAGED, its check word
+ * right): a block that was present, failed its sum and was not fetched
+ * again yet. Not valid: every reader fetches it. */
+bool cache_rec_damaged(const struct cache_obj *o, const struct cache_rec *r,
+		       uint64_t b)
+{
+	return r->magic == CACHE_REC_DAMAGED &&
+	       r->check == cache_rec_check(o, r, b);
+}
+
 bool cache_rec_valid(const struct cache_obj *o, const struct cache_rec *r,
 		     uint64_t b)
 {

@@ -63,6 +63,33 @@ void cache_log_corrupt(struct cache_obj *o, uint64_t b)
 		 o->dataset, o->key, b, o->name, o->name + 2);
 }
 
+/*
+ * Mark present block b (record r, valid) damaged: its record's magic becomes
+ * CACHE_REC_DAMAGED, so that no one takes its bytes any more (a passthrough
+ * open checks the records, and the damage generation makes every process
+ * look again) while cache_object_check still reports it, until a fill
+ * writes it again. The caller holds b's claim. Returns 0 or -errno.
+ */
+int cache_mark_damaged(struct cache_obj *o, uint64_t b,
+		       const struct cache_rec *r)
+{
+	struct cache_rec d = *r;
+	ssize_t w;
+
+	d.magic = CACHE_REC_DAMAGED;
+	d.check = cache_rec_check(o, &d, b);
+	w = pwrite(o->mfd, &d, sizeof(d),
+		   (off_t)(o->rec_off + b * sizeof(d)));
+	/* After the write (whatever it did): see cache_object_forget_block. */
+	cache_gen_bump(o->c);
+	pthread_mutex_lock(&o->lock);
+	cache_set_verified(o, b, false);
+	pthread_mutex_unlock(&o->lock);
+	if (w != (ssize_t)sizeof(d))
+		return w < 0 ? -errno : -EIO;
+	return 0;
+}
+
 static int cache_fetch_error(struct cache_obj *o, uint64_t b, int ret)
 {
 	if (ret == -ESTALE) {
@@ -440,6 +467,9 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 			continue;
 		}
 		cache_log_corrupt(o, b);
+		/* Claimed: marked, so that a failed fetch leaves it damaged
+		 * (absent to readers) rather than trusted. */
+		(void)cache_mark_damaged(o, b, &recs[i]);
 	}
 	/* Without it (no memory) each block is hashed after it arrives. */
 	rx = aligned_alloc(64, ((n * sizeof(*rx)) + 63) & ~(size_t)63);

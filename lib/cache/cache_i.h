@@ -45,7 +45,9 @@
  *     |  (claim released by    |                    record written  |
  *     |   kill: still ABSENT)  v                    (no sync)       v
  *     +------------------- (fetch failed)            PRESENT <------+
- *   PRESENT --checksum mismatch on read--> FILLING (re-fetched, counted)
+ *   PRESENT --checksum mismatch (read, check)--> DAMAGED (record's magic
+ *            CACHE_REC_DAMAGED, written under the block's claim; the damage
+ *            generation bumped) --claim--> FILLING (re-fetched, counted)
  *   any --eviction (file unlinked)--> gone
  *
  * A block is PRESENT iff its record is valid (magic, check word) and, since
@@ -139,6 +141,9 @@
  * other openers wait past their bound. */
 #define CACHE_MIGRATE_COPY_MAX (256ull << 20)
 #define CACHE_REC_MAGIC 0x4b4c4231u /* "1BLK" */
+/* A block found damaged (its bytes fail the record's sum) and not yet
+ * fetched again: absent to every reader, reported by cache_object_check. */
+#define CACHE_REC_DAMAGED 0x4d414431u /* "1DAM" */
 #define CACHE_HDR_FIXED 64
 #define CACHE_ALIGN 4096
 #define CACHE_HUGE_PAGE (2u << 20) /* fill buffers: see cache_buf_get */
@@ -449,6 +454,15 @@ static inline void cache_count_sub(_Atomic uint64_t *ctr, uint64_t v)
 		;
 }
 
+/* Make every process read the records again at its next passthrough
+ * opens (cache.c, "The damage generation"): called after a valid record
+ * was made invalid (absent or damaged). */
+static inline void cache_gen_bump(struct cache *c)
+{
+	if (c->damage_gen)
+		atomic_fetch_add(c->damage_gen, 1);
+}
+
 static inline uint64_t cache_roundup(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;
@@ -502,6 +516,8 @@ int cache_ofd_lock(const struct cache *c, int fd, off_t byte, short type,
 void cache_ofd_unlock(int fd, off_t byte);
 uint32_t cache_rec_check(const struct cache_obj *o, const struct cache_rec *r,
 			 uint64_t b);
+bool cache_rec_damaged(const struct cache_obj *o, const struct cache_rec *r,
+		       uint64_t b);
 bool cache_rec_valid(const struct cache_obj *o, const struct cache_rec *r,
 		     uint64_t b);
 int cache_pread_all(int fd, void *buf, size_t len, uint64_t off);
@@ -581,6 +597,8 @@ int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 int cache_sink_copy(void *arg, const struct iovec *iov, int n);
 int cache_obj_dfd(struct cache_obj *o);
 void cache_log_corrupt(struct cache_obj *o, uint64_t b);
+int cache_mark_damaged(struct cache_obj *o, uint64_t b,
+		       const struct cache_rec *r);
 bool cache_check_block(struct cache_obj *o, uint64_t b, const void *p,
 		       size_t len, const struct cache_rec *r);
 bool cache_file_covers(struct cache_obj *o, uint64_t b1);

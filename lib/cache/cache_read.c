@@ -426,6 +426,66 @@ int cache_object_atime(struct cache *c, const struct cache_object *obj,
 	return ret;
 }
 
+/* What cache_check_one found of a block. */
+enum cache_check_state {
+	CACHE_CHECK_ABSENT, /* no record (or gone meanwhile) */
+	CACHE_CHECK_SOUND, /* present, its bytes match the record */
+	CACHE_CHECK_FOUND, /* present, damaged: found now and marked so */
+	CACHE_CHECK_MARKED, /* present, marked damaged before */
+};
+
+/*
+ * Check block k (record r as read) for cache_object_check into buf (a
+ * block's room). A mismatch is read again under the block's claim (a fill
+ * may have just written it) and, when it stands, the block is marked
+ * damaged (cache_mark_damaged): then no passthrough open of any process
+ * takes the object's bytes, and every reader fetches the block, while a
+ * later check still reports it. Returns an enum cache_check_state, or
+ * -errno (the block unreadable, its record unwritable).
+ */
+static int cache_check_one(struct cache_obj *o, uint64_t k,
+			   const struct cache_rec *r, char *buf)
+{
+	size_t len = cache_block_len(o, k);
+	struct uring_io io = { buf, len, o->data_off + k * o->c->bs };
+	struct cache_rec now;
+	bool ok;
+	int ret;
+
+	if (cache_rec_damaged(o, r, k))
+		return CACHE_CHECK_MARKED;
+	if (!cache_rec_valid(o, r, k))
+		return CACHE_CHECK_ABSENT;
+	ret = uring_rw(o->fd, &io, 1, false);
+	if (ret)
+		return ret;
+	ok = XXH3_64bits(buf, len) == r->sum;
+	if (!ok) { /* again, under the claim */
+		ret = cache_claim(o, k, true);
+		if (ret)
+			return ret;
+		ret = cache_read_recs(o, k, 1, &now);
+		if (!ret && cache_rec_valid(o, &now, k))
+			ret = uring_rw(o->fd, &io, 1, false);
+		if (!ret && cache_rec_valid(o, &now, k)) {
+			ok = XXH3_64bits(buf, len) == now.sum;
+			if (!ok)
+				ret = cache_mark_damaged(o, k, &now);
+		}
+		cache_unclaim(o, k);
+		if (ret)
+			return ret;
+		if (cache_rec_damaged(o, &now, k))
+			return CACHE_CHECK_MARKED;
+		if (!cache_rec_valid(o, &now, k))
+			return CACHE_CHECK_ABSENT;
+	}
+	pthread_mutex_lock(&o->lock);
+	cache_set_verified(o, k, ok);
+	pthread_mutex_unlock(&o->lock);
+	return ok ? CACHE_CHECK_SOUND : CACHE_CHECK_FOUND;
+}
+
 int cache_object_check(struct cache *c, const struct cache_object *obj,
 		       struct cache_check *chk)
 {
@@ -453,27 +513,23 @@ int cache_object_check(struct cache *c, const struct cache_object *obj,
 
 		ret = cache_read_recs(o, b, n, recs);
 		for (uint64_t i = 0; i < n && !ret; i++) {
-			uint64_t k = b + i, len = cache_block_len(o, k);
-			struct uring_io io = { buf, len,
-					       o->data_off + k * c->bs };
+			uint64_t k = b + i;
+			int st = cache_check_one(o, k, &recs[i], buf);
 
-			if (!cache_rec_valid(o, &recs[i], k))
+			if (st < 0) {
+				ret = st;
+				break;
+			}
+			if (st == CACHE_CHECK_ABSENT)
 				continue;
 			chk->present++;
-			ret = uring_rw(o->fd, &io, 1, false);
-			if (ret)
-				break;
-			pthread_mutex_lock(&o->lock);
-			bool ok = XXH3_64bits(buf, len) == recs[i].sum;
-
-			cache_set_verified(o, k, ok);
-			pthread_mutex_unlock(&o->lock);
-			if (!ok) {
-				chk->bad++;
+			if (st == CACHE_CHECK_SOUND)
+				continue;
+			chk->bad++;
+			if (st == CACHE_CHECK_FOUND)
 				cache_log_corrupt(o, k);
-				if (chk->bad_fn)
-					chk->bad_fn(chk->arg, k, path);
-			}
+			if (chk->bad_fn)
+				chk->bad_fn(chk->arg, k, path);
 		}
 	}
 out:

@@ -139,11 +139,11 @@ static void test_ranges(void)
 	free(d1);
 }
 
-/* Flip one bit of a byte of the object cached under dataset "flip". */
-static void flip_byte(uint64_t block, uint64_t at)
+/* Flip one bit of a byte of the object cached under dataset ds. */
+static void flip_byte_in(const char *ds, uint64_t block, uint64_t at)
 {
 	uint64_t data_off = 0;
-	int fd = cachetest_obj_file(cachedir, "flip", &data_off);
+	int fd = cachetest_obj_file(cachedir, ds, &data_off);
 	off_t p = (off_t)(data_off + block * BS + at);
 	char ch;
 
@@ -152,6 +152,12 @@ static void flip_byte(uint64_t block, uint64_t at)
 	ch ^= 0x20;
 	CHECK(pwrite(fd, &ch, 1, p) == 1);
 	close(fd);
+}
+
+/* Flip one bit of a byte of the object cached under dataset "flip". */
+static void flip_byte(uint64_t block, uint64_t at)
+{
+	flip_byte_in("flip", block, at);
 }
 
 /* cache_object_check's report of damaged blocks. */
@@ -525,6 +531,77 @@ static void test_access_time(void)
 	CHECK(atime_reaches(c, &obj, t));
 	cache_close(c);
 	free(data);
+}
+
+/*
+ * A damaged block found by a check (stager verify --cache, the scrub) in
+ * any process takes its object out of passthrough at once, and stays
+ * reported as damaged, not missing, until a read fetches it again; one a
+ * read found but could not fetch again stays damaged too (issue 31).
+ */
+static void test_damaged_mark(void)
+{
+	struct cache_object obj = { .dataset = "dmg" };
+	struct cache_object obj2 = { .dataset = "dmg2" };
+	char etag[128], etag2[128], path[4096];
+	size_t size = 6 * BS + 10;
+	char *data = put_src("dmg.bin", size, &obj, etag);
+	char *data2 = put_src("dmg2.bin", size, &obj2, etag2);
+	char *got = malloc(size);
+	struct cache *c = open_cache(), *c2;
+	struct cache_check chk;
+	uint64_t present = 0;
+	int fd = -1;
+
+	CHECK(got);
+	CHECK(read_eq(c, &obj, data, 0, size));
+	/* Whole: remembered so under this damage generation. */
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	flip_byte_in("dmg", 3, 11);
+	c2 = open_cache(); /* another process's check */
+	memset(&chk, 0, sizeof(chk));
+	CHECK_INT(cache_object_check(c2, &obj, &chk), 0);
+	CHECK_INT(chk.bad, 1);
+	CHECK_INT(chk.present, 7);
+	cache_close(c2);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	/* Still damaged, not missing, in a later check. */
+	memset(&chk, 0, sizeof(chk));
+	CHECK_INT(cache_object_check(c, &obj, &chk), 0);
+	CHECK_INT(chk.bad, 1);
+	CHECK_INT(chk.present, 7);
+	CHECK_INT(cache_object_present(c, &obj, &present), 0);
+	CHECK_INT(present, size - BS);
+	/* A read fetches it again: the right bytes, then sound and whole. */
+	CHECK(read_eq(c, &obj, data, 0, size));
+	memset(&chk, 0, sizeof(chk));
+	CHECK_INT(cache_object_check(c, &obj, &chk), 0);
+	CHECK_INT(chk.bad, 0);
+	CHECK_INT(chk.present, 7);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	CHECK_INT(pread(fd, got, size, 0), (ssize_t)size);
+	CHECK(!memcmp(got, data, size));
+	close(fd);
+
+	/* Found by a read whose fetch fails (the source is gone): the block
+	 * is left damaged, never trusted again. */
+	CHECK(read_eq(c, &obj2, data2, 0, size));
+	cache_close(c);
+	flip_byte_in("dmg2", 2, 5);
+	snprintf(path, sizeof(path), "%s/dmg2.bin", srcdir);
+	CHECK_INT(unlink(path), 0);
+	c = open_cache();
+	CHECK(cache_read(c, &obj2, BS, 2 * BS, got) < 0);
+	CHECK_INT(cache_open_passthrough(c, &obj2, &fd), -EAGAIN);
+	memset(&chk, 0, sizeof(chk));
+	CHECK_INT(cache_object_check(c, &obj2, &chk), 0);
+	CHECK_INT(chk.bad, 1);
+	CHECK_INT(chk.present, 7);
+	cache_close(c);
+	free(got);
+	free(data);
+	free(data2);
 }
 
 static void test_corruption(void)
@@ -995,6 +1072,7 @@ int main(void)
 	test_ranges();
 	test_on_disk_sums();
 	test_corruption();
+	test_damaged_mark();
 	test_check_and_recover();
 	test_truncated_file();
 	test_passthrough();
