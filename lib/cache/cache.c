@@ -450,7 +450,7 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
 	/* O_NOATIME: the kernel's reads of a passed-through file update no
 	 * access time of the cache's file (a journal write per small file
-	 * and epoch); recency is the sidecar's (cache_touch_later). Refused to
+	 * and epoch); recency is the sidecar's (cache_obj_touch). Refused to
 	 * a process that does not own the file: then without it. */
 	pfd = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
 	if (pfd < 0 && errno == EPERM)
@@ -464,7 +464,7 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	if (ret)
 		goto out;
 	cache_count(&c->passthrough_opens, 1);
-	cache_touch_later(o);
+	cache_obj_touch(o);
 	*fd = pfd;
 	pfd = -1;
 out:

@@ -58,7 +58,7 @@ static int cache_job_push(struct cache *c, struct cache_job *j)
 {
 	pthread_mutex_lock(&c->lock);
 	if (c->stopping || !c->npool ||
-	    (j->kind != CACHE_JOB_PREFETCH && c->njobs >= CACHE_MAX_JOBS)) {
+	    (j->kind == CACHE_JOB_READAHEAD && c->njobs >= CACHE_MAX_JOBS)) {
 		pthread_mutex_unlock(&c->lock);
 		return -EBUSY;
 	}
@@ -617,8 +617,6 @@ static void *cache_worker(void *arg)
 					NULL, &no_space);
 		else if (j->kind == CACHE_JOB_PREFETCH)
 			cache_run_prefetch(c, j);
-		else if (j->kind == CACHE_JOB_TOUCH) /* stopping or not */
-			cache_obj_touch_write(j->o, j->b0);
 		cache_job_free(j);
 	}
 }
@@ -648,36 +646,6 @@ static void cache_readahead(struct cache_obj *o, uint64_t b0, uint64_t n)
 		b0 += k;
 		n -= k;
 	}
-}
-
-/*
- * Record an access to o (cache_obj_touch) from a worker: the header write
- * (a page written, the sidecar's times updated: a journal transaction) is
- * then not in the opener's or reader's path. A passthrough open of a small
- * file waited about 20 us for it here, a fifth of the open. Written in
- * place when no worker takes it (queue full, stopping).
- */
-void cache_touch_later(struct cache_obj *o)
-{
-	struct cache *c = o->c;
-	struct cache_job *j;
-	uint64_t t;
-
-	if (!cache_obj_touch_due(o, &t))
-		return;
-	j = calloc(1, sizeof(*j));
-	if (j) {
-		j->kind = CACHE_JOB_TOUCH;
-		j->b0 = t;
-		pthread_mutex_lock(&c->lock);
-		o->refs++;
-		pthread_mutex_unlock(&c->lock);
-		j->o = o;
-		if (!cache_job_push(c, j))
-			return;
-	}
-	cache_obj_touch_write(o, t);
-	cache_job_free(j);
 }
 
 /* Sequential detection: a read starting where the previous one ended grows
@@ -820,8 +788,6 @@ void cache_ahead_stop(struct cache *c)
 		struct cache_job *j = c->jobs;
 
 		c->jobs = j->next;
-		if (j->kind == CACHE_JOB_TOUCH)
-			cache_obj_touch_write(j->o, j->b0);
 		cache_job_free(j);
 	}
 }

@@ -316,11 +316,7 @@ struct cache_land {
 	char *buf;
 };
 
-enum cache_job_kind {
-	CACHE_JOB_READAHEAD,
-	CACHE_JOB_PREFETCH,
-	CACHE_JOB_TOUCH /* write o's access time b0 (cache_touch_later) */
-};
+enum cache_job_kind { CACHE_JOB_READAHEAD, CACHE_JOB_PREFETCH };
 
 struct cache_pf; /* a prefetch running (cache_ahead.c) */
 struct cache_pf_hold; /* an entry it fetched for its reader */
@@ -576,8 +572,7 @@ void cache_obj_close_all(struct cache *c);
 int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		  struct cache_obj **op);
 void cache_obj_put(struct cache_obj *o);
-bool cache_obj_touch_due(struct cache_obj *o, uint64_t *t);
-void cache_obj_touch_write(struct cache_obj *o, uint64_t t);
+void cache_obj_touch(struct cache_obj *o);
 int cache_obj_forget(struct cache *c, const char *name);
 bool cache_verified(struct cache_obj *o, uint64_t b);
 void cache_set_verified(struct cache_obj *o, uint64_t b, bool on);
@@ -609,7 +604,6 @@ int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e, bool wait,
 
 /* ---- layer 5: cache_ahead.c ---- */
 void cache_access(struct cache_obj *o, uint64_t off, size_t len);
-void cache_touch_later(struct cache_obj *o);
 int cache_ahead_start(struct cache *c);
 void cache_ahead_stop(struct cache *c);
 

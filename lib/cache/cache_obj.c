@@ -723,29 +723,21 @@ out:
 	return ret;
 }
 
-/* Whether an access now is to be recorded: the first in CACHE_ATIME_STEP
- * seconds of this object. Marks it recorded (in memory) and sets *t. */
-bool cache_obj_touch_due(struct cache_obj *o, uint64_t *t)
+/* Record an access, at most once per CACHE_ATIME_STEP seconds per object. */
+void cache_obj_touch(struct cache_obj *o)
 {
 	time_t now = time(NULL);
-	bool due = false;
+	uint64_t t = (uint64_t)now;
+	bool write = false;
+	int ret;
 
 	pthread_mutex_lock(&o->lock);
 	if (now - o->atime >= CACHE_ATIME_STEP) {
 		o->atime = now;
-		due = true;
+		write = true;
 	}
 	pthread_mutex_unlock(&o->lock);
-	*t = (uint64_t)now;
-	return due;
-}
-
-/* Write access time t to o's header (cache_obj_touch_due said it is due). */
-void cache_obj_touch_write(struct cache_obj *o, uint64_t t)
-{
-	int ret = cache_obj_write_atime(o, t);
-
-	if (ret)
+	if (write && (ret = cache_obj_write_atime(o, t)))
 		log_debug("cache: %s/%s: access time not recorded: %s",
 			  o->dataset, o->key, strerror(-ret));
 }

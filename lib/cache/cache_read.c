@@ -195,7 +195,7 @@ static int cache_read_iov_timed(struct cache *c, const struct cache_object *obj,
 		v = (struct iovec){ buf, (size_t)got };
 		return fn(arg, &v, 1);
 	}
-	cache_touch_later(o);
+	cache_obj_touch(o);
 	if (flags & CACHE_READ_DIRECT) {
 		ret = cache_read_direct(o, off, len, fn, arg);
 		if (ret != -EAGAIN)
@@ -313,7 +313,7 @@ int cache_read_fd(struct cache *c, const struct cache_object *obj, uint64_t off,
 			cache_count_hits(o, (off + len - 1) / c->bs -
 						    off / c->bs + 1);
 			cache_count(&c->bytes_from_cache, len);
-			cache_touch_later(o);
+			cache_obj_touch(o);
 		}
 	}
 	cache_obj_put(o);
@@ -338,7 +338,7 @@ int cache_fetch(struct cache *c, const struct cache_object *obj, uint64_t off,
 		return ret;
 	if (!o)
 		return -ENOSPC;
-	cache_touch_later(o);
+	cache_obj_touch(o);
 	b = off / c->bs;
 	e = (off + len - 1) / c->bs + 1;
 	while (b < e) {

@@ -483,8 +483,7 @@ static void test_passthrough(void)
 	free(data);
 }
 
-/* The access time o's header holds reaches t within a few seconds (the
- * workers write it: cache_touch_later). */
+/* The access time o's header holds reaches t within a few seconds. */
 static bool atime_reaches(struct cache *c, const struct cache_object *obj,
 			  uint64_t t)
 {
@@ -501,9 +500,8 @@ static bool atime_reaches(struct cache *c, const struct cache_object *obj,
 }
 
 /*
- * Access times (eviction's recency) are written by the cache's workers, off
- * the reader's and the passthrough opener's path; one still queued when
- * the cache closes is written then, never lost.
+ * Access times (eviction's recency) are recorded by reads and passthrough
+ * opens, at most once a second, and survive the cache's close.
  */
 static void test_access_time(void)
 {
@@ -522,7 +520,7 @@ static void test_access_time(void)
 	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
 	close(fd);
 	CHECK(atime_reaches(c, &obj, t));
-	/* Read, then closed at once: the close writes what is queued. */
+	/* Read, then closed at once. */
 	sleep(2);
 	t = (uint64_t)time(NULL);
 	CHECK(read_eq(c, &obj, data, BS, BS));
