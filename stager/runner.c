@@ -272,9 +272,13 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 			 * buf; the workers are the parallelism. */
 			struct runner_digest d = { .md = md };
 
-			ret = cache_read_iov(c->env->cache, &o, off, len, buf,
-					     CACHE_READ_DIRECT,
-					     runner_digest_iov, &d);
+			/* A stage fills the whole file: its room on disk in
+			 * one piece (CACHE_READ_WHOLE). */
+			ret = cache_read_iov(
+				c->env->cache, &o, off, len, buf,
+				CACHE_READ_DIRECT |
+					(c->stage ? CACHE_READ_WHOLE : 0),
+				runner_digest_iov, &d);
 			got = d.bytes;
 		} else {
 			ret = objstore_get(c->os, f->key, off, len,

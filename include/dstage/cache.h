@@ -163,6 +163,14 @@ enum {
 	 * no page cache and no readahead, and handed over without a copy.
 	 */
 	CACHE_READ_DIRECT = 1u << 0,
+	/*
+	 * The caller reads the object whole, front to back (stage): at its
+	 * first read (off 0) of an object with nothing on disk yet, the
+	 * object's room in its file is allocated in one piece first, so
+	 * that fills landing in parallel and out of order leave it in one
+	 * extent rather than dozens (cache_obj_prealloc, docs/cache.md).
+	 */
+	CACHE_READ_WHOLE = 1u << 1,
 };
 
 /*

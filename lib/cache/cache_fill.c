@@ -78,8 +78,7 @@ int cache_mark_damaged(struct cache_obj *o, uint64_t b,
 
 	d.magic = CACHE_REC_DAMAGED;
 	d.check = cache_rec_check(o, &d, b);
-	w = pwrite(o->mfd, &d, sizeof(d),
-		   (off_t)(o->rec_off + b * sizeof(d)));
+	w = pwrite(o->mfd, &d, sizeof(d), (off_t)(o->rec_off + b * sizeof(d)));
 	/* After the write (whatever it did): see cache_object_forget_block. */
 	cache_gen_bump(o->c);
 	pthread_mutex_lock(&o->lock);

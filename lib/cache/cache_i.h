@@ -280,6 +280,7 @@ struct cache_obj {
 	int mfd; /* header and records: the sidecar, or fd (versions 1, 2) */
 	int dfd; /* o->lock: O_DIRECT writer, CACHE_DFD_UNSET or -1 (none) */
 	bool no_direct; /* o->lock: direct writes were refused */
+	bool prealloc_tried; /* o->lock: cache_obj_prealloc ran */
 	bool inuse_locked; /* holds the shared CACHE_LOCK_INUSE; c->lock */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -573,6 +574,7 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		  struct cache_obj **op);
 void cache_obj_put(struct cache_obj *o);
 void cache_obj_touch(struct cache_obj *o);
+void cache_obj_prealloc(struct cache_obj *o);
 int cache_obj_forget(struct cache *c, const char *name);
 bool cache_verified(struct cache_obj *o, uint64_t b);
 void cache_set_verified(struct cache_obj *o, uint64_t b, bool on);

@@ -723,6 +723,41 @@ out:
 	return ret;
 }
 
+/*
+ * Allocate o's room in its data file in one piece before a caller fetches
+ * it whole (CACHE_READ_WHOLE: stager stage). Its fills land in parallel
+ * and out of order (the reader's and the readahead workers'), and a 1 GiB
+ * object was 40 extents interleaved within ~100 MiB (filefrag), read back
+ * slower than its source. FALLOC_FL_KEEP_SIZE: the file's size stays what
+ * its blocks make it (passthrough reads the file to its end). Only for a
+ * version 3 object larger than one fill batch, with nothing on disk yet,
+ * and while the cache holds twice its size free below its high mark: the
+ * room is counted as its blocks land (and from the file's blocks at the
+ * next scan, should the fetch stop halfway), so the count may lag the disk
+ * by at most the objects being staged. Best effort: a filesystem without
+ * fallocate fills it as before.
+ */
+void cache_obj_prealloc(struct cache_obj *o)
+{
+	struct cache *c = o->c;
+	uint64_t used = atomic_load(&c->used);
+	struct stat st;
+	bool tried;
+
+	if (o->version != CACHE_OBJ_VERSION || o->data_off ||
+	    o->nblocks <= c->batch || used + 2 * o->size > c->high)
+		return;
+	pthread_mutex_lock(&o->lock);
+	tried = o->prealloc_tried;
+	o->prealloc_tried = true;
+	pthread_mutex_unlock(&o->lock);
+	if (tried || fstat(o->fd, &st) || st.st_blocks)
+		return;
+	if (fallocate(o->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)o->size))
+		log_debug("cache: %s/%s: room not allocated in one piece: %s",
+			  o->dataset, o->key, strerror(errno));
+}
+
 /* Record an access, at most once per CACHE_ATIME_STEP seconds per object. */
 void cache_obj_touch(struct cache_obj *o)
 {

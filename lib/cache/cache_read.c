@@ -196,6 +196,8 @@ static int cache_read_iov_timed(struct cache *c, const struct cache_object *obj,
 		return fn(arg, &v, 1);
 	}
 	cache_obj_touch(o);
+	if ((flags & CACHE_READ_WHOLE) && off == 0)
+		cache_obj_prealloc(o);
 	if (flags & CACHE_READ_DIRECT) {
 		ret = cache_read_direct(o, off, len, fn, arg);
 		if (ret != -EAGAIN)

@@ -602,6 +602,90 @@ static void test_damaged_mark(void)
 	free(data2);
 }
 
+/* cache_read_iov's bytes compared with the source's (struct iov_cmp). */
+struct iov_cmp {
+	const char *want;
+	uint64_t off;
+	bool ok;
+};
+
+static int iov_cmp_fn(void *arg, const struct iovec *iov, int n)
+{
+	struct iov_cmp *w = arg;
+
+	for (int i = 0; i < n; i++) {
+		if (memcmp(iov[i].iov_base, w->want + w->off, iov[i].iov_len))
+			w->ok = false;
+		w->off += iov[i].iov_len;
+	}
+	return 0;
+}
+
+/* The data file of the object cached under dataset ds. */
+static bool data_file_stat(const char *ds, struct stat *st)
+{
+	uint64_t data_off = 0;
+	int fd = cachetest_obj_file(cachedir, ds, &data_off);
+	bool ok = fd >= 0 && fstat(fd, st) == 0;
+
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/*
+ * CACHE_READ_WHOLE (stager stage): the first read of an object with nothing
+ * on disk allocates its whole room in its file first, the file's size left
+ * to its blocks (passthrough reads it to its end); the bytes are the
+ * source's. Without the flag the file holds what was filled.
+ */
+static void test_prealloc(void)
+{
+	struct cache_object obj = { .dataset = "pre" };
+	struct cache_object obj2 = { .dataset = "pre2" };
+	char etag[128], etag2[128], *buf = malloc(200 * BS);
+	size_t size = 100 * BS + 7;
+	char *data = put_src("pre.bin", size, &obj, etag);
+	char *data2 = put_src("pre2.bin", size, &obj2, etag2);
+	uint64_t ra = cfg->cache_readahead_max;
+	struct iov_cmp w = { data, 0, true };
+	struct cache *c;
+	struct stat st;
+
+	CHECK(buf);
+	cfg->cache_readahead_max = 0; /* only what is read is filled */
+	c = open_cache();
+	CHECK_INT(cache_read_iov(c, &obj, 0, BS, buf,
+				 CACHE_READ_DIRECT | CACHE_READ_WHOLE,
+				 iov_cmp_fn, &w),
+		  0);
+	CHECK(w.ok && w.off == BS);
+	CHECK(data_file_stat("pre", &st));
+	CHECK((uint64_t)st.st_blocks * 512 >= size);
+	CHECK_INT(st.st_size, BS);
+	/* Read on to the end: the source's bytes, the file the object's. */
+	CHECK_INT(cache_read_iov(c, &obj, BS, size - BS, buf,
+				 CACHE_READ_DIRECT | CACHE_READ_WHOLE,
+				 iov_cmp_fn, &w),
+		  0);
+	CHECK(w.ok && w.off == size);
+	CHECK(data_file_stat("pre", &st));
+	CHECK_INT(st.st_size, (off_t)size);
+	/* Without the flag: what was filled, no more. */
+	w = (struct iov_cmp){ data2, 0, true };
+	CHECK_INT(cache_read_iov(c, &obj2, 0, BS, buf, CACHE_READ_DIRECT,
+				 iov_cmp_fn, &w),
+		  0);
+	CHECK(w.ok);
+	CHECK(data_file_stat("pre2", &st));
+	CHECK((uint64_t)st.st_blocks * 512 < 10 * BS);
+	cache_close(c);
+	cfg->cache_readahead_max = ra;
+	free(buf);
+	free(data);
+	free(data2);
+}
+
 static void test_corruption(void)
 {
 	struct cache_object obj = { .dataset = "flip" };
@@ -1071,6 +1155,7 @@ int main(void)
 	test_on_disk_sums();
 	test_corruption();
 	test_damaged_mark();
+	test_prealloc();
 	test_check_and_recover();
 	test_truncated_file();
 	test_passthrough();
