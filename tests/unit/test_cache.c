@@ -686,6 +686,45 @@ static void test_prealloc(void)
 	free(data2);
 }
 
+/*
+ * A cache whose damage generation cannot be shared (damage.gen cannot be
+ * made or mapped: here a directory stands at its name) still opens, and
+ * every passthrough open reads its object's records: a record another
+ * process clears is seen at this process's next open.
+ */
+static void test_gen_unshared(void)
+{
+	struct cache_object obj = { .dataset = "nogen" };
+	char *saved = cfg->cache_dir;
+	char dir[400], gen[450], etag[128];
+	size_t size = 5 * BS + 3;
+	char *data = put_src("nogen.bin", size, &obj, etag);
+	struct cache *c, *c2;
+	int fd = -1;
+
+	snprintf(dir, sizeof(dir), "%s/cache-nogen", tmp);
+	snprintf(gen, sizeof(gen), "%s/damage.gen", dir);
+	CHECK_INT(mkdir(dir, 0700), 0);
+	CHECK_INT(mkdir(gen, 0700), 0);
+	cfg->cache_dir = dir;
+	c = open_cache();
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	c2 = open_cache();
+	CHECK_INT(cache_object_forget_block(c2, &obj, 2), 0);
+	cache_close(c2);
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+	close(fd);
+	cache_close(c);
+	cfg->cache_dir = saved;
+	free(data);
+}
+
 static void test_corruption(void)
 {
 	struct cache_object obj = { .dataset = "flip" };
@@ -1156,6 +1195,7 @@ int main(void)
 	test_corruption();
 	test_damaged_mark();
 	test_prealloc();
+	test_gen_unshared();
 	test_check_and_recover();
 	test_truncated_file();
 	test_passthrough();
