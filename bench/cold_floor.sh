@@ -20,6 +20,8 @@
 # (drop_caches, FUSE) and SIZE_MB of memory for the file.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/conf.sh
+. "$repo/bench/conf.sh"
 build=$(cd "${1:-$repo/build}" && pwd)
 hp=${DSTAGE_PASSTHROUGH_HP:-/opt/dstage/libfuse/bin/passthrough_hp}
 size_mb=${SIZE_MB:-1024} rounds=${ROUNDS:-3}
@@ -64,17 +66,7 @@ for _ in $(seq 100); do [ -e "$work/mnt-floor/big" ] && break; sleep 0.1; done
 fresh() {
 	local w="$work/r$1"
 	mkdir -p "$w" "$work/mnt$1"
-	cat >"$w/dstage.conf" <<CONF
-[cache]
-dir = $w/cache
-size = $((size_mb * 2 + 64))M
-[catalog]
-path = $w/catalog.db
-[daemon]
-socket = $w/stager.sock
-[log]
-level = warn
-CONF
+	bench_conf "$w" "$((size_mb * 2 + 64))M"
 	export DSTAGE_CONFIG="$w/dstage.conf"
 	"$build/stager/stager" daemon >/dev/null 2>"$w/daemon.log" &
 	daemon=$!

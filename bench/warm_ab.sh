@@ -17,6 +17,8 @@
 # (drop_caches, FUSE), SIZE_MB x FILES of disk twice over.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/conf.sh
+. "$repo/bench/conf.sh"
 builds=()
 for b in "${@:-$repo/build}"; do builds+=("$(cd "$b" && pwd)"); done
 files=${FILES:-4} size_mb=${SIZE_MB:-512} rounds=${ROUNDS:-3}
@@ -32,17 +34,7 @@ mkdir -p "$work/src" "$mnt"
 for i in $(seq "$files"); do
 	head -c $((size_mb << 20)) /dev/urandom >"$work/src/f$i"
 done
-cat >"$work/dstage.conf" <<CONF
-[cache]
-dir = $work/cache
-size = $((files * size_mb * 2))M
-[catalog]
-path = $work/catalog.db
-[daemon]
-socket = $work/stager.sock
-[log]
-level = warn
-CONF
+bench_conf "$work" "$((files * size_mb * 2))M"
 export DSTAGE_CONFIG=$work/dstage.conf
 "${builds[0]}/stager/stager" daemon >"$work/daemon.log" 2>&1 &
 daemon=$!

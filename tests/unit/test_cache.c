@@ -531,6 +531,22 @@ static void test_access_time(void)
 	free(data);
 }
 
+/* Whether cache_object_check finds bad damaged blocks among present. */
+static bool check_is(struct cache *c, const struct cache_object *obj,
+		     uint64_t bad, uint64_t present)
+{
+	struct cache_check chk = { 0 };
+
+	if (cache_object_check(c, obj, &chk) || chk.bad != bad ||
+	    chk.present != present) {
+		fprintf(stderr, "check: bad %llu present %llu\n",
+			(unsigned long long)chk.bad,
+			(unsigned long long)chk.present);
+		return false;
+	}
+	return true;
+}
+
 /*
  * A damaged block found by a check (stager verify --cache, the scrub) in
  * any process takes its object out of passthrough at once, and stays
@@ -547,7 +563,6 @@ static void test_damaged_mark(void)
 	char *data2 = put_src("dmg2.bin", size, &obj2, etag2);
 	char *got = malloc(size);
 	struct cache *c = open_cache(), *c2;
-	struct cache_check chk;
 	uint64_t present = 0;
 	int fd = -1;
 
@@ -558,25 +573,16 @@ static void test_damaged_mark(void)
 	close(fd);
 	flip_byte_in("dmg", 3, 11);
 	c2 = open_cache(); /* another process's check */
-	memset(&chk, 0, sizeof(chk));
-	CHECK_INT(cache_object_check(c2, &obj, &chk), 0);
-	CHECK_INT(chk.bad, 1);
-	CHECK_INT(chk.present, 7);
+	CHECK(check_is(c2, &obj, 1, 7));
 	cache_close(c2);
 	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
 	/* Still damaged, not missing, in a later check. */
-	memset(&chk, 0, sizeof(chk));
-	CHECK_INT(cache_object_check(c, &obj, &chk), 0);
-	CHECK_INT(chk.bad, 1);
-	CHECK_INT(chk.present, 7);
+	CHECK(check_is(c, &obj, 1, 7));
 	CHECK_INT(cache_object_present(c, &obj, &present), 0);
 	CHECK_INT(present, size - BS);
 	/* A read fetches it again: the right bytes, then sound and whole. */
 	CHECK(read_eq(c, &obj, data, 0, size));
-	memset(&chk, 0, sizeof(chk));
-	CHECK_INT(cache_object_check(c, &obj, &chk), 0);
-	CHECK_INT(chk.bad, 0);
-	CHECK_INT(chk.present, 7);
+	CHECK(check_is(c, &obj, 0, 7));
 	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
 	CHECK_INT(pread(fd, got, size, 0), (ssize_t)size);
 	CHECK(!memcmp(got, data, size));
@@ -592,10 +598,7 @@ static void test_damaged_mark(void)
 	c = open_cache();
 	CHECK(cache_read(c, &obj2, BS, 2 * BS, got) < 0);
 	CHECK_INT(cache_open_passthrough(c, &obj2, &fd), -EAGAIN);
-	memset(&chk, 0, sizeof(chk));
-	CHECK_INT(cache_object_check(c, &obj2, &chk), 0);
-	CHECK_INT(chk.bad, 1);
-	CHECK_INT(chk.present, 7);
+	CHECK(check_is(c, &obj2, 1, 7));
 	cache_close(c);
 	free(got);
 	free(data);
