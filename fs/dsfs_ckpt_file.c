@@ -35,6 +35,7 @@
 #include "dsfs_opts.h"
 #include "dstage/cache.h"
 #include "dstage/ckpt.h"
+#include "dstage/config.h"
 #include "dstage/keypath.h"
 #include "dstage/objstore.h"
 #include "dstage/log.h"
@@ -66,6 +67,10 @@ struct dsfs_ckpt_file_handle {
 	 * still held the file through another descriptor; its next flush
 	 * settles it, else the RELEASE publishes (see ..._flush). */
 	bool deferred;
+	/* checkpoints.passthrough: the inode's opens this one counts in (NULL:
+	 * off), and how it was answered */
+	struct dsfs_pt *pt;
+	enum dsfs_pt_kind kind;
 };
 
 /* The start of /proc/<pid>/<what> in buf (size bytes), NUL-terminated;
@@ -202,24 +207,81 @@ static void dsfs_ckpt_file_unhold(struct dsfs *fs, uid_t uid, bool held)
  * open file given back). */
 static int dsfs_ckpt_file_handle_new(struct dsfs *fs, struct dsfs_caller *who,
 				     struct ckpt_file *f, bool held,
+				     struct dsfs_pt *pt, enum dsfs_pt_kind kind,
 				     struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt_file_handle *h = calloc(1, sizeof(*h));
 
 	if (!h) {
+		if (pt)
+			dsfs_pt_release(who, pt, kind);
 		ckpt_file_close(f);
 		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return -ENOMEM;
 	}
 	h->f = f;
+	h->pt = pt;
+	h->kind = kind;
 	h->opener = dsfs_ckpt_file_tgid(who->pid);
 	h->uid = who->uid;
 	h->held = held;
 	pthread_mutex_init(&h->lock, NULL);
 	fi->fh = (uintptr_t)h;
-	fi->keep_cache = 0;
+	fi->keep_cache = 0; /* also what a passthrough open needs */
 	fi->noflush = 0;
 	return 0;
+}
+
+/*
+ * Passthrough of checkpoint files (checkpoints.passthrough, off by
+ * default; docs/checkpoints.md, "Reading back"): a read-only open of a file
+ * this node holds a local copy of, opened read-only itself, is answered
+ * with that copy as the backing file, and the kernel reads it. Every open
+ * of the subtree's files is then counted per inode (dsfs_pt.h): one that
+ * writes is counted before the file is opened, so that an O_TRUNC never
+ * cuts the copy under a reader the kernel serves (it is refused with
+ * ETXTBSY while one is there).
+ */
+static bool dsfs_ckpt_file_pt_on(struct dsfs *fs)
+{
+	return fs->cfg->ckpt_passthrough && fs->passthrough;
+}
+
+/* The backing file of a passthrough open: a read-only descriptor of f's
+ * local copy of its own (the kernel keeps it). */
+static int dsfs_ckpt_file_backing(void *arg, int *fd)
+{
+	int local = ckpt_file_fd(arg);
+	char proc[64];
+
+	if (local < 0)
+		return -EAGAIN;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", local);
+	*fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
+	if (*fd < 0 && errno == EPERM) /* a copy another user owns */
+		*fd = open(proc, O_RDONLY | O_CLOEXEC);
+	return *fd < 0 ? -errno : 0;
+}
+
+/* Count a read-only open of f (opened) in pt, passed through when f reads
+ * a local copy: 0, or -ETXTBSY (dsfs_pt_open). *kind: how. */
+static int dsfs_ckpt_file_pt_read(struct dsfs *fs, struct dsfs_caller *who,
+				  struct dsfs_pt *pt, struct ckpt_file *f,
+				  const char *key, struct fuse_file_info *fi,
+				  enum dsfs_pt_kind *kind)
+{
+	char tag[64] = "";
+	struct stat sb;
+	int local = ckpt_file_fd(f);
+	bool may = local >= 0 && !ckpt_file_writable(f) && !fstat(local, &sb);
+
+	/* The version the kernel's backing file is: the copy's inode. */
+	if (may)
+		snprintf(tag, sizeof(tag), "%llu:%llu",
+			 (unsigned long long)sb.st_dev,
+			 (unsigned long long)sb.st_ino);
+	return dsfs_pt_open(fs, who, pt, may, dsfs_ckpt_file_backing, f, tag,
+			    fi, "checkpoints", key, kind);
 }
 
 static void dsfs_ckpt_file_handle_free(struct dsfs *fs,
@@ -284,8 +346,12 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_ckpt_own o = { 0 };
 	struct ckpt_attr a;
 	bool created, isnew = false, held = false;
+	enum dsfs_pt_kind kind = DSFS_PT_PLAIN;
+	struct dsfs_pt *pt = NULL;
 	char *key;
 	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
+
+	e->node = NULL;
 
 	if (!ret)
 		ret = dsfs_ckpt_may_create(fs, who, dir, key, fi->flags, mode,
@@ -293,6 +359,22 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	/* before anything is made: a create past the bound leaves nothing */
 	if (!ret)
 		ret = dsfs_ckpt_file_hold(fs, who->uid, &held);
+	/* checkpoints.passthrough: the inode's opens are counted, this one
+	 * (a writer) before the file is opened or cut (dsfs_pt_open) */
+	if (!ret && dsfs_ckpt_file_pt_on(fs)) {
+		ret = dsfs_ckpt_pn_node(fs, dir, name, false, &e->node);
+		if (!ret) {
+			ret = dsfs_pt_open(
+				fs, who, &dsfs_ckpt_pn_of(e->node)->pt, false,
+				NULL, NULL, "", fi, "checkpoints", name, &kind);
+			if (ret) {
+				dsfs_ckpt_pn_unref_node(fs, e->node);
+				e->node = NULL;
+			} else {
+				pt = &dsfs_ckpt_pn_of(e->node)->pt;
+			}
+		}
+	}
 	/* the owner before anything of the file reaches the store */
 	/* the owner goes to the store just before the file's first
 	 * publish (a writer killed first leaves nothing there) */
@@ -309,14 +391,20 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	free(key);
 	if (!ret)
 		ret = ckpt_file_attr(f, &a);
-	if (!ret)
+	if (!ret && !e->node)
 		ret = dsfs_ckpt_pn_node(fs, dir, name, false, &e->node);
 	if (ret) {
+		if (pt)
+			dsfs_pt_release(who, pt, kind);
+		if (e->node) {
+			dsfs_ckpt_pn_unref_node(fs, e->node);
+			e->node = NULL;
+		}
 		ckpt_file_close(f);
 		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return ret;
 	}
-	ret = dsfs_ckpt_file_handle_new(fs, who, f, held, fi);
+	ret = dsfs_ckpt_file_handle_new(fs, who, f, held, pt, kind, fi);
 	if (ret) {
 		dsfs_ckpt_pn_unref_node(fs, e->node);
 		e->node = NULL;
@@ -355,22 +443,35 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 			struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	bool rdonly =
+		(fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC);
+	enum dsfs_pt_kind kind = DSFS_PT_PLAIN;
+	bool created, held = false, counted = false;
+	struct dsfs_pt *pt = NULL;
 	struct ckpt_file *f;
-	bool created, held = false;
 	char *key;
 	int ret;
 
 	if (!st->ck || dsfs_ckpt_pn_of(n)->dir)
 		return -EISDIR;
+	if (dsfs_ckpt_file_pt_on(fs))
+		pt = &dsfs_ckpt_pn_of(n)->pt;
 	ret = dsfs_ckpt_may_open(fs, who, n, fi->flags);
 	if (!ret)
 		ret = dsfs_ckpt_file_hold(fs, who->uid, &held);
 	if (ret)
 		return ret;
 	key = dsfs_ckpt_pn_key(st, dsfs_ckpt_pn_of(n));
-	ret = key ? ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
-				      who->uid, &f, &created)
-		  : -ENOMEM;
+	ret = key ? 0 : -ENOMEM;
+	/* a writer: counted (or refused) before anything is opened */
+	if (!ret && pt && !rdonly) {
+		ret = dsfs_pt_open(fs, who, pt, false, NULL, NULL, "", fi,
+				   "checkpoints", key, &kind);
+		counted = !ret;
+	}
+	if (!ret)
+		ret = ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
+					who->uid, &f, &created);
 	/* Archived: an open for reading by a caller the checks above (and
 	 * the kernel's default_permissions) let through recalls it,
 	 * audited; one for writing only does not. */
@@ -378,12 +479,20 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 	    !dsfs_ckpt_arch_recall(fs, who, key))
 		ret = ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
 					who->uid, &f, &created);
+	if (!ret && pt && rdonly) {
+		ret = dsfs_ckpt_file_pt_read(fs, who, pt, f, key, fi, &kind);
+		counted = !ret;
+		if (ret)
+			ckpt_file_close(f);
+	}
 	free(key);
 	if (ret) {
+		if (counted)
+			dsfs_pt_release(who, pt, kind);
 		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return ret;
 	}
-	return dsfs_ckpt_file_handle_new(fs, who, f, held, fi);
+	return dsfs_ckpt_file_handle_new(fs, who, f, held, pt, kind, fi);
 }
 
 /*
@@ -643,6 +752,8 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 	int ret;
 
 	(void)n;
+	if (h->pt)
+		dsfs_pt_release(who, h->pt, h->kind);
 	/* A writer's close deferred to another descriptor of the same
 	 * process that was an independent open of the file, not a dup (its
 	 * close never comes back to this handle): publish now, as that

@@ -9,6 +9,7 @@
 #ifndef DSFS_CKPT_I_H
 #define DSFS_CKPT_I_H
 
+#include "dsfs_pt.h"
 #include "dsfs_subtree.h"
 
 struct ckpt_attr;
@@ -37,6 +38,9 @@ struct dsfs_ckpt_pn {
 	 * (dsfs_ckpt_own_remember), so that a read of the record begun
 	 * before the change does not overwrite it (dsfs_ckpt_own_get) */
 	uint64_t own_gen;
+	/* files: opens passed through to the local copy or not (dsfs_pt.h;
+	 * checkpoints.passthrough); not for the top */
+	struct dsfs_pt pt;
 };
 
 /* One uid's open files in the subtree (struct dsfs_ckpt's open_uids,

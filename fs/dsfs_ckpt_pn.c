@@ -26,13 +26,19 @@
 #include "dsfs_opts.h"
 #include "dstage/ckpt.h"
 
+static void dsfs_ckpt_pn_free(struct dsfs_ckpt_pn *pn)
+{
+	dsfs_pt_destroy(&pn->pt);
+	free(pn->name);
+	free(pn);
+}
+
 void dsfs_ckpt_pn_unref_locked(struct dsfs_ckpt *st, struct dsfs_ckpt_pn *pn)
 {
 	while (pn && pn != &st->top && --pn->refs == 0) {
 		struct dsfs_ckpt_pn *parent = pn->parent;
 
-		free(pn->name);
-		free(pn);
+		dsfs_ckpt_pn_free(pn);
 		pn = parent;
 	}
 }
@@ -133,11 +139,11 @@ int dsfs_ckpt_pn_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 	pn = calloc(1, sizeof(*pn));
 	if (!pn)
 		return -ENOMEM;
+	dsfs_pt_init(&pn->pt);
 	pn->name = strdup(name);
 	n = pn->name ? dsfs_node_new(dir->sub, name, pn) : NULL;
 	if (!n) {
-		free(pn->name);
-		free(pn);
+		dsfs_ckpt_pn_free(pn);
 		return -ENOMEM;
 	}
 	pn->dir = isdir;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dsfs_pt: FUSE passthrough of one inode's opens (a service of the
- * subtrees that pass files through: datasets, the overlay; docs/dstagefs.md
- * "Passthrough").
+ * subtrees that pass files through: datasets, the overlay, checkpoints;
+ * docs/dstagefs.md "Passthrough").
  *
  * The kernel allows one backing file per inode, used by every open of it
  * while any is open: it fails a passthrough open beside a cached (plain)

@@ -225,7 +225,8 @@ int cache_object_atime(struct cache *c, const struct cache_object *obj,
  * Check every present block of the object against its checksum without
  * fetching anything (stager verify, crash tests): *present gets the number
  * of present blocks, *bad those whose bytes fail their checksum (each is
- * counted in checksum_failures and logged; the next read re-fetches it).
+ * counted in checksum_failures, logged and marked damaged: no passthrough
+ * open of the object in any process until the next read re-fetches it).
  * Returns 0 or -errno (-EIO for a local read error).
  */
 int cache_object_verify(struct cache *c, const struct cache_object *obj,
@@ -233,7 +234,8 @@ int cache_object_verify(struct cache *c, const struct cache_object *obj,
 
 /*
  * What cache_object_check found in one object: its blocks (from its size),
- * how many are present, and of those how many fail their checksum. bad_fn
+ * how many are present, and of those how many fail their checksum, found
+ * now (and marked damaged) or marked so by an earlier check or read. bad_fn
  * (may be NULL) is called for each failing block with its index and the
  * object's cache file (absolute path), from the caller's thread.
  */

@@ -105,6 +105,7 @@ struct dstage_config {
 	unsigned ckpt_lifecycle_ms; /* checkpoints.lifecycle_interval, 0: off */
 	unsigned ckpt_abandoned_keep_ms; /* checkpoints.abandoned_keep */
 	bool ckpt_stamp_sha256; /* checkpoints.stamp_sha256 */
+	bool ckpt_passthrough; /* checkpoints.passthrough */
 	/* [overlay] (dstagefs --over) */
 	char *overlay_dir; /* overlay.dir, NULL: no overlay mount */
 	unsigned overlay_attr_timeout_ms; /* overlay.attr_timeout */
