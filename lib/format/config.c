@@ -191,8 +191,8 @@ static const struct config_key config_keys[] = {
 	  OFF(ckpt_abandoned_keep_ms), "168h", 0, 0,
 	  "lifecycle removes files of killed writers (staging_dir/abandoned/) "
 	  "older than this" },
-	{ "checkpoints.passthrough", CT_BOOL, OFF(ckpt_passthrough), "false",
-	  0, 0,
+	{ "checkpoints.passthrough", CT_BOOL, OFF(ckpt_passthrough), "false", 0,
+	  0,
 	  "hand a read-only open of a checkpoint file this node holds a local "
 	  "copy of to the kernel (FUSE passthrough); while such an open is "
 	  "there, an open of the file for writing fails with ETXTBSY: for "
