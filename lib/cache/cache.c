@@ -421,28 +421,19 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	*fd = -1;
 	if (cache_verify_reads_always(c) || !obj->size)
 		return -EAGAIN;
-	ret = cache_obj_get(c, obj, false, &o);
-	if (ret)
-		return ret;
-	if (!o)
-		return -EAGAIN;
-	/* o holds the shared in-use lock of a linked data file (layer 3):
-	 * no evictor can unlink it while the new description takes its own. */
+	/* An object open here already (the usual case: a stage or an
+	 * earlier open left it idle) is referenced without its in-use lock,
+	 * which the new description takes below: one lock, not three calls. */
+	cache_obj_ref_open(c, obj, &o);
+	if (!o) {
+		ret = cache_obj_get(c, obj, false, &o);
+		if (ret)
+			return ret;
+		if (!o)
+			return -EAGAIN;
+	}
 	if (o->version != CACHE_OBJ_VERSION || o->data_off) {
 		ret = -EAGAIN;
-		goto out;
-	}
-	if (fstat(o->fd, &st)) {
-		ret = -errno;
-		goto out;
-	}
-	if ((uint64_t)st.st_size != o->size || st.st_nlink == 0) {
-		ret = -EAGAIN;
-		goto out;
-	}
-	ret = cache_whole(c, o);
-	if (ret <= 0) {
-		ret = ret ? ret : -EAGAIN;
 		goto out;
 	}
 	/* The same inode even if it was unlinked meanwhile (a path would
@@ -459,10 +450,27 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 		ret = -errno;
 		goto out;
 	}
+	/* The description the kernel will hold keeps the shared in-use
+	 * lock while it does (layer 3): taken before the link count is
+	 * looked at, so that no evictor unlinks the file after the check. */
 	ret = cache_ofd_lock(c, pfd, CACHE_LOCK_INUSE, F_RDLCK, true,
 			     o->dataset, o->key, o->name);
 	if (ret)
 		goto out;
+	if (fstat(pfd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	if ((uint64_t)st.st_size != o->size || st.st_nlink == 0) {
+		ret = -EAGAIN; /* evicted: this open reads through dstagefs */
+		goto out;
+	}
+	ret = cache_whole(c, o);
+	if (ret <= 0) {
+		ret = ret ? ret : -EAGAIN;
+		goto out;
+	}
+	ret = 0;
 	cache_count(&c->passthrough_opens, 1);
 	cache_obj_touch(o);
 	*fd = pfd;

@@ -572,6 +572,11 @@ void cache_obj_trim_all(struct cache *c);
 void cache_obj_close_all(struct cache *c);
 int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		  struct cache_obj **op);
+/* A reference to obj's object when this process has it open (in use or
+ * idle; *op NULL when not), without its in-use lock: the caller takes
+ * that lock on a description of its own, then checks the file is linked. */
+void cache_obj_ref_open(struct cache *c, const struct cache_object *obj,
+			struct cache_obj **op);
 void cache_obj_put(struct cache_obj *o);
 void cache_obj_touch(struct cache_obj *o);
 void cache_obj_prealloc(struct cache_obj *o);

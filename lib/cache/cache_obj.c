@@ -12,13 +12,18 @@
  *            released (evictors may take the file)--> IDLE (refs == 0)
  *   IDLE --cache_obj_get: in-use lock re-taken; the file was evicted
  *            meanwhile (no links): freed, opened afresh--> IN USE
+ *   IDLE --cache_obj_ref_open: referenced, no lock taken (its caller
+ *            locks a description of its own)--> IN USE, unlocked
  *   IDLE --more than c->max_open open, or more than CACHE_MAX_OPEN open
  *            larger than CACHE_SMALL_AHEAD (an idle descriptor of an evicted
  *            file keeps its space), eviction (c->release_idle),
  *            cache_object_drop, close--> freed
  *
  * Invariants: an IN USE object holds the shared lock on CACHE_LOCK_INUSE of
- * a file that was linked when it was taken (o->inuse_locked); an IDLE one
+ * a file that was linked when it was taken (o->inuse_locked), unless every
+ * reference is cache_obj_ref_open's, whose callers (passthrough opens) take
+ * that lock on their own description and check the link count after;
+ * cache_obj_get takes it whenever it is not held. An IDLE one
  * holds no lock and no landed fill, and is on the idle list (c->idle_old
  * .. c->idle_new, in the order the entries went idle) exactly while IDLE. A block is in o->claims while a thread
  * of this process fills or verifies it; cache_claim then also holds the
@@ -558,8 +563,9 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 		 * through this caller's. */
 		if (o->refs == 1)
 			o->os = obj->os;
-		if (o->refs == 1 && !o->inuse_locked) {
-			/* Idle entries hold no in-use lock: re-take it and
+		if (!o->inuse_locked) {
+			/* Idle entries hold no in-use lock (nor do the
+			 * references of cache_obj_ref_open): re-take it and
 			 * make sure the file was not evicted meanwhile. */
 			struct stat st;
 
@@ -570,10 +576,17 @@ int cache_obj_get(struct cache *c, const struct cache_object *obj, bool create,
 			    st.st_nlink > 0) {
 				o->inuse_locked = true;
 			} else {
-				/* Evicted: forget this entry, open afresh. */
 				if (ret == 0)
 					cache_ofd_unlock(o->fd,
 							 CACHE_LOCK_INUSE);
+				if (o->refs > 1) {
+					/* Evicted under a passthrough open's
+					 * reference: this read streams. */
+					o->refs--;
+					pthread_mutex_unlock(&c->lock);
+					return 0;
+				}
+				/* Evicted: forget this entry, open afresh. */
 				cache_obj_unlink(c, o);
 				o = NULL;
 			}
@@ -649,6 +662,23 @@ err:
 		  cache_ds_or(obj->dataset), obj->key, strerror(-ret));
 	cache_obj_free(o);
 	return ret;
+}
+
+void cache_obj_ref_open(struct cache *c, const struct cache_object *obj,
+			struct cache_obj **op)
+{
+	char name[33];
+	struct cache_obj *o;
+
+	cache_obj_name(obj, name);
+	pthread_mutex_lock(&c->lock);
+	o = cache_obj_find(c, name);
+	if (o && !o->refs++)
+		cache_idle_del(c, o);
+	if (o && o->refs == 1)
+		o->os = obj->os;
+	pthread_mutex_unlock(&c->lock);
+	*op = o;
 }
 
 void cache_obj_put(struct cache_obj *o)

@@ -469,6 +469,25 @@ static void test_passthrough(void)
 	}
 	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
 	CHECK(read_eq(c, &obj, data, 0, size));
+	/* The object idle here (no in-use lock) is evicted by another
+	 * process: a passthrough open takes the lock on its own description,
+	 * finds the file unlinked and declines; the next read fetches it
+	 * again. A passed-through description keeps the other process's
+	 * drop out (its lock), as the object's own did. */
+	{
+		struct cache *c2 = open_cache();
+
+		CHECK_INT(cache_object_drop(c2, &obj), 0);
+		CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
+		CHECK_INT(fd, -1);
+		CHECK(read_eq(c, &obj, data, 0, size));
+		CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
+		CHECK_INT(cache_object_drop(c2, &obj), -EBUSY);
+		CHECK_INT(pread(fd, got, size + 1, 0), (ssize_t)size);
+		CHECK(!memcmp(got, data, size));
+		close(fd);
+		cache_close(c2);
+	}
 	/* verify_reads = always: every read goes through the cache. */
 	cfg->cache_verify_reads = CONFIG_VERIFY_ALWAYS;
 	CHECK_INT(cache_open_passthrough(c, &obj, &fd), -EAGAIN);
@@ -476,7 +495,7 @@ static void test_passthrough(void)
 	CHECK_INT(cache_open_passthrough(c, &obj, &fd), 0);
 	close(fd);
 	cache_get_stats(c, &st);
-	CHECK_INT(st.passthrough_opens, 6);
+	CHECK_INT(st.passthrough_opens, 7);
 	CHECK_INT(cache_open_passthrough(c, NULL, &fd), -EINVAL);
 	cache_close(c);
 	free(got);
