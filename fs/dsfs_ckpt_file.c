@@ -251,16 +251,8 @@ static bool dsfs_ckpt_file_pt_on(struct dsfs *fs)
  * local copy of its own (the kernel keeps it). */
 static int dsfs_ckpt_file_backing(void *arg, int *fd)
 {
-	int local = ckpt_file_fd(arg);
-	char proc[64];
-
-	if (local < 0)
-		return -EAGAIN;
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", local);
-	*fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
-	if (*fd < 0 && errno == EPERM) /* a copy another user owns */
-		*fd = open(proc, O_RDONLY | O_CLOEXEC);
-	return *fd < 0 ? -errno : 0;
+	*fd = ckpt_file_reopen(arg);
+	return *fd < 0 ? *fd : 0;
 }
 
 /* Count a read-only open of f (opened) in pt, passed through when f reads

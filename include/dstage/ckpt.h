@@ -213,6 +213,11 @@ int ckpt_file_attr(struct ckpt_file *f, struct ckpt_attr *a);
 /* The local copy's descriptor (to splice reads from; stays f's), or -1
  * when f is read from the store. */
 int ckpt_file_fd(const struct ckpt_file *f);
+/* A read-only descriptor of f's local copy of its own (a new open file
+ * description, close-on-exec, O_NOATIME where the copy's owner allows: a
+ * passthrough open's backing file), or -EAGAIN when f is read from the
+ * store, or -errno. */
+int ckpt_file_reopen(const struct ckpt_file *f);
 /* Whether f was opened for writing. */
 bool ckpt_file_writable(const struct ckpt_file *f);
 

@@ -29,6 +29,7 @@
 #include "cache_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "util/fdutil.h"
 
 /* The bound of OFD lock waits: DSTAGE_CACHE_LOCK_TIMEOUT (seconds, may be
  * fractional) or CACHE_LOCK_WAIT_S. */
@@ -331,7 +332,6 @@ int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
 {
 	static const struct cache_rec none; /* all zeros: a hole, absent */
 	struct cache_obj *o = NULL;
-	ssize_t w;
 	int ret;
 
 	if (!c || !obj || !obj->key)
@@ -346,18 +346,7 @@ int cache_object_forget_block(struct cache *c, const struct cache_object *obj,
 	ret = cache_claim(o, block, true);
 	if (ret)
 		goto out;
-	/* The record's place: cache_file.c's layout (docs/cache.md): in the
-	 * sidecar (o->mfd), or in the one file of versions 1 and 2. */
-	w = pwrite(o->mfd, &none, sizeof(none),
-		   (off_t)(o->rec_off + block * sizeof(none)));
-	if (w != (ssize_t)sizeof(none))
-		ret = w < 0 ? -errno : -EIO;
-	/* After the write (whatever it did): a passthrough open that read
-	 * the old record before it sees a new generation. */
-	cache_gen_bump(c);
-	pthread_mutex_lock(&o->lock);
-	cache_set_verified(o, block, false);
-	pthread_mutex_unlock(&o->lock);
+	ret = cache_rec_replace(o, block, &none);
 	cache_unclaim(o, block);
 out:
 	cache_obj_put(o);
@@ -393,6 +382,9 @@ static int cache_whole(struct cache *c, struct cache_obj *o)
 	bool known;
 	int ret;
 
+	if (cache_unmarked(c, o->name))
+		return 0;
+
 	pthread_mutex_lock(&o->lock);
 	known = c->damage_gen && o->pt_whole && o->pt_gen == g;
 	pthread_mutex_unlock(&o->lock);
@@ -412,7 +404,6 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 			   int *fd)
 {
 	struct cache_obj *o = NULL;
-	char proc[64];
 	struct stat st;
 	int ret, pfd = -1;
 
@@ -436,18 +427,14 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 		ret = -EAGAIN;
 		goto out;
 	}
-	/* The same inode even if it was unlinked meanwhile (a path would
-	 * not be), as the O_DIRECT writer reopens it. */
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
-	/* O_NOATIME: the kernel's reads of a passed-through file update no
-	 * access time of the cache's file (a journal write per small file
-	 * and epoch); recency is the sidecar's (cache_obj_touch). Refused to
-	 * a process that does not own the file: then without it. */
-	pfd = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
-	if (pfd < 0 && errno == EPERM)
-		pfd = open(proc, O_RDONLY | O_CLOEXEC);
+	/* The same inode even if it was unlinked meanwhile, as the O_DIRECT
+	 * writer reopens it; O_NOATIME where allowed: the kernel's reads of
+	 * a passed-through file update no access time of the cache's file (a
+	 * journal write per small file and epoch); recency is the sidecar's
+	 * (cache_obj_touch). */
+	pfd = fdutil_reopen_rdonly(o->fd);
 	if (pfd < 0) {
-		ret = -errno;
+		ret = pfd;
 		goto out;
 	}
 	/* The description the kernel will hold keeps the shared in-use

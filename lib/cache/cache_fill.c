@@ -39,6 +39,7 @@
 #endif
 
 #include "cache_i.h"
+#include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "dstage/objstore.h"
@@ -63,30 +64,70 @@ void cache_log_corrupt(struct cache_obj *o, uint64_t b)
 		 o->dataset, o->key, b, o->name, o->name + 2);
 }
 
+int cache_rec_replace(struct cache_obj *o, uint64_t b,
+		      const struct cache_rec *r)
+{
+	/* The record's place: cache_file.c's layout (docs/cache.md): in the
+	 * sidecar (o->mfd), or in the one file of versions 1 and 2. */
+	ssize_t w = pwrite(o->mfd, r, sizeof(*r),
+			   (off_t)(o->rec_off + b * sizeof(*r)));
+	int ret = w == (ssize_t)sizeof(*r) ? 0 : w < 0 ? -errno : -EIO;
+
+	cache_gen_bump(o->c);
+	pthread_mutex_lock(&o->lock);
+	cache_set_verified(o, b, false);
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+bool cache_unmarked(struct cache *c, const char *name)
+{
+	unsigned n;
+	bool found = false;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->nunmarked < CACHE_UNMARKED_MAX ? c->nunmarked
+					      : CACHE_UNMARKED_MAX;
+	for (unsigned i = 0; i < n && !found; i++)
+		found = !strcmp(c->unmarked[i], name);
+	pthread_mutex_unlock(&c->lock);
+	return found;
+}
+
 /*
  * Mark present block b (record r, valid) damaged: its record's magic becomes
  * CACHE_REC_DAMAGED, so that no one takes its bytes any more (a passthrough
  * open checks the records, and the damage generation makes every process
  * look again) while cache_object_check still reports it, until a fill
- * writes it again. The caller holds b's claim. Returns 0 or -errno.
+ * writes it again. When the record cannot be written (the disk refuses
+ * writes), this process remembers the object (c->unmarked) and never
+ * passes it through; its reads check every block they have not verified.
+ * The caller holds b's claim. Returns 0 or -errno.
  */
 int cache_mark_damaged(struct cache_obj *o, uint64_t b,
 		       const struct cache_rec *r)
 {
+	struct cache *c = o->c;
 	struct cache_rec d = *r;
-	ssize_t w;
+	int ret;
 
 	d.magic = CACHE_REC_DAMAGED;
 	d.check = cache_rec_check(o, &d, b);
-	w = pwrite(o->mfd, &d, sizeof(d), (off_t)(o->rec_off + b * sizeof(d)));
-	/* After the write (whatever it did): see cache_object_forget_block. */
-	cache_gen_bump(o->c);
-	pthread_mutex_lock(&o->lock);
-	cache_set_verified(o, b, false);
-	pthread_mutex_unlock(&o->lock);
-	if (w != (ssize_t)sizeof(d))
-		return w < 0 ? -errno : -EIO;
-	return 0;
+	ret = cache_rec_replace(o, b, &d);
+	if (!ret)
+		return 0;
+	log_error("cache: %s/%s: block %" PRIu64 " is damaged and its record "
+		  "could not be marked so (%s/objects/%.2s/%s%s: %s): this "
+		  "process no longer passes the object through",
+		  o->dataset, o->key, b, c->cfg->cache_dir, o->name,
+		  o->name + 2, o->mfd != o->fd ? ".meta" : "", strerror(-ret));
+	if (!cache_unmarked(c, o->name)) {
+		pthread_mutex_lock(&c->lock);
+		memcpy(c->unmarked[c->nunmarked++ % CACHE_UNMARKED_MAX],
+		       o->name, sizeof(o->name));
+		pthread_mutex_unlock(&c->lock);
+	}
+	return ret;
 }
 
 static int cache_fetch_error(struct cache_obj *o, uint64_t b, int ret)

@@ -200,6 +200,7 @@
 #define CACHE_PF_MARK (64u << 20)
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
+#define CACHE_UNMARKED_MAX 64 /* struct cache's unmarked ring */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */
 #define CACHE_DIR_MODE 0700
 #define CACHE_FILE_MODE 0600
@@ -362,6 +363,12 @@ struct cache {
 	size_t nobjs;
 	size_t nbig; /* of them, larger than CACHE_SMALL_AHEAD */
 	size_t max_open; /* set at open: CACHE_MAX_OPEN_SMALL or fewer */
+	/* Objects (file names) holding a damaged block whose mark could not
+	 * be written (cache_mark_damaged): their records still say valid, so
+	 * this process never passes them through (cache_whole). A ring of
+	 * the last CACHE_UNMARKED_MAX; c->lock. */
+	char unmarked[CACHE_UNMARKED_MAX][33];
+	unsigned nunmarked; /* entries written; the ring holds the last */
 	struct cache_ds *ds;
 	struct cache_job *jobs, **jobs_tail;
 	size_t njobs;
@@ -593,6 +600,13 @@ void cache_land_unlist(struct cache_obj *o, struct cache_land *l);
 bool cache_landed(const struct cache_obj *o, uint64_t b0, uint64_t b1);
 void cache_lands_drop(struct cache_obj *o);
 
+/* Write record r as block b's, then bump the damage generation and clear
+ * b's verified bit (whatever the write did: a passthrough open that read
+ * the old record sees a new generation). b's claim held. 0 or -errno. */
+int cache_rec_replace(struct cache_obj *o, uint64_t b,
+		      const struct cache_rec *r);
+/* Whether this process found damage in o that it could not mark. */
+bool cache_unmarked(struct cache *c, const char *name);
 /* ---- layer 4: cache_fill.c ---- */
 int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 		    cache_iov_fn fn, void *arg);

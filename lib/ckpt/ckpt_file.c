@@ -28,6 +28,7 @@
 #include "ckpt_i.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
+#include "util/fdutil.h"
 
 #define CKPT_IO_CHUNK (4u << 20)
 
@@ -753,6 +754,11 @@ int ckpt_file_set_mtime(struct ckpt_file *f, const struct timespec *mtime)
 int ckpt_file_fd(const struct ckpt_file *f)
 {
 	return f->e->fd;
+}
+
+int ckpt_file_reopen(const struct ckpt_file *f)
+{
+	return f->e->fd < 0 ? -EAGAIN : fdutil_reopen_rdonly(f->e->fd);
 }
 
 bool ckpt_file_writable(const struct ckpt_file *f)

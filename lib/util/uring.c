@@ -11,6 +11,11 @@
  * fallback is logged exactly once (uring_logged, atomic exchange). No lock:
  * a ring is only ever touched by its own thread.
  *
+ * fork: a ring's queues are memory shared with the kernel, which a child
+ * inherits mapped: the child's and the parent's submissions would mix and
+ * corrupt each other. So the child drops the forking thread's ring
+ * (pthread_atfork; the only thread a child has) and makes its own.
+ *
  * Invariant: a call returns only when every transfer of its batch has
  * completed (or failed), so no SQE or CQE of a call outlives it and buffers
  * may be reused at once.
@@ -45,11 +50,25 @@ static void uring_destroy(void *p)
 	free(ring);
 }
 
+/* In a forked child: let go of the parent's ring (see "fork"). */
+static void uring_atfork_child(void)
+{
+	struct io_uring *ring = uring_ring;
+
+	if (uring_state != 1)
+		return;
+	uring_state = 0;
+	uring_ring = NULL;
+	pthread_setspecific(uring_key, NULL);
+	uring_destroy(ring);
+}
+
 static void uring_init_once(void)
 {
 	const char *v = getenv("DSTAGE_NO_URING");
 
 	pthread_key_create(&uring_key, uring_destroy);
+	pthread_atfork(NULL, NULL, uring_atfork_child);
 	if (v && *v && strcmp(v, "0")) {
 		atomic_store(&uring_disabled, 1);
 		if (!atomic_exchange(&uring_logged, 1))

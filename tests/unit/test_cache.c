@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "cachetest.h"
+#include "sysfail.h"
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
@@ -747,6 +748,122 @@ static void test_gen_unshared(void)
 	free(data);
 }
 
+/* What a child of test_refused checks (sysfail.h). */
+struct refused {
+	const struct cache_object *obj;
+	const char *data;
+	size_t size;
+};
+
+/* O_NOATIME refused (the kernel's answer to a process that does not own
+ * the file): the passthrough open hands over a descriptor without it. */
+static void noatime_refused_child(void *arg)
+{
+	const struct refused *r = arg;
+	char *got = malloc(r->size + 1);
+	struct cache *c;
+	int fd = -1;
+
+	if (!got || sysfail(SYS_openat, EPERM, SYSFAIL_ARG_HAS, 2, O_NOATIME))
+		_exit(SYSFAIL_SKIP);
+	c = open_cache();
+	CHECK_INT(cache_open_passthrough(c, r->obj, &fd), 0);
+	CHECK(fd >= 0 && !(fcntl(fd, F_GETFL) & O_NOATIME));
+	CHECK_INT(pread(fd, got, r->size + 1, 0), (ssize_t)r->size);
+	CHECK(!memcmp(got, r->data, r->size));
+	close(fd);
+	cache_close(c);
+	free(got);
+}
+
+/* A damaged block whose mark cannot be written (every 16-byte pwrite, a
+ * record's, fails) and whose source is gone: the read fails, and this
+ * process never passes the object through, though its records say valid. */
+static void mark_refused_child(void *arg)
+{
+	const struct refused *r = arg;
+	char *got = malloc(r->size);
+	struct cache *c;
+	int fd = -1;
+
+	if (!got || sysfail(SYS_pwrite64, EIO, SYSFAIL_ARG_EQ, 2, 16))
+		_exit(SYSFAIL_SKIP);
+	c = open_cache();
+	CHECK(cache_read(c, r->obj, BS, 2 * BS, got) < 0);
+	CHECK_INT(cache_open_passthrough(c, r->obj, &fd), -EAGAIN);
+	CHECK(read_eq(c, r->obj, r->data, 0, BS));
+	CHECK_INT(cache_open_passthrough(c, r->obj, &fd), -EAGAIN);
+	cache_close(c);
+	free(got);
+}
+
+/* fallocate refused (a file system without it): a stage's read fills the
+ * object all the same, block by block. */
+static void fallocate_refused_child(void *arg)
+{
+	const struct refused *r = arg;
+	char *buf = malloc(r->size);
+	struct iov_cmp w = { r->data, 0, true };
+	struct cache *c;
+	struct stat st;
+
+	if (!buf || sysfail(SYS_fallocate, EOPNOTSUPP, SYSFAIL_ALWAYS, -1, 0))
+		_exit(SYSFAIL_SKIP);
+	cfg->cache_readahead_max = 0;
+	c = open_cache();
+	CHECK_INT(cache_read_iov(c, r->obj, 0, r->size, buf,
+				 CACHE_READ_DIRECT | CACHE_READ_WHOLE,
+				 iov_cmp_fn, &w),
+		  0);
+	CHECK(w.ok && w.off == r->size);
+	CHECK(data_file_stat(r->obj->dataset, &st));
+	CHECK_INT(st.st_size, (off_t)r->size);
+	cache_close(c);
+	free(buf);
+}
+
+/* The system calls the cache's failure paths answer, made to fail in a
+ * child process each (tests/unit/sysfail.h). */
+static void test_refused(void)
+{
+	struct cache_object a = { .dataset = "noat" };
+	struct cache_object b = { .dataset = "unmk" };
+	struct cache_object p = { .dataset = "nofa" };
+	char etag[3][128], path[4096];
+	size_t size = 6 * BS + 10, psize = 100 * BS + 7;
+	char *da = put_src("noat.bin", size, &a, etag[0]);
+	char *db = put_src("unmk.bin", size, &b, etag[1]);
+	char *dp = put_src("nofa.bin", psize, &p, etag[2]);
+	struct refused r;
+	struct cache *c = open_cache();
+	int fd = -1;
+
+	CHECK(read_eq(c, &a, da, 0, size));
+	CHECK(read_eq(c, &b, db, 0, size));
+	cache_close(c);
+	r = (struct refused){ &a, da, size };
+	sysfail_child("O_NOATIME refused", noatime_refused_child, &r);
+
+	flip_byte_in("unmk", 2, 9);
+	snprintf(path, sizeof(path), "%s/unmk.bin", srcdir);
+	CHECK_INT(unlink(path), 0);
+	r = (struct refused){ &b, db, size };
+	if (sysfail_child("record write refused", mark_refused_child, &r)) {
+		/* Where the write works, the mark is made: no process passes
+		 * the object through. */
+		c = open_cache();
+		CHECK(check_is(c, &b, 1, 7));
+		CHECK_INT(cache_open_passthrough(c, &b, &fd), -EAGAIN);
+		cache_close(c);
+	}
+
+	r = (struct refused){ &p, dp, psize };
+	sysfail_child("fallocate refused", fallocate_refused_child, &r);
+	free(da);
+	free(db);
+	free(dp);
+}
+
 static void test_corruption(void)
 {
 	struct cache_object obj = { .dataset = "flip" };
@@ -1218,6 +1335,7 @@ int main(void)
 	test_damaged_mark();
 	test_prealloc();
 	test_gen_unshared();
+	test_refused();
 	test_check_and_recover();
 	test_truncated_file();
 	test_passthrough();

@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: MIT
+/* fdutil: descriptors made from descriptors (fdutil.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+
+#include "fdutil.h"
+
+int fdutil_reopen_rdonly(int fd)
+{
+	char proc[64];
+	int nfd;
+
+	if (fd < 0)
+		return -EBADF;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	nfd = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
+	if (nfd < 0 && errno == EPERM) /* a file another user owns */
+		nfd = open(proc, O_RDONLY | O_CLOEXEC);
+	return nfd < 0 ? -errno : nfd;
+}
