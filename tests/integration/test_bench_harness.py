@@ -205,6 +205,16 @@ def test_cpu_class_reads_a_live_process():
     assert set(out) == {"fuse"} and out["fuse"] >= 0
 
 
+def test_epoch_read_times_whole_passes(tmp_path, monkeypatch):
+    f = tmp_path / "blob"
+    f.write_bytes(b"x" * (3 * (1 << 20) + 5))
+    monkeypatch.setattr(ceiling, "EPOCH_MIN_S", 0.05)
+    nb, s = ceiling.epoch_read(str(f))
+    # whole passes only, at least two, for at least the minimum
+    assert nb % f.stat().st_size == 0 and nb >= 2 * f.stat().st_size
+    assert s >= 0.05
+
+
 class FakeBench:
     def __init__(self):
         self.rows, self.notes = {}, []
