@@ -17,6 +17,7 @@ void dsfs_caller_get(fuse_req_t req, struct dsfs_caller *who)
 	who->gid = ctx->gid;
 	who->pid = ctx->pid;
 	who->req = req;
+	who->released = false;
 	who->ngroups = -1;
 }
 

@@ -24,6 +24,10 @@ struct dsfs_caller {
 	/* NULL: no request (teardown, a stored copy, or a release run
 	 * after the request that dropped the handle was answered) */
 	fuse_req_t req;
+	/* In a release hook: the kernel sent its RELEASE for the handle
+	 * (false at teardown, and for an open whose reply was never taken),
+	 * whichever request dropped the handle last, so req may be NULL */
+	bool released;
 	int ngroups; /* -1: not fetched yet, -2: unknown */
 	gid_t groups[64];
 };

@@ -749,9 +749,11 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 	/* A writer's close deferred to another descriptor of the same
 	 * process that was an independent open of the file, not a dup (its
 	 * close never comes back to this handle): publish now, as that
-	 * close would have. Never at teardown (no request: dstagefs is
+	 * close would have. Only on the kernel's RELEASE, which this may
+	 * run after on another request's thread (a FLUSH answered just
+	 * before: then without a request); never at teardown (dstagefs is
 	 * stopping under a writer that may still be writing). */
-	if (who->req && dsfs_ckpt_file_defer(h, false)) {
+	if (who->released && dsfs_ckpt_file_defer(h, false)) {
 		ret = ckpt_file_sync(h->f);
 		if (ret)
 			log_warn("checkpoints: a file closed by its writer "

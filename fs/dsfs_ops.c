@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsfs_conn.h"
@@ -61,6 +62,10 @@ struct dsfs_handle {
 	 * the handle. Raised only while the kernel's is held (a request on
 	 * fh comes before its RELEASE), so it never rises from 0. */
 	atomic_uint refs;
+	/* The kernel's RELEASE came (set before it drops its reference):
+	 * the last reference may then be another request's, dropped after
+	 * its reply (a FLUSH's, racing the RELEASE its close sent). */
+	atomic_bool released;
 };
 
 static struct dsfs *dsfs_ops_fs(fuse_req_t req)
@@ -189,6 +194,7 @@ static int dsfs_ops_handle_add(struct dsfs *fs, struct dsfs_caller *who,
 	h->flags = fi->flags;
 	h->dir = dir;
 	atomic_init(&h->refs, 1);
+	atomic_init(&h->released, false);
 	dsfs_nodes_ref(&fs->nodes, n);
 	pthread_mutex_lock(&fs->handle_lock);
 	h->next = fs->handles;
@@ -224,13 +230,15 @@ static struct fuse_file_info *dsfs_ops_cfi(struct dsfs_ops_ctx *c,
 }
 
 /* Drop one reference of h; the last takes h off fs->handles, releases
- * what it wraps (as who: the caller of the request that dropped it) and
- * unpins its node. */
+ * what it wraps (as who: the caller of the request that dropped it, with
+ * who->released telling whether the kernel's RELEASE came) and unpins its
+ * node. */
 static void dsfs_ops_handle_put(struct dsfs *fs, struct dsfs_caller *who,
 				struct dsfs_handle *h)
 {
 	if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	who->released = atomic_load(&h->released);
 	pthread_mutex_lock(&fs->handle_lock);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -244,13 +252,41 @@ static void dsfs_ops_handle_put(struct dsfs *fs, struct dsfs_caller *who,
 	free(h);
 }
 
+/*
+ * Tests only: DSTAGE_TEST_LEAVE_DELAY_MS (1-1000) holds every request that
+ * used a handle for that long after its reply, before it drops its
+ * reference, so that a RELEASE the reply let the kernel send is handled
+ * first and the handle's last reference is this request's (the race that
+ * made a writer's deferred publish look like teardown). Read once.
+ */
+static long dsfs_ops_test_leave_ms(void)
+{
+	static atomic_long cached = -1;
+	long ms = atomic_load_explicit(&cached, memory_order_relaxed);
+	const char *v;
+
+	if (ms >= 0)
+		return ms;
+	v = getenv("DSTAGE_TEST_LEAVE_DELAY_MS");
+	ms = v ? strtol(v, NULL, 10) : 0;
+	if (ms < 0 || ms > 1000)
+		ms = 0;
+	atomic_store_explicit(&cached, ms, memory_order_relaxed);
+	return ms;
+}
+
 /* The end of a request that used c->h: its reply is sent and its hook
  * returned. */
 static void dsfs_ops_leave(struct dsfs_ops_ctx *c)
 {
+	long ms = c->h ? dsfs_ops_test_leave_ms() : 0;
+
 	/* The request was answered: a release run from here has no
 	 * request (its req is freed; dsfs_caller.h). */
 	c->who.req = NULL;
+	if (ms)
+		nanosleep(&(struct timespec){ ms / 1000, ms % 1000 * 1000000 },
+			  NULL);
 	if (c->h)
 		dsfs_ops_handle_put(c->fs, &c->who, c->h);
 	c->h = NULL;
@@ -734,10 +770,12 @@ static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
 {
 	struct dsfs_caller who;
 
+	struct dsfs_handle *h = (struct dsfs_handle *)(uintptr_t)fi->fh;
+
 	(void)ino;
 	dsfs_caller_get(req, &who);
-	dsfs_ops_handle_put(dsfs_ops_fs(req), &who,
-			    (struct dsfs_handle *)(uintptr_t)fi->fh);
+	atomic_store(&h->released, true);
+	dsfs_ops_handle_put(dsfs_ops_fs(req), &who, h);
 	fuse_reply_err(req, 0);
 }
 
@@ -806,10 +844,12 @@ static void dsfs_ops_releasedir(fuse_req_t req, fuse_ino_t ino,
 {
 	struct dsfs_caller who;
 
+	struct dsfs_handle *h = (struct dsfs_handle *)(uintptr_t)fi->fh;
+
 	(void)ino;
 	dsfs_caller_get(req, &who);
-	dsfs_ops_handle_put(dsfs_ops_fs(req), &who,
-			    (struct dsfs_handle *)(uintptr_t)fi->fh);
+	atomic_store(&h->released, true);
+	dsfs_ops_handle_put(dsfs_ops_fs(req), &who, h);
 	fuse_reply_err(req, 0);
 }
 

@@ -165,7 +165,9 @@ struct dsfs_subtree {
 	 * (then who is dsfs_caller_none). Runs once every request on the
 	 * handle has finished (replied and returned), maybe on the thread
 	 * of the last of them: a read may reply from memory fi->fh owns,
-	 * and use it after its reply. Same for releasedir. Cannot fail. */
+	 * and use it after its reply. So who->req may be NULL after a
+	 * RELEASE too: who->released says whether one came. Same for
+	 * releasedir. Cannot fail. */
 	void (*release)(struct dsfs *fs, struct dsfs_caller *who,
 			struct dsfs_node *n, struct fuse_file_info *fi);
 

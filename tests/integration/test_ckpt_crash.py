@@ -516,6 +516,44 @@ def test_writer_killed_mid_write_publishes_nothing(tool, tmp_path, store,
         m.stop()
 
 
+# ---- a close deferred to another descriptor ----
+
+def test_writer_beside_a_reader_publishes_at_release(tool, tmp_path):
+    """A process reads a file and writes it anew through a second open
+    (O_TRUNC) while the first is still open: the writer's close defers the
+    publish to its RELEASE (another descriptor of the process has the
+    file). That RELEASE can be handled while the FLUSH before it still
+    holds the handle (its reply sent, its reference not yet dropped), so
+    the handle is let go by the FLUSH's thread, after its request was
+    answered: the publish must happen there too, not be taken for
+    dstagefs's teardown (the file went to abandoned/, the new version was
+    lost and reads went back to the store's previous one). Forced with
+    DSTAGE_TEST_LEAVE_DELAY_MS, which holds every request 50 ms after its
+    reply before it drops its reference; a few rounds, as a test without
+    the delay would need hundreds."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st,
+             env=dict(st.env, DSTAGE_TEST_LEAVE_DELAY_MS="50"))
+    m.start()
+    try:
+        f = m.ck / "model.pt"
+        for i in range(3):
+            data = os.urandom(MB)
+            f.write_bytes(data)
+            m.check_published("model.pt", sha(data))
+            new = b"again %d" % i
+            with open(f, "rb"):
+                f.write_bytes(new)
+            m.wait_published("model.pt", sha(new), timeout=10)
+            assert f.read_bytes() == new
+            store_is(st, "model.pt", new)
+        ab = m.staging / "abandoned"
+        assert not ab.exists() or not os.listdir(ab)
+        assert "without publishing" not in m.log_text()
+    finally:
+        m.stop()
+
+
 # ---- calls on an open file that publish nothing ----
 
 def fallocate(fd, off, length):
