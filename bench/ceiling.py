@@ -23,7 +23,7 @@ Rows (each system's value, ratio = value / raw disk):
   ceil_small_warm_1 the small files, whole-file reads, page cache dropped,
   ceil_small_warm_8   1 and 8 reader processes
   ceil_epoch2       the big file read once, then again in whole passes of
-                    1 MiB reads for at least EPOCH_MIN_S (the timed read:
+                    4 MiB reads for at least EPOCH_MIN_S (the timed read:
                     page cache warm, the second epoch)
 
 Every entry carries cpu_s_per_GiB: the FUSE daemon's utime + stime
@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import time
 
+from benchlib import read_seq
 from pinning import cpu_s_per_gib
 
 MiB = 1 << 20
@@ -139,24 +140,15 @@ EPOCH_MIN_S = 1.0  # a second epoch's timed reads last at least this long
 
 def epoch_read(path):
     """The page-cache-warm read of the second epoch: whole passes over
-    path with 1 MiB reads, in this process, until EPOCH_MIN_S has passed
-    (at least two). One pass of 1 GiB takes 50 ms at 20 GB/s: a `dd`
-    of it timed from outside counted the process's start and swung by a
-    fifth between rounds. Returns (bytes, seconds)."""
-    buf = bytearray(1 << 20)
-    mv = memoryview(buf)
+    path (benchlib.read_seq: 4 MiB reads), in this process, until
+    EPOCH_MIN_S has passed (at least two). One pass of 1 GiB takes 50 ms
+    at 20 GB/s: a `dd` of it timed from outside counted the process's
+    start and swung by a fifth between rounds. Returns (bytes, seconds)."""
     tot = passes = 0
     t = time.monotonic()
     while passes < 2 or time.monotonic() - t < EPOCH_MIN_S:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            while True:
-                n = os.readv(fd, [mv])
-                if n <= 0:
-                    break
-                tot += n
-        finally:
-            os.close(fd)
+        nb, _, _ = read_seq([path], float("inf"))
+        tot += nb
         passes += 1
     return tot, max(time.monotonic() - t, 1e-6)
 
@@ -296,7 +288,7 @@ def row_defs(L, rounds):
             ("ceil_small_warm_8", "FUSE ceiling: small files, warm, 8 readers", "files/s",
              "the same files on local disk, page cache dropped, 8 readers"),
             ("ceil_epoch2", "FUSE ceiling: one large file, second epoch (page cache warm)",
-             "MB/s", "the same file on local disk, read again in whole passes of 1 MiB "
+             "MB/s", "the same file on local disk, read again in whole passes of 4 MiB "
              f"reads for at least {EPOCH_MIN_S:g} s")]
     return [(rid, what, unit, L[f"{rid}_raw"], f"{lw} ({how})", None)
             for rid, what, unit, lw in defs if f"{rid}_raw" in L]
