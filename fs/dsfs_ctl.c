@@ -220,6 +220,8 @@ static struct dsfs_ctl_fh *dsfs_ctl_stats_text(struct dsfs *fs)
 	fprintf(f, "fs_passthrough %d\n", fs->passthrough); /* 1: on */
 	fprintf(f, "fs_passthrough_opens %llu\n",
 		atomic_load(&c->passthrough_opens));
+	fprintf(f, "cache_passthrough_remembered %" PRIu64 "\n",
+		cs.passthrough_remembered);
 	fprintf(f, "fs_uring_requests %llu\n", atomic_load(&c->uring_requests));
 	objstore_get_tier_stats(&ts);
 	fprintf(f, "tier_reads %" PRIu64 "\ntier_bytes %" PRIu64 "\n", ts.reads,

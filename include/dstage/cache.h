@@ -66,6 +66,10 @@ struct cache_stats {
 	uint64_t lands_displaced; /* dropped early: per-object limit */
 	/* Descriptors handed out by cache_open_passthrough. */
 	uint64_t passthrough_opens;
+	/* Of them, for objects this process no longer had open but had found
+	 * whole before: their records not read again (lib/cache/
+	 * cache_whole.c). */
+	uint64_t passthrough_remembered;
 };
 
 /* A dataset's eviction policy, as its caller keeps it. */

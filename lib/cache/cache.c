@@ -217,6 +217,7 @@ int cache_open(const struct dstage_config *cfg,
 	pthread_mutex_init(&c->evict_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->buf_lock, NULL);
+	pthread_mutex_init(&c->whole_lock, NULL);
 	{
 		const char *v = getenv("DSTAGE_NO_DIRECT");
 
@@ -295,6 +296,7 @@ void cache_close(struct cache *c)
 	cache_ahead_stop(c);
 	cache_obj_close_all(c);
 	free(c->buckets);
+	cache_whole_free(c);
 	cache_ds_free_all(c);
 	if (c->damage_gen)
 		munmap((void *)c->damage_gen, sizeof(*c->damage_gen));
@@ -305,6 +307,7 @@ void cache_close(struct cache *c)
 	while (c->nfree_bufs)
 		free(c->free_bufs[--c->nfree_bufs]);
 	pthread_mutex_destroy(&c->buf_lock);
+	pthread_mutex_destroy(&c->whole_lock);
 	pthread_cond_destroy(&c->jobs_cv);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->evict_lock);
@@ -373,12 +376,11 @@ static int cache_all_present(struct cache_obj *o)
 	return 1;
 }
 
-/* cache_all_present, or what it found under the same damage generation
- * (cache_gen_map). The generation is read before the records: a record
- * made invalid after they were read bumps it past the one remembered. */
-static int cache_whole(struct cache *c, struct cache_obj *o)
+/* cache_all_present, or what it found under the same damage generation g
+ * (cache_gen_map). The caller reads g before the records: a record made
+ * invalid after they were read bumps it past the one remembered. */
+static int cache_whole(struct cache *c, struct cache_obj *o, uint64_t g)
 {
-	uint64_t g = c->damage_gen ? atomic_load(c->damage_gen) : 0;
 	bool known;
 	int ret;
 
@@ -405,6 +407,8 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 {
 	struct cache_obj *o = NULL;
 	struct stat st;
+	uint64_t g;
+	char name[33];
 	int ret, pfd = -1;
 
 	if (!c || !obj || !obj->key || !fd)
@@ -412,10 +416,26 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	*fd = -1;
 	if (cache_verify_reads_always(c) || !obj->size)
 		return -EAGAIN;
+	g = c->damage_gen ? atomic_load(c->damage_gen) : 0;
 	/* An object open here already (the usual case: a stage or an
 	 * earlier open left it idle) is referenced without its in-use lock,
 	 * which the new description takes below: one lock, not three calls. */
 	cache_obj_ref_open(c, obj, &o);
+	if (!o && c->damage_gen) {
+		/* Not open, but found whole before (cache_whole.c): no
+		 * sidecar read, when the memo still vouches for the file. (An
+		 * object whose damage could not be marked is never noted, and
+		 * the failed mark bumped the generation of those noted.) */
+		cache_obj_name(obj, name);
+		ret = cache_whole_open(c, obj, name, g, fd);
+		if (ret != -EAGAIN) {
+			if (ret == 0) {
+				cache_count(&c->passthrough_opens, 1);
+				cache_count(&c->passthrough_remembered, 1);
+			}
+			return ret;
+		}
+	}
 	if (!o) {
 		ret = cache_obj_get(c, obj, false, &o);
 		if (ret)
@@ -440,19 +460,14 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	/* The description the kernel will hold keeps the shared in-use
 	 * lock while it does (layer 3): taken before the link count is
 	 * looked at, so that no evictor unlinks the file after the check. */
-	ret = cache_ofd_lock(c, pfd, CACHE_LOCK_INUSE, F_RDLCK, true,
-			     o->dataset, o->key, o->name);
+	ret = cache_inuse_hold(c, pfd, o->dataset, o->key, o->name, &st);
 	if (ret)
 		goto out;
-	if (fstat(pfd, &st)) {
-		ret = -errno;
-		goto out;
-	}
 	if ((uint64_t)st.st_size != o->size || st.st_nlink == 0) {
 		ret = -EAGAIN; /* evicted: this open reads through dstagefs */
 		goto out;
 	}
-	ret = cache_whole(c, o);
+	ret = cache_whole(c, o, g);
 	if (ret <= 0) {
 		ret = ret ? ret : -EAGAIN;
 		goto out;
@@ -460,6 +475,14 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	ret = 0;
 	cache_count(&c->passthrough_opens, 1);
 	cache_obj_touch(o);
+	if (c->damage_gen) {
+		time_t at;
+
+		pthread_mutex_lock(&o->lock);
+		at = o->atime;
+		pthread_mutex_unlock(&o->lock);
+		cache_whole_note(c, o->name, &st, o->mfd, g, o->hdr_flags, at);
+	}
 	*fd = pfd;
 	pfd = -1;
 out:
@@ -497,6 +520,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 	st->lands_refused = atomic_load(&c->lands_refused);
 	st->lands_displaced = atomic_load(&c->lands_displaced);
 	st->passthrough_opens = atomic_load(&c->passthrough_opens);
+	st->passthrough_remembered = atomic_load(&c->passthrough_remembered);
 }
 
 int cache_get_ds_stats(struct cache *c, cache_ds_stats_fn fn, void *arg)

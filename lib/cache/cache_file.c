@@ -464,6 +464,91 @@ void cache_meta_path(const char *data_path, char *out, size_t len)
 }
 
 /*
+ * Take the shared in-use lock on fd (an object's data file: ds, key and
+ * name for the log line of a wait that timed out) and fstat it into *st:
+ * the link count, looked at after the lock, tells whether an evictor
+ * unlinked the file first. Returns 0, the lock's -ETIMEDOUT (or -errno),
+ * or fstat's -errno (the lock then stays: it goes with the descriptor).
+ */
+int cache_inuse_hold(const struct cache *c, int fd, const char *ds,
+		     const char *key, const char *name, struct stat *st)
+{
+	int ret = cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_RDLCK, true, ds,
+				 key, name);
+
+	if (ret)
+		return ret;
+	return fstat(fd, st) ? -errno : 0;
+}
+
+/*
+ * Write the header's pages whole, with access time t: obj's header in
+ * format version (and flags), its records from rec_off in mfd (0: right
+ * after the header, as in a version 3 sidecar). An 8-byte
+ * write into a page not in memory (after drop_caches; fills write with
+ * O_DIRECT) made the kernel read that page from disk first, in the
+ * reader's thread: one more synchronous disk read for each small file
+ * opened. The header is rebuilt from the object (the file's was found
+ * equal to it at open, but for the access time), and up to the records the
+ * file holds zeros, as written at creation. A torn write is caught by
+ * hdr_sum at the next open (the file is then made again), never taken for
+ * another object's. Returns 0, -EUCLEAN (rec_off is not where obj's
+ * records start), -ENOMEM, -EIO or the write's -errno.
+ */
+int cache_hdr_write_atime(struct cache *c, const struct cache_object *obj,
+			  uint32_t version, uint32_t flags, uint64_t rec_off,
+			  int mfd, uint64_t t)
+{
+	char *hdr = NULL, *page = NULL;
+	size_t len;
+	ssize_t w;
+	int ret = cache_hdr_build(c, obj, version, flags, &hdr, &len);
+
+	if (ret)
+		return ret;
+	if (!rec_off)
+		rec_off = cache_roundup(len, CACHE_ALIGN);
+	if (cache_roundup(len, CACHE_ALIGN) != rec_off) {
+		ret = -EUCLEAN;
+		goto out;
+	}
+	page = calloc(1, rec_off);
+	if (!page) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memcpy(page, hdr, len);
+	((struct cache_hdr *)page)->atime = t;
+	w = pwrite(mfd, page, rec_off, 0);
+	if (w < 0)
+		ret = -errno;
+	else if ((uint64_t)w != rec_off)
+		ret = -EIO;
+out:
+	free(hdr);
+	free(page);
+	return ret;
+}
+
+/*
+ * A small object file (fd, st its fstat) read through the page cache
+ * (dstagefs: drop-behind on) whose blocks are all on disk: ask for all of
+ * it now, one request, instead of the header's read, the records' and the
+ * data's each finding the page cache empty (after drop_caches, 4-6 disk
+ * reads per small file against 1-2 for the same file on local disk;
+ * bench/smallfile_probe.py). The stager reads present blocks with
+ * O_DIRECT: not for it.
+ */
+void cache_small_ahead(const struct cache *c, int fd, const struct stat *st)
+{
+	if (!c->drop_behind || st->st_size <= 0 ||
+	    st->st_size > CACHE_SMALL_AHEAD ||
+	    (uint64_t)st->st_blocks * 512 < (uint64_t)st->st_size)
+		return;
+	(void)posix_fadvise(fd, 0, st->st_size, POSIX_FADV_WILLNEED);
+}
+
+/*
  * The dataset and access time of the object whose data file data_path
  * (under dirfd) is open as fd: from its sidecar, or from the file itself
  * when it is a one-file object (versions 1 and 2) with no sidecar.

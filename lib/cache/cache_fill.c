@@ -85,6 +85,8 @@ bool cache_unmarked(struct cache *c, const char *name)
 	unsigned n;
 	bool found = false;
 
+	if (!atomic_load(&c->nunmarked)) /* the usual case: no lock taken */
+		return false;
 	pthread_mutex_lock(&c->lock);
 	n = c->nunmarked < CACHE_UNMARKED_MAX ? c->nunmarked
 					      : CACHE_UNMARKED_MAX;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cache_i.h: the block cache's private header (docs/cache.md has the full
- * story). The cache is one module in seven files, stacked: each file calls
+ * story). The cache is one module in eight files, seven layers: each file calls
  * only the files below it, never one above (a hook set at open is the one
  * way up, see "Hooks").
  *
@@ -13,6 +13,8 @@
  *                     fills handed to readers; serving present blocks
  *   3  cache_obj.c    the open-object table, object files, claims and the
  *                     verified-block bitmap, the lifecycle of landed fills
+ *      cache_whole.c  beside it: the objects found whole, remembered
+ *                     without their descriptors
  *   2  cache_space.c  datasets (policy, usage), reservations, eviction,
  *                     the fill-buffer pool
  *   1  cache_file.c   the on-disk format: header, records, identity file,
@@ -72,6 +74,8 @@
  *      o->dfd, o->no_direct and the landed fills (o->lands, their refs and
  *      left). Never held across I/O or while waiting for another lock.
  *   4. c->buf_lock (mutex, a leaf): the idle fill buffers.
+ *   5. c->whole_lock (mutex, a leaf, never held with c->buf_lock): the
+ *      memo of objects found whole (cache_whole.c).
  * OFD byte-range locks on each object file (released by the kernel when a
  * process dies):
  *   - byte CACHE_LOCK_INUSE: shared by every process using the file, taken
@@ -114,6 +118,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -201,6 +206,8 @@
 #define CACHE_POLICY_TTL 2 /* seconds a dataset's policy is trusted */
 #define CACHE_ATIME_STEP 1 /* access time granularity, seconds */
 #define CACHE_UNMARKED_MAX 64 /* struct cache's unmarked ring */
+#define CACHE_WHOLE_MIN 4096 /* the whole-object memo's first slots */
+#define CACHE_WHOLE_MAX (1u << 20) /* ... and most (cache_whole.c) */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */
 #define CACHE_DIR_MODE 0700
 #define CACHE_FILE_MODE 0600
@@ -321,6 +328,7 @@ struct cache_land {
 enum cache_job_kind { CACHE_JOB_READAHEAD, CACHE_JOB_PREFETCH };
 
 struct cache_pf; /* a prefetch running (cache_ahead.c) */
+struct cache_whole_ent; /* an object found whole (cache_whole.c) */
 struct cache_pf_hold; /* an entry it fetched for its reader */
 
 struct cache_job {
@@ -368,7 +376,9 @@ struct cache {
 	 * this process never passes them through (cache_whole). A ring of
 	 * the last CACHE_UNMARKED_MAX; c->lock. */
 	char unmarked[CACHE_UNMARKED_MAX][33];
-	unsigned nunmarked; /* entries written; the ring holds the last */
+	/* entries written (the ring holds the last); read without c->lock
+	 * only to see that there are none */
+	_Atomic unsigned nunmarked;
 	struct cache_ds *ds;
 	struct cache_job *jobs, **jobs_tail;
 	size_t njobs;
@@ -397,6 +407,12 @@ struct cache {
 	_Atomic uint64_t fetches, checksum_failures, evictions, streamed;
 	_Atomic uint64_t disk_full; /* see struct cache_stats */
 	_Atomic uint64_t passthrough_opens; /* see struct cache_stats */
+	_Atomic uint64_t passthrough_remembered; /* see struct cache_stats */
+	/* The memo of objects found whole (cache_whole.c): c->whole_lock, a
+	 * leaf. */
+	pthread_mutex_t whole_lock;
+	struct cache_whole_ent *whole; /* nwhole slots (a power of 2, or 0) */
+	size_t nwhole, whole_used;
 	/* The damage generation (CACHE_GEN_FILE, mapped shared; NULL when it
 	 * could not be: every passthrough open reads the records). Bumped by
 	 * any process after it made a valid record invalid. */
@@ -534,6 +550,12 @@ int cache_hdr_check(struct cache *c, int fd, bool meta,
 		    const struct cache_object *obj, struct cache_layout *l);
 int cache_file_info(int fd, char *ds, size_t dslen, uint64_t *atime);
 void cache_meta_path(const char *data_path, char *out, size_t len);
+int cache_inuse_hold(const struct cache *c, int fd, const char *ds,
+		     const char *key, const char *name, struct stat *st);
+int cache_hdr_write_atime(struct cache *c, const struct cache_object *obj,
+			  uint32_t version, uint32_t flags, uint64_t rec_off,
+			  int mfd, uint64_t t);
+void cache_small_ahead(const struct cache *c, int fd, const struct stat *st);
 int cache_pair_info(int dirfd, const char *data_path, int fd, char *ds,
 		    size_t dslen, uint64_t *atime, uint64_t *meta_bytes,
 		    int *mfdp);
@@ -607,6 +629,21 @@ int cache_rec_replace(struct cache_obj *o, uint64_t b,
 		      const struct cache_rec *r);
 /* Whether this process found damage in o that it could not mark. */
 bool cache_unmarked(struct cache *c, const char *name);
+
+/* ---- layer 3: cache_whole.c (the memo of objects found whole) ---- */
+/* Remember that the data file st (of object name; its sidecar open as
+ * mfd, a version 3 header with flags) had every record valid under damage
+ * generation gen, its access time last written at atime. Best effort: no
+ * memory, no entry. */
+void cache_whole_note(struct cache *c, const char *name, const struct stat *st,
+		      int mfd, uint64_t gen, uint32_t flags, time_t atime);
+/* A passthrough descriptor of obj (file name) from the memo alone, its
+ * access time recorded: 0 and *fd (read-only, holding the shared in-use
+ * lock), -EAGAIN when the memo does not vouch for the file under damage
+ * generation gen (go the long way), or the in-use lock's -errno. */
+int cache_whole_open(struct cache *c, const struct cache_object *obj,
+		     const char *name, uint64_t gen, int *fd);
+void cache_whole_free(struct cache *c);
 /* ---- layer 4: cache_fill.c ---- */
 int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 		    cache_iov_fn fn, void *arg);

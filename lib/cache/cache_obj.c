@@ -197,24 +197,6 @@ static void cache_obj_free(struct cache_obj *o)
 }
 
 /*
- * A small object file read through the page cache (dstagefs: drop-behind
- * on) whose blocks are all on disk: ask for all of it now, one request,
- * instead of the header's read, the records' and the data's each finding
- * the page cache empty (after drop_caches, 4-6 disk reads per small file
- * against 1-2 for the same file on local disk; bench/smallfile_probe.py).
- * The stager reads present blocks with O_DIRECT: not for it.
- */
-static void cache_obj_small_ahead(struct cache *c, int fd,
-				  const struct stat *st)
-{
-	if (!c->drop_behind || st->st_size <= 0 ||
-	    st->st_size > CACHE_SMALL_AHEAD ||
-	    (uint64_t)st->st_blocks * 512 < (uint64_t)st->st_size)
-		return;
-	(void)posix_fadvise(fd, 0, st->st_size, POSIX_FADV_WILLNEED);
-}
-
-/*
  * A data file the caller cannot use (bad sidecar or header, or a data file
  * alone: a crash's leftover): remove it, with its sidecar, if nobody else
  * uses it (the exclusive in-use lock, at once), and return -EAGAIN (open
@@ -305,20 +287,16 @@ static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 		}
 		if (fd < 0)
 			return -errno;
-		ret = cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_RDLCK, true,
-				     cache_ds_or(obj->dataset), obj->key, name);
+		ret = cache_inuse_hold(c, fd, cache_ds_or(obj->dataset),
+				       obj->key, name, &st);
 		if (ret)
 			goto fail;
-		if (fstat(fd, &st)) {
-			ret = -errno;
-			goto fail;
-		}
 		if (st.st_nlink == 0) { /* evicted meanwhile */
 			close(fd);
 			fd = -1;
 			continue;
 		}
-		cache_obj_small_ahead(c, fd, &st);
+		cache_small_ahead(c, fd, &st);
 		/* Under the shared lock nobody links or unlinks the sidecar
 		 * (cache_file.c): this one is the data file's. */
 		mfd = openat(c->objects_fd, mpath,
@@ -706,51 +684,16 @@ void cache_obj_put(struct cache_obj *o)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/*
- * Write the header's pages whole, with access time t. An 8-byte write into
- * a page not in memory (after drop_caches; fills write with O_DIRECT) made
- * the kernel read that page from disk first, in the reader's thread: one
- * more synchronous disk read for each small file opened. The header is
- * rebuilt from the object (the file's was found equal to it at open, but
- * for the access time), and up to the records the file holds zeros, as
- * written at creation. A torn write is caught by hdr_sum at the next open
- * (the file is then made again), never taken for another object's.
- */
 static int cache_obj_write_atime(struct cache_obj *o, uint64_t t)
 {
 	struct cache_object obj = { .dataset = o->dataset,
 				    .key = o->key,
 				    .etag = o->etag,
 				    .size = o->size };
-	char *hdr = NULL, *page = NULL;
-	size_t len;
-	ssize_t w;
-	/* In the file's own format (a one-file object read as it is). */
-	int ret = cache_hdr_build(o->c, &obj, o->version, o->hdr_flags, &hdr,
-				  &len);
 
-	if (ret)
-		return ret;
-	if (cache_roundup(len, CACHE_ALIGN) != o->rec_off) {
-		ret = -EUCLEAN;
-		goto out;
-	}
-	page = calloc(1, o->rec_off);
-	if (!page) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	memcpy(page, hdr, len);
-	((struct cache_hdr *)page)->atime = t;
-	w = pwrite(o->mfd, page, o->rec_off, 0);
-	if (w < 0)
-		ret = -errno;
-	else if ((uint64_t)w != o->rec_off)
-		ret = -EIO;
-out:
-	free(hdr);
-	free(page);
-	return ret;
+	/* In the file's own format (a one-file object read as it is). */
+	return cache_hdr_write_atime(o->c, &obj, o->version, o->hdr_flags,
+				     o->rec_off, o->mfd, t);
 }
 
 /*

@@ -65,6 +65,10 @@ static void metrics_cache_write(struct metrics_buf *b,
 			"Whole cached objects handed out as their data file "
 			"(FUSE passthrough, the GPU reader's direct reads)",
 			st->passthrough_opens);
+	metrics_counter(b, "dstage_cache_passthrough_remembered_total",
+			"Of the passthrough opens, of objects known whole "
+			"from an earlier open (no records read)",
+			st->passthrough_remembered);
 }
 
 struct metrics_cache_ds {

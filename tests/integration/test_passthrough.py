@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from test_dstagefs import Env, mounted, passthrough_lines
+from test_dstagefs import Dstagefs, Env, mounted, passthrough_lines
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -235,3 +235,52 @@ def test_verify_reads_always_never_passes_through(tool, tmp_path):
         assert st["bytes_from_source"] == 0, st
     finally:
         e.cleanup()
+
+
+def test_objects_found_whole_are_remembered(penv):
+    """More small files than dstagefs keeps open (RLIMIT_NOFILE 768: a
+    table of 128): a later open of one no longer open is answered from
+    the memo of objects found whole (cache_passthrough_remembered), with
+    the right bytes and no READ; one another process evicted meanwhile
+    reads through dstagefs, right, and is fetched again."""
+    n = 200
+    files = {"s/%03d" % i: os.urandom(3000 + 37 * i) for i in range(n)}
+    data_set(penv, "mw", files)
+    wrapper = penv.tmp / "dstagefs-768"
+    wrapper.write_text("#!/bin/sh\nexec prlimit --nofile=768:768 %s \"$@\"\n"
+                       % penv.tool("dstagefs"))
+    wrapper.chmod(0o700)
+    m = Dstagefs(str(wrapper), penv.tmp / "mnt", penv.env,
+                 penv.tmp / "mnt.log")
+    penv.mounts.append(m)
+    m.start()
+    if "passthrough on: " not in "".join(passthrough_lines(m)):
+        pytest.skip("no FUSE passthrough here")
+    root = m.mnt / "datasets/mw"
+    for k, v in files.items():  # cold: filled through dstagefs
+        assert (root / k).read_bytes() == v
+    for k, v in files.items():  # whole: the records read, noted
+        assert (root / k).read_bytes() == v
+    before = m.stats()
+    for k, v in files.items():
+        assert (root / k).read_bytes() == v
+    st = m.stats()
+    assert st["fs_passthrough_opens"] == before["fs_passthrough_opens"] + n
+    assert st["fs_reads"] == before["fs_reads"], st
+    remembered = st["cache_passthrough_remembered"] - \
+        before["cache_passthrough_remembered"]
+    print("remembered", remembered, "of", n)
+    assert n - 128 <= remembered < n, st
+    # The first file was answered from the memo: evict it (no in-use
+    # lock while nobody has it open), then read it through dstagefs.
+    rc, err = drop(penv, penv.tmp / "src-mw", "mw", "s/000")
+    assert rc == 0, err
+    before = m.stats()
+    assert (root / "s/000").read_bytes() == files["s/000"]
+    st = m.stats()
+    assert st["fs_passthrough_opens"] == before["fs_passthrough_opens"], st
+    assert st["cache_passthrough_remembered"] == \
+        before["cache_passthrough_remembered"], st
+    assert st["fs_reads"] > before["fs_reads"] and \
+        st["bytes_from_source"] > before["bytes_from_source"], st
+    assert m.stop() == 0

@@ -1312,6 +1312,120 @@ static void test_open_table(void)
 		free(data[i]);
 }
 
+/* A passthrough open of obj: 0 and its bytes right, or the open's error. */
+static int pt_open_eq(struct cache *c, const struct cache_object *obj,
+		      const char *want, int *keep)
+{
+	char *got = malloc(obj->size + 1);
+	int fd = -1, ret = cache_open_passthrough(c, obj, &fd);
+
+	CHECK(got);
+	if (ret == 0) {
+		CHECK_INT(pread(fd, got, obj->size + 1, 0), (ssize_t)obj->size);
+		CHECK(!memcmp(got, want, obj->size));
+		if (keep)
+			*keep = fd;
+		else
+			close(fd);
+	}
+	free(got);
+	return ret;
+}
+
+static uint64_t remembered(struct cache *c)
+{
+	struct cache_stats st;
+
+	cache_get_stats(c, &st);
+	return st.passthrough_remembered;
+}
+
+/*
+ * The memo of objects found whole (lib/cache/cache_whole.c): with
+ * RLIMIT_NOFILE at 384 the cache keeps 64 objects open; of 80 opened in
+ * passthrough the 16 first are closed, and their next passthrough opens
+ * are answered from the memo (no records read), with the right bytes and
+ * the in-use lock held. The memo is not trusted for a data file written
+ * since (its change time), after a record was made invalid by another
+ * process (the damage generation), for a file made again after an
+ * eviction (a partial one of the object's size, maybe on the same inode),
+ * nor with verify_reads = always; it records access times as the long
+ * way does. A new damage generation makes every entry stale at once.
+ */
+#define WM_N 80
+#define WM_OUT 16
+static void test_whole_memo(void)
+{
+	static struct cache_object obj[WM_N];
+	static char keys[WM_N][32], dss[WM_N][16], etags[WM_N][128];
+	char *data[WM_N], *saved_dir = cfg->cache_dir;
+	struct rlimit saved, rl;
+	struct cache *c, *c2;
+	uint64_t n0, t;
+	int fd = -1;
+
+	snprintf(cachedir, sizeof(cachedir), "%s/cache-whole", tmp);
+	cfg->cache_dir = cachedir;
+	CHECK_INT(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	rl = saved;
+	rl.rlim_cur = 6 * 64;
+	CHECK_INT(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	c = open_cache();
+	for (unsigned i = 0; i < WM_N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "wm/%03u", i);
+		snprintf(dss[i], sizeof(dss[i]), "wm%03u", i);
+		obj[i] = (struct cache_object){ .dataset = dss[i] };
+		data[i] =
+			put_src(keys[i], 2 * BS + 7 * i + 1, &obj[i], etags[i]);
+		CHECK(read_eq(c, &obj[i], data[i], 0, obj[i].size));
+		CHECK_INT(pt_open_eq(c, &obj[i], data[i], NULL), 0);
+	}
+	CHECK_INT(remembered(c), 0);
+	for (unsigned i = 0; i < WM_OUT; i++)
+		CHECK_INT(pt_open_eq(c, &obj[i], data[i], NULL), 0);
+	CHECK_INT(remembered(c), WM_OUT);
+	/* Its descriptor holds the in-use lock: no other process drops it. */
+	c2 = open_cache();
+	CHECK_INT(pt_open_eq(c, &obj[0], data[0], &fd), 0);
+	CHECK_INT(cache_object_drop(c2, &obj[0]), -EBUSY);
+	close(fd);
+	/* The access time, as the long way records it. */
+	sleep(2); /* past CACHE_ATIME_STEP */
+	t = (uint64_t)time(NULL);
+	CHECK_INT(pt_open_eq(c, &obj[7], data[7], NULL), 0);
+	CHECK_INT(remembered(c), WM_OUT + 2);
+	CHECK(atime_reaches(c, &obj[7], t));
+	n0 = remembered(c);
+	/* Written since (a flipped byte: the scrub's business, but the file
+	 * changed): the records are read again, still whole. */
+	flip_byte_in(dss[1], 0, 3);
+	CHECK_INT(cache_open_passthrough(c, &obj[1], &fd), 0);
+	close(fd);
+	CHECK_INT(remembered(c), n0);
+	/* A record cleared by another process: not whole, and the memo of
+	 * every object is checked against the new generation. */
+	CHECK_INT(cache_object_forget_block(c2, &obj[2], 1), 0);
+	CHECK_INT(pt_open_eq(c, &obj[2], data[2], NULL), -EAGAIN);
+	CHECK_INT(pt_open_eq(c, &obj[3], data[3], NULL), 0);
+	CHECK_INT(remembered(c), n0);
+	/* Evicted by another process and made again with its last block
+	 * alone (the file has the object's size, maybe the old inode). */
+	CHECK_INT(cache_object_drop(c2, &obj[4]), 0);
+	CHECK(read_eq(c2, &obj[4], data[4], 2 * BS, obj[4].size - 2 * BS));
+	CHECK_INT(pt_open_eq(c, &obj[4], data[4], NULL), -EAGAIN);
+	CHECK_INT(remembered(c), n0);
+	cache_close(c2);
+	/* verify_reads = always: no passthrough, memo or not. */
+	cfg->cache_verify_reads = CONFIG_VERIFY_ALWAYS;
+	CHECK_INT(pt_open_eq(c, &obj[5], data[5], NULL), -EAGAIN);
+	cfg->cache_verify_reads = CONFIG_VERIFY_FILL;
+	cache_close(c);
+	CHECK_INT(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	cfg->cache_dir = saved_dir;
+	for (unsigned i = 0; i < WM_N; i++)
+		free(data[i]);
+}
+
 int main(void)
 {
 	struct cachetest_saved saved;
@@ -1346,6 +1460,7 @@ int main(void)
 	test_eviction();
 	test_read_iov();
 	test_open_table();
+	test_whole_memo();
 
 	/* A cache created with another block size is refused. */
 	struct cache *c = NULL;
