@@ -39,13 +39,7 @@ done
 # piece only while twice its size is free below the high mark (docs/cache.md)
 bench_conf "$work" "$((files * size_mb * 4))M"
 export DSTAGE_CONFIG=$work/dstage.conf
-"${builds[0]}/stager/stager" daemon >"$work/daemon.log" 2>&1 &
-daemon=$!
-for _ in $(seq 50); do [ -S "$work/stager.sock" ] && break; sleep 0.1; done
-"${builds[0]}/stager/stager" add d "file://$work/src/" >/dev/null
-"${builds[0]}/stager/stager" stage d --wait >/dev/null
-kill "$daemon"
-wait "$daemon" 2>/dev/null || true
+bench_stage "${builds[0]}" "$work"
 # How the stage laid the files out (docs/cache.md: one piece each).
 extents() { filefrag "$@" 2>/dev/null | awk '{n += $2} END {print n}'; }
 echo "extents: cache files $(extents $(find "$work/cache/objects" -type f \

@@ -208,6 +208,7 @@
 #define CACHE_UNMARKED_MAX 64 /* struct cache's unmarked ring */
 #define CACHE_WHOLE_MIN 4096 /* the whole-object memo's first slots */
 #define CACHE_WHOLE_MAX (1u << 20) /* ... and most (cache_whole.c) */
+#define CACHE_WHOLE_PROBE 8 /* slots an entry may take from its home */
 #define CACHE_EVICT_HEAP 1024 /* victims chosen per directory scan */
 #define CACHE_DIR_MODE 0700
 #define CACHE_FILE_MODE 0600
