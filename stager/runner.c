@@ -436,6 +436,14 @@ static void runner_file(struct runner_ctx *c, struct runner_file *f, void *buf)
 	}
 	if (ref && !match)
 		runner_mismatch(c, f, ref, got);
+	if (c->stage && c->env->cache && (!ref || match)) {
+		/* Whole and sound: a passthrough open anywhere (a dstagefs
+		 * started later) need not read its records again. */
+		struct cache_object o;
+
+		runner_obj(c, f, &o);
+		(void)cache_object_mark_whole(c->env->cache, &o);
+	}
 	if (c->stage && c->env->cache && !runner_present(c, f)) {
 		atomic_fetch_add(&c->errors, 1);
 		if (cache_disk_full(c->env->cache))

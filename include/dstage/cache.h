@@ -315,6 +315,19 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 			   int *fd);
 
 /*
+ * Mark the object as whole if it is (cached in format version 3, every
+ * block's record valid now), in its data file (an extended attribute,
+ * docs/cache.md "The whole-object memo"), so that a passthrough open in
+ * any process, a dstagefs started later included, hands it over without
+ * reading its records again (stager stage calls it for each object it
+ * filled). A damage found later anywhere makes every mark stale. Returns
+ * 1 (whole; marked where the file system takes the attribute), 0 (not
+ * whole, not cached, or no shared damage generation), -EINVAL, or the
+ * -errno of opening the object's files.
+ */
+int cache_object_mark_whole(struct cache *c, const struct cache_object *obj);
+
+/*
  * Drop the object's cached blocks (e.g. verify --repair after a mismatch,
  * or a dataset removed). Returns 0, -EBUSY when a reader (this process or
  * another) has the object open, or -errno.

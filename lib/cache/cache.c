@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,8 +114,29 @@ static void cache_tighten_top(struct cache *c, struct cache_modes *t)
 	}
 }
 
+/* The nonce of this cache's damage generation (the second 8 bytes of
+ * CACHE_GEN_FILE): drawn by the first process that finds it 0. A mark of
+ * an object found whole (cache_whole.c) names the nonce and generation it
+ * was made under, so that a damage.gen removed and made again (its
+ * generation from 0 again) leaves every older mark stale. */
+static uint64_t cache_gen_nonce(_Atomic uint64_t *n)
+{
+	uint64_t cur = atomic_load(n), v = 0;
+
+	while (!cur) {
+		if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+			v = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+		if (!v)
+			v = 1;
+		if (atomic_compare_exchange_strong(n, &cur, v))
+			cur = v;
+	}
+	return cur;
+}
+
 /*
- * The damage generation: 8 bytes of CACHE_GEN_FILE (0600) mapped shared
+ * The damage generation: the first 8 bytes of CACHE_GEN_FILE (0600, 16
+ * bytes: then its nonce, cache_gen_nonce) mapped shared
  * by every process of this cache, bumped (cache_gen_bump) after a valid
  * record was made invalid (cache_object_forget_block: the scrub's damaged
  * blocks). An open object remembers that its records were all valid under
@@ -146,15 +168,17 @@ static void cache_gen_map(struct cache *c, struct cache_modes *t)
 		else
 			t->files++;
 	}
-	if ((uint64_t)st.st_size < sizeof(*c->damage_gen) &&
-	    ftruncate(fd, sizeof(*c->damage_gen)))
+	/* 8 bytes before the nonce was added: made 16, the nonce 0. */
+	if ((uint64_t)st.st_size < CACHE_GEN_BYTES &&
+	    ftruncate(fd, CACHE_GEN_BYTES))
 		goto fail;
-	p = mmap(NULL, sizeof(*c->damage_gen), PROT_READ | PROT_WRITE,
-		 MAP_SHARED, fd, 0);
+	p = mmap(NULL, CACHE_GEN_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		 0);
 	if (p == MAP_FAILED)
 		goto fail;
 	close(fd);
 	c->damage_gen = p;
+	c->gen_nonce = cache_gen_nonce((_Atomic uint64_t *)p + 1);
 	return;
 fail:
 	log_info("cache: %s/%s: not shared (%s): every passthrough open "
@@ -299,7 +323,7 @@ void cache_close(struct cache *c)
 	cache_whole_free(c);
 	cache_ds_free_all(c);
 	if (c->damage_gen)
-		munmap((void *)c->damage_gen, sizeof(*c->damage_gen));
+		munmap((void *)c->damage_gen, CACHE_GEN_BYTES);
 	if (c->objects_fd >= 0)
 		close(c->objects_fd);
 	if (c->dir_fd >= 0)
@@ -481,13 +505,46 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 		pthread_mutex_lock(&o->lock);
 		at = o->atime;
 		pthread_mutex_unlock(&o->lock);
-		cache_whole_note(c, o->name, &st, o->mfd, g, o->hdr_flags, at);
+		cache_whole_note(c, o->name, &st, o->fd, g, o->hdr_flags, at);
 	}
 	*fd = pfd;
 	pfd = -1;
 out:
 	if (pfd >= 0)
 		close(pfd);
+	cache_obj_put(o);
+	return ret;
+}
+
+int cache_object_mark_whole(struct cache *c, const struct cache_object *obj)
+{
+	struct cache_obj *o = NULL;
+	struct stat st;
+	uint64_t g;
+	int ret;
+
+	if (!c || !obj || !obj->key)
+		return -EINVAL;
+	if (!c->damage_gen || !obj->size)
+		return 0;
+	g = atomic_load(c->damage_gen); /* before the file and its records */
+	ret = cache_obj_get(c, obj, false, &o);
+	if (ret || !o)
+		return ret;
+	ret = 0;
+	if (o->version != CACHE_OBJ_VERSION || o->data_off)
+		goto out;
+	if (fstat(o->fd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	if ((uint64_t)st.st_size != o->size)
+		goto out;
+	ret = cache_whole(c, o, g);
+	if (ret == 1)
+		cache_whole_note(c, o->name, &st, o->fd, g, o->hdr_flags,
+				 o->atime);
+out:
 	cache_obj_put(o);
 	return ret;
 }

@@ -25,7 +25,11 @@
  *   objects/<h2>/<h30>      an object version's data file (0600): its
  *                           bytes at their own offsets (block b at
  *                           b * block_size), holes where absent; h =
- *                           XXH3-128 of (dataset, key, ETag, size) in hex
+ *                           XXH3-128 of (dataset, key, ETag, size) in hex;
+ *                           its xattr user.dstage.whole once found whole
+ *                           (cache_whole.c)
+ *   damage.gen              16 bytes mapped shared: the damage generation
+ *                           and its nonce (cache.c)
  *   objects/<h2>/<h30>.meta its sidecar (0600): a header (magic, version 3,
  *                           block size, object size, dataset, key, ETag,
  *                           header checksum, access time), then one
@@ -128,6 +132,9 @@
 /* The damage generation shared by every process of the cache (cache.c):
  * 8 bytes, mapped shared. */
 #define CACHE_GEN_FILE "damage.gen"
+#define CACHE_GEN_BYTES 16 /* its mapping: generation, nonce */
+/* The extended attribute of a data file found whole (cache_whole.c). */
+#define CACHE_WHOLE_XATTR "user.dstage.whole"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"
 /* 3: the object's bytes at offset 0 of their own file, header and records
  * in a sidecar (FUSE passthrough hands the kernel the data file). 2: one
@@ -418,6 +425,10 @@ struct cache {
 	 * could not be: every passthrough open reads the records). Bumped by
 	 * any process after it made a valid record invalid. */
 	_Atomic uint64_t *damage_gen;
+	uint64_t gen_nonce; /* set at open with damage_gen: its nonce */
+	/* Data files take no CACHE_WHOLE_XATTR here (the file system
+	 * refused one); set once */
+	_Atomic bool whole_xattr_off;
 	_Atomic int64_t disk_full_logged; /* time of the last such line */
 	_Atomic bool last_nospace_disk; /* see cache_disk_full */
 };
@@ -632,12 +643,13 @@ int cache_rec_replace(struct cache_obj *o, uint64_t b,
 bool cache_unmarked(struct cache *c, const char *name);
 
 /* ---- layer 3: cache_whole.c (the memo of objects found whole) ---- */
-/* Remember that the data file st (of object name; its sidecar open as
- * mfd, a version 3 header with flags) had every record valid under damage
- * generation gen, its access time last written at atime. Best effort: no
- * memory, no entry. */
+/* Remember that the data file st (of object name, open for writing as fd;
+ * a version 3 header with flags) had every record valid under damage
+ * generation gen, its access time last written at atime: in this
+ * process's memo, and in the file (CACHE_WHOLE_XATTR) for every process.
+ * Best effort: no memory, no entry; an attribute refused, none. */
 void cache_whole_note(struct cache *c, const char *name, const struct stat *st,
-		      int mfd, uint64_t gen, uint32_t flags, time_t atime);
+		      int fd, uint64_t gen, uint32_t flags, time_t atime);
 /* A passthrough descriptor of obj (file name) from the memo alone, its
  * access time recorded: 0 and *fd (read-only, holding the shared in-use
  * lock), -EAGAIN when the memo does not vouch for the file under damage

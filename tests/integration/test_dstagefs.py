@@ -4,6 +4,7 @@ directory, with file:// sources (always) and radosgw (the `rgw` fixture).
 Datasets are registered with tests/tools/catalog_tool. The large file is
 1 GiB on file:// (DSTAGE_TEST_LARGE_MB changes it) and 64 MiB on radosgw.
 """
+import contextlib
 import hashlib
 import os
 import random
@@ -164,6 +165,28 @@ class Env:
     def cleanup(self):
         for m in self.mounts:
             m.cleanup()
+
+
+@contextlib.contextmanager
+def stager_daemon(env, stager, tmp):
+    """A stager daemon for env (its socket under tmp, added to env's
+    config), ready when entered, stopped on exit; yields its Popen."""
+    sock = tmp / "stager.sock"
+    with open(env.cfg, "a") as f:
+        f.write("[daemon]\nsocket = %s\n" % sock)
+    log = open(tmp / "daemon.log", "wb")
+    daemon = subprocess.Popen([stager, "daemon"], env=env.env, stdout=log,
+                              stderr=log)
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        yield daemon
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        log.close()
 
 
 @pytest.fixture
@@ -718,18 +741,8 @@ def test_reads_while_the_stager_fills_the_same_file(denv, tool, tmp_path):
     (src / "shard.tar").write_bytes(blob)
     (src / "SHA256SUMS").write_text(
         "%s  shard.tar\n" % hashlib.sha256(blob).hexdigest())
-    sock = tmp_path / "stager.sock"
-    with open(denv.cfg, "a") as f:
-        f.write("[daemon]\nsocket = %s\n" % sock)
     stager = tool("stager")
-    log = open(tmp_path / "daemon.log", "wb")
-    daemon = subprocess.Popen([stager, "daemon"], env=denv.env, stdout=log,
-                              stderr=log)
-    try:
-        for _ in range(200):
-            if sock.exists():
-                break
-            time.sleep(0.05)
+    with stager_daemon(denv, stager, tmp_path):
         subprocess.run([stager, "add", "shared", "file://%s/" % src],
                        env=denv.env, check=True, capture_output=True)
         m = denv.mount()
@@ -769,10 +782,6 @@ def test_reads_while_the_stager_fills_the_same_file(denv, tool, tmp_path):
         subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"])
         assert sha256_file(path) == hashlib.sha256(blob).hexdigest()
         assert m.stats()["bytes_from_source"] == before
-    finally:
-        daemon.terminate()
-        daemon.wait(30)
-        log.close()
 
 
 def test_unmappable_cache_blocks_are_served_by_copy(denv, faults):

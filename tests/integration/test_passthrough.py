@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from test_dstagefs import Dstagefs, Env, mounted, passthrough_lines
+from test_dstagefs import (Dstagefs, Env, mounted, passthrough_lines,
+                           stager_daemon)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -284,3 +285,47 @@ def test_objects_found_whole_are_remembered(penv):
     assert st["fs_reads"] > before["fs_reads"] and \
         st["bytes_from_source"] > before["bytes_from_source"], st
     assert m.stop() == 0
+
+
+def test_a_stage_marks_objects_whole_for_a_later_mount(penv, tmp_path):
+    """stager stage marks each object it filled whole (an extended
+    attribute of its data file): a dstagefs started after the stage passes
+    every file through at its first open without reading its records
+    (cache_passthrough_remembered), right. A record cleared after that
+    (the scrub's way) makes every mark stale: the next mount reads the
+    records again, and marks them anew."""
+    files = {"f%02d" % i: os.urandom(5000 + 911 * i) for i in range(20)}
+    src = data_set(penv, "sm", files)
+    stager = penv.tool("stager")
+    with stager_daemon(penv, stager, tmp_path):
+        p = subprocess.run([stager, "stage", "sm", "--wait"], env=penv.env,
+                           capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr.decode()
+    m = mount_on(penv)
+    for k, v in files.items():
+        assert (m.mnt / "datasets/sm" / k).read_bytes() == v
+    st = m.stats()
+    assert st["fs_passthrough_opens"] == len(files), st
+    assert st["cache_passthrough_remembered"] == len(files), st
+    assert st["fs_reads"] == 0, st
+    assert m.stop() == 0
+    # A record cleared elsewhere (cache_tool forget-block, as the scrub
+    # does): a new generation; the next mount goes the long way once.
+    p = subprocess.run([penv.tool("cache_tool"), "--config", str(penv.cfg),
+                        "file://%s/" % src, "sm", "forget-block", "f03", "0"],
+                       env=penv.env, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    m = mount_on(penv, name="mnt2")
+    for k, v in files.items():
+        assert (m.mnt / "datasets/sm" / k).read_bytes() == v
+    st = m.stats()
+    assert st["cache_passthrough_remembered"] == 0, st
+    assert st["fs_passthrough_opens"] == len(files) - 1, st
+    assert m.stop() == 0
+    # f03 was filled again by a read, not marked: the long way once more.
+    m = mount_on(penv, name="mnt3")
+    for k, v in files.items():
+        assert (m.mnt / "datasets/sm" / k).read_bytes() == v
+    st = m.stats()
+    assert st["fs_passthrough_opens"] == len(files), st
+    assert st["cache_passthrough_remembered"] == len(files) - 1, st

@@ -11,6 +11,9 @@
  *   cache_tool [OPTIONS] URL DATASET fetch KEY [OFF LEN]
  *   cache_tool [OPTIONS] URL DATASET present KEY        (bytes present)
  *   cache_tool [OPTIONS] URL DATASET drop KEY
+ *   cache_tool [OPTIONS] URL DATASET forget-block KEY BLOCK  (its record
+ *                                  cleared, as the scrub does a damaged
+ *                                  block's)
  *   cache_tool [OPTIONS] URL DATASET threads KEY N CHUNK  (N threads each
  *                                  read the whole object in shuffled CHUNKs)
  *   cache_tool [OPTIONS] URL DATASET verify KEY   ("PRESENT BAD": blocks
@@ -74,7 +77,8 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: cache_tool [--config F] [--etag E --size N] "
 			"[--slow-us N] URL DATASET "
-			"read|cat|fetch|present|drop|threads|evict|stats "
+			"read|cat|fetch|present|drop|forget-block|threads|"
+			"evict|stats "
 			"ARGS...\n");
 	return 2;
 }
@@ -362,6 +366,8 @@ int main(int argc, char **argv)
 			printf("%" PRIu64 "\n", bytes);
 	} else if (!strcmp(cmd, "drop") && argc == 1) {
 		ret = cache_object_drop(c, &obj);
+	} else if (!strcmp(cmd, "forget-block") && argc == 2) {
+		ret = cache_object_forget_block(c, &obj, num(argv[1]));
 	} else if (!strcmp(cmd, "threads") && argc == 3) {
 		ret = run_threads(c, &obj, (unsigned)atoi(argv[1]),
 				  num(argv[2]));

@@ -1426,6 +1426,101 @@ static void test_whole_memo(void)
 		free(data[i]);
 }
 
+/* The mark refused by the file system (fsetxattr and fgetxattr fail
+ * with EOPNOTSUPP): the object is still marked whole (1), a fresh
+ * process's open goes the long way, right. */
+static void mark_refused_fs_child(void *arg)
+{
+	const struct refused *r = arg;
+	struct cache *c;
+
+	if (sysfail(SYS_fsetxattr, EOPNOTSUPP, SYSFAIL_ALWAYS, -1, 0) ||
+	    sysfail(SYS_fgetxattr, EOPNOTSUPP, SYSFAIL_ALWAYS, -1, 0))
+		_exit(SYSFAIL_SKIP);
+	c = open_cache();
+	CHECK_INT(cache_object_mark_whole(c, r->obj), 1);
+	cache_close(c);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, r->obj, r->data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	cache_close(c);
+}
+
+/*
+ * The mark in the data file (cache_object_mark_whole, as stager stage
+ * makes it): a fresh process's first passthrough open of the object is
+ * answered from it. Stale after a damage generation bump by another
+ * process (the long way then marks it again), after a write to the data
+ * file, and after damage.gen is made anew (another nonce); not made for
+ * a partial object; refused by the file system, no harm done.
+ */
+static void test_whole_mark(void)
+{
+	struct cache_object obj = { .dataset = "wk1" };
+	struct cache_object part = { .dataset = "wk2" };
+	struct cache_object other = { .dataset = "wk3" };
+	char etag[128], etag_p[128], etag_o[128], gen[400];
+	size_t size = 4 * BS + 9;
+	char *data = put_src("wk.bin", size, &obj, etag);
+	char *dpart = put_src("wkp.bin", size, &part, etag_p);
+	char *dother = put_src("wko.bin", size, &other, etag_o);
+	struct cache *c = open_cache();
+	struct refused r = { &obj, data, size };
+	uint64_t g = 0;
+	int fd;
+
+	CHECK(read_eq(c, &obj, data, 0, size));
+	CHECK(read_eq(c, &part, dpart, 0, BS));
+	CHECK(read_eq(c, &other, dother, 0, size));
+	CHECK_INT(cache_object_mark_whole(c, &obj), 1);
+	CHECK_INT(cache_object_mark_whole(c, &part), 0);
+	CHECK_INT(cache_object_mark_whole(c, NULL), -EINVAL);
+	cache_close(c);
+	/* A fresh process: from the mark, right bytes. */
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, &obj, data, NULL), 0);
+	CHECK_INT(remembered(c), 1);
+	CHECK_INT(pt_open_eq(c, &part, dpart, NULL), -EAGAIN);
+	CHECK_INT(cache_object_forget_block(c, &other, 1), 0);
+	cache_close(c);
+	/* A generation later: the long way, which marks it again. */
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, &obj, data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	cache_close(c);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, &obj, data, NULL), 0);
+	CHECK_INT(remembered(c), 1);
+	cache_close(c);
+	/* The data file written since (its modification time moved). */
+	flip_byte_in("wk1", 0, 0);
+	flip_byte_in("wk1", 0, 0); /* the bytes as they were */
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, &obj, data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	cache_close(c);
+	/* damage.gen made anew: its generation from 0, another nonce; even
+	 * once the generation comes round to the mark's again. */
+	snprintf(gen, sizeof(gen), "%s/damage.gen", cachedir);
+	fd = open(gen, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, &g, sizeof(g), 0) == sizeof(g));
+	close(fd);
+	CHECK_INT(unlink(gen), 0);
+	c = open_cache();
+	cache_close(c);
+	fd = open(gen, O_WRONLY);
+	CHECK(fd >= 0 && pwrite(fd, &g, sizeof(g), 0) == sizeof(g));
+	close(fd);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, &obj, data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	cache_close(c);
+	sysfail_child("xattr refused", mark_refused_fs_child, &r);
+	free(data);
+	free(dpart);
+	free(dother);
+}
+
 int main(void)
 {
 	struct cachetest_saved saved;
@@ -1461,6 +1556,7 @@ int main(void)
 	test_read_iov();
 	test_open_table();
 	test_whole_memo();
+	test_whole_mark();
 
 	/* A cache created with another block size is refused. */
 	struct cache *c = NULL;
