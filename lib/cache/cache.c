@@ -426,6 +426,21 @@ static int cache_whole(struct cache *c, struct cache_obj *o, uint64_t g)
 	return ret;
 }
 
+/* o (its data file st) was found whole under generation g: remember it
+ * (cache_whole.c), with the access time it last recorded. */
+static void cache_whole_remember(struct cache *c, struct cache_obj *o,
+				 const struct stat *st, uint64_t g)
+{
+	time_t at;
+
+	if (!c->damage_gen)
+		return;
+	pthread_mutex_lock(&o->lock);
+	at = o->atime;
+	pthread_mutex_unlock(&o->lock);
+	cache_whole_note(c, o->name, st, o->fd, g, o->hdr_flags, at);
+}
+
 int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 			   int *fd)
 {
@@ -499,14 +514,7 @@ int cache_open_passthrough(struct cache *c, const struct cache_object *obj,
 	ret = 0;
 	cache_count(&c->passthrough_opens, 1);
 	cache_obj_touch(o);
-	if (c->damage_gen) {
-		time_t at;
-
-		pthread_mutex_lock(&o->lock);
-		at = o->atime;
-		pthread_mutex_unlock(&o->lock);
-		cache_whole_note(c, o->name, &st, o->fd, g, o->hdr_flags, at);
-	}
+	cache_whole_remember(c, o, &st, g);
 	*fd = pfd;
 	pfd = -1;
 out:
@@ -542,8 +550,7 @@ int cache_object_mark_whole(struct cache *c, const struct cache_object *obj)
 		goto out;
 	ret = cache_whole(c, o, g);
 	if (ret == 1)
-		cache_whole_note(c, o->name, &st, o->fd, g, o->hdr_flags,
-				 o->atime);
+		cache_whole_remember(c, o, &st, g);
 out:
 	cache_obj_put(o);
 	return ret;

@@ -260,17 +260,6 @@ static void cache_pf_put_holds(struct cache_pf_hold *h)
 	}
 }
 
-static uint64_t cache_pf_hash(const char *name)
-{
-	uint64_t h = 0;
-
-	for (int i = 0; i < 16; i++)
-		h = h << 4 |
-		    (uint64_t)(name[i] <= '9' ? name[i] - '0'
-					      : (name[i] | 0x20) - 'a' + 10);
-	return h;
-}
-
 static int cache_pf_key_cmp(const void *a, const void *b)
 {
 	const struct cache_pf_key *x = a, *y = b;
@@ -284,7 +273,7 @@ static int cache_pf_key_cmp(const void *a, const void *b)
 static int cache_pf_lookup(const struct cache_pf *pf, const char *name,
 			   size_t *idx)
 {
-	uint64_t h = cache_pf_hash(name);
+	uint64_t h = cache_name_key(name);
 	size_t lo = 0, hi = pf->j->nobjs;
 
 	while (lo < hi) {
@@ -527,7 +516,7 @@ static void cache_run_prefetch(struct cache *c, struct cache_job *j)
 		char name[33];
 
 		cache_obj_name(&j->objs[i], name);
-		pf.keys[i] = (struct cache_pf_key){ cache_pf_hash(name), i };
+		pf.keys[i] = (struct cache_pf_key){ cache_name_key(name), i };
 	}
 	qsort(pf.keys, j->nobjs, sizeof(*pf.keys), cache_pf_key_cmp);
 	pf.progress_ms = timeutil_mono_ms();

@@ -305,6 +305,24 @@ int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 			       o->rec_off + b0 * sizeof(*recs));
 }
 
+uint64_t cache_name_key(const char *name)
+{
+	uint64_t h = 0;
+
+	for (int i = 0; i < 16 && name[i]; i++) {
+		char ch = name[i];
+
+		h = h << 4 |
+		    (uint64_t)(ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
+	}
+	return h;
+}
+
+void cache_name_path(const char *name, char out[CACHE_PATH_MAX])
+{
+	snprintf(out, CACHE_PATH_MAX, "%.2s/%s", name, name + 2);
+}
+
 void cache_obj_name(const struct cache_object *obj, char out[33])
 {
 	XXH3_state_t st;

@@ -132,6 +132,7 @@
 /* The damage generation shared by every process of the cache (cache.c):
  * 8 bytes, mapped shared. */
 #define CACHE_GEN_FILE "damage.gen"
+#define CACHE_PATH_MAX 40 /* "h2/h30" and its NUL, with room */
 #define CACHE_GEN_BYTES 16 /* its mapping: generation, nonce */
 /* The extended attribute of a data file found whole (cache_whole.c). */
 #define CACHE_WHOLE_XATTR "user.dstage.whole"
@@ -556,6 +557,11 @@ int cache_pread_all(int fd, void *buf, size_t len, uint64_t off);
 int cache_read_recs(struct cache_obj *o, uint64_t b0, uint64_t n,
 		    struct cache_rec *recs);
 void cache_obj_name(const struct cache_object *obj, char out[33]);
+/* The number of an object file's name (32 hex digits, a hash already):
+ * its first 16 digits, for tables keyed by it. */
+uint64_t cache_name_key(const char *name);
+/* Its data file's path under objects/ ("h2/h30"). */
+void cache_name_path(const char *name, char out[CACHE_PATH_MAX]);
 int cache_hdr_build(struct cache *c, const struct cache_object *obj,
 		    uint32_t version, uint32_t flags, char **buf, size_t *len);
 int cache_hdr_check(struct cache *c, int fd, bool meta,

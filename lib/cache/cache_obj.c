@@ -268,10 +268,10 @@ static int cache_obj_open_file(struct cache *c, const struct cache_object *obj,
 			       const char *name, bool create, int *fdp,
 			       int *mfdp, struct cache_layout *l)
 {
-	char path[40], mpath[48];
+	char path[CACHE_PATH_MAX], mpath[48];
 	int fd = -1, mfd = -1, ret = 0;
 
-	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	cache_name_path(name, path);
 	cache_meta_path(path, mpath, sizeof(mpath));
 	for (int tries = 0; tries < 16; tries++) {
 		struct stat st;
@@ -375,15 +375,7 @@ int cache_obj_table_init(struct cache *c)
 
 static struct cache_obj **cache_obj_bucket(struct cache *c, const char *name)
 {
-	uint64_t h = 0;
-
-	for (int i = 0; i < 16 && name[i]; i++) {
-		char ch = name[i];
-
-		h = h << 4 |
-		    (uint64_t)(ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
-	}
-	return &c->buckets[h & (c->nbuckets - 1)];
+	return &c->buckets[cache_name_key(name) & (c->nbuckets - 1)];
 }
 
 static struct cache_obj *cache_obj_find(struct cache *c, const char *name)

@@ -648,7 +648,7 @@ int cache_dir_recover(struct cache *c)
 
 int cache_object_drop(struct cache *c, const struct cache_object *obj)
 {
-	char name[33], path[40], ds[4096];
+	char name[33], path[CACHE_PATH_MAX], ds[4096];
 	uint64_t bytes;
 	int ret;
 
@@ -658,7 +658,7 @@ int cache_object_drop(struct cache *c, const struct cache_object *obj)
 	ret = cache_obj_forget(c, name);
 	if (ret)
 		return ret;
-	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	cache_name_path(name, path);
 	if (faccessat(c->objects_fd, path, F_OK, 0))
 		return 0; /* nothing cached */
 	pthread_mutex_lock(&c->evict_lock);

@@ -498,12 +498,12 @@ static int cache_scan(struct cache *c, const char *only_ds,
 uint64_t cache_evict_one(struct cache *c, const char *name, char *ds,
 			 size_t dslen)
 {
-	char path[40];
+	char path[CACHE_PATH_MAX];
 	struct stat st;
 	uint64_t atime, mbytes, bytes = 0;
 	int fd;
 
-	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	cache_name_path(name, path);
 	fd = openat(c->objects_fd, path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return 0;

@@ -35,9 +35,9 @@
  * fill, a truncate, any write moves it; a file made again after an
  * eviction has its own), the entry's device and inode or the mark on the
  * file itself, and the damage generation (with its nonce) is the caller's
- * (a record made invalid in any process bumps it first:
- * cache_rec_replace, so a mark made from records read before that is
- * stale). Anything else is "not known": the caller goes the long way
+ * (a record made invalid in any process bumps it once the record
+ * is written: cache_rec_replace; the generation is read before the
+ * records, so a mark made from records read before that write is stale). Anything else is "not known": the caller goes the long way
  * (cache_obj_get, the records read), which notes the object again when it
  * is whole. A damage.gen made anew starts from generation 0 with another
  * nonce, so no older mark comes back into force.
@@ -98,17 +98,11 @@ struct cache_whole_mark {
 	int64_t mtime_ns; /* the data file's when it was found whole */
 };
 
-/* The slot key of name (32 hex digits; 0 is kept for empty slots). */
+/* The slot key of name (0 is kept for empty slots). */
 static uint64_t cache_whole_key(const char *name)
 {
-	uint64_t h = 0;
+	uint64_t h = cache_name_key(name);
 
-	for (int i = 0; i < 16 && name[i]; i++) {
-		char ch = name[i];
-
-		h = h << 4 |
-		    (uint64_t)(ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
-	}
 	return h ? h : 1;
 }
 
@@ -318,7 +312,7 @@ int cache_whole_open(struct cache *c, const struct cache_object *obj,
 		     const char *name, uint64_t gen, int *fdp)
 {
 	struct cache_whole_ent e = { .key = cache_whole_key(name) };
-	char path[40], mpath[48];
+	char path[CACHE_PATH_MAX], mpath[48];
 	bool known;
 	struct stat st;
 	time_t now;
@@ -328,7 +322,7 @@ int cache_whole_open(struct cache *c, const struct cache_object *obj,
 	known = cache_whole_find(c, e.key, &e) && e.gen == gen;
 	if (!known && atomic_load(&c->whole_xattr_off))
 		return -EAGAIN;
-	snprintf(path, sizeof(path), "%.2s/%s", name, name + 2);
+	cache_name_path(name, path);
 	cache_meta_path(path, mpath, sizeof(mpath));
 	fd = openat(c->objects_fd, path,
 		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
