@@ -1446,26 +1446,106 @@ static void mark_refused_fs_child(void *arg)
 	cache_close(c);
 }
 
+/* O_NOATIME refused (cache files another user owns): the memo's open
+ * tries again without it, and the object is still answered from its mark
+ * (a retry missing there would send every such open the long way). */
+static void mark_noatime_child(void *arg)
+{
+	const struct refused *r = arg;
+	struct cache *c;
+	int fd = -1;
+
+	if (sysfail(SYS_openat, EPERM, SYSFAIL_ARG_HAS, 2, O_NOATIME))
+		_exit(SYSFAIL_SKIP);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, r->obj, r->data, &fd), 0);
+	CHECK_INT(remembered(c), 1);
+	CHECK(fd >= 0 && !(fcntl(fd, F_GETFL) & O_NOATIME));
+	if (fd >= 0)
+		close(fd);
+	cache_close(c);
+}
+
+/* The sidecar cannot be opened for the access time's write: the memo does
+ * not hand the file over (the long way does, recording the time). */
+static void mark_touch_refused_child(void *arg)
+{
+	const struct refused *r = arg;
+	struct cache *c;
+
+	if (sysfail(SYS_openat, EACCES, SYSFAIL_ARG_HAS, 2, O_WRONLY))
+		_exit(SYSFAIL_SKIP);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, r->obj, r->data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	cache_close(c);
+}
+
+/* The access time's write fails (a full disk, an I/O error): logged, and
+ * the file handed over all the same (recency is a hint, the bytes are
+ * checked). */
+static void mark_touch_failed_child(void *arg)
+{
+	const struct refused *r = arg;
+	struct cache *c;
+
+	if (sysfail(SYS_pwrite64, EIO, SYSFAIL_ARG_EQ, 2, 4096))
+		_exit(SYSFAIL_SKIP);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, r->obj, r->data, NULL), 0);
+	CHECK_INT(remembered(c), 1);
+	cache_close(c);
+}
+
+/* The mark cannot be written for want of space (ENOSPC, not a file
+ * system without attributes): r->obj, written since its mark, is passed
+ * through the long way and left unmarked, and the other object's mark
+ * (r[1]) is still read by the same process. */
+static void mark_nospace_child(void *arg)
+{
+	const struct refused *r = arg;
+	struct cache *c;
+
+	if (sysfail(SYS_fsetxattr, ENOSPC, SYSFAIL_ALWAYS, -1, 0))
+		_exit(SYSFAIL_SKIP);
+	flip_byte_in(r[0].obj->dataset, 0, 0);
+	flip_byte_in(r[0].obj->dataset, 0, 0);
+	c = open_cache();
+	CHECK_INT(pt_open_eq(c, r[0].obj, r[0].data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	CHECK_INT(pt_open_eq(c, r[1].obj, r[1].data, NULL), 0);
+	CHECK_INT(remembered(c), 1);
+	cache_close(c);
+	c = open_cache(); /* no mark was made: the long way again */
+	CHECK_INT(pt_open_eq(c, r[0].obj, r[0].data, NULL), 0);
+	CHECK_INT(remembered(c), 0);
+	cache_close(c);
+}
+
 /*
  * The mark in the data file (cache_object_mark_whole, as stager stage
  * makes it): a fresh process's first passthrough open of the object is
  * answered from it. Stale after a damage generation bump by another
  * process (the long way then marks it again), after a write to the data
  * file, and after damage.gen is made anew (another nonce); not made for
- * a partial object; refused by the file system, no harm done.
+ * a partial object; refused by the file system, no harm done. The memo's
+ * open with O_NOATIME refused, its sidecar unopenable, its access time
+ * unwritten, and a mark not written for want of space (sysfail.h).
  */
 static void test_whole_mark(void)
 {
 	struct cache_object obj = { .dataset = "wk1" };
 	struct cache_object part = { .dataset = "wk2" };
 	struct cache_object other = { .dataset = "wk3" };
-	char etag[128], etag_p[128], etag_o[128], gen[400];
+	struct cache_object spare = { .dataset = "wk4" };
+	char etag[128], etag_p[128], etag_o[128], etag_s[128], gen[400];
 	size_t size = 4 * BS + 9;
 	char *data = put_src("wk.bin", size, &obj, etag);
 	char *dpart = put_src("wkp.bin", size, &part, etag_p);
 	char *dother = put_src("wko.bin", size, &other, etag_o);
+	char *dspare = put_src("wks.bin", size, &spare, etag_s);
 	struct cache *c = open_cache();
-	struct refused r = { &obj, data, size };
+	struct refused r = { &obj, data, size }, rr[2];
 	uint64_t g = 0;
 	int fd;
 
@@ -1516,9 +1596,22 @@ static void test_whole_mark(void)
 	CHECK_INT(remembered(c), 0);
 	cache_close(c);
 	sysfail_child("xattr refused", mark_refused_fs_child, &r);
+	/* Every failure path of the memo's open, the mark current. */
+	sysfail_child("memo: O_NOATIME refused", mark_noatime_child, &r);
+	sysfail_child("memo: sidecar refused", mark_touch_refused_child, &r);
+	sysfail_child("memo: access time unwritten", mark_touch_failed_child,
+		      &r);
+	c = open_cache();
+	CHECK(read_eq(c, &spare, dspare, 0, size));
+	CHECK_INT(cache_object_mark_whole(c, &spare), 1);
+	cache_close(c);
+	rr[0] = r;
+	rr[1] = (struct refused){ &spare, dspare, size };
+	sysfail_child("mark: no space", mark_nospace_child, rr);
 	free(data);
 	free(dpart);
 	free(dother);
+	free(dspare);
 }
 
 int main(void)
