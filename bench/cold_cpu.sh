@@ -27,12 +27,18 @@
 #   stage   `stager stage` of the 1 GiB object: the daemon's CPU-s/GiB;
 #   stage2  the same after the daemon staged the 384 MiB object first;
 # then SHA-256's own cost (`openssl speed -evp sha256`, 8 MiB buffers).
+# AB_NEW_S3="KEY = VALUE[; KEY = VALUE...]": settings of the [s3] section
+#   given to NEW's runs alone (the same build twice, one setting apart:
+#   AB_NEW_S3="max_inflight = 1" bench/cold_cpu.sh --ab build build).
 # Source: file:// on /dev/shm (faster than the cache disk). Load from other
 # work moves every figure: read each pair, not one run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
-ab_conf() { # DIR: a fresh config, cache and catalog under DIR
+ab_conf() { # DIR [S3]: a fresh config, cache and catalog under DIR;
+	# S3: more [s3] settings, ';'-separated
+	local s3=${2:-}
+	s3=${s3//;/$'\n'}
 	cat >"$1/dstage.conf" <<CONF
 [cache]
 dir = $1/cache
@@ -45,6 +51,7 @@ socket = $1/stager.sock
 [s3]
 endpoint = http://127.0.0.1:9
 region = us-east-1
+$s3
 [log]
 level = warn
 CONF
@@ -62,10 +69,10 @@ ab_wait() { # COUNT TEST...: up to COUNT tenths of a second for test
 	"$@"
 }
 
-ab_one() { # BUILD MODE SRC (one/, warm/): prints "MODE CPU-s/GiB MB/s"
+ab_one() { # BUILD MODE SRC (one/, warm/) [S3]: prints "MODE CPU-s/GiB MB/s"
 	local build=$1 mode=$2 src=$3 w dpid fpid c0 c1 t0 t1 size pid
 	w=$(mktemp -d /tmp/dstage-cold-ab.XXXXXX)
-	ab_conf "$w"
+	ab_conf "$w" "${4:-}"
 	"$build/stager/stager" --config "$w/dstage.conf" daemon >"$w/daemon.log" 2>&1 &
 	dpid=$!
 	ab_wait 100 test -S "$w/stager.sock"
@@ -113,7 +120,7 @@ ab_one() { # BUILD MODE SRC (one/, warm/): prints "MODE CPU-s/GiB MB/s"
 }
 
 ab() { # BASE NEW PAIRS
-	local base new pairs src i m b d
+	local base new pairs src i m b d s3
 	base=$(cd "$1" && pwd)
 	new=$(cd "$2" && pwd)
 	pairs=${3:-3}
@@ -126,8 +133,8 @@ ab() { # BASE NEW PAIRS
 	for i in $(seq "$pairs"); do
 		for m in cold steady stage stage2; do
 			for b in base new; do
-				if [ $b = base ]; then d=$base; else d=$new; fi
-				echo "pair $i $b $(ab_one "$d" $m "$src")"
+				if [ $b = base ]; then d=$base s3=; else d=$new s3=${AB_NEW_S3:-}; fi
+				echo "pair $i $b $(ab_one "$d" $m "$src" "$s3")"
 			done
 		done
 		openssl speed -evp sha256 -seconds 2 -bytes 8388608 2>/dev/null |

@@ -130,10 +130,11 @@
 
 #define CACHE_ID_FILE "dstage-cache"
 /* The damage generation shared by every process of the cache (cache.c):
- * 8 bytes, mapped shared. */
+ * the generation and a nonce (drawn by the first process to find none),
+ * 8 bytes each, mapped shared. */
 #define CACHE_GEN_FILE "damage.gen"
-#define CACHE_PATH_MAX 40 /* "h2/h30" and its NUL, with room */
 #define CACHE_GEN_BYTES 16 /* its mapping: generation, nonce */
+#define CACHE_PATH_MAX 40 /* an object's "h2/h30" and its NUL, with room */
 /* The extended attribute of a data file found whole (cache_whole.c). */
 #define CACHE_WHOLE_XATTR "user.dstage.whole"
 #define CACHE_OBJ_MAGIC "DSTGOBJ1"

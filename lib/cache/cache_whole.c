@@ -35,11 +35,11 @@
  * fill, a truncate, any write moves it; a file made again after an
  * eviction has its own), the entry's device and inode or the mark on the
  * file itself, and the damage generation (with its nonce) is the caller's
- * (a record made invalid in any process bumps it once the record
- * is written: cache_rec_replace; the generation is read before the
- * records, so a mark made from records read before that write is stale). Anything else is "not known": the caller goes the long way
- * (cache_obj_get, the records read), which notes the object again when it
- * is whole. A damage.gen made anew starts from generation 0 with another
+ * (a record made invalid in any process bumps it once the record is
+ * written: cache_rec_replace; the generation is read before the records,
+ * so a mark made from records read before that write is stale). Anything
+ * else is "not known": the caller goes the long way (cache_obj_get, the
+ * records read), which notes the object again when it is whole. A damage.gen made anew starts from generation 0 with another
  * nonce, so no older mark comes back into force.
  *
  * The table: open addressing on the name (its first 16 hex digits are a

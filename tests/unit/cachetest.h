@@ -60,40 +60,56 @@ static inline void cachetest_free(struct dstage_config *cfg,
 }
 
 /*
- * An O_RDWR descriptor on the data file of the first object cached under
- * dataset ds (*data_off: where its bytes start in it, 0 since version 3),
- * as the cache lays it out: objects/h2/h30 holds the bytes, its sidecar
- * objects/h2/h30.meta the header (dataset name at byte 64) and records;
- * -1 if none.
+ * The sidecar of the first object cached under dataset ds, as the cache
+ * lays it out: objects/h2/h30 holds the bytes, its sidecar
+ * objects/h2/h30.meta the header (dataset name at byte 64) and records.
+ * Its path into meta (len bytes); false if none.
  */
-static inline int cachetest_obj_file(const char *cachedir, const char *ds,
-				     uint64_t *data_off)
+static inline bool cachetest_meta_path(const char *cachedir, const char *ds,
+				       char *meta, size_t len)
 {
 	char pat[400];
+	bool found = false;
 	glob_t g;
-	int fd = -1;
 
 	snprintf(pat, sizeof(pat), "%s/objects/*/*.meta", cachedir);
 	if (glob(pat, 0, NULL, &g))
-		return -1;
-	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
-		char name[32] = "", data[400];
+		return false;
+	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+		char name[32] = "";
 		int f = open(g.gl_pathv[i], O_RDONLY);
-		size_t n = strlen(g.gl_pathv[i]) - 5;
 
-		if (f >= 0 && strlen(ds) < sizeof(name) && n < sizeof(data) &&
+		if (f >= 0 && strlen(ds) < sizeof(name) &&
+		    strlen(g.gl_pathv[i]) < len &&
 		    pread(f, name, strlen(ds), 64) > 0 &&
 		    !memcmp(name, ds, strlen(ds))) {
-			memcpy(data, g.gl_pathv[i], n);
-			data[n] = '\0';
-			fd = open(data, O_RDWR);
-			*data_off = 0;
+			snprintf(meta, len, "%s", g.gl_pathv[i]);
+			found = true;
 		}
 		if (f >= 0)
 			close(f);
 	}
 	globfree(&g);
-	return fd;
+	return found;
+}
+
+/*
+ * An O_RDWR descriptor on the data file of the first object cached under
+ * dataset ds (*data_off: where its bytes start in it, 0 since version 3);
+ * -1 if none.
+ */
+static inline int cachetest_obj_file(const char *cachedir, const char *ds,
+				     uint64_t *data_off)
+{
+	char meta[400];
+	size_t n;
+
+	if (!cachetest_meta_path(cachedir, ds, meta, sizeof(meta)))
+		return -1;
+	n = strlen(meta) - strlen(".meta");
+	meta[n] = '\0';
+	*data_off = 0;
+	return open(meta, O_RDWR);
 }
 
 /* Open (read-only) the data file of the one object of the cache at dir;

@@ -1466,9 +1466,11 @@ static void mark_noatime_child(void *arg)
 	cache_close(c);
 }
 
-/* A failure of the memo's access-time write, made in a child: whether the
- * memo still hands the file over (remembered: 1) or leaves the open to
- * the long way (0), which passes it through all the same. */
+/* A failure of the memo's access-time write, made in a child (the time
+ * recorded last at least CACHE_ATIME_STEP old): whether the memo still
+ * hands the file over (remembered: 1, the sidecar then unwritten) or
+ * leaves the open to the long way (0), which passes it through all the
+ * same and records the time in the sidecar. */
 struct memo_fail {
 	const struct refused *r;
 	long nr;
@@ -1481,14 +1483,23 @@ struct memo_fail {
 static void mark_touch_child(void *arg)
 {
 	const struct memo_fail *f = arg;
+	struct stat st0, st1;
+	char meta[400];
 	struct cache *c;
+	bool written;
 
-	if (sysfail(f->nr, f->err, f->when, 2, f->val))
+	if (!cachetest_meta_path(cachedir, f->r->obj->dataset, meta,
+				 sizeof(meta)) ||
+	    stat(meta, &st0) || sysfail(f->nr, f->err, f->when, 2, f->val))
 		_exit(SYSFAIL_SKIP);
 	c = open_cache();
 	CHECK_INT(pt_open_eq(c, f->r->obj, f->r->data, NULL), 0);
 	CHECK_INT(remembered(c), f->remembered);
 	cache_close(c);
+	CHECK_INT(stat(meta, &st1), 0);
+	written = st1.st_mtim.tv_sec != st0.st_mtim.tv_sec ||
+		  st1.st_mtim.tv_nsec != st0.st_mtim.tv_nsec;
+	CHECK(written == !f->remembered);
 }
 
 /* The mark cannot be written for want of space (ENOSPC, not a file
@@ -1596,6 +1607,7 @@ static void test_whole_mark(void)
 	/* The sidecar unopenable: not handed over (the long way records the
 	 * access time). Its write failing (a full disk): handed over all the
 	 * same; recency is a hint, the bytes were checked. */
+	sleep(2); /* the access time recorded last: past CACHE_ATIME_STEP */
 	mf = (struct memo_fail){ .r = &r,
 				 .nr = SYS_openat,
 				 .err = EACCES,
