@@ -26,6 +26,7 @@
 
 #include "dstage/catalog.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/lifecycle.h"
 #include "dstage/lifecycle_run.h"
 #include "dstage/lifecycle_stage.h"
@@ -49,7 +50,7 @@ struct lc_ckpt {
 	bool incomplete; /* a local file being written or to publish */
 	char *archive; /* the marker's URL */
 	struct lc_local *locals; /* published local copies */
-	size_t nlocal;
+	size_t nlocal, local_cap;
 };
 
 struct lc_job {
@@ -67,18 +68,6 @@ struct lc_scan {
 
 /* ---- the scan ---- */
 
-static void *lc_grow(void *v, size_t *cap, size_t n, size_t size)
-{
-	void *nv;
-
-	if (n < *cap)
-		return v;
-	nv = realloc(v, (*cap ? *cap * 2 : 8) * size);
-	if (nv)
-		*cap = *cap ? *cap * 2 : 8;
-	return nv;
-}
-
 /* The checkpoint "<job>/<name>" of the scan (made when missing), or NULL
  * (ENOMEM, recorded in s->err). */
 static struct lc_ckpt *lc_find(struct lc_scan *s, const char *job, size_t jl,
@@ -86,17 +75,14 @@ static struct lc_ckpt *lc_find(struct lc_scan *s, const char *job, size_t jl,
 {
 	struct lc_job *j = NULL;
 	struct lc_ckpt *c;
-	void *nv;
 
 	for (size_t i = 0; i < s->n && !j; i++)
 		if (strlen(s->jobs[i].name) == jl &&
 		    !memcmp(s->jobs[i].name, job, jl))
 			j = &s->jobs[i];
 	if (!j) {
-		nv = lc_grow(s->jobs, &s->cap, s->n, sizeof(*s->jobs));
-		if (!nv)
+		if (GROW_ONE(s->jobs, s->n, s->cap, 8))
 			goto nomem;
-		s->jobs = nv;
 		j = &s->jobs[s->n];
 		memset(j, 0, sizeof(*j));
 		j->name = strndup(job, jl);
@@ -108,10 +94,8 @@ static struct lc_ckpt *lc_find(struct lc_scan *s, const char *job, size_t jl,
 		if (strlen(j->v[i].name) == nl &&
 		    !memcmp(j->v[i].name, name, nl))
 			return &j->v[i];
-	nv = lc_grow(j->v, &j->cap, j->n, sizeof(*j->v));
-	if (!nv)
+	if (GROW_ONE(j->v, j->n, j->cap, 8))
 		goto nomem;
-	j->v = nv;
 	c = &j->v[j->n];
 	memset(c, 0, sizeof(*c));
 	c->name = strndup(name, nl);
@@ -255,7 +239,6 @@ static int lc_local_cb(void *arg, const struct lifecycle_local *l)
 	struct lc_ckpt *c;
 	const char *name;
 	size_t jl, nl;
-	void *nv;
 
 	if (!lc_split(l->key, &jl, &name, &nl))
 		return 0;
@@ -268,10 +251,8 @@ static int lc_local_cb(void *arg, const struct lifecycle_local *l)
 			c->mtime = l->mtime;
 		return 0;
 	}
-	nv = realloc(c->locals, (c->nlocal + 1) * sizeof(*c->locals));
-	if (!nv)
+	if (GROW_ONE(c->locals, c->nlocal, c->local_cap, 4))
 		return s->err = -ENOMEM;
-	c->locals = nv;
 	c->locals[c->nlocal].key = strdup(l->key);
 	if (!c->locals[c->nlocal].key)
 		return s->err = -ENOMEM;
@@ -318,18 +299,13 @@ struct lc_keys {
 static int lc_keys_cb(void *arg, const struct objstore_info *oi)
 {
 	struct lc_keys *k = arg;
-	void *nv;
+	size_t scap = k->cap; /* sizes[] has v[]'s capacity */
 
 	if (!lc_under(oi->key, k->prefix))
 		return 0;
-	nv = lc_grow(k->v, &k->cap, k->n, sizeof(*k->v));
-	if (!nv)
+	if (GROW_ONE(k->v, k->n, k->cap, 8) ||
+	    grow_array(&k->sizes, &scap, k->cap, sizeof(*k->sizes), 8))
 		return k->err = -ENOMEM;
-	k->v = nv;
-	nv = realloc(k->sizes, k->cap * sizeof(*k->sizes));
-	if (!nv)
-		return k->err = -ENOMEM;
-	k->sizes = nv;
 	k->v[k->n] = strdup(oi->key);
 	if (!k->v[k->n])
 		return k->err = -ENOMEM;
@@ -820,20 +796,17 @@ static void lc_job(struct lc_pass *p, const struct lifecycle_rule *r,
 struct lc_abandoned_arg {
 	struct lc_pass *p;
 	char **names;
-	size_t n;
+	size_t n, cap;
 };
 
 static int lc_abandoned_cb(void *arg, const struct lifecycle_abandoned *a)
 {
 	struct lc_abandoned_arg *x = arg;
-	void *nv;
 
 	if (x->p->o->now - a->mtime < x->p->o->abandoned_keep)
 		return 0;
-	nv = realloc(x->names, (x->n + 1) * sizeof(*x->names));
-	if (!nv)
+	if (GROW_ONE(x->names, x->n, x->cap, 16))
 		return -ENOMEM;
-	x->names = nv;
 	x->names[x->n] = strdup(a->name);
 	return x->names[x->n++] ? 0 : -ENOMEM;
 }
