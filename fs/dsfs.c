@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/dsfs_ckpt.h"
 #include "dsfs.h"
-#include "dsfs_ckpt.h"
 #include "dsfs_ctl.h"
 #include "dsfs_dataset.h"
 #include "dsfs_datasets.h"
