@@ -3,8 +3,8 @@
  * dsfs_subtree: the contract between the dispatcher (dsfs.c, dsfs_ops.c)
  * and the subtrees under it (dsfs_root.c, dsfs_datasets.c,
  * ckpt/dsfs_ckpt.c, dsfs_ctl.c; in transparent mode, --over DIR,
- * dsfs_overlay.c in the root's slot and dsfs_overlay_off_subtree in the
- * others): the table of hooks a subtree fills in, and struct dsfs, the
+ * overlay/dsfs_overlay.c in the root's slot and dsfs_overlay_off_subtree
+ * in the others): the table of hooks a subtree fills in, and struct dsfs, the
  * mount-wide context every hook receives.
  *
  * Layers (each file calls only files below it):
@@ -14,7 +14,8 @@
  *                                   turned into the one reply, open handles
  *   dsfs_root.c dsfs_datasets.c     subtrees: a struct dsfs_subtree each
  *   ckpt/dsfs_ckpt.c dsfs_ctl.c     (ckpt/: the checkpoint subtree's room)
- *   dsfs_overlay.c                  (the whole mount in --over mode)
+ *   overlay/dsfs_overlay.c          (overlay/: the whole mount in --over
+ *                                   mode)
  *   dsfs_node.c dsfs_reply.c        services: node table, reply helpers,
  *   dsfs_caller.c dsfs_dataset.c    caller, dataset table, options
  *   dsfs_opts.c
