@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * cmds: cachectl's commands, each one request to the stager daemon
- * (stager/daemon_admin.c serves them) and its printers: text for people,
- * --json (one JSON document on stdout) for scripts.
+ * (stager/daemon/daemon_admin.c serves them) and its printers: text for
+ * people, --json (one JSON document on stdout) for scripts.
  *
  * Stateless: main.c has checked the arguments' shape; the daemon checks
  * them again, and the caller's rights, before it changes anything.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * lifecycle (cachectl): `cachectl lifecycle list|add|remove|run`, the same
- * requests and output as `stager lifecycle` (stager/lifecycle.c, linked
- * as the stager_lifecycle library). Stateless.
+ * requests and output as `stager lifecycle` (cli/lifecycle.c, linked
+ * from cli/'s library, dstage_cli). Stateless.
  */
 #include "cachectl.h"
 #include "lifecycle.h"

@@ -87,7 +87,7 @@ static const struct cachectl_cmd cachectl_cmds[] = {
 	  "             as 30m, 12h, 7d\n"
 	  "  --user U   only records by user name or uid U\n"
 	  "  --json     an array of objects" },
-	/* opts "*": parses its own options (stager/lifecycle.c) */
+	/* opts "*": parses its own options (cli/lifecycle.c) */
 	{ "lifecycle", lifecycle_cachectl_run, 1, 2, "*", "list|add|remove|run",
 	  "Checkpoint lifecycle rules (see 'cachectl lifecycle --help')." },
 };

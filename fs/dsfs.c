@@ -21,16 +21,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/dsfs_ckpt.h"
 #include "dsfs.h"
-#include "dsfs_ckpt.h"
 #include "dsfs_ctl.h"
 #include "dsfs_dataset.h"
 #include "dsfs_datasets.h"
 #include "dsfs_ops.h"
-#include "dsfs_overlay.h"
 #include "dsfs_root.h"
 #include "dstage/log.h"
 #include "dstage/timeutil.h"
+#include "overlay/dsfs_overlay.h"
 
 int dsfs_init(struct dsfs *fs, const struct dsfs_opts *o,
 	      const struct dstage_config *cfg)

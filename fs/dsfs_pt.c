@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dsfs.h"
 #include "dsfs_caller.h"
 #include "dsfs_pt.h"
+#include "dsfs_subtree.h"
 #include "dstage/log.h"
 
 void dsfs_pt_init(struct dsfs_pt *pt)

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dsfs_subtree: the contract between the dispatcher (dsfs.c, dsfs_ops.c)
- * and the subtrees under it (dsfs_root.c, dsfs_datasets.c, dsfs_ckpt.c,
- * dsfs_ctl.c; in transparent mode, --over DIR, dsfs_overlay.c in the root's
- * slot and dsfs_overlay_off_subtree in the others): the table of hooks a
- * subtree fills in, and struct dsfs, the mount-wide context every hook
- * receives.
+ * and the subtrees under it (dsfs_root.c, dsfs_datasets.c,
+ * ckpt/dsfs_ckpt.c, dsfs_ctl.c; in transparent mode, --over DIR,
+ * overlay/dsfs_overlay.c in the root's slot and dsfs_overlay_off_subtree
+ * in the others): the table of hooks a subtree fills in, and struct dsfs, the
+ * mount-wide context every hook receives.
  *
  * Layers (each file calls only files below it):
  *
@@ -13,8 +13,9 @@
  *   dsfs.c, dsfs_ops.c              dispatcher: FUSE lowlevel ops, -errno
  *                                   turned into the one reply, open handles
  *   dsfs_root.c dsfs_datasets.c     subtrees: a struct dsfs_subtree each
- *   dsfs_ckpt.c dsfs_ctl.c
- *   dsfs_overlay.c                  (the whole mount in --over mode)
+ *   ckpt/dsfs_ckpt.c dsfs_ctl.c     (ckpt/: the checkpoint subtree's room)
+ *   overlay/dsfs_overlay.c          (overlay/: the whole mount in --over
+ *                                   mode)
  *   dsfs_node.c dsfs_reply.c        services: node table, reply helpers,
  *   dsfs_caller.c dsfs_dataset.c    caller, dataset table, options
  *   dsfs_opts.c

@@ -283,7 +283,9 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 		ret = metrics_add_collector(metrics, metrics_cache_collect,
 					    cache);
 	if (!ret)
-		ret = metrics_http_start(cfg, metrics, &mhttp);
+		ret = metrics_http_start(cfg->metrics_listen,
+					 cfg->metrics_allow_remote, metrics,
+					 &mhttp);
 	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
 	if (ret) {
 		code = DSFS_EXIT_RUNTIME;

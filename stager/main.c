@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/daemon.h"
 #include "dstage/log.h"
 #include "lifecycle.h"
 #include "stager.h"

@@ -4,13 +4,17 @@
  *
  *   main.c     command line: the command table, options, help, dispatch
  *   client.c   talking to the daemon; text, --json and progress output
- *   jsonout.c  --json output (jansson) and its non-UTF-8 policy
- *   daemon.c   the daemon (daemon_i.h: daemon_conn.c, daemon_req.c)
- *   runner.c   running stage and verify jobs (workers, hashing)
- *   sched.c    request slots shared by priority; per-job bandwidth caps
+ *   adhoc.c    stage and verify of a directory read through a mount
  *   local.c    commands that need no daemon: ls, bench
+ *   drill.c    the checkpoint recovery drill
  *   push.c     push: upload a directory (lib/push/push.c), then add, stage and
  *              verify through client.c
+ *   daemon/    the daemon, a room of its own (daemon/daemon.h: daemon_main;
+ *              its jobs' runner and scheduler are private to it); it takes
+ *              its options and limits from this header
+ *
+ * --json output, exit codes and the global options: cli/ (jsonout.h, cli.h),
+ * shared with cachectl.
  *
  * docs/stager.md describes the commands, the protocol and the exit codes.
  */
@@ -145,9 +149,6 @@ int client_unpublished(const struct dstage_config *cfg,
 		       const struct stager_cmd *cmd,
 		       const struct stager_opts *o);
 
-/* daemon.c: run the daemon until SIGTERM/SIGINT. Returns an exit code. */
-int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o);
-
 /* local.c: the commands that need no daemon. */
 int local_ls(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	     const struct stager_opts *o);
@@ -161,79 +162,5 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 /* drill.c: the checkpoint recovery drill (no daemon). */
 int local_drill(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 		const struct stager_opts *o);
-
-/* sched.c: see there for the rules. */
-struct sched;
-struct sched_job;
-int sched_create(unsigned slots, struct sched **out);
-void sched_destroy(struct sched *s); /* accepts NULL */
-/* Register a job with weight (>= 1) and a cap in bytes/s (0: none). */
-int sched_join(struct sched *s, unsigned weight, uint64_t rate,
-	       struct sched_job **out);
-void sched_leave(struct sched *s, struct sched_job *j); /* accepts NULL */
-/* Wait for a slot and for the cap to allow len bytes. */
-void sched_acquire(struct sched *s, struct sched_job *j, uint64_t len);
-void sched_release(struct sched *s);
-
-/* runner.c: the live state of a running job, shared with watchers. */
-struct runner_mismatch {
-	char *key;
-	char expected[65]; /* hex, "" when unknown */
-	bool listed; /* expected is from the dataset's sums key, not staging */
-	char actual[65];
-	/* NULL: a SHA-256 mismatch (above). Otherwise what verify found in
-	 * the cache: "damaged" or "repaired" (one block: block, path: the
-	 * cache file), "missing" or "fetched" (count blocks not in it). */
-	const char *kind;
-	uint64_t block, count;
-	char *path; /* or NULL */
-};
-
-struct runner_job {
-	int64_t id;
-	char kind[JOBS_KIND_MAX];
-	char dataset[JOBS_NAME_MAX];
-	int64_t created;
-	/* counters: atomics, written by the workers, read by anyone */
-	_Atomic uint64_t bytes_done, bytes_total;
-	_Atomic uint64_t files_done, files_total;
-	_Atomic bool cancel;
-	_Atomic bool finished;
-	_Atomic int refs; /* the daemon's list, its thread, each watcher */
-	double started; /* monotonic seconds, set before the job is listed */
-	/* lock protects the fields below; taken after daemon's jobs_lock */
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* broadcast when finished becomes true */
-	struct runner_mismatch *mm; /* mismatches so far */
-	size_t n_mm, cap_mm;
-	enum jobs_state state; /* final state once finished */
-	char error[JOBS_ERROR_MAX];
-};
-
-/* What the runner needs from the daemon. */
-struct runner_env {
-	const struct dstage_config *cfg;
-	struct cache *cache; /* NULL when the cache could not be opened */
-	struct sched *sched;
-};
-
-/* Run one claimed job to its end and record the result in the catalog. */
-void runner_run(const struct runner_env *env, struct runner_job *rj,
-		const struct jobs_job *j);
-
-/*
- * Call cb for every file of dataset's current manifest with its path (in
- * no particular order). cb must not use cat. A non-zero return stops the
- * walk and is returned. Returns 0 or -errno as catalog_readdir.
- */
-struct catalog;
-struct catalog_entry;
-typedef int (*runner_file_cb)(void *arg, const char *path,
-			      const struct catalog_entry *e);
-int runner_walk(struct catalog *cat, const char *dataset, runner_file_cb cb,
-		void *arg);
-
-/* Drop a reference; frees the job with the last one. */
-void runner_put(struct runner_job *rj);
 
 #endif

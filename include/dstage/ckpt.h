@@ -14,7 +14,7 @@
  * the top are the store's own and refused.
  *
  * The durability contract and the failure behaviour are in
- * docs/checkpoints.md. Used by dstagefs (fs/dsfs_ckpt.c); every call is
+ * docs/checkpoints.md. Used by dstagefs (fs/ckpt/dsfs_ckpt.c); every call is
  * thread-safe and may block on the store.
  *
  * Errors are -errno:
@@ -37,7 +37,7 @@
 
 /* The keys the checkpoint tree keeps beside a file's KEY in the store: its
  * SHA-256 sidecar ".dstage-sha256/KEY" (lib/ckpt) and its owner record
- * ".dstage-owner/KEY/.dstage-own" (fs/dsfs_ckpt_own.c). The longer of the
+ * ".dstage-owner/KEY/.dstage-own" (fs/ckpt/dsfs_ckpt_own.c). The longer of the
  * two decides how long a new name may be (CKPT_AUX_KEY_EXTRA bytes more
  * than KEY). */
 #define CKPT_OWNER_PREFIX ".dstage-owner/"

@@ -12,35 +12,17 @@
 #ifndef DSTAGE_RATELIMIT_SHM_H
 #define DSTAGE_RATELIMIT_SHM_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/types.h>
-
-#include "dstage/ratelimit.h"
 
 /* The file's name inside cache.dir. */
 #define RATELIMIT_SHM_FILE "ratelimit"
 
-struct ratelimit_shm_file;
-
-/* See lib/objstore/ratelimit_shm.c for the state and invariants. Every field under
- * lock, taken before the file's lock (the only order). */
-struct ratelimit_shm {
-	pthread_mutex_t lock;
-	char *dir; /* the cache.dir tried; NULL: not yet */
-	int fd; /* the shared file, -1: none (own bucket) */
-	pid_t pid; /* the process that opened fd */
-	struct ratelimit_shm_file *map; /* fd's mapping, or NULL */
-	struct ratelimit_bucket own; /* used while fd == -1 */
-	double req_max, byte_max; /* as last configured */
-	int err; /* 0, or why the file is not used (-errno) */
-};
-
-#define RATELIMIT_SHM_INITIALIZER                                      \
-	{                                                              \
-		.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .pid = -1 \
-	}
+/* A process's way to the node's bucket: opaque. Its fields and
+ * RATELIMIT_SHM_INITIALIZER, which makes one, are lib/objstore's
+ * (ratelimit_shm_i.h); the library's requests share the one that
+ * lib/objstore/s3req.c holds. */
+struct ratelimit_shm;
 
 /*
  * Set the maxima (0: unlimited) and the cache.dir whose file holds the

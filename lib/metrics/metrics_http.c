@@ -37,7 +37,6 @@
 
 #include <microhttpd.h>
 
-#include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/metrics_http.h"
 #include "dstage/timeutil.h"
@@ -378,8 +377,8 @@ static int metrics_http_bind(const char *where, struct sockaddr_storage *ss,
 	return fd;
 }
 
-int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
-		       struct metrics_http **out)
+int metrics_http_start(const char *listen_addr, bool allow_remote,
+		       struct metrics *m, struct metrics_http **out)
 {
 	struct metrics_http *h = NULL;
 	struct sockaddr_storage ss;
@@ -391,21 +390,20 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 	int fd = -1, ret;
 
 	*out = NULL;
-	if (!cfg->metrics_listen)
+	if (!listen_addr)
 		return 0;
-	ret = metrics_http_parse_listen(cfg->metrics_listen, &ss, &len,
-					&loopback);
+	ret = metrics_http_parse_listen(listen_addr, &ss, &len, &loopback);
 	if (ret) {
 		log_error("metrics.listen = %s: expected ADDR:PORT such as "
 			  "127.0.0.1:9101 or [::1]:9101",
-			  cfg->metrics_listen);
+			  listen_addr);
 		return ret;
 	}
-	if (!loopback && !cfg->metrics_allow_remote) {
+	if (!loopback && !allow_remote) {
 		log_error("metrics.listen = %s is not a loopback address: set "
 			  "metrics.allow_remote = true to serve metrics to "
 			  "other hosts",
-			  cfg->metrics_listen);
+			  listen_addr);
 		return -EINVAL;
 	}
 	h = calloc(1, sizeof(*h));
@@ -420,7 +418,7 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 	if (ret)
 		goto err;
 	h->reaper_on = true;
-	fd = metrics_http_bind(cfg->metrics_listen, &ss, len);
+	fd = metrics_http_bind(listen_addr, &ss, len);
 	if (fd < 0) {
 		ret = fd;
 		goto err;
@@ -439,10 +437,10 @@ int metrics_http_start(const struct dstage_config *cfg, struct metrics *m,
 	if (!h->mhd) {
 		ret = -EIO;
 		log_error("metrics.listen = %s: libmicrohttpd did not start",
-			  cfg->metrics_listen);
+			  listen_addr);
 		goto err;
 	}
-	log_info("metrics served on http://%s/metrics", cfg->metrics_listen);
+	log_info("metrics served on http://%s/metrics", listen_addr);
 	metrics_enable(true); /* the read path's histograms from now on */
 	*out = h;
 	return 0;

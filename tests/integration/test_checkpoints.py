@@ -1,4 +1,4 @@
-"""Integration tests of <mount>/checkpoints/ (fs/dsfs_ckpt.c over lib/ckpt/)
+"""Integration tests of <mount>/checkpoints/ (fs/ckpt/dsfs_ckpt.c over lib/ckpt/)
 on real FUSE mounts, with a directory store (file://) and radosgw (s3://,
 the `rgw` fixture; faults through the `faultproxy` fixture).
 

@@ -2,8 +2,8 @@
 generated from the tables the code dispatches on, so that a new stager
 request or a new FUSE operation cannot be added untested.
 
-- The stager daemon's request table (stager/daemon_req.c, parsed from the
-  source): as a uid outside the admin group, every mutating request is
+- The stager daemon's request table (stager/daemon/daemon_req.c, parsed from
+  the source): as a uid outside the admin group, every mutating request is
   refused (protocol rc -EPERM; the CLI exits 4) and changes nothing; every
   read-only request is answered. The test holds its own list of which
   requests change the node: a request moved to the read-only side of the
@@ -46,10 +46,11 @@ ADMIN_READ = {"audit", "unpublished"}  # every user's names: admins only
 
 
 def daemon_requests():
-    """{cmd: flags string} from daemon_req_table in stager/daemon_req.c."""
-    src = (REPO / "stager" / "daemon_req.c").read_text()
+    """{cmd: flags string} from daemon_req_table in
+    stager/daemon/daemon_req.c."""
+    src = (REPO / "stager" / "daemon" / "daemon_req.c").read_text()
     m = re.search(r"daemon_req_table\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
-    assert m, "daemon_req_table not found in stager/daemon_req.c"
+    assert m, "daemon_req_table not found in stager/daemon/daemon_req.c"
     rows = re.findall(r'\{\s*"([a-z_.-]+)"\s*,\s*(\w+)\s*,\s*([^}]*)\}',
                       m.group(1))
     return {cmd: flags.strip() for cmd, _, flags in rows}

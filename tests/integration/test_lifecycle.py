@@ -1,8 +1,8 @@
 """Integration tests of the checkpoint lifecycle (lib/lifecycle/, lib/format/lifecycle.c,
-stager/daemon_lifecycle.c, `stager lifecycle`, `cachectl lifecycle`) and of
-the stager daemon's publish-retry job, against a real dstagefs mount and a
-running daemon that share a staging directory and a store (a directory, and
-radosgw).
+stager/daemon/daemon_lifecycle.c, `stager lifecycle`, `cachectl lifecycle`)
+and of the stager daemon's publish-retry job, against a real dstagefs mount
+and a running daemon that share a staging directory and a store (a
+directory, and radosgw).
 
 The rules' clock is injected with `lifecycle run --as-of T`: checkpoints
 written now are judged as if T had come.

@@ -244,8 +244,9 @@ class StallingS3:
 
 
 def clean_exit(rc, log):
-    """Exit 0; under ASan, the daemon's scheduler, which stager/daemon.c
-    leaves allocated at exit on purpose, is reported as a leak (exit 1)."""
+    """Exit 0; under ASan, the daemon's scheduler, which
+    stager/daemon/daemon.c leaves allocated at exit on purpose, is reported
+    as a leak (exit 1)."""
     text = log.read_text()
     return rc == 0 or (rc == 1 and "LeakSanitizer" in text and
                        "sched_create" in text)
@@ -254,7 +255,7 @@ def clean_exit(rc, log):
 def test_sigterm_stops_daemon_with_worker_blocked_in_a_read(tool, tmp_path):
     """A stage job whose worker is blocked in a read that will not end for
     minutes (the store answers nothing; low_speed_time 300 s): SIGTERM
-    still stops the daemon within seconds (stager/runner.c waits
+    still stops the daemon within seconds (stager/daemon/runner.c waits
     RUNNER_STOP_GRACE_S for blocked workers, then leaves them)."""
     from test_stager import Stager
     s3 = StallingS3()

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lifecycle (front end): `stager lifecycle` and `cachectl lifecycle`, one
- * implementation both tools link (the static library stager_lifecycle):
+ * implementation both tools link (in cli/'s static library, dstage_cli):
  * parse the subcommand and its options, make the daemon request
  * (lifecycle.list, .add, .remove, .run), print the rows or --json.
  */
-#ifndef DSTAGE_STAGER_LIFECYCLE_H
-#define DSTAGE_STAGER_LIFECYCLE_H
+#ifndef DSTAGE_CLI_LIFECYCLE_H
+#define DSTAGE_CLI_LIFECYCLE_H
 
 #include "dstage/config.h"
 

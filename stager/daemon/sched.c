@@ -21,10 +21,13 @@
  * s->cond; every release and leave broadcasts.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "stager.h"
+#include "dstage/timeutil.h"
+#include "sched.h"
 
 struct sched_job {
 	struct sched_job *next; /* s->jobs list; s->lock */

@@ -23,6 +23,9 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "daemon.h"
+#include "runner.h"
+#include "sched.h"
 #include "stager.h"
 
 #define DAEMON_MAX_JOBS 4

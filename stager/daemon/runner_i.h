@@ -15,6 +15,8 @@
 
 #include "dstage/catalog.h"
 #include "dstage/objstore.h"
+#include "runner.h"
+#include "sched.h"
 #include "stager.h"
 
 struct cache_object;

@@ -241,7 +241,9 @@ int daemon_main(const struct dstage_config *cfg, const struct stager_opts *o)
 		ret = metrics_add_collector(metrics, daemon_metrics_collect,
 					    &dm);
 	if (!ret)
-		ret = metrics_http_start(cfg, metrics, &mhttp);
+		ret = metrics_http_start(cfg->metrics_listen,
+					 cfg->metrics_allow_remote, metrics,
+					 &mhttp);
 	if (ret)
 		goto out;
 	if (pthread_create(&acc, NULL, daemon_conn_accept_thread, &d)) {

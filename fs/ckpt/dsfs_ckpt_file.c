@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "dsfs_cacheread.h"
-#include "dsfs_ckpt.h"
 #include "dsfs_ckpt_i.h"
 #include "dsfs_opts.h"
 #include "dstage/cache.h"

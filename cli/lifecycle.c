@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * lifecycle (front end): the `lifecycle` command of stager and cachectl
- * (stager/lifecycle.h). Stateless: parse, one request, print, exit code.
+ * (cli/lifecycle.h). Stateless: parse, one request, print, exit code.
  * The daemon checks the caller's rights and the rule again
- * (stager/daemon_lifecycle.c); this side refuses what it can before
+ * (stager/daemon/daemon_lifecycle.c); this side refuses what it can before
  * connecting.
  */
 #include <errno.h>
