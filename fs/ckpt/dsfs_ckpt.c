@@ -85,9 +85,6 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 		if (ret)
 			return ret;
 		catalog_ckpt_log_hooks(st->record, &h);
-		/* Owner records the store could not take at create. */
-		h.publishing = dsfs_ckpt_own_publishing;
-		h.parg = fs;
 		ret = ckpt_open_ex(fs->cfg, &h, &st->ck);
 		if (ret)
 			return ret;
@@ -111,7 +108,6 @@ static void dsfs_ckpt_destroy(struct dsfs *fs)
 		return;
 	ckpt_free(st->ck); /* no hook runs after it */
 	catalog_ckpt_log_free(st->record);
-	dsfs_ckpt_own_pending_free(st);
 	free(st->cache_label);
 	free(st->open_uids);
 	pthread_mutex_destroy(&st->open_lock);
@@ -132,7 +128,7 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_entry *e)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct dsfs_ckpt_own o;
+	struct ckpt_owner o;
 	struct ckpt_attr a;
 	uint64_t gen;
 	char *key;
@@ -181,7 +177,7 @@ static int dsfs_ckpt_access(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, int mask)
 {
 	struct dsfs_ckpt_pn *pn = dsfs_ckpt_pn_of(n);
-	struct dsfs_ckpt_own o;
+	struct ckpt_owner o;
 	int ret = (mask & W_OK) ? dsfs_ckpt_pn_check(fs, who) : 0;
 
 	if (!ret)
@@ -199,7 +195,7 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true };
-	struct dsfs_ckpt_own downer, o = { 0 };
+	struct ckpt_owner downer, o = { 0 };
 	char *key;
 	int ret = dsfs_ckpt_pn_new_key(fs, who, dir, name, &key);
 
@@ -211,7 +207,7 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 	 * store has no directories: other nodes see it with its first file) */
 	if (!ret) {
 		dsfs_ckpt_own_new(who, &downer, true, mode, &o);
-		ret = dsfs_ckpt_own_defer(fs, key, &o);
+		ret = ckpt_owner_keep(st->ck, key, &o);
 		if (ret)
 			ckpt_rmdir(st->ck, key);
 	}
@@ -234,7 +230,7 @@ static int dsfs_ckpt_remove(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *dir, const char *name, bool isdir)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct dsfs_ckpt_own downer;
+	struct ckpt_owner downer;
 	char *key = NULL;
 	int ret = dsfs_ckpt_pn_check(fs, who);
 
@@ -250,8 +246,8 @@ static int dsfs_ckpt_remove(struct dsfs *fs, struct dsfs_caller *who,
 		ret = isdir ? ckpt_rmdir(st->ck, key)
 			    : ckpt_unlink(st->ck, key);
 	if (!ret) {
-		dsfs_ckpt_own_remove(fs, key);
-		dsfs_ckpt_own_pending_move(fs, key, NULL);
+		ckpt_owner_remove(st->ck, key);
+		ckpt_owner_move_kept(st->ck, key, NULL);
 		dsfs_ckpt_pn_mark(fs, dir, name, NULL, NULL);
 	}
 	free(key);
@@ -276,7 +272,7 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 			    unsigned flags)
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	struct dsfs_ckpt_own dfrom, dto, o, oldto;
+	struct ckpt_owner dfrom, dto, o, oldto;
 	struct ckpt_attr a, ta;
 	char *from = NULL, *to = NULL;
 	bool had_to = false;
@@ -316,7 +312,7 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 	}
 	/* the owners first, so that no moment shows the data without them */
 	if (!ret)
-		ret = dsfs_ckpt_own_copy(fs, from, to, a.dir, false);
+		ret = ckpt_owner_copy(st->ck, from, to, a.dir, false);
 	if (ret)
 		goto out;
 	ret = ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE);
@@ -324,12 +320,12 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		if (had_to)
 			dsfs_ckpt_own_write(fs, NULL, to, &oldto);
 		else
-			dsfs_ckpt_own_copy(fs, to, NULL, a.dir, true);
+			ckpt_owner_copy(st->ck, to, NULL, a.dir, true);
 		goto out;
 	}
-	dsfs_ckpt_own_copy(fs, from, NULL, a.dir, true);
-	dsfs_ckpt_own_pending_move(fs, to, NULL); /* the one it replaced */
-	dsfs_ckpt_own_pending_move(fs, from, to);
+	ckpt_owner_copy(st->ck, from, NULL, a.dir, true);
+	ckpt_owner_move_kept(st->ck, to, NULL); /* the one it replaced */
+	ckpt_owner_move_kept(st->ck, from, to);
 	dsfs_ckpt_pn_mark(fs, newdir, newname, NULL, NULL);
 	dsfs_ckpt_pn_mark(fs, dir, name, newdir, newname);
 out:
@@ -406,7 +402,7 @@ static int dsfs_ckpt_opendir(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct dsfs_ckpt_dir *d;
-	struct dsfs_ckpt_own o;
+	struct ckpt_owner o;
 	char *key;
 	int ret = 0;
 
@@ -516,7 +512,7 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_attr a = { .dir = true, .mtime = fs->mount_time };
 	struct dsfs_ckpt_pn *pn = dsfs_ckpt_pn_of(n);
-	struct dsfs_ckpt_own o;
+	struct ckpt_owner o;
 	char *key;
 	int ret = 0;
 
@@ -564,10 +560,10 @@ static int dsfs_ckpt_getattr(struct dsfs *fs, struct dsfs_caller *who,
 static int dsfs_ckpt_setattr_may(struct dsfs *fs, struct dsfs_caller *who,
 				 struct dsfs_node *n, const struct stat *attr,
 				 int to_set, struct ckpt_file *f,
-				 struct dsfs_ckpt_own *o, bool *changed)
+				 struct ckpt_owner *o, bool *changed)
 {
 	struct dsfs_ckpt_pn *pn = dsfs_ckpt_pn_of(n);
-	struct dsfs_ckpt_own cur;
+	struct ckpt_owner cur;
 	bool root = who->uid == 0, owner;
 	int ret = dsfs_ckpt_may_walk(fs, who, pn);
 
@@ -623,7 +619,7 @@ static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
 				      ? dsfs_ckpt_file_of(fi)
 				      : NULL,
 			 *tmp = NULL;
-	struct dsfs_ckpt_own o;
+	struct ckpt_owner o;
 	bool created, own_changed;
 	char *key = NULL;
 	int ret = dsfs_ckpt_pn_check(fs, who);

@@ -334,7 +334,7 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 {
 	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
 	struct ckpt_file *f = NULL;
-	struct dsfs_ckpt_own o = { 0 };
+	struct ckpt_owner o = { 0 };
 	struct ckpt_attr a;
 	bool created, isnew = false, held = false;
 	enum dsfs_pt_kind kind = DSFS_PT_PLAIN;
@@ -370,13 +370,13 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	/* the owner goes to the store just before the file's first
 	 * publish (a writer killed first leaves nothing there) */
 	if (!ret && isnew)
-		ret = dsfs_ckpt_own_defer(fs, key, &o);
+		ret = ckpt_owner_keep(dsfs_ckpt_st(fs)->ck, key, &o);
 	if (!ret) {
 		ret = ckpt_file_open_as(st->ck, key, fi->flags | O_CREAT,
 					who->uid, &f, &created);
 		if (ret && isnew) {
-			dsfs_ckpt_own_remove(fs, key);
-			dsfs_ckpt_own_pending_move(fs, key, NULL);
+			ckpt_owner_remove(dsfs_ckpt_st(fs)->ck, key);
+			ckpt_owner_move_kept(dsfs_ckpt_st(fs)->ck, key, NULL);
 		}
 	}
 	free(key);

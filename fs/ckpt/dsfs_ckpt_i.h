@@ -11,18 +11,9 @@
 
 #include "dsfs_pt.h"
 #include "dsfs_subtree.h"
-
-struct ckpt_attr;
+#include "dstage/ckpt.h" /* struct ckpt_owner: a record of lib/ckpt */
 
 #define DSFS_CKPT_TIMEOUT 1.0 /* entries and attributes: others may write */
-
-/* Who owns a file or directory of the subtree, and its permission bits
- * (07777), as its owner record in the store says (dsfs_ckpt_own.c). */
-struct dsfs_ckpt_own {
-	uid_t uid;
-	gid_t gid;
-	mode_t mode;
-};
 
 struct dsfs_ckpt_pn {
 	struct dsfs_ckpt_pn *parent; /* st->lock; NULL for the top */
@@ -32,7 +23,7 @@ struct dsfs_ckpt_pn {
 	bool gone; /* st->lock: removed or replaced */
 	/* st->lock: the owner record as last read or written, and when
 	 * (CLOCK_MONOTONIC ms; 0: never, INT64_MAX: fixed, the top) */
-	struct dsfs_ckpt_own own;
+	struct ckpt_owner own;
 	int64_t own_ms;
 	/* st->lock: bumped by each change of own that this node makes
 	 * (dsfs_ckpt_own_remember), so that a read of the record begun
@@ -62,11 +53,6 @@ struct dsfs_ckpt {
 	 * init; NULL without a store. */
 	struct catalog_ckpt_log *record;
 	pthread_mutex_t lock;
-	/* Owner records a create or mkdir could not store (the store was
-	 * unreachable): stored before the first publish of a file at or
-	 * below them (dsfs_ckpt_own_publishing), until then the truth here.
-	 * lock. */
-	struct dsfs_ckpt_own_pending *own_pending;
 	struct dsfs_ckpt_pn top;
 	/* The mount's device number (dsfs_ckpt_file.c), read at the first
 	 * writer's close; 0 until then. Atomic. */
@@ -112,11 +98,11 @@ int dsfs_ckpt_pn_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 void dsfs_ckpt_pn_unref_node(struct dsfs *fs, struct dsfs_node *n);
 /* The owner of an object without an owner record: the mount's -o uid,
  * -o gid, modes 0666 / 0777 less -o umask. */
-void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct dsfs_ckpt_own *o);
+void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct ckpt_owner *o);
 /* The attributes the kernel sees for a owned as o (NULL: the default of
  * an object without an owner record, dsfs_ckpt_own_default). */
 void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,
-		       const struct ckpt_attr *a, const struct dsfs_ckpt_own *o,
+		       const struct ckpt_attr *a, const struct ckpt_owner *o,
 		       struct stat *st);
 /* 0 when the subtree can be changed at all, else -EROFS (no store). Who
  * may change what is dsfs_ckpt_own.c's. */
@@ -135,45 +121,20 @@ int dsfs_ckpt_pn_perm(struct dsfs *fs, struct dsfs_caller *who,
  * returns 0 or -errno. */
 /* The owner of key from the store (its record, else the default). */
 int dsfs_ckpt_own_read(struct dsfs *fs, const char *key, bool dir,
-		       struct dsfs_ckpt_own *o);
+		       struct ckpt_owner *o);
 /* Store o as key's owner record, and remember it on pn (may be NULL). */
 int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
-			const char *key, const struct dsfs_ckpt_own *o);
+			const char *key, const struct ckpt_owner *o);
 /* Remember o as pn's owner (just written to the store). */
 void dsfs_ckpt_own_remember(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
-			    const struct dsfs_ckpt_own *o);
+			    const struct ckpt_owner *o);
 /* The owner of pn: remembered if read less than a second ago (fresh:
  * always read again), else read from the store and remembered. */
 int dsfs_ckpt_own_get(struct dsfs *fs, struct dsfs_ckpt_pn *pn, bool fresh,
-		      struct dsfs_ckpt_own *o);
-/* Drop key's owner record (a directory's only: it is empty). */
-void dsfs_ckpt_own_remove(struct dsfs *fs, const char *key);
-/*
- * A new file's or directory's owner: kept on this node (dsfs_ckpt_own_read
- * answers it; chmod and chown change it here) and stored just before the
- * first publish of key or of a file below it (the ckpt_hooks publishing
- * hook, arg fs). So a create needs no store (it works while the store is
- * away), a writer killed before its close leaves nothing in the store, and
- * other nodes, which see a file only once it is published, see it with
- * its owner. What a crash of dstagefs before the first publish loses is
- * the owner: the file then has the mount's default owner (docs/
- * checkpoints.md). 0 or -ENOMEM.
- */
-int dsfs_ckpt_own_defer(struct dsfs *fs, const char *key,
-			const struct dsfs_ckpt_own *o);
-int dsfs_ckpt_own_publishing(void *fs, const char *store, const char *key);
-/* A deferred record follows its name: renamed (to NULL: removed) with
- * from and, for a directory, everything below it. */
-void dsfs_ckpt_own_pending_move(struct dsfs *fs, const char *from,
-				const char *to);
-void dsfs_ckpt_own_pending_free(struct dsfs_ckpt *st);
-/* Copy the owner records of from (and, for a directory, everything
- * below it) to to; with drop, delete from's instead (after the rename). */
-int dsfs_ckpt_own_copy(struct dsfs *fs, const char *from, const char *to,
-		       bool dir, bool drop);
+		      struct ckpt_owner *o);
 /* POSIX: may who access an object owned as o for mask (R_OK, W_OK, X_OK)?
  * Root may do anything. 0 or -EACCES. */
-int dsfs_ckpt_may(struct dsfs_caller *who, const struct dsfs_ckpt_own *o,
+int dsfs_ckpt_may(struct dsfs_caller *who, const struct ckpt_owner *o,
 		  int mask);
 /* Search (X) permission on every directory above pn: 0, -EACCES, or the
  * store's error reading an owner. who NULL: search for everyone (owner,
@@ -190,14 +151,14 @@ double dsfs_ckpt_attr_timeout(struct dsfs *fs, struct dsfs_ckpt_pn *pn);
  * dir's owner. */
 int dsfs_ckpt_may_dir(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *dir, int mask,
-		      struct dsfs_ckpt_own *downer);
+		      struct ckpt_owner *downer);
 /* May who remove or rename away name (key) from dir, owned as downer?
  * W and X on dir, then the sticky bit: only the entry's owner, the
  * directory's owner or root (-EPERM). *owner (may be NULL) is the
  * entry's owner. */
 int dsfs_ckpt_may_remove(struct dsfs *fs, struct dsfs_caller *who,
-			 const struct dsfs_ckpt_own *downer, const char *key,
-			 bool isdir, struct dsfs_ckpt_own *owner);
+			 const struct ckpt_owner *downer, const char *key,
+			 bool isdir, struct ckpt_owner *owner);
 /* May who open n with flags? Search above, then read and/or write as
  * flags ask (O_TRUNC: write). */
 int dsfs_ckpt_may_open(struct dsfs *fs, struct dsfs_caller *who,
@@ -208,14 +169,13 @@ int dsfs_ckpt_may_open(struct dsfs *fs, struct dsfs_caller *who,
  * owner (dsfs_ckpt_own_new) and *isnew set. */
 int dsfs_ckpt_may_create(struct dsfs *fs, struct dsfs_caller *who,
 			 struct dsfs_node *dir, const char *key, int flags,
-			 mode_t mode, struct dsfs_ckpt_own *o, bool *isnew);
+			 mode_t mode, struct ckpt_owner *o, bool *isnew);
 /* The owner a new entry of dir (owned as downer) gets from who and the
  * requested mode (the kernel has applied the creator's umask): who's
  * uid, and its gid unless dir is set-group-ID (then dir's gid, and a
  * new directory inherits the bit). */
-void dsfs_ckpt_own_new(struct dsfs_caller *who,
-		       const struct dsfs_ckpt_own *downer, bool dir,
-		       mode_t mode, struct dsfs_ckpt_own *o);
+void dsfs_ckpt_own_new(struct dsfs_caller *who, const struct ckpt_owner *downer,
+		       bool dir, mode_t mode, struct ckpt_owner *o);
 /* dsfs_ckpt_arch.c: checkpoints the lifecycle moved to their archive */
 /* key's attributes in the archive, nothing recalled: 0, -ENOENT (not
  * archived) or a store error. */

@@ -199,7 +199,7 @@ void dsfs_ckpt_pn_mark(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 	dsfs_ckpt_pn_unref_node(fs, n);
 }
 
-void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct dsfs_ckpt_own *o)
+void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct ckpt_owner *o)
 {
 	o->uid = fs->opts->uid;
 	o->gid = fs->opts->gid;
@@ -207,10 +207,10 @@ void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct dsfs_ckpt_own *o)
 }
 
 void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,
-		       const struct ckpt_attr *a, const struct dsfs_ckpt_own *o,
+		       const struct ckpt_attr *a, const struct ckpt_owner *o,
 		       struct stat *st)
 {
-	struct dsfs_ckpt_own def;
+	struct ckpt_owner def;
 
 	if (!o) {
 		dsfs_ckpt_own_default(fs, a->dir, &def);

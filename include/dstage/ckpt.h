@@ -37,7 +37,7 @@
 
 /* The keys the checkpoint tree keeps beside a file's KEY in the store: its
  * SHA-256 sidecar ".dstage-sha256/KEY" (lib/ckpt) and its owner record
- * ".dstage-owner/KEY/.dstage-own" (fs/ckpt/dsfs_ckpt_own.c). The longer of the
+ * ".dstage-owner/KEY/.dstage-own" (lib/ckpt/ckpt_owner.c). The longer of the
  * two decides how long a new name may be (CKPT_AUX_KEY_EXTRA bytes more
  * than KEY). */
 #define CKPT_OWNER_PREFIX ".dstage-owner/"
@@ -98,15 +98,6 @@ struct ckpt_hooks {
 			const char *to);
 	void (*removed)(void *arg, const char *store, const char *key);
 	void *arg;
-	/* Before a file's bytes go to the store (each publish and retry), on
-	 * the publishing thread, under the file's entry lock, ckpt's
-	 * namespace lock (read) and its publish OFD lock: what must reach
-	 * the store first (dstagefs: an owner record its create could not
-	 * store, PUT to ckpt_objstore's store from here). The same rules as
-	 * the hooks above. A -errno fails this publish, which is retried as
-	 * any other. NULL: none. Its own argument, parg. */
-	int (*publishing)(void *parg, const char *store, const char *key);
-	void *parg;
 	/* At open, before the recovery (arg): cb(ctx, ...) for each file of
 	 * store recorded as published with its owner and size, the count
 	 * checkpoints.uid_store_size starts from. A -errno is logged and
@@ -129,6 +120,55 @@ const char *ckpt_url(const struct ckpt *ck);
 /* The store's handle (thread-safe, owned by ck), for the lifecycle's
  * recall of an archived checkpoint. */
 struct objstore *ckpt_objstore(const struct ckpt *ck);
+
+/*
+ * Owner records (lib/ckpt/ckpt_owner.c): who owns each file and directory
+ * of the tree and its mode, kept in the store beside the data as
+ * ".dstage-owner/<key>/.dstage-own" ("<uid> <gid> <mode in octal>\n"), so
+ * every node over the store enforces the same owners and modes, on S3 and
+ * file:// stores alike. Who may do what with them is the caller's
+ * (dstagefs) to decide. Thread-safe.
+ */
+struct ckpt_owner {
+	uid_t uid;
+	gid_t gid;
+	mode_t mode; /* permission bits only (07777) */
+};
+
+/* key's record: the one kept on this node (ckpt_owner_keep) if any, else
+ * the store's. A record that does not parse reads as root's with mode 0000
+ * (only root may use the key, and fix it), with a warning. Returns 0,
+ * -ENOENT (no record: published before owners existed, or by another
+ * tool), -ENOMEM or the store's -errno. */
+int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o);
+
+/* Keep o as the record of key, made new on this node, until the first
+ * publish of key or of a file below it stores it (before that file's
+ * bytes go up, shallowest first). Replaces the kept records of key and
+ * below. Returns 0 or -ENOMEM. */
+int ckpt_owner_keep(struct ckpt *ck, const char *key,
+		    const struct ckpt_owner *o);
+
+/* Set key's record: the kept one when there is one, else the store's.
+ * Returns 0, -ENOMEM or the store's -errno (logged). */
+int ckpt_owner_write(struct ckpt *ck, const char *key,
+		     const struct ckpt_owner *o);
+
+/* Delete key's record from the store (none there is no error; a failure
+ * is logged). The kept one is the caller's to drop (ckpt_owner_move_kept
+ * to NULL). */
+void ckpt_owner_remove(struct ckpt *ck, const char *key);
+
+/* Rename the kept records of from and below it to to (NULL: drop them). */
+void ckpt_owner_move_kept(struct ckpt *ck, const char *from, const char *to);
+
+/* In the store, copy from's record to to's (dir: every record at or below
+ * from, to the same place below to; a directory without a record leaves
+ * none at to), or with drop delete from's (to unused). For a rename: copy
+ * before the data moves, drop after. Returns 0, -ENOMEM or the store's
+ * -errno (logged). */
+int ckpt_owner_copy(struct ckpt *ck, const char *from, const char *to, bool dir,
+		    bool drop);
 
 /* Whether name may be created in the directory dirkey ("" for the top).
  * Returns 0 or -EINVAL. */

@@ -270,6 +270,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	pthread_mutex_init(&ck->upq_lock, NULL);
 	pthread_cond_init(&ck->upq_cond, NULL);
 	pthread_mutex_init(&ck->neg_lock, NULL);
+	pthread_mutex_init(&ck->owner_lock, NULL);
 	ck->staging = strdup(cfg->ckpt_staging_dir);
 	if (!ck->staging) {
 		ret = -ENOMEM;
@@ -378,6 +379,8 @@ void ckpt_free(struct ckpt *ck)
 	pthread_cond_destroy(&ck->upq_cond);
 	ckpt_neg_clear(ck);
 	pthread_mutex_destroy(&ck->neg_lock);
+	ckpt_owner_free_kept(ck);
+	pthread_mutex_destroy(&ck->owner_lock);
 	free(ck->uids);
 	ckpt_store_free(ck);
 	free(ck->staging);

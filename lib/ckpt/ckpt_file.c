@@ -206,11 +206,9 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		goto err;
 	}
 	what = "storing what must precede it (its owner record)";
-	if (ck->hooks.publishing) {
-		ret = ck->hooks.publishing(ck->hooks.parg, ckpt_url(ck), key);
-		if (ret)
-			goto err;
-	}
+	ret = ckpt_owner_publishing(ck, key);
+	if (ret)
+		goto err;
 	ckpt_journal_write(ck, ino, &rec, false);
 	if (e) {
 		/* Parts sent while it was written: let them land (the P

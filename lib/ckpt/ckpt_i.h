@@ -33,7 +33,7 @@
  *
  * The caller's hooks (ck->hooks) run with the locks of the change they
  * report held, so that they see the changes of one key in the store's
- * order: publishing (before the bytes go up) and published with the
+ * order: published with the
  * entry's lock, ns_lock (read) and the local copy's publish OFD lock
  * (ckpt_lock_publish; ckpt_put), removed with open_lock and the entry's
  * lock if it is open (ckpt_unlink), a file's renamed and published with
@@ -42,10 +42,11 @@
  * own and calls into ck only for ckpt_url and ckpt_objstore, which take
  * none. dstagefs's: published, renamed and removed take catalog_ckpt_log's
  * lock and write on its SQLite connection under it (at most the busy
- * timeout); publishing (dsfs_ckpt_own_publishing) takes st->lock, never
- * across a store call, and PUTs the owner records still kept on this node
- * to the store, so under these locks a publish may wait on the store for
- * them as it does for its own bytes.
+ * timeout). Under the same locks as published, before the bytes go up, a
+ * publish stores the owner records still kept on this node
+ * (ckpt_owner_publishing: owner_lock, a leaf, never across a store call),
+ * so a publish may wait on the store for them as it does for its own
+ * bytes.
  */
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H
@@ -246,6 +247,10 @@ struct ckpt {
 	} neg[CKPT_NEG_MAX];
 	unsigned neg_next; /* neg_lock: the slot replaced next */
 	uint64_t neg_gen; /* neg_lock: bumped when this node adds a name */
+	/* Owner records not in the store yet (ckpt_owner.c); owner_lock is
+	 * a leaf lock, never held across a store call. */
+	pthread_mutex_t owner_lock;
+	struct ckpt_owner_kept *owners; /* owner_lock */
 };
 
 /* A journal record. */
@@ -369,6 +374,16 @@ int ckpt_upload_finish(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 		       uint64_t size, const char *sha);
 /* e: drop queued jobs, wait for running ones, abort an open upload. */
 void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
+
+/* ckpt_owner.c */
+
+/* Store the records kept on this node for key and the directories above
+ * it, shallowest first, before key's bytes go up (a publish or a retry).
+ * 0 or the store's -errno (logged): the publish fails and is retried. */
+int ckpt_owner_publishing(struct ckpt *ck, const char *key);
+
+/* Drop every kept record (ckpt_free). */
+void ckpt_owner_free_kept(struct ckpt *ck);
 
 /* ckpt_journal.c */
 /*
