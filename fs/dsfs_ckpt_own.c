@@ -44,6 +44,7 @@
 #include "dsfs_ckpt_i.h"
 #include "dsfs_opts.h"
 #include "dstage/ckpt.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/timeutil.h"
@@ -405,15 +406,8 @@ static int dsfs_ckpt_own_keys_add(void *arg, const struct objstore_info *oi)
 {
 	struct dsfs_ckpt_own_keys *k = arg;
 
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 16;
-		char **v = realloc(k->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		k->v = v;
-		k->cap = cap;
-	}
+	if (GROW_ONE(k->v, k->n, k->cap, 16))
+		return -ENOMEM;
 	k->v[k->n] = strdup(oi->key);
 	return k->v[k->n++] ? 0 : -ENOMEM;
 }

@@ -37,6 +37,7 @@
 
 #include <openssl/evp.h>
 
+#include "dstage/grow.h"
 #include "dstage/sha256sums.h"
 #include "dstage/timeutil.h"
 #include "jsonout.h"
@@ -115,15 +116,8 @@ static int adhoc_walk_one(struct adhoc *a, const FTSENT *e)
 			a->root, ADHOC_MAX_FILES);
 		return -E2BIG;
 	}
-	if (a->n_files == a->cap_files) {
-		size_t cap = a->cap_files ? a->cap_files * 2 : 1024;
-		struct adhoc_file *f = realloc(a->files, cap * sizeof(*f));
-
-		if (!f)
-			return -ENOMEM;
-		a->files = f;
-		a->cap_files = cap;
-	}
+	if (GROW_ONE(a->files, a->n_files, a->cap_files, 1024))
+		return -ENOMEM;
 	a->files[a->n_files].rel = strdup(rel);
 	if (!a->files[a->n_files].rel)
 		return -ENOMEM;
@@ -171,15 +165,8 @@ static int adhoc_sum_add(void *arg, const char *name, size_t name_len,
 	(void)binary;
 	if (a->n_sums == ADHOC_MAX_FILES)
 		return -E2BIG;
-	if (a->n_sums == a->cap_sums) {
-		size_t cap = a->cap_sums ? a->cap_sums * 2 : 1024;
-		struct adhoc_sum *s = realloc(a->sums, cap * sizeof(*s));
-
-		if (!s)
-			return -ENOMEM;
-		a->sums = s;
-		a->cap_sums = cap;
-	}
+	if (GROW_ONE(a->sums, a->n_sums, a->cap_sums, 1024))
+		return -ENOMEM;
 	a->sums[a->n_sums].name = strdup(name);
 	if (!a->sums[a->n_sums].name)
 		return -ENOMEM;

@@ -25,6 +25,7 @@
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
+#include "dstage/grow.h"
 #include "dstage/objstore.h"
 #include "jsonout.h"
 #include "stager.h"
@@ -130,15 +131,8 @@ static int local_bench_cb(void *arg, const struct objstore_info *oi)
 		return 1;
 	if (!oi->size)
 		return 0;
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 64;
-
-		p = realloc(b->objs, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		b->objs = p;
-		b->cap = cap;
-	}
+	if (GROW_ONE(b->objs, b->n, b->cap, 64))
+		return -ENOMEM;
 	p = &b->objs[b->n];
 	p->key = strdup(oi->key);
 	if (!p->key)

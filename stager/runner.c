@@ -55,6 +55,7 @@
 
 #include "dstage/cache.h"
 #include "dstage/catalog.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/sharedtier.h"
@@ -85,15 +86,8 @@ static int runner_add(struct runner_ctx *c, const char *key,
 {
 	struct runner_file *f;
 
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-
-		f = realloc(c->files, cap * sizeof(*f));
-		if (!f)
-			return -ENOMEM;
-		c->files = f;
-		c->cap = cap;
-	}
+	if (GROW_ONE(c->files, c->n, c->cap, 256))
+		return -ENOMEM;
 	f = &c->files[c->n];
 	memset(f, 0, sizeof(*f));
 	f->key = strdup(key);
@@ -143,16 +137,9 @@ static int runner_walk_cb(void *arg, const char *name,
 		free(path);
 		return ret;
 	}
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		char **d = realloc(w->dirs, cap * sizeof(*d));
-
-		if (!d) {
-			free(path);
-			return -ENOMEM;
-		}
-		w->dirs = d;
-		w->cap = cap;
+	if (GROW_ONE(w->dirs, w->n, w->cap, 64)) {
+		free(path);
+		return -ENOMEM;
 	}
 	w->dirs[w->n++] = path;
 	return 0;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dstage/cache.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "runner_i.h"
 
@@ -66,15 +67,8 @@ void runner_found(struct runner_ctx *c, const struct runner_file *f,
 		c->n_unlisted++;
 		goto out;
 	}
-	if (rj->n_mm == rj->cap_mm) {
-		size_t cap = rj->cap_mm ? rj->cap_mm * 2 : 16;
-
-		m = realloc(rj->mm, cap * sizeof(*m));
-		if (!m)
-			goto out;
-		rj->mm = m;
-		rj->cap_mm = cap;
-	}
+	if (GROW_ONE(rj->mm, rj->n_mm, rj->cap_mm, 16))
+		goto out;
 	m = &rj->mm[rj->n_mm];
 	*m = *src;
 	m->key = strdup(f->key);

@@ -20,6 +20,7 @@
 #include "ckpt_i.h"
 #include "dstage/ckpt_drill.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/timeutil.h"
@@ -41,7 +42,7 @@ struct drill_list {
 	/* collecting the objects of one checkpoint */
 	char **keys;
 	uint64_t *sizes;
-	size_t nkeys, capkeys;
+	size_t nkeys, capkeys, capsizes;
 	int err;
 };
 
@@ -72,15 +73,8 @@ static int drill_ckpt_cb(void *arg, const struct objstore_info *oi)
 			c->mtime = oi->mtime;
 		return 0;
 	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct drill_ckpt *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			goto nomem;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 16))
+		goto nomem;
 	c = &l->v[l->n];
 	c->name = strndup(rest, len);
 	if (!c->name)
@@ -98,19 +92,10 @@ static int drill_key_cb(void *arg, const struct objstore_info *oi)
 {
 	struct drill_list *l = arg;
 
-	if (l->nkeys == l->capkeys) {
-		size_t cap = l->capkeys ? l->capkeys * 2 : 64;
-		char **k = realloc(l->keys, cap * sizeof(*k));
-		uint64_t *s = k ? realloc(l->sizes, cap * sizeof(*s)) : NULL;
-
-		if (k)
-			l->keys = k;
-		if (!k || !s) {
-			l->err = -ENOMEM;
-			return 1;
-		}
-		l->sizes = s;
-		l->capkeys = cap;
+	if (GROW_ONE(l->keys, l->nkeys, l->capkeys, 64) ||
+	    GROW_ONE(l->sizes, l->nkeys, l->capsizes, 64)) {
+		l->err = -ENOMEM;
+		return 1;
 	}
 	l->keys[l->nkeys] = strdup(oi->key);
 	if (!l->keys[l->nkeys]) {
@@ -266,12 +251,11 @@ static int drill_restore(struct objstore *os, const char *key, uint64_t size,
 static int drill_add(struct ckpt_drill_report *r, const char *key,
 		     uint64_t size)
 {
-	struct ckpt_drill_file *v =
-		realloc(r->files, (r->nfiles + 1) * sizeof(*v));
+	struct ckpt_drill_file *v;
 
-	if (!v)
+	if (GROW_ONE(r->files, r->nfiles, r->files_cap, 16))
 		return -ENOMEM;
-	r->files = v;
+	v = r->files;
 	memset(&v[r->nfiles], 0, sizeof(*v));
 	v[r->nfiles].key = strdup(key);
 	if (!v[r->nfiles].key)

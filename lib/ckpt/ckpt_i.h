@@ -113,7 +113,7 @@ struct ckpt_upstate {
 	uint64_t hi; /* highest end written since IDLE */
 	unsigned next; /* parts [0, next) were queued at least once */
 	struct ckpt_part *parts;
-	unsigned cap;
+	size_t cap;
 	unsigned busy; /* jobs queued or running for this entry */
 	unsigned parts_out; /* of which parts (the writer's pace) */
 	bool cancel; /* drop queued jobs */

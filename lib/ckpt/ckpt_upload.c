@@ -52,6 +52,7 @@
 
 #include "ckpt_i.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 #define CKPT_UPLOADERS 4
@@ -97,19 +98,12 @@ static int ckpt_upload_queue(struct ckpt *ck, struct ckpt_ent *e,
 /* Room for part index idx in e->u.parts (e->lock held). */
 static int ckpt_upload_slot(struct ckpt_ent *e, unsigned idx)
 {
-	unsigned cap = e->u.cap ? e->u.cap : 64;
-	struct ckpt_part *p;
+	size_t old = e->u.cap;
 
-	if (idx < e->u.cap)
-		return 0;
-	while (cap <= idx)
-		cap *= 2;
-	p = realloc(e->u.parts, cap * sizeof(*p));
-	if (!p)
+	if (grow_array(&e->u.parts, &e->u.cap, (size_t)idx + 1,
+		       sizeof(*e->u.parts), 64))
 		return -ENOMEM;
-	memset(p + e->u.cap, 0, (cap - e->u.cap) * sizeof(*p));
-	e->u.parts = p;
-	e->u.cap = cap;
+	memset(e->u.parts + old, 0, (e->u.cap - old) * sizeof(*e->u.parts));
 	return 0;
 }
 

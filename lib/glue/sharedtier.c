@@ -20,6 +20,7 @@
 
 #include "dstage/catalog.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/sharedtier.h"
@@ -86,27 +87,13 @@ static int st_walk_cb(void *arg, const char *name,
 		return -ENOMEM;
 	snprintf(path, len, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
 	if (e->is_dir) {
-		if (l->ndirs == l->dcap) {
-			size_t cap = l->dcap ? l->dcap * 2 : 16;
-			char **d = realloc(l->dirs, cap * sizeof(*d));
-
-			if (!d)
-				goto oom;
-			l->dirs = d;
-			l->dcap = cap;
-		}
+		if (GROW_ONE(l->dirs, l->ndirs, l->dcap, 16))
+			goto oom;
 		l->dirs[l->ndirs++] = path;
 		return 0;
 	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct st_file *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			goto oom;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 64))
+		goto oom;
 	memset(&l->v[l->n], 0, sizeof(l->v[0]));
 	l->v[l->n].key = path;
 	l->v[l->n].size = e->size;

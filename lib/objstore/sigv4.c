@@ -16,6 +16,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "sigv4.h"
 #include "util/strutil.h"
@@ -44,19 +45,9 @@ static void sigv4_buf_add(struct sigv4_buf *b, const char *s, size_t n)
 {
 	if (b->err)
 		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->err = -ENOMEM;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
+	if (grow_array(&b->p, &b->cap, b->len + n + 1, 1, 256)) {
+		b->err = -ENOMEM;
+		return;
 	}
 	memcpy(b->p + b->len, s, n);
 	b->len += n;

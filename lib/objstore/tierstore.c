@@ -24,6 +24,7 @@
 
 #include <openssl/evp.h>
 
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "objstore_backend.h"
 
@@ -450,16 +451,9 @@ static int tier_load(struct tierstore *s, const char *path)
 			break;
 		if (lineno <= 5)
 			continue;
-		if (s->n == vcap) {
-			size_t c = vcap ? vcap * 2 : 64;
-			struct tier_entry *v = realloc(s->v, c * sizeof(*v));
-
-			if (!v) {
-				ret = -ENOMEM;
-				break;
-			}
-			s->v = v;
-			vcap = c;
+		if (GROW_ONE(s->v, s->n, vcap, 64)) {
+			ret = -ENOMEM;
+			break;
 		}
 		memset(&s->v[s->n], 0, sizeof(s->v[0]));
 		ret = tier_parse_line(line, &s->v[s->n]);

@@ -46,6 +46,7 @@
 #include <openssl/evp.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/timeutil.h"
@@ -523,15 +524,8 @@ static int push_listing_cb(void *arg, const struct objstore_info *oi)
 {
 	struct push_listing *l = arg;
 
-	if (l->n == l->cap) {
-		size_t c = l->cap ? l->cap * 2 : 1024;
-		struct push_obj *nv = realloc(l->v, c * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		l->v = nv;
-		l->cap = c;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 1024))
+		return -ENOMEM;
 	l->v[l->n].key = strdup(oi->key);
 	l->v[l->n].etag = strdup(oi->etag);
 	l->v[l->n].size = oi->size;
@@ -757,15 +751,8 @@ static int push_leftover_cb(void *arg, const struct objstore_upload_info *ui)
 		why = "open for more than 24 hours: abandoned";
 	if (!why)
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct push_leftover *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 16))
+		return -ENOMEM;
 	l->v[l->n].key = strdup(ui->key);
 	l->v[l->n].id = strdup(ui->id);
 	l->v[l->n].why = why;

@@ -34,6 +34,7 @@
 #include <openssl/evp.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "push_i.h"
@@ -174,17 +175,10 @@ static int push_journal_load(struct push_journal *j, FILE *in)
 			continue;
 		e.tomb = ret == 2;
 		e.seq = n;
-		if (n == cap) {
-			size_t c = cap ? cap * 2 : 256;
-			struct push_jent *nv = realloc(v, c * sizeof(*v));
-
-			if (!nv) {
-				push_jent_free(&e);
-				ret = -ENOMEM;
-				goto out;
-			}
-			v = nv;
-			cap = c;
+		if (GROW_ONE(v, n, cap, 256)) {
+			push_jent_free(&e);
+			ret = -ENOMEM;
+			goto out;
 		}
 		v[n++] = e;
 	}
