@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <fts.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,9 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "dstage/grow.h"
+#include "dstage/sha256.h"
 #include "dstage/sha256sums.h"
 #include "dstage/timeutil.h"
 #include "jsonout.h"
@@ -261,9 +261,9 @@ static void adhoc_note(struct adhoc *a, const char *kind, const char *rel,
 /* Read (and, for verify, hash) one file through the mount. */
 static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 {
-	char path[PATH_MAX], hex[65], why[128];
-	unsigned char md[32];
-	EVP_MD_CTX *ctx = NULL;
+	char path[PATH_MAX], hex[SHA256_HEX_LEN], why[128];
+	unsigned char md[SHA256_LEN];
+	struct sha256 h = { 0 };
 	struct adhoc_sum *want;
 	int fd, err = 0;
 	ssize_t r;
@@ -274,12 +274,9 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 		err = errno;
 		goto out;
 	}
-	if (a->verify) {
-		ctx = EVP_MD_CTX_new();
-		if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
-			err = ENOMEM;
-			goto out;
-		}
+	if (a->verify && sha256_init(&h)) {
+		err = ENOMEM;
+		goto out;
 	}
 	while ((r = read(fd, buf, ADHOC_CHUNK)) != 0) {
 		if (r < 0 && errno == EINTR)
@@ -288,7 +285,7 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 			err = errno;
 			goto out;
 		}
-		if (ctx && !EVP_DigestUpdate(ctx, buf, (size_t)r)) {
+		if (h.ctx && sha256_update(&h, buf, (size_t)r)) {
 			err = EIO;
 			goto out;
 		}
@@ -296,9 +293,9 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 	}
 	/* what the mount cached, not the reader's page cache, is kept */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	if (!ctx)
+	if (!h.ctx)
 		goto out;
-	if (!EVP_DigestFinal_ex(ctx, md, NULL)) {
+	if (sha256_final(&h, md)) {
 		err = EIO;
 		goto out;
 	}
@@ -307,8 +304,7 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 		if (a->has_manifest)
 			atomic_fetch_add(&a->unlisted, 1);
 	} else if (memcmp(want->hash, md, 32)) {
-		for (int i = 0; i < 32; i++)
-			snprintf(hex + 2 * i, 3, "%02x", md[i]);
+		sha256_hex(md, hex);
 		atomic_fetch_add(&a->mismatches, 1);
 		snprintf(why, sizeof(why), "sha256 %s differs from SHA256SUMS",
 			 hex);
@@ -325,7 +321,7 @@ out:
 		pthread_mutex_unlock(&a->lock);
 	}
 	atomic_fetch_add(&a->done_files, 1);
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	if (fd >= 0)
 		close(fd);
 }

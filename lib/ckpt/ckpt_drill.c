@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,7 +22,9 @@
 #include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/timeutil.h"
+#include "util/strutil.h"
 
 #define DRILL_CHUNK (8u << 20)
 #define DRILL_RECORDS_MAX (1u << 20) /* journal records looked at */
@@ -210,21 +211,18 @@ static bool drill_catalog_differs(struct objstore *os,
 static int drill_restore(struct objstore *os, const char *key, uint64_t size,
 			 const char *path, char *buf, char *got)
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned char md[32];
-	unsigned mdlen;
+	struct sha256 h = { 0 };
+	unsigned char md[SHA256_LEN];
 	uint64_t off = 0;
 	int fd = -1, ret = drill_mkparents(path);
 
-	if (!ctx)
-		ret = -ENOMEM;
 	if (!ret) {
 		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0)
 			ret = -errno;
 	}
-	if (!ret && !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
-		ret = -ENOMEM;
+	if (!ret)
+		ret = sha256_init(&h);
 	while (!ret && off < size) {
 		size_t want =
 			size - off < DRILL_CHUNK ? size - off : DRILL_CHUNK;
@@ -236,15 +234,14 @@ static int drill_restore(struct objstore *os, const char *key, uint64_t size,
 		if (!ret && write(fd, buf, n) != (ssize_t)n)
 			ret = errno ? -errno : -EIO;
 		if (!ret)
-			EVP_DigestUpdate(ctx, buf, n);
+			ret = sha256_update(&h, buf, n);
 		off += n;
 	}
-	if (!ret && EVP_DigestFinal_ex(ctx, md, &mdlen))
-		for (unsigned i = 0; i < 32; i++)
-			snprintf(got + 2 * i, 3, "%02x", md[i]);
+	if (!ret && !sha256_final(&h, md))
+		strutil_hex(md, SHA256_LEN, got);
 	if (fd >= 0 && close(fd) && !ret)
 		ret = -errno;
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	return ret;
 }
 

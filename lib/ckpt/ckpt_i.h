@@ -50,7 +50,6 @@
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H
 
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -59,6 +58,7 @@
 
 #include "dstage/ckpt.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/timeutil.h"
 
 #define CKPT_SHA_HEX 65 /* 64 hex digits and a NUL */
@@ -156,7 +156,7 @@ struct ckpt_ent {
 	 * hash_end) from the local copy behind the writer (ckpt_upload.c):
 	 * while hash_running, that job owns hctx and hashed, and a write or
 	 * truncate below hash_end first waits for it (u.cond). */
-	EVP_MD_CTX *hctx;
+	struct sha256 hctx;
 	uint64_t hashed;
 	uint64_t hash_end;
 	bool hash_running; /* a hash job is queued or running */
@@ -335,7 +335,7 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write);
  * stays P, fd and record are fsynced).
  */
 int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
-	     const char *key, const char *want_sha, const EVP_MD_CTX *hctx,
+	     const char *key, const char *want_sha, const struct sha256 *hctx,
 	     uint64_t hashed);
 
 /* ckpt_upload.c (the entry's lock held where it says e) */

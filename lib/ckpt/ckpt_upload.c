@@ -54,6 +54,7 @@
 #include "dstage/config.h"
 #include "dstage/grow.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 
 #define CKPT_UPLOADERS 4
 /* Parts of one file queued or in flight before its writer waits: a
@@ -187,7 +188,7 @@ void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size)
 void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e)
 {
 	/* A chunk at a time (fewer wake-ups); the publish hashes the rest. */
-	if (!e->hctx || e->hash_running ||
+	if (!e->hctx.ctx || e->hash_running ||
 	    e->hash_end - e->hashed < CKPT_HASH_CHUNK || !ck->n_uploaders ||
 	    ckpt_upload_queue(ck, e, CKPT_JOB_HASH))
 		return;
@@ -430,7 +431,7 @@ static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
 		*bufcap = *buf ? CKPT_HASH_CHUNK : 0;
 	}
 	pthread_mutex_lock(&e->lock);
-	while (*buf && !ret && e->hctx && !e->u.cancel &&
+	while (*buf && !ret && e->hctx.ctx && !e->u.cancel &&
 	       e->hashed < e->hash_end) {
 		uint64_t from = e->hashed, to = e->hash_end;
 
@@ -443,8 +444,7 @@ static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
 
 			if (r < 0 && errno == EINTR)
 				continue;
-			if (r <= 0 ||
-			    !EVP_DigestUpdate(e->hctx, *buf, (size_t)r))
+			if (r <= 0 || sha256_update(&e->hctx, *buf, (size_t)r))
 				ret = -EIO;
 			else
 				from += (uint64_t)r;
@@ -454,8 +454,7 @@ static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
 			e->hashed = to;
 	}
 	if (ret) { /* the publish hashes the whole file */
-		EVP_MD_CTX_free(e->hctx);
-		e->hctx = NULL;
+		sha256_release(&e->hctx);
 	}
 	e->hash_running = false;
 	e->u.busy--;

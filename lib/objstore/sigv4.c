@@ -18,6 +18,7 @@
 
 #include "dstage/grow.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 #include "sigv4.h"
 #include "util/strutil.h"
 
@@ -89,12 +90,9 @@ static void sigv4_log_openssl(const char *what)
 
 void sigv4_sha256_hex(const void *data, size_t len, char out[65])
 {
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
+	unsigned char md[SHA256_LEN];
 
-	if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) ||
-	    mdlen != SIGV4_SHA256_LEN) {
-		sigv4_log_openssl("SHA-256");
+	if (sha256_buf(data, len, md)) {
 		out[0] = '\0';
 		return;
 	}
