@@ -344,14 +344,14 @@ static int ckpt_fetch(struct ckpt *ck, const char *key, int fd, uint64_t size,
 static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
 {
 	struct stat st;
+	int ret;
 
-	*fd = openat(ck->tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (*fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (fstat(*fd, &st) || !S_ISREG(st.st_mode)) {
-		close(*fd);
+	*fd = fdutil_open_regular(ck->tree_fd, key,
+				  O_RDWR | O_NOFOLLOW | O_CLOEXEC, NULL);
+	if (*fd < 0) {
+		ret = *fd;
 		*fd = -1;
-		return -EISDIR;
+		return ret == -ENOENT ? 0 : ret == -EINVAL ? -EISDIR : ret;
 	}
 	/* Dropped by the lifecycle between the open and the lock: gone. */
 	if (ckpt_lock_use(*fd) || fstat(*fd, &st) || st.st_nlink == 0) {
