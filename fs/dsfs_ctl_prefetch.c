@@ -52,6 +52,7 @@
 #include "dsfs_dataset.h"
 #include "dsfs_opts.h"
 #include "dstage/cache.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/timeutil.h"
 
@@ -275,15 +276,8 @@ static uint32_t *dsfs_ctl_pf_slot(struct dsfs_ctl_pf *pf, const char *ds,
 /* Room for one more entry (objs and a load of at most one half). */
 static int dsfs_ctl_pf_reserve(struct dsfs_ctl_pf *pf)
 {
-	if (pf->n == pf->cap) {
-		size_t cap = pf->cap ? pf->cap * 2 : 256;
-		struct dsfs_ctl_pf_obj *o = realloc(pf->objs, cap * sizeof(*o));
-
-		if (!o)
-			return -ENOMEM;
-		pf->objs = o;
-		pf->cap = cap;
-	}
+	if (GROW_ONE(pf->objs, pf->n, pf->cap, 256))
+		return -ENOMEM;
 	if (2 * (pf->n + 1) > pf->nslots) {
 		size_t ns = pf->nslots ? pf->nslots * 2 : 512;
 		uint32_t *s = calloc(ns, sizeof(*s)), *old = pf->slots;

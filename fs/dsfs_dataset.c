@@ -45,6 +45,7 @@
 #include "dsfs_caller.h"
 #include "dsfs_dataset.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "dstage/sharedtier.h"
@@ -68,7 +69,7 @@ struct dsfs_dataset_table {
 	struct dsfs_store *stores; /* lock: opened sources, by URL and tier */
 	uint64_t polled_ms; /* lock: last refresh, CLOCK_MONOTONIC */
 	char **changed; /* lock: names whose entry changed */
-	size_t nchanged; /* lock */
+	size_t nchanged, changed_cap; /* lock */
 };
 
 static pthread_key_t dsfs_dataset_cat_key;
@@ -149,15 +150,8 @@ static int dsfs_dataset_list_add(void *arg, const struct catalog_dataset *ds)
 
 	if (ds->state != CATALOG_DS_READY || ds->version <= 0)
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct dsfs_dsrow *p = realloc(l->rows, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		l->rows = p;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->rows, l->n, l->cap, 16))
+		return -ENOMEM;
 	r = &l->rows[l->n];
 	r->name = strdup(ds->name);
 	r->source = strdup(ds->source);
@@ -286,13 +280,10 @@ static ssize_t dsfs_dataset_find(struct dsfs_dataset_table *t, const char *name)
 static void dsfs_dataset_queue_changed(struct dsfs_dataset_table *t,
 				       const char *name)
 {
-	char **p = realloc(t->changed, (t->nchanged + 1) * sizeof(*p));
-
-	if (!p)
+	if (GROW_ONE(t->changed, t->nchanged, t->changed_cap, 8))
 		return; /* the entry times out by itself */
-	t->changed = p;
-	p[t->nchanged] = strdup(name);
-	if (p[t->nchanged])
+	t->changed[t->nchanged] = strdup(name);
+	if (t->changed[t->nchanged])
 		t->nchanged++;
 }
 
@@ -566,6 +557,7 @@ size_t dsfs_dataset_table_take_changed(struct dsfs_dataset_table *t,
 	n = t->nchanged;
 	t->changed = NULL;
 	t->nchanged = 0;
+	t->changed_cap = 0;
 	pthread_rwlock_unlock(&t->lock);
 	return n;
 }

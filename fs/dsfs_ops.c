@@ -765,6 +765,7 @@ static void dsfs_ops_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 	dsfs_ops_leave(&c);
 }
 
+/* release and releasedir: the handle is put, whatever it holds. */
 static void dsfs_ops_release(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
@@ -837,20 +838,6 @@ static void dsfs_ops_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 				 off_t off, struct fuse_file_info *fi)
 {
 	dsfs_ops_readdir_any(req, ino, size, off, fi, true);
-}
-
-static void dsfs_ops_releasedir(fuse_req_t req, fuse_ino_t ino,
-				struct fuse_file_info *fi)
-{
-	struct dsfs_caller who;
-
-	struct dsfs_handle *h = (struct dsfs_handle *)(uintptr_t)fi->fh;
-
-	(void)ino;
-	dsfs_caller_get(req, &who);
-	atomic_store(&h->released, true);
-	dsfs_ops_handle_put(dsfs_ops_fs(req), &who, h);
-	fuse_reply_err(req, 0);
 }
 
 static void dsfs_ops_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
@@ -966,7 +953,7 @@ const struct fuse_lowlevel_ops dsfs_ops_ll = {
 	.fsync = dsfs_ops_fsync,
 	.opendir = dsfs_ops_opendir,
 	.readdir = dsfs_ops_readdir,
-	.releasedir = dsfs_ops_releasedir,
+	.releasedir = dsfs_ops_release,
 	.fsyncdir = dsfs_ops_fsyncdir,
 	.statfs = dsfs_ops_statfs,
 	.setxattr = dsfs_ops_setxattr,

@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <fts.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,8 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
+#include "dstage/grow.h"
+#include "dstage/sha256.h"
 #include "dstage/sha256sums.h"
 #include "dstage/timeutil.h"
 #include "jsonout.h"
@@ -115,15 +116,8 @@ static int adhoc_walk_one(struct adhoc *a, const FTSENT *e)
 			a->root, ADHOC_MAX_FILES);
 		return -E2BIG;
 	}
-	if (a->n_files == a->cap_files) {
-		size_t cap = a->cap_files ? a->cap_files * 2 : 1024;
-		struct adhoc_file *f = realloc(a->files, cap * sizeof(*f));
-
-		if (!f)
-			return -ENOMEM;
-		a->files = f;
-		a->cap_files = cap;
-	}
+	if (GROW_ONE(a->files, a->n_files, a->cap_files, 1024))
+		return -ENOMEM;
 	a->files[a->n_files].rel = strdup(rel);
 	if (!a->files[a->n_files].rel)
 		return -ENOMEM;
@@ -171,15 +165,8 @@ static int adhoc_sum_add(void *arg, const char *name, size_t name_len,
 	(void)binary;
 	if (a->n_sums == ADHOC_MAX_FILES)
 		return -E2BIG;
-	if (a->n_sums == a->cap_sums) {
-		size_t cap = a->cap_sums ? a->cap_sums * 2 : 1024;
-		struct adhoc_sum *s = realloc(a->sums, cap * sizeof(*s));
-
-		if (!s)
-			return -ENOMEM;
-		a->sums = s;
-		a->cap_sums = cap;
-	}
+	if (GROW_ONE(a->sums, a->n_sums, a->cap_sums, 1024))
+		return -ENOMEM;
 	a->sums[a->n_sums].name = strdup(name);
 	if (!a->sums[a->n_sums].name)
 		return -ENOMEM;
@@ -274,9 +261,9 @@ static void adhoc_note(struct adhoc *a, const char *kind, const char *rel,
 /* Read (and, for verify, hash) one file through the mount. */
 static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 {
-	char path[PATH_MAX], hex[65], why[128];
-	unsigned char md[32];
-	EVP_MD_CTX *ctx = NULL;
+	char path[PATH_MAX], hex[SHA256_HEX_LEN], why[128];
+	unsigned char md[SHA256_LEN];
+	struct sha256 h = { 0 };
 	struct adhoc_sum *want;
 	int fd, err = 0;
 	ssize_t r;
@@ -287,12 +274,9 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 		err = errno;
 		goto out;
 	}
-	if (a->verify) {
-		ctx = EVP_MD_CTX_new();
-		if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
-			err = ENOMEM;
-			goto out;
-		}
+	if (a->verify && sha256_init(&h)) {
+		err = ENOMEM;
+		goto out;
 	}
 	while ((r = read(fd, buf, ADHOC_CHUNK)) != 0) {
 		if (r < 0 && errno == EINTR)
@@ -301,7 +285,7 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 			err = errno;
 			goto out;
 		}
-		if (ctx && !EVP_DigestUpdate(ctx, buf, (size_t)r)) {
+		if (h.ctx && sha256_update(&h, buf, (size_t)r)) {
 			err = EIO;
 			goto out;
 		}
@@ -309,9 +293,9 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 	}
 	/* what the mount cached, not the reader's page cache, is kept */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	if (!ctx)
+	if (!h.ctx)
 		goto out;
-	if (!EVP_DigestFinal_ex(ctx, md, NULL)) {
+	if (sha256_final(&h, md)) {
 		err = EIO;
 		goto out;
 	}
@@ -320,8 +304,7 @@ static void adhoc_one(struct adhoc *a, const struct adhoc_file *f, char *buf)
 		if (a->has_manifest)
 			atomic_fetch_add(&a->unlisted, 1);
 	} else if (memcmp(want->hash, md, 32)) {
-		for (int i = 0; i < 32; i++)
-			snprintf(hex + 2 * i, 3, "%02x", md[i]);
+		sha256_hex(md, hex);
 		atomic_fetch_add(&a->mismatches, 1);
 		snprintf(why, sizeof(why), "sha256 %s differs from SHA256SUMS",
 			 hex);
@@ -338,7 +321,7 @@ out:
 		pthread_mutex_unlock(&a->lock);
 	}
 	atomic_fetch_add(&a->done_files, 1);
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	if (fd >= 0)
 		close(fd);
 }

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dstage/grow.h"
 #include "dstage/proto_client.h"
 #include "jsonout.h"
 #include "stager.h"
@@ -302,7 +303,7 @@ struct client_watch {
 	unsigned width;
 	struct proto_buf final; /* the final row, re-encoded */
 	struct client_mm *mm; /* the job's "mismatch" rows */
-	size_t n_mm;
+	size_t n_mm, cap_mm;
 	bool drew;
 };
 
@@ -376,14 +377,12 @@ static int client_watch_row(struct client *cl, void *arg)
 
 static int client_mm_add(struct client_watch *w, struct client *cl)
 {
-	struct client_mm *p = realloc(w->mm, (w->n_mm + 1) * sizeof(*p));
 	struct client_mm *m;
 	const char *kind = proto_get(&cl->pc.msg, "kind");
 
-	if (!p)
+	if (GROW_ONE(w->mm, w->n_mm, w->cap_mm, 8))
 		return -ENOMEM;
-	w->mm = p;
-	m = &p[w->n_mm];
+	m = &w->mm[w->n_mm];
 	*m = (struct client_mm){
 		.kind = kind ? strdup(kind) : NULL,
 		.key = strdup(client_get(cl, "key")),

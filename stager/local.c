@@ -20,12 +20,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
+#include "dstage/grow.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "jsonout.h"
 #include "stager.h"
 
@@ -130,15 +130,8 @@ static int local_bench_cb(void *arg, const struct objstore_info *oi)
 		return 1;
 	if (!oi->size)
 		return 0;
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 64;
-
-		p = realloc(b->objs, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		b->objs = p;
-		b->cap = cap;
-	}
+	if (GROW_ONE(b->objs, b->n, b->cap, 64))
+		return -ENOMEM;
 	p = &b->objs[b->n];
 	p->key = strdup(oi->key);
 	if (!p->key)
@@ -241,8 +234,7 @@ static void *local_sha(void *arg)
 {
 	double *rate = arg;
 	size_t len = 64u << 20;
-	unsigned char *buf = malloc(len), md[32];
-	unsigned int mdlen;
+	unsigned char *buf = malloc(len), md[SHA256_LEN];
 	double t0;
 
 	*rate = 0;
@@ -251,7 +243,7 @@ static void *local_sha(void *arg)
 	memset(buf, 0x5a, len);
 	t0 = timeutil_mono_s();
 	for (int r = 0; r < 4; r++)
-		EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL);
+		sha256_buf(buf, len, md);
 	*rate = 4.0 * (double)len / (timeutil_mono_s() - t0);
 	free(buf);
 	return NULL;

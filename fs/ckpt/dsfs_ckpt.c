@@ -43,6 +43,7 @@
 #include "dstage/catalog.h"
 #include "dstage/ckpt.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 /* A directory listing, taken at opendir. */
@@ -371,15 +372,8 @@ static int dsfs_ckpt_dir_add(void *arg, const char *name,
 {
 	struct dsfs_ckpt_dir *d = arg;
 
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 32;
-		struct dsfs_ckpt_ent *v = realloc(d->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->v = v;
-		d->cap = cap;
-	}
+	if (GROW_ONE(d->v, d->n, d->cap, 32))
+		return -ENOMEM;
 	d->v[d->n].name = strdup(name);
 	if (!d->v[d->n].name)
 		return -ENOMEM;

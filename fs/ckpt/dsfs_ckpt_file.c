@@ -35,6 +35,7 @@
 #include "dstage/cache.h"
 #include "dstage/ckpt.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/objstore.h"
 #include "dstage/log.h"
@@ -156,16 +157,10 @@ static int dsfs_ckpt_file_hold(struct dsfs *fs, uid_t uid, bool *held)
 	pthread_mutex_lock(&st->open_lock);
 	for (i = 0; i < st->n_open && st->open_uids[i].uid != uid; i++)
 		;
-	if (i == st->n_open && st->n_open == st->cap_open) {
-		size_t cap = st->cap_open ? st->cap_open * 2 : 16;
-
-		u = realloc(st->open_uids, cap * sizeof(*u));
-		if (!u) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		st->open_uids = u;
-		st->cap_open = cap;
+	if (i == st->n_open &&
+	    GROW_ONE(st->open_uids, st->n_open, st->cap_open, 16)) {
+		ret = -ENOMEM;
+		goto out;
 	}
 	u = &st->open_uids[i];
 	if (i == st->n_open) {

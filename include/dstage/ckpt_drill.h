@@ -51,6 +51,7 @@ struct ckpt_drill_report {
 	uint64_t bytes;
 	double seconds;
 	struct ckpt_drill_file *files;
+	size_t files_cap; /* files' capacity */
 };
 
 /*

@@ -714,13 +714,11 @@ static int cache_gc_one(struct cache *c, int dfd, const char *entry,
 
 	if (cache_gc_paired_meta(dfd, entry))
 		return 0;
-	fd = openat(dfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	fd = fdutil_open_regular(dfd, entry,
+				 O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+				 &st);
 	if (fd < 0)
 		return 0; /* gone meanwhile, or a link: not ours to judge */
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return 0;
-	}
 	f.bytes = (uint64_t)st.st_blocks * 512;
 	f.mtime = (int64_t)st.st_mtime;
 	if (strlen(entry) == 30) {
@@ -858,18 +856,11 @@ int cache_gc_remove(struct cache *c, const char *name, uint64_t *freed)
 			return ret;
 	}
 	pthread_mutex_lock(&c->evict_lock);
-	fd = openat(c->objects_fd, name,
-		    O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	fd = fdutil_open_regular(c->objects_fd, name,
+				 O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+				 &st);
 	if (fd < 0) {
-		ret = errno == ELOOP ? -EINVAL : -errno;
-		goto out;
-	}
-	if (fstat(fd, &st)) {
-		ret = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = -EINVAL;
+		ret = fd == -ELOOP ? -EINVAL : fd;
 		goto out;
 	}
 	/* The evictor's protocol: the in-use byte exclusively, at once or

@@ -49,6 +49,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/timeutil.h"
+#include "util/fdutil.h"
 
 #define CACHE_FDINFO_MAX 100000 /* fdinfo files read to find a holder */
 
@@ -701,18 +702,11 @@ int cache_meta_orphan_drop(const struct cache *c, int dirfd,
 		return -EINVAL;
 	memcpy(dpath, meta_path, n - sl);
 	dpath[n - sl] = '\0';
-	fd = openat(dirfd, meta_path,
-		    O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	fd = fdutil_open_regular(dirfd, meta_path,
+				 O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+				 &st);
 	if (fd < 0)
-		return errno == ELOOP ? -EINVAL : -errno;
-	if (fstat(fd, &st)) {
-		ret = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = -EINVAL;
-		goto out;
-	}
+		return fd == -ELOOP ? -EINVAL : fd;
 	if (cache_ofd_lock(c, fd, CACHE_LOCK_INUSE, F_WRLCK, false, "", "",
 			   meta_path) ||
 	    faccessat(dirfd, dpath, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {

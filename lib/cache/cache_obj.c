@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "cache_i.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 /* o->lock held: drop a reference; the last one frees the land. */
@@ -770,15 +771,8 @@ bool cache_claimed(struct cache_obj *o, uint64_t b)
 /* o->lock held. */
 int cache_claim_add(struct cache_obj *o, uint64_t b)
 {
-	if (o->nclaims == o->claims_cap) {
-		size_t cap = o->claims_cap ? o->claims_cap * 2 : 16;
-		uint64_t *n = realloc(o->claims, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		o->claims = n;
-		o->claims_cap = cap;
-	}
+	if (GROW_ONE(o->claims, o->nclaims, o->claims_cap, 16))
+		return -ENOMEM;
 	o->claims[o->nclaims++] = b;
 	return 0;
 }

@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "catalog_i.h"
+#include "dstage/grow.h"
 #include "dstage/lifecycle.h"
 #include "dstage/log.h"
 #include "dstage/timeutil.h"
@@ -178,15 +179,9 @@ struct catalog_lifecycle_rules {
 static int catalog_lifecycle_row(void *arg, sqlite3_stmt *st)
 {
 	struct catalog_lifecycle_rules *rs = arg;
-	struct lifecycle_rule *nv;
 
-	if (rs->cnt == rs->cap) {
-		rs->cap = rs->cap ? rs->cap * 2 : 8;
-		nv = realloc(rs->v, rs->cap * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		rs->v = nv;
-	}
+	if (GROW_ONE(rs->v, rs->cnt, rs->cap, 8))
+		return -ENOMEM;
 	catalog_lifecycle_fill(st, &rs->v[rs->cnt++]);
 	return 0;
 }

@@ -24,6 +24,7 @@
 
 #include "ckpt_i.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 /* ---- opening ---- */
@@ -407,15 +408,8 @@ struct ckpt_items {
 static int ckpt_items_add(struct ckpt_items *it, const char *name, size_t len,
 			  const struct ckpt_attr *a)
 {
-	if (it->n == it->cap) {
-		size_t cap = it->cap ? it->cap * 2 : 64;
-		struct ckpt_item *v = realloc(it->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		it->v = v;
-		it->cap = cap;
-	}
+	if (GROW_ONE(it->v, it->n, it->cap, 64))
+		return -ENOMEM;
 	it->v[it->n].name = strndup(name, len);
 	if (!it->v[it->n].name)
 		return -ENOMEM;

@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <limits.h>
@@ -20,6 +19,8 @@
 
 #include "ckpt_i.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
+#include "util/strutil.h"
 
 int ckpt_store_errno(int ret)
 {
@@ -192,20 +193,16 @@ static size_t ckpt_store_id_len(const char *url)
 
 int ckpt_store_subdir(const char *url, char *out, size_t size)
 {
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
+	unsigned char md[SHA256_LEN];
 	size_t n;
 
-	if (!EVP_Digest(url, ckpt_store_id_len(url), md, &mdlen, EVP_sha256(),
-			NULL) ||
-	    mdlen < CKPT_STORE_HASH_BYTES)
+	if (sha256_buf(url, ckpt_store_id_len(url), md))
 		return -EIO;
 	n = strlen(CKPT_STORES "/");
 	if (size < n + 2 * CKPT_STORE_HASH_BYTES + 1)
 		return -ENAMETOOLONG;
 	memcpy(out, CKPT_STORES "/", n);
-	for (unsigned i = 0; i < CKPT_STORE_HASH_BYTES; i++)
-		snprintf(out + n + 2 * i, 3, "%02x", md[i]);
+	strutil_hex(md, CKPT_STORE_HASH_BYTES, out + n);
 	return 0;
 }
 

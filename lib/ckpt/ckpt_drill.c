@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,9 +19,12 @@
 #include "ckpt_i.h"
 #include "dstage/ckpt_drill.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/timeutil.h"
+#include "util/strutil.h"
 
 #define DRILL_CHUNK (8u << 20)
 #define DRILL_RECORDS_MAX (1u << 20) /* journal records looked at */
@@ -41,7 +43,7 @@ struct drill_list {
 	/* collecting the objects of one checkpoint */
 	char **keys;
 	uint64_t *sizes;
-	size_t nkeys, capkeys;
+	size_t nkeys, capkeys, capsizes;
 	int err;
 };
 
@@ -72,15 +74,8 @@ static int drill_ckpt_cb(void *arg, const struct objstore_info *oi)
 			c->mtime = oi->mtime;
 		return 0;
 	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct drill_ckpt *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			goto nomem;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 16))
+		goto nomem;
 	c = &l->v[l->n];
 	c->name = strndup(rest, len);
 	if (!c->name)
@@ -98,19 +93,10 @@ static int drill_key_cb(void *arg, const struct objstore_info *oi)
 {
 	struct drill_list *l = arg;
 
-	if (l->nkeys == l->capkeys) {
-		size_t cap = l->capkeys ? l->capkeys * 2 : 64;
-		char **k = realloc(l->keys, cap * sizeof(*k));
-		uint64_t *s = k ? realloc(l->sizes, cap * sizeof(*s)) : NULL;
-
-		if (k)
-			l->keys = k;
-		if (!k || !s) {
-			l->err = -ENOMEM;
-			return 1;
-		}
-		l->sizes = s;
-		l->capkeys = cap;
+	if (GROW_ONE(l->keys, l->nkeys, l->capkeys, 64) ||
+	    GROW_ONE(l->sizes, l->nkeys, l->capsizes, 64)) {
+		l->err = -ENOMEM;
+		return 1;
 	}
 	l->keys[l->nkeys] = strdup(oi->key);
 	if (!l->keys[l->nkeys]) {
@@ -225,21 +211,18 @@ static bool drill_catalog_differs(struct objstore *os,
 static int drill_restore(struct objstore *os, const char *key, uint64_t size,
 			 const char *path, char *buf, char *got)
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned char md[32];
-	unsigned mdlen;
+	struct sha256 h = { 0 };
+	unsigned char md[SHA256_LEN];
 	uint64_t off = 0;
 	int fd = -1, ret = drill_mkparents(path);
 
-	if (!ctx)
-		ret = -ENOMEM;
 	if (!ret) {
 		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0)
 			ret = -errno;
 	}
-	if (!ret && !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
-		ret = -ENOMEM;
+	if (!ret)
+		ret = sha256_init(&h);
 	while (!ret && off < size) {
 		size_t want =
 			size - off < DRILL_CHUNK ? size - off : DRILL_CHUNK;
@@ -251,27 +234,25 @@ static int drill_restore(struct objstore *os, const char *key, uint64_t size,
 		if (!ret && write(fd, buf, n) != (ssize_t)n)
 			ret = errno ? -errno : -EIO;
 		if (!ret)
-			EVP_DigestUpdate(ctx, buf, n);
+			ret = sha256_update(&h, buf, n);
 		off += n;
 	}
-	if (!ret && EVP_DigestFinal_ex(ctx, md, &mdlen))
-		for (unsigned i = 0; i < 32; i++)
-			snprintf(got + 2 * i, 3, "%02x", md[i]);
+	if (!ret && !sha256_final(&h, md))
+		strutil_hex(md, SHA256_LEN, got);
 	if (fd >= 0 && close(fd) && !ret)
 		ret = -errno;
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	return ret;
 }
 
 static int drill_add(struct ckpt_drill_report *r, const char *key,
 		     uint64_t size)
 {
-	struct ckpt_drill_file *v =
-		realloc(r->files, (r->nfiles + 1) * sizeof(*v));
+	struct ckpt_drill_file *v;
 
-	if (!v)
+	if (GROW_ONE(r->files, r->nfiles, r->files_cap, 16))
 		return -ENOMEM;
-	r->files = v;
+	v = r->files;
 	memset(&v[r->nfiles], 0, sizeof(*v));
 	v[r->nfiles].key = strdup(key);
 	if (!v[r->nfiles].key)

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +27,9 @@
 #include "ckpt_i.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
+#include "dstage/sha256.h"
 #include "util/fdutil.h"
+#include "util/strutil.h"
 
 #define CKPT_IO_CHUNK (4u << 20)
 
@@ -38,7 +39,7 @@ static void ckpt_ent_free(struct ckpt_ent *e)
 		return;
 	if (e->fd >= 0)
 		close(e->fd);
-	EVP_MD_CTX_free(e->hctx);
+	sha256_release(&e->hctx);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->u.cond);
 	free(e->u.parts);
@@ -50,20 +51,15 @@ static void ckpt_ent_free(struct ckpt_ent *e)
 /* Start hashing e as it is written (it is empty now). e->lock held. */
 static void ckpt_hash_start(struct ckpt_ent *e)
 {
-	if (!e->hctx)
-		e->hctx = EVP_MD_CTX_new();
-	if (e->hctx && !EVP_DigestInit_ex(e->hctx, EVP_sha256(), NULL)) {
-		EVP_MD_CTX_free(e->hctx);
-		e->hctx = NULL;
-	}
+	sha256_release(&e->hctx);
+	sha256_init(&e->hctx); /* failed: no hctx, the publish hashes all */
 	e->hashed = 0;
 	e->hash_end = 0;
 }
 
 static void ckpt_hash_stop(struct ckpt_ent *e)
 {
-	EVP_MD_CTX_free(e->hctx);
-	e->hctx = NULL;
+	sha256_release(&e->hctx);
 }
 
 /* What closing the last handle of a dirty file leaves behind. */
@@ -129,22 +125,19 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write)
 /* ---- the publish ---- */
 
 /* The SHA-256 of fd's size bytes; from hctx (of [0, from)) when given. */
-static int ckpt_sha256_fd(int fd, uint64_t size, const EVP_MD_CTX *hctx,
+static int ckpt_sha256_fd(int fd, uint64_t size, const struct sha256 *hctx,
 			  uint64_t from, char hex[CKPT_SHA_HEX])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned char md[32];
-	unsigned mdlen = 0;
+	struct sha256 h = { 0 };
+	unsigned char md[SHA256_LEN];
 	uint64_t off = hctx ? from : 0;
 	char *buf = malloc(CKPT_IO_CHUNK);
-	int ret = 0;
+	int ret = buf ? 0 : -ENOMEM;
 
-	if (!ctx || !buf ||
-	    !(hctx ? EVP_MD_CTX_copy_ex(ctx, hctx)
-		   : EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))) {
-		ret = -ENOMEM;
+	if (!ret)
+		ret = hctx ? sha256_copy(&h, hctx) : sha256_init(&h);
+	if (ret)
 		goto out;
-	}
 	while (off < size) {
 		size_t want =
 			size - off < CKPT_IO_CHUNK ? size - off : CKPT_IO_CHUNK;
@@ -156,20 +149,22 @@ static int ckpt_sha256_fd(int fd, uint64_t size, const EVP_MD_CTX *hctx,
 			ret = r < 0 ? -errno : -EIO;
 			goto out;
 		}
-		EVP_DigestUpdate(ctx, buf, (size_t)r);
+		ret = sha256_update(&h, buf, (size_t)r);
+		if (ret)
+			goto out;
 		off += (uint64_t)r;
 	}
-	EVP_DigestFinal_ex(ctx, md, &mdlen);
-	for (unsigned i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	ret = sha256_final(&h, md);
+	if (!ret)
+		strutil_hex(md, SHA256_LEN, hex);
 out:
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	free(buf);
 	return ret;
 }
 
 int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
-	     const char *key, const char *want_sha, const EVP_MD_CTX *hctx,
+	     const char *key, const char *want_sha, const struct sha256 *hctx,
 	     uint64_t hashed)
 {
 	struct ckpt_rec rec = { .state = 'P' };
@@ -347,14 +342,14 @@ static int ckpt_fetch(struct ckpt *ck, const char *key, int fd, uint64_t size,
 static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
 {
 	struct stat st;
+	int ret;
 
-	*fd = openat(ck->tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (*fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (fstat(*fd, &st) || !S_ISREG(st.st_mode)) {
-		close(*fd);
+	*fd = fdutil_open_regular(ck->tree_fd, key,
+				  O_RDWR | O_NOFOLLOW | O_CLOEXEC, NULL);
+	if (*fd < 0) {
+		ret = *fd;
 		*fd = -1;
-		return -EISDIR;
+		return ret == -ENOENT ? 0 : ret == -EINVAL ? -EISDIR : ret;
 	}
 	/* Dropped by the lifecycle between the open and the lock: gone. */
 	if (ckpt_lock_use(*fd) || fstat(*fd, &st) || st.st_nlink == 0) {
@@ -671,17 +666,19 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	ret = w < 0 ? -errno : 0;
 	if (w > 0)
 		ckpt_upload_wrote(ck, e, (uint64_t)off, (uint64_t)w);
-	if (w > 0 && e->hctx && (uint64_t)off < e->hash_end) {
+	if (w > 0 && e->hctx.ctx && (uint64_t)off < e->hash_end) {
 		/* A rewrite: hash it all at publish. */
 		ckpt_upload_hash_wait(e);
 		ckpt_hash_stop(e);
-	} else if (w > 0 && e->hctx && (uint64_t)off == e->hash_end) {
+	} else if (w > 0 && e->hctx.ctx && (uint64_t)off == e->hash_end) {
 		e->hash_end += (uint64_t)w;
 		if (ck->n_uploaders) {
 			ckpt_upload_hash(ck, e);
 		} else { /* no uploader thread: hash it here */
-			EVP_DigestUpdate(e->hctx, buf, (size_t)w);
-			e->hashed += (uint64_t)w;
+			if (sha256_update(&e->hctx, buf, (size_t)w))
+				ckpt_hash_stop(e); /* the publish hashes all */
+			else
+				e->hashed += (uint64_t)w;
 		}
 	}
 	if (ret == -ENOSPC || ret == -EDQUOT)
@@ -815,8 +812,8 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
 	}
 	pthread_mutex_unlock(&ck->lock);
 	if (key) {
-		ret = ckpt_put(ck, e, e->fd, e->ino, key, want_sha, e->hctx,
-			       e->hashed);
+		ret = ckpt_put(ck, e, e->fd, e->ino, key, want_sha,
+			       e->hctx.ctx ? &e->hctx : NULL, e->hashed);
 		pthread_mutex_lock(&ck->lock);
 		e->publishing = false;
 		pthread_mutex_unlock(&ck->lock);

@@ -51,7 +51,6 @@
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H
 
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -60,6 +59,7 @@
 
 #include "dstage/ckpt.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/timeutil.h"
 
 #define CKPT_SHA_HEX 65 /* 64 hex digits and a NUL */
@@ -114,7 +114,7 @@ struct ckpt_upstate {
 	uint64_t hi; /* highest end written since IDLE */
 	unsigned next; /* parts [0, next) were queued at least once */
 	struct ckpt_part *parts;
-	unsigned cap;
+	size_t cap;
 	unsigned busy; /* jobs queued or running for this entry */
 	unsigned parts_out; /* of which parts (the writer's pace) */
 	bool cancel; /* drop queued jobs */
@@ -157,7 +157,7 @@ struct ckpt_ent {
 	 * hash_end) from the local copy behind the writer (ckpt_upload.c):
 	 * while hash_running, that job owns hctx and hashed, and a write or
 	 * truncate below hash_end first waits for it (u.cond). */
-	EVP_MD_CTX *hctx;
+	struct sha256 hctx;
 	uint64_t hashed;
 	uint64_t hash_end;
 	bool hash_running; /* a hash job is queued or running */
@@ -340,7 +340,7 @@ void ckpt_ent_put(struct ckpt *ck, struct ckpt_ent *e, bool write);
  * stays P, fd and record are fsynced).
  */
 int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
-	     const char *key, const char *want_sha, const EVP_MD_CTX *hctx,
+	     const char *key, const char *want_sha, const struct sha256 *hctx,
 	     uint64_t hashed);
 
 /* ckpt_upload.c (the entry's lock held where it says e) */

@@ -28,6 +28,7 @@
 
 #include "ckpt_i.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 /* ---- locks shared with the stager daemon (see ckpt_i.h) ---- */
@@ -426,15 +427,8 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
 		    st.st_ino != ino)
 			continue;
-		if (n == cap) {
-			struct ckpt_victim *nv;
-
-			cap = cap ? cap * 2 : 64;
-			nv = realloc(v, cap * sizeof(*v));
-			if (!nv)
-				break;
-			v = nv;
-		}
+		if (GROW_ONE(v, n, cap, 64))
+			break;
 		v[n].key = strdup(rec.key);
 		if (!v[n].key)
 			break;
@@ -482,17 +476,11 @@ struct ckpt_uid_use *ckpt_uid_locked(struct ckpt *ck, uid_t uid)
 	for (size_t i = 0; i < ck->n_uids; i++)
 		if (ck->uids[i].uid == uid)
 			return &ck->uids[i];
-	if (ck->n_uids == ck->cap_uids) {
-		size_t cap = ck->cap_uids ? ck->cap_uids * 2 : 16;
-
-		if (cap > CKPT_UIDS_MAX)
-			return NULL;
-		u = realloc(ck->uids, cap * sizeof(*u));
-		if (!u)
-			return NULL;
-		ck->uids = u;
-		ck->cap_uids = cap;
-	}
+	if (ck->n_uids == ck->cap_uids &&
+	    (ck->cap_uids ? ck->cap_uids * 2 : 16) > CKPT_UIDS_MAX)
+		return NULL;
+	if (GROW_ONE(ck->uids, ck->n_uids, ck->cap_uids, 16))
+		return NULL;
 	u = &ck->uids[ck->n_uids++];
 	memset(u, 0, sizeof(*u));
 	u->uid = uid;
@@ -563,18 +551,10 @@ static int ckpt_tally(struct ckpt_uid_use **t, size_t *n, size_t *cap,
 	for (i = 0; i < *n && (*t)[i].uid != uid; i++)
 		;
 	if (i == *n) {
-		if (*n == *cap) {
-			size_t c = *cap ? *cap * 2 : 16;
-			struct ckpt_uid_use *nt;
-
-			if (c > CKPT_UIDS_MAX)
-				return -ENOMEM;
-			nt = realloc(*t, c * sizeof(**t));
-			if (!nt)
-				return -ENOMEM;
-			*t = nt;
-			*cap = c;
-		}
+		if (*n == *cap && (*cap ? *cap * 2 : 16) > CKPT_UIDS_MAX)
+			return -ENOMEM;
+		if (GROW_ONE(*t, *n, *cap, 16))
+			return -ENOMEM;
 		memset(&(*t)[i], 0, sizeof(**t));
 		(*t)[i].uid = uid;
 		(*n)++;

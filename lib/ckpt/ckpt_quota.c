@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ckpt_i.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 /* Whether key is k or below the directory k. */
@@ -128,15 +129,8 @@ void ckpt_store_published(struct ckpt *ck, struct ckpt_ent *e, const char *key,
 	p = ckpt_pub_find_locked(ck, key);
 	if (p)
 		ckpt_pub_drop_locked(ck, (size_t)(p - ck->pubs));
-	if (ck->n_pubs == ck->cap_pubs) {
-		size_t cap = ck->cap_pubs ? ck->cap_pubs * 2 : 64;
-		struct ckpt_pub *np = realloc(ck->pubs, cap * sizeof(*np));
-
-		if (!np)
-			goto out;
-		ck->pubs = np;
-		ck->cap_pubs = cap;
-	}
+	if (GROW_ONE(ck->pubs, ck->n_pubs, ck->cap_pubs, 64))
+		goto out;
 	k = strdup(key);
 	u = ckpt_uid_locked(ck, uid);
 	if (!k || !u) { /* not counted (as past CKPT_UIDS_MAX) */
@@ -196,15 +190,8 @@ static void ckpt_store_census_add(void *ctx, const char *key, uid_t uid,
 	struct ckpt_uid_use *u;
 	char *k;
 
-	if (ck->n_pubs == ck->cap_pubs) {
-		size_t cap = ck->cap_pubs ? ck->cap_pubs * 2 : 64;
-		struct ckpt_pub *np = realloc(ck->pubs, cap * sizeof(*np));
-
-		if (!np)
-			return;
-		ck->pubs = np;
-		ck->cap_pubs = cap;
-	}
+	if (GROW_ONE(ck->pubs, ck->n_pubs, ck->cap_pubs, 64))
+		return;
 	u = ckpt_uid_locked(ck, uid);
 	k = u ? strdup(key) : NULL;
 	if (!k)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ckpt_i.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 /* Delete key and its sidecar from the store. */
@@ -235,16 +236,9 @@ static int ckpt_keys_cb(void *arg, const struct objstore_info *oi)
 {
 	struct ckpt_keys *k = arg;
 
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 64;
-		char **v = realloc(k->v, cap * sizeof(*v));
-
-		if (!v) {
-			k->err = -ENOMEM;
-			return 1;
-		}
-		k->v = v;
-		k->cap = cap;
+	if (GROW_ONE(k->v, k->n, k->cap, 64)) {
+		k->err = -ENOMEM;
+		return 1;
 	}
 	k->v[k->n] = strdup(oi->key);
 	if (!k->v[k->n]) {

@@ -52,7 +52,9 @@
 
 #include "ckpt_i.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 
 #define CKPT_UPLOADERS 4
 /* Parts of one file queued or in flight before its writer waits: a
@@ -97,19 +99,12 @@ static int ckpt_upload_queue(struct ckpt *ck, struct ckpt_ent *e,
 /* Room for part index idx in e->u.parts (e->lock held). */
 static int ckpt_upload_slot(struct ckpt_ent *e, unsigned idx)
 {
-	unsigned cap = e->u.cap ? e->u.cap : 64;
-	struct ckpt_part *p;
+	size_t old = e->u.cap;
 
-	if (idx < e->u.cap)
-		return 0;
-	while (cap <= idx)
-		cap *= 2;
-	p = realloc(e->u.parts, cap * sizeof(*p));
-	if (!p)
+	if (grow_array(&e->u.parts, &e->u.cap, (size_t)idx + 1,
+		       sizeof(*e->u.parts), 64))
 		return -ENOMEM;
-	memset(p + e->u.cap, 0, (cap - e->u.cap) * sizeof(*p));
-	e->u.parts = p;
-	e->u.cap = cap;
+	memset(e->u.parts + old, 0, (e->u.cap - old) * sizeof(*e->u.parts));
 	return 0;
 }
 
@@ -193,7 +188,7 @@ void ckpt_upload_truncated(struct ckpt_ent *e, uint64_t old, uint64_t size)
 void ckpt_upload_hash(struct ckpt *ck, struct ckpt_ent *e)
 {
 	/* A chunk at a time (fewer wake-ups); the publish hashes the rest. */
-	if (!e->hctx || e->hash_running ||
+	if (!e->hctx.ctx || e->hash_running ||
 	    e->hash_end - e->hashed < CKPT_HASH_CHUNK || !ck->n_uploaders ||
 	    ckpt_upload_queue(ck, e, CKPT_JOB_HASH))
 		return;
@@ -436,7 +431,7 @@ static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
 		*bufcap = *buf ? CKPT_HASH_CHUNK : 0;
 	}
 	pthread_mutex_lock(&e->lock);
-	while (*buf && !ret && e->hctx && !e->u.cancel &&
+	while (*buf && !ret && e->hctx.ctx && !e->u.cancel &&
 	       e->hashed < e->hash_end) {
 		uint64_t from = e->hashed, to = e->hash_end;
 
@@ -449,8 +444,7 @@ static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
 
 			if (r < 0 && errno == EINTR)
 				continue;
-			if (r <= 0 ||
-			    !EVP_DigestUpdate(e->hctx, *buf, (size_t)r))
+			if (r <= 0 || sha256_update(&e->hctx, *buf, (size_t)r))
 				ret = -EIO;
 			else
 				from += (uint64_t)r;
@@ -460,8 +454,7 @@ static void ckpt_upload_hash_job(struct ckpt_ent *e, char **buf,
 			e->hashed = to;
 	}
 	if (ret) { /* the publish hashes the whole file */
-		EVP_MD_CTX_free(e->hctx);
-		e->hctx = NULL;
+		sha256_release(&e->hctx);
 	}
 	e->hash_running = false;
 	e->u.busy--;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dstage/grow.h"
 #include "dstage/proto.h"
 #include "dstage/timeutil.h"
 #include "util/strutil.h"
@@ -182,28 +183,15 @@ int proto_get_i64(const struct proto_msg *m, const char *key, int64_t *v)
 
 static int proto_reserve(struct proto_buf *b, size_t more)
 {
-	size_t cap;
-	char *p;
-
 	if (b->err)
 		return b->err;
 	if (b->len + more + 1 > PROTO_LINE_MAX) {
 		b->err = -E2BIG;
 		return b->err;
 	}
-	if (b->len + more + 1 <= b->cap)
-		return 0;
-	cap = b->cap ? b->cap : 256;
-	while (cap < b->len + more + 1)
-		cap *= 2;
-	p = realloc(b->data, cap);
-	if (!p) {
+	if (grow_array(&b->data, &b->cap, b->len + more + 1, 1, 256))
 		b->err = -ENOMEM;
-		return b->err;
-	}
-	b->data = p;
-	b->cap = cap;
-	return 0;
+	return b->err;
 }
 
 void proto_add_mem(struct proto_buf *b, const char *key, const char *val,

@@ -26,6 +26,7 @@
 #include "dstage/cache.h"
 #include "dstage/cachegc.h"
 #include "dstage/catalog.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 
 struct cachegc_walk {
@@ -119,15 +120,8 @@ static int cachegc_blocks_obj(void *arg, const struct catalog_blocks_obj *b)
 	w->r->stale_rows += b->rows;
 	if (w->o->dry_run)
 		return 0;
-	if (w->nstale == w->stale_cap) {
-		size_t cap = w->stale_cap ? w->stale_cap * 2 : 64;
-		int64_t *v = realloc(w->stale, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		w->stale = v;
-		w->stale_cap = cap;
-	}
+	if (GROW_ONE(w->stale, w->nstale, w->stale_cap, 64))
+		return -ENOMEM;
 	w->stale[w->nstale++] = b->object_id;
 	return 0;
 }

@@ -48,6 +48,7 @@
 #include "dstage/cachescrub.h"
 #include "dstage/catalog.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "dstage/objstore.h"
@@ -204,16 +205,9 @@ static void cachescrub_bad(void *arg, uint64_t block, const char *path)
 	struct cachescrub *s = arg;
 
 	snprintf(s->path, sizeof(s->path), "%s", path);
-	if (s->nbad == s->badcap) {
-		size_t cap = s->badcap ? s->badcap * 2 : 16;
-		uint64_t *n = realloc(s->bad, cap * sizeof(*n));
-
-		if (!n) {
-			s->bad_lost = true; /* found again next pass */
-			return;
-		}
-		s->bad = n;
-		s->badcap = cap;
+	if (GROW_ONE(s->bad, s->nbad, s->badcap, 16)) {
+		s->bad_lost = true; /* found again next pass */
+		return;
 	}
 	s->bad[s->nbad++] = block;
 }

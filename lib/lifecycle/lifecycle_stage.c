@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,8 @@
 #include "dstage/catalog.h"
 #include "dstage/lifecycle_stage.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
+#include "util/strutil.h"
 
 #define STAGE_CHUNK (4u << 20)
 
@@ -202,9 +203,8 @@ static int stage_rec(struct lifecycle_staging *s, const char *key, ino_t ino,
 static int stage_copy(struct lifecycle_staging *s, int fd, uint64_t size,
 		      int *out, char hex[CKPT_SHA_HEX])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned char md[32];
-	unsigned mdlen = 0;
+	struct sha256 h = { 0 };
+	unsigned char md[SHA256_LEN];
 	char *buf = malloc(STAGE_CHUNK);
 	uint64_t off = 0;
 	int tfd, ret = 0;
@@ -212,8 +212,7 @@ static int stage_copy(struct lifecycle_staging *s, int fd, uint64_t size,
 	*out = -1;
 	tfd = openat(s->ck.journal_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 		     0600);
-	if (tfd < 0 || !ctx || !buf ||
-	    !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+	if (tfd < 0 || !buf || sha256_init(&h)) {
 		ret = tfd < 0 ? -errno : -ENOMEM;
 		goto out;
 	}
@@ -234,18 +233,19 @@ static int stage_copy(struct lifecycle_staging *s, int fd, uint64_t size,
 			ret = errno ? -errno : -EIO;
 			goto out;
 		}
-		EVP_DigestUpdate(ctx, buf, (size_t)r);
+		sha256_update(&h, buf, (size_t)r);
 		off += (uint64_t)r;
 	}
-	EVP_DigestFinal_ex(ctx, md, &mdlen);
-	for (unsigned i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	ret = sha256_final(&h, md);
+	if (ret)
+		goto out;
+	strutil_hex(md, SHA256_LEN, hex);
 	*out = tfd;
 	tfd = -1;
 out:
 	if (tfd >= 0)
 		close(tfd);
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	free(buf);
 	return ret;
 }

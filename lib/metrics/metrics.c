@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dstage/grow.h"
 #include "dstage/metrics.h"
 #include "dstage/timeutil.h"
 
@@ -193,17 +194,10 @@ static void metrics_printf(struct metrics_buf *b, const char *fmt, ...)
 			b->err = -EFBIG;
 			return;
 		}
-		size_t cap = b->cap * 2;
-		while (cap < b->len + (size_t)n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-
-		if (!p) {
+		if (grow_array(&b->p, &b->cap, b->len + (size_t)n + 1, 1, 0)) {
 			b->err = -ENOMEM;
 			return;
 		}
-		b->p = p;
-		b->cap = cap;
 	}
 }
 

@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
@@ -169,17 +170,9 @@ static int fs_read_dir(DIR *d, bool tmp, struct fs_dirent **out, size_t *nout)
 			type = FS_DT_DIR;
 		else if (S_ISLNK(mode))
 			type = FS_DT_LNK;
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct fs_dirent *ne =
-				realloc(ents, ncap * sizeof(*ents));
-
-			if (!ne) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			ents = ne;
-			cap = ncap;
+		if (GROW_ONE(ents, n, cap, 64)) {
+			ret = -ENOMEM;
+			goto out;
 		}
 		ents[n].name = strdup(de->d_name);
 		if (!ents[n].name) {

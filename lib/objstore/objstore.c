@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "objstore_backend.h"
@@ -326,22 +327,15 @@ static int objstore_upload_slot(struct objstore_upload *up, unsigned partno)
 
 	pthread_mutex_lock(&up->lock);
 	if (partno > up->nparts_cap) {
-		unsigned cap = up->nparts_cap ? up->nparts_cap : 64;
-		struct objstore_part *p;
+		size_t old = up->nparts_cap;
 
-		while (cap < partno)
-			cap *= 2;
-		if (cap > OBJSTORE_MAX_PARTS)
-			cap = OBJSTORE_MAX_PARTS;
-		p = realloc(up->parts, cap * sizeof(*p));
-		if (!p) {
+		if (grow_array(&up->parts, &up->nparts_cap, partno,
+			       sizeof(*up->parts), 64)) {
 			ret = -ENOMEM;
 			goto out;
 		}
-		memset(p + up->nparts_cap, 0,
-		       (cap - up->nparts_cap) * sizeof(*p));
-		up->parts = p;
-		up->nparts_cap = cap;
+		memset(up->parts + old, 0,
+		       (up->nparts_cap - old) * sizeof(*up->parts));
 	}
 	up->parts[partno - 1].len = 0;
 out:

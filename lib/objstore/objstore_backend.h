@@ -72,7 +72,7 @@ struct objstore_upload {
 	uint64_t part_size;
 	pthread_mutex_t lock; /* leaf lock: parts[] */
 	struct objstore_part *parts; /* lock: part n at [n - 1] */
-	unsigned nparts_cap; /* lock */
+	size_t nparts_cap; /* lock */
 };
 
 struct objstore_part {

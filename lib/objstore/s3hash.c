@@ -14,19 +14,20 @@
 #include <openssl/evp.h>
 
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 #include "s3hash.h"
 #include "util/strutil.h"
 
 struct s3hash_digest {
-	EVP_MD_CTX *sha, *md5;
+	struct sha256 sha; /* .ctx NULL: not taken */
+	EVP_MD_CTX *md5;
 };
 
 static int s3hash_digest_init(struct s3hash_digest *d, bool sha, bool md5)
 {
-	d->sha = sha ? EVP_MD_CTX_new() : NULL;
+	d->sha.ctx = NULL;
 	d->md5 = md5 ? EVP_MD_CTX_new() : NULL;
-	if ((sha &&
-	     (!d->sha || EVP_DigestInit_ex(d->sha, EVP_sha256(), NULL) != 1)) ||
+	if ((sha && sha256_init(&d->sha)) ||
 	    (md5 &&
 	     (!d->md5 || EVP_DigestInit_ex(d->md5, EVP_md5(), NULL) != 1)))
 		return -ENOMEM;
@@ -36,7 +37,7 @@ static int s3hash_digest_init(struct s3hash_digest *d, bool sha, bool md5)
 static int s3hash_digest_update(struct s3hash_digest *d, const void *p,
 				size_t n)
 {
-	if (d->sha && EVP_DigestUpdate(d->sha, p, n) != 1)
+	if (d->sha.ctx && sha256_update(&d->sha, p, n))
 		return -ENOMEM;
 	if (d->md5 && EVP_DigestUpdate(d->md5, p, n) != 1)
 		return -ENOMEM;
@@ -48,8 +49,8 @@ static int s3hash_digest_final(struct s3hash_digest *d, char sha[65],
 {
 	unsigned char md[32];
 
-	if (d->sha) {
-		if (EVP_DigestFinal_ex(d->sha, md, NULL) != 1)
+	if (d->sha.ctx) {
+		if (sha256_final(&d->sha, md))
 			return -ENOMEM;
 		strutil_hex(md, 32, sha);
 	}
@@ -63,7 +64,7 @@ static int s3hash_digest_final(struct s3hash_digest *d, char sha[65],
 
 static void s3hash_digest_release(struct s3hash_digest *d)
 {
-	EVP_MD_CTX_free(d->sha);
+	sha256_release(&d->sha);
 	EVP_MD_CTX_free(d->md5);
 }
 

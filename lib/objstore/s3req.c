@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "dstage/timeutil.h"
@@ -145,18 +146,8 @@ static int s3_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
 {
 	if (rq->resp_len + n > limit)
 		return -EFBIG;
-	if (rq->resp_len + n + 1 > rq->resp_cap) {
-		size_t cap = rq->resp_cap ? rq->resp_cap : 4096;
-		char *r;
-
-		while (cap < rq->resp_len + n + 1)
-			cap *= 2;
-		r = realloc(rq->resp, cap);
-		if (!r)
-			return -ENOMEM;
-		rq->resp = r;
-		rq->resp_cap = cap;
-	}
+	if (grow_array(&rq->resp, &rq->resp_cap, rq->resp_len + n + 1, 1, 4096))
+		return -ENOMEM;
 	memcpy(rq->resp + rq->resp_len, p, n);
 	rq->resp_len += n;
 	rq->resp[rq->resp_len] = '\0';

@@ -46,76 +46,124 @@ static struct s3store *s3_of(struct objstore *os)
 
 /* ---- operations ---- */
 
-static int s3store_list(struct objstore *os, const char *prefix,
-			objstore_list_cb cb, void *arg)
-{
-	struct s3store *st = s3_of(os);
-	size_t plen = strlen(st->prefix);
-	char *full = s3req_strdupf("%s%s", st->prefix, prefix);
-	char *token = NULL;
-	struct s3xml_list page = { 0 };
-	int ret = 0;
+/*
+ * A paged GET of the bucket (ListObjectsV2, ListMultipartUploads): base's
+ * nbase query pairs, then, from the second page on, the marks the last
+ * page handed back under names (names[1] may be NULL; a NULL mark is sent
+ * empty). page reads one answer, gives its entries to the caller and sets
+ * marks[] (allocated) for the next page, marks[0] NULL after the last.
+ * Returns 0, or the request's or page's -errno.
+ */
+typedef int (*s3store_page_fn)(void *ctx, const char *body, size_t len,
+			       char *marks[2]);
 
-	if (!full)
-		return -ENOMEM;
+static int s3store_pages(struct s3store *st, const char *const base[],
+			 size_t nbase, const char *const names[2],
+			 s3store_page_fn page, void *ctx)
+{
+	char *marks[2] = { NULL, NULL };
+	int ret;
+
 	do {
-		const char *kv[8] = { "list-type",     "2",  "prefix", full,
-				      "encoding-type", "url" };
-		size_t nkv = 3;
+		const char *kv[10];
+		char *next[2] = { NULL, NULL };
+		size_t nkv = nbase;
 		struct s3req rq;
 
-		if (token) {
-			kv[2 * nkv] = "continuation-token";
-			kv[2 * nkv + 1] = token;
-			nkv++;
+		memcpy(kv, base, 2 * nbase * sizeof(*kv));
+		for (int m = 0; m < 2 && marks[0] && names[m]; m++, nkv++) {
+			kv[2 * nkv] = names[m];
+			kv[2 * nkv + 1] = marks[m] ? marks[m] : "";
 		}
 		ret = s3req_init(st, &rq, "GET", NULL, kv, nkv);
 		if (ret)
 			break;
 		rq.flags = REQ_COLLECT;
 		ret = s3req_run(st, &rq, 1);
-		if (!ret) {
-			ret = s3xml_parse_list(rq.resp ? rq.resp : "",
-					       rq.resp_len, &page);
-			if (ret) {
-				log_error("s3: %s: unreadable listing of "
-					  "prefix '%s'",
-					  os->url, full);
-				ret = -EIO;
-			}
-		}
+		if (!ret)
+			ret = page(ctx, rq.resp ? rq.resp : "", rq.resp_len,
+				   next);
 		s3req_release(&rq);
-		if (ret)
-			break;
-		for (size_t i = 0; i < page.nobjects && !ret; i++) {
-			struct objstore_info oi = { 0 };
-			const struct s3xml_object *o = &page.objects[i];
+		free(marks[0]);
+		free(marks[1]);
+		marks[0] = next[0];
+		marks[1] = next[1];
+	} while (!ret && marks[0]);
+	free(marks[0]);
+	free(marks[1]);
+	return ret;
+}
 
-			if (strncmp(o->key, st->prefix, plen) || !o->key[plen])
-				continue;
-			oi.key = o->key + plen;
-			oi.size = o->size;
-			oi.mtime = o->mtime;
-			snprintf(oi.etag, sizeof(oi.etag), "%s",
-				 o->etag ? o->etag : "");
-			ret = cb(arg, &oi);
+/* What a listing's pages go to. */
+struct s3store_lister {
+	struct objstore *os;
+	const char *full; /* the prefix listed, the store's included */
+	size_t plen; /* the store's prefix */
+	objstore_list_cb cb;
+	objstore_upload_list_cb ucb;
+	void *arg;
+	unsigned pages;
+};
+
+static int s3store_list_page(void *ctx, const char *body, size_t len,
+			     char *marks[2])
+{
+	struct s3store_lister *l = ctx;
+	const char *sp = s3_of(l->os)->prefix;
+	struct s3xml_list page = { 0 };
+	int ret = 0;
+
+	if (s3xml_parse_list(body, len, &page)) {
+		log_error("s3: %s: unreadable listing of prefix '%s'",
+			  l->os->url, l->full);
+		return -EIO; /* page released by the parse */
+	}
+	for (size_t i = 0; i < page.nobjects && !ret; i++) {
+		struct objstore_info oi = { 0 };
+		const struct s3xml_object *o = &page.objects[i];
+
+		if (strncmp(o->key, sp, l->plen) || !o->key[l->plen])
+			continue;
+		oi.key = o->key + l->plen;
+		oi.size = o->size;
+		oi.mtime = o->mtime;
+		snprintf(oi.etag, sizeof(oi.etag), "%s",
+			 o->etag ? o->etag : "");
+		ret = l->cb(l->arg, &oi);
+	}
+	if (!ret && page.truncated) {
+		if (!page.next_token || !page.next_token[0]) {
+			log_error("s3: %s: truncated listing without "
+				  "a continuation token",
+				  l->os->url);
+			ret = -EIO;
+		} else {
+			marks[0] = page.next_token;
+			page.next_token = NULL;
 		}
-		free(token);
-		token = NULL;
-		if (!ret && page.truncated) {
-			if (!page.next_token || !page.next_token[0]) {
-				log_error("s3: %s: truncated listing without "
-					  "a continuation token",
-					  os->url);
-				ret = -EIO;
-			} else {
-				token = page.next_token;
-				page.next_token = NULL;
-			}
-		}
-		s3xml_list_release(&page);
-	} while (!ret && token);
-	free(token);
+	}
+	s3xml_list_release(&page);
+	return ret;
+}
+
+static int s3store_list(struct objstore *os, const char *prefix,
+			objstore_list_cb cb, void *arg)
+{
+	struct s3store *st = s3_of(os);
+	char *full = s3req_strdupf("%s%s", st->prefix, prefix);
+	struct s3store_lister l = { .os = os,
+				    .full = full,
+				    .plen = strlen(st->prefix),
+				    .cb = cb,
+				    .arg = arg };
+	const char *const base[] = { "list-type",     "2",  "prefix", full,
+				     "encoding-type", "url" };
+	const char *const names[2] = { "continuation-token", NULL };
+	int ret;
+
+	if (!full)
+		return -ENOMEM;
+	ret = s3store_pages(st, base, 3, names, s3store_list_page, &l);
 	free(full);
 	return ret;
 }
@@ -509,83 +557,70 @@ static int s3store_up_abort_id(struct objstore *os, const char *key,
 	return s3mpu_abort(s3_of(os), key, id);
 }
 
+static int s3store_up_list_page(void *ctx, const char *body, size_t len,
+				char *marks[2])
+{
+	struct s3store_lister *l = ctx;
+	const char *sp = s3_of(l->os)->prefix;
+	struct s3xml_mpu_list page = { 0 };
+	int ret = 0;
+
+	if (s3xml_parse_mpu_list(body, len, &page)) {
+		log_error("s3: %s: unreadable list of the multipart "
+			  "uploads under '%s'",
+			  l->os->url, l->full);
+		return -EIO; /* page released by the parse */
+	}
+	for (size_t i = 0; i < page.nuploads && !ret; i++) {
+		const struct s3xml_mpu *u = &page.uploads[i];
+		struct objstore_upload_info ui = {
+			.key = u->key + l->plen,
+			.id = u->upload_id,
+			.initiated = u->initiated,
+		};
+
+		if (strncmp(u->key, sp, l->plen) || !u->key[l->plen])
+			continue;
+		ret = l->ucb(l->arg, &ui);
+	}
+	if (!ret && page.truncated) {
+		/* a marker that does not move would loop forever */
+		if (!page.next_key || !page.next_key[0] ||
+		    ++l->pages > 1000000) {
+			log_error("s3: %s: truncated list of multipart "
+				  "uploads without a next key marker",
+				  l->os->url);
+			ret = -EIO;
+		} else {
+			marks[0] = page.next_key;
+			marks[1] = page.next_id;
+			page.next_key = page.next_id = NULL;
+		}
+	}
+	s3xml_mpu_list_release(&page);
+	return ret;
+}
+
 /* ListMultipartUploads under the prefix, page by page (key-marker,
  * upload-id-marker). */
 static int s3store_up_list(struct objstore *os, const char *prefix,
 			   objstore_upload_list_cb cb, void *arg)
 {
 	struct s3store *st = s3_of(os);
-	size_t plen = strlen(st->prefix);
 	char *full = s3req_strdupf("%s%s", st->prefix, prefix);
-	char *kmark = NULL, *imark = NULL;
-	struct s3xml_mpu_list page = { 0 };
-	unsigned pages = 0;
-	int ret = 0;
+	struct s3store_lister l = { .os = os,
+				    .full = full,
+				    .plen = strlen(st->prefix),
+				    .ucb = cb,
+				    .arg = arg };
+	const char *const base[] = { "uploads",	      "",   "prefix", full,
+				     "encoding-type", "url" };
+	const char *const names[2] = { "key-marker", "upload-id-marker" };
+	int ret;
 
 	if (!full)
 		return -ENOMEM;
-	do {
-		const char *kv[10] = { "uploads",	"",   "prefix", full,
-				       "encoding-type", "url" };
-		size_t nkv = 3;
-		struct s3req rq;
-
-		if (kmark) {
-			kv[2 * nkv] = "key-marker";
-			kv[2 * nkv + 1] = kmark;
-			nkv++;
-			kv[2 * nkv] = "upload-id-marker";
-			kv[2 * nkv + 1] = imark ? imark : "";
-			nkv++;
-		}
-		ret = s3req_init(st, &rq, "GET", NULL, kv, nkv);
-		if (ret)
-			break;
-		rq.flags = REQ_COLLECT;
-		ret = s3req_run(st, &rq, 1);
-		if (!ret && s3xml_parse_mpu_list(rq.resp ? rq.resp : "",
-						 rq.resp_len, &page)) {
-			log_error("s3: %s: unreadable list of the multipart "
-				  "uploads under '%s'",
-				  os->url, full);
-			ret = -EIO;
-		}
-		s3req_release(&rq);
-		if (ret)
-			break;
-		for (size_t i = 0; i < page.nuploads && !ret; i++) {
-			const struct s3xml_mpu *u = &page.uploads[i];
-			struct objstore_upload_info ui = {
-				.key = u->key + plen,
-				.id = u->upload_id,
-				.initiated = u->initiated,
-			};
-
-			if (strncmp(u->key, st->prefix, plen) || !u->key[plen])
-				continue;
-			ret = cb(arg, &ui);
-		}
-		free(kmark);
-		free(imark);
-		kmark = imark = NULL;
-		if (!ret && page.truncated) {
-			/* a marker that does not move would loop forever */
-			if (!page.next_key || !page.next_key[0] ||
-			    ++pages > 1000000) {
-				log_error("s3: %s: truncated list of multipart "
-					  "uploads without a next key marker",
-					  os->url);
-				ret = -EIO;
-			} else {
-				kmark = page.next_key;
-				imark = page.next_id;
-				page.next_key = page.next_id = NULL;
-			}
-		}
-		s3xml_mpu_list_release(&page);
-	} while (!ret && kmark);
-	free(kmark);
-	free(imark);
+	ret = s3store_pages(st, base, 3, names, s3store_up_list_page, &l);
 	free(full);
 	return ret;
 }

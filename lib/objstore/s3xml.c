@@ -19,6 +19,7 @@
 #include <libxml/tree.h>
 #include <libxml/xmlerror.h>
 
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "s3xml.h"
 #include "util/strutil.h"
@@ -684,18 +685,8 @@ static int s3xml_append(char **p, size_t *len, size_t *cap, const char *s,
 		if (!rep)
 			rep = one;
 		n = strlen(rep);
-		if (*len + n + 1 > *cap) {
-			size_t ncap = *cap ? *cap * 2 : 256;
-			char *np;
-
-			while (ncap < *len + n + 1)
-				ncap *= 2;
-			np = realloc(*p, ncap);
-			if (!np)
-				return -ENOMEM;
-			*p = np;
-			*cap = ncap;
-		}
+		if (grow_array(p, cap, *len + n + 1, 1, 256))
+			return -ENOMEM;
 		memcpy(*p + *len, rep, n + 1);
 		*len += n;
 	}

@@ -16,7 +16,9 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 
+#include "dstage/grow.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 #include "sigv4.h"
 #include "util/strutil.h"
 
@@ -44,19 +46,9 @@ static void sigv4_buf_add(struct sigv4_buf *b, const char *s, size_t n)
 {
 	if (b->err)
 		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->err = -ENOMEM;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
+	if (grow_array(&b->p, &b->cap, b->len + n + 1, 1, 256)) {
+		b->err = -ENOMEM;
+		return;
 	}
 	memcpy(b->p + b->len, s, n);
 	b->len += n;
@@ -98,12 +90,9 @@ static void sigv4_log_openssl(const char *what)
 
 void sigv4_sha256_hex(const void *data, size_t len, char out[65])
 {
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
+	unsigned char md[SHA256_LEN];
 
-	if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) ||
-	    mdlen != SIGV4_SHA256_LEN) {
-		sigv4_log_openssl("SHA-256");
+	if (sha256_buf(data, len, md)) {
 		out[0] = '\0';
 		return;
 	}

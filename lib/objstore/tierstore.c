@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-
+#include "dstage/grow.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 #include "objstore_backend.h"
 
 #define TIER_CHECK_CHUNK (4u << 20)
@@ -114,17 +114,16 @@ static struct tier_entry *tier_find(struct tierstore *s, const char *key)
 static int tier_check(struct tierstore *s, struct tier_entry *e, int *err)
 {
 	unsigned char *buf = malloc(TIER_CHECK_CHUNK), md[32];
-	EVP_MD_CTX *h = EVP_MD_CTX_new();
+	struct sha256 h = { 0 };
 	uint64_t off = 0;
 	int state = TIER_GOOD;
 
 	*err = 0;
-	if (!buf || !h) {
+	if (!buf || sha256_init(&h)) {
 		*err = -ENOMEM;
 		state = TIER_UNCHECKED;
 		goto out;
 	}
-	EVP_DigestInit_ex(h, EVP_sha256(), NULL);
 	for (;;) {
 		struct objstore_get g = { .key = e->key,
 					  .off = off,
@@ -143,12 +142,16 @@ static int tier_check(struct tierstore *s, struct tier_entry *e, int *err)
 					: TIER_UNCHECKED;
 			goto out;
 		}
-		EVP_DigestUpdate(h, buf, g.got);
+		sha256_update(&h, buf, g.got);
 		off += g.got;
 		if (g.got < g.len)
 			break;
 	}
-	EVP_DigestFinal_ex(h, md, NULL);
+	if (sha256_final(&h, md)) {
+		*err = -ENOMEM;
+		state = TIER_UNCHECKED;
+		goto out;
+	}
 	if (off != e->size || memcmp(md, e->sha, 32) != 0) {
 		log_error("shared tier %s: %s: %s (%" PRIu64 " bytes there, "
 			  "%" PRIu64 " in its MANIFEST)",
@@ -158,7 +161,7 @@ static int tier_check(struct tierstore *s, struct tier_entry *e, int *err)
 		state = TIER_BAD_BASE + OBJSTORE_TIER_DAMAGED;
 	}
 out:
-	EVP_MD_CTX_free(h);
+	sha256_release(&h);
 	free(buf);
 	return state;
 }
@@ -450,16 +453,9 @@ static int tier_load(struct tierstore *s, const char *path)
 			break;
 		if (lineno <= 5)
 			continue;
-		if (s->n == vcap) {
-			size_t c = vcap ? vcap * 2 : 64;
-			struct tier_entry *v = realloc(s->v, c * sizeof(*v));
-
-			if (!v) {
-				ret = -ENOMEM;
-				break;
-			}
-			s->v = v;
-			vcap = c;
+		if (GROW_ONE(s->v, s->n, vcap, 64)) {
+			ret = -ENOMEM;
+			break;
 		}
 		memset(&s->v[s->n], 0, sizeof(s->v[0]));
 		ret = tier_parse_line(line, &s->v[s->n]);

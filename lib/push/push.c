@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
@@ -74,15 +75,8 @@ static bool push_key_excluded(const struct push_opts *o, const char *key)
 
 static int push_add_protect(struct push *p, const char *path)
 {
-	if (p->n_protect == p->cap_protect) {
-		size_t c = p->cap_protect ? p->cap_protect * 2 : 16;
-		char **v = realloc(p->protect, c * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->protect = v;
-		p->cap_protect = c;
-	}
+	if (GROW_ONE(p->protect, p->n_protect, p->cap_protect, 16))
+		return -ENOMEM;
 	p->protect[p->n_protect] = strdup(path);
 	return p->protect[p->n_protect++] ? 0 : -ENOMEM;
 }
@@ -109,15 +103,8 @@ static int push_add_file(struct push *p, const char *path,
 
 	if (p->n_files >= PUSH_FILES_MAX)
 		return -E2BIG;
-	if (p->n_files == p->cap_files) {
-		size_t c = p->cap_files ? p->cap_files * 2 : 1024;
-		struct push_file *v = realloc(p->files, c * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->files = v;
-		p->cap_files = c;
-	}
+	if (GROW_ONE(p->files, p->n_files, p->cap_files, 1024))
+		return -ENOMEM;
 	f = &p->files[p->n_files];
 	memset(f, 0, sizeof(*f));
 	f->key = strdup(path);
@@ -237,15 +224,8 @@ static int push_list_cb(void *arg, const struct objstore_info *oi)
 
 	if (p->n_objs >= 4 * (size_t)PUSH_FILES_MAX)
 		return -E2BIG;
-	if (p->n_objs == p->cap_objs) {
-		size_t c = p->cap_objs ? p->cap_objs * 2 : 1024;
-		struct push_obj *v = realloc(p->objs, c * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->objs = v;
-		p->cap_objs = c;
-	}
+	if (GROW_ONE(p->objs, p->n_objs, p->cap_objs, 1024))
+		return -ENOMEM;
 	o = &p->objs[p->n_objs];
 	o->key = strdup(oi->key);
 	o->etag = strdup(oi->etag);
@@ -377,19 +357,10 @@ static int push_sums_build(const struct push *p, char **out, size_t *len)
 
 		if (f->state != PF_SKIP && f->state != PF_DONE)
 			continue;
-		if (n + need >= cap) {
-			size_t c = cap ? cap * 2 : 65536;
-			char *nb;
-
-			while (c < n + need + 1)
-				c *= 2;
-			nb = realloc(buf, c);
-			if (!nb) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = nb;
-			cap = c;
+		if (n + need >= cap &&
+		    grow_array(&buf, &cap, n + need + 1, 1, 65536)) {
+			free(buf);
+			return -ENOMEM;
 		}
 		strutil_hex(f->sha, 32, hex);
 		if (esc)

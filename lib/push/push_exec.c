@@ -46,8 +46,10 @@
 #include <openssl/evp.h>
 
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/timeutil.h"
 #include "push_i.h"
 #include "util/strutil.h"
@@ -95,7 +97,8 @@ static int64_t push_ns(const struct timespec *t)
 /* The hashes of one read pass: SHA-256, and MD5 when the store's ETags
  * are MD5s (s3://, single PUTs). */
 struct push_hash {
-	EVP_MD_CTX *sha, *md5; /* md5 NULL: not taken */
+	struct sha256 sha;
+	EVP_MD_CTX *md5; /* NULL: not taken */
 	unsigned char sum[32];
 	unsigned char md[16]; /* the body's MD5 (md5 taken) */
 	char etag[80]; /* the expected S3 ETag, quoted */
@@ -103,7 +106,7 @@ struct push_hash {
 
 static void push_hash_release(struct push_hash *h)
 {
-	EVP_MD_CTX_free(h->sha);
+	sha256_release(&h->sha);
 	EVP_MD_CTX_free(h->md5);
 	memset(h, 0, sizeof(*h));
 }
@@ -111,10 +114,8 @@ static void push_hash_release(struct push_hash *h)
 static int push_hash_init(struct push_hash *h, bool md5)
 {
 	memset(h, 0, sizeof(*h));
-	h->sha = EVP_MD_CTX_new();
 	h->md5 = md5 ? EVP_MD_CTX_new() : NULL;
-	if (!h->sha || (md5 && !h->md5) ||
-	    !EVP_DigestInit_ex(h->sha, EVP_sha256(), NULL) ||
+	if (sha256_init(&h->sha) || (md5 && !h->md5) ||
 	    (md5 && !EVP_DigestInit_ex(h->md5, EVP_md5(), NULL))) {
 		push_hash_release(h);
 		return -ENOMEM;
@@ -125,7 +126,7 @@ static int push_hash_init(struct push_hash *h, bool md5)
 static void push_hash_update(struct push_hash *h, const unsigned char *b,
 			     size_t n)
 {
-	EVP_DigestUpdate(h->sha, b, n);
+	sha256_update(&h->sha, b, n);
 	if (h->md5)
 		EVP_DigestUpdate(h->md5, b, n);
 }
@@ -135,7 +136,7 @@ static void push_hash_final(struct push_hash *h)
 	unsigned int len = 0;
 	char hex[33];
 
-	EVP_DigestFinal_ex(h->sha, h->sum, &len);
+	sha256_final(&h->sha, h->sum);
 	if (!h->md5)
 		return;
 	EVP_DigestFinal_ex(h->md5, h->md, &len);
@@ -523,15 +524,8 @@ static int push_listing_cb(void *arg, const struct objstore_info *oi)
 {
 	struct push_listing *l = arg;
 
-	if (l->n == l->cap) {
-		size_t c = l->cap ? l->cap * 2 : 1024;
-		struct push_obj *nv = realloc(l->v, c * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		l->v = nv;
-		l->cap = c;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 1024))
+		return -ENOMEM;
 	l->v[l->n].key = strdup(oi->key);
 	l->v[l->n].etag = strdup(oi->etag);
 	l->v[l->n].size = oi->size;
@@ -757,15 +751,8 @@ static int push_leftover_cb(void *arg, const struct objstore_upload_info *ui)
 		why = "open for more than 24 hours: abandoned";
 	if (!why)
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct push_leftover *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 16))
+		return -ENOMEM;
 	l->v[l->n].key = strdup(ui->key);
 	l->v[l->n].id = strdup(ui->id);
 	l->v[l->n].why = why;

@@ -31,11 +31,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 #include "push_i.h"
 #include "util/strutil.h"
 
@@ -174,17 +174,10 @@ static int push_journal_load(struct push_journal *j, FILE *in)
 			continue;
 		e.tomb = ret == 2;
 		e.seq = n;
-		if (n == cap) {
-			size_t c = cap ? cap * 2 : 256;
-			struct push_jent *nv = realloc(v, c * sizeof(*v));
-
-			if (!nv) {
-				push_jent_free(&e);
-				ret = -ENOMEM;
-				goto out;
-			}
-			v = nv;
-			cap = c;
+		if (GROW_ONE(v, n, cap, 256)) {
+			push_jent_free(&e);
+			ret = -ENOMEM;
+			goto out;
 		}
 		v[n++] = e;
 	}
@@ -240,9 +233,8 @@ int push_journal_open(struct push_journal *j, const struct dstage_config *cfg,
 		      const char *dir, const char *url, const char *localdir)
 {
 	char d[4096], hex[65];
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned char md[SHA256_LEN];
+	struct sha256 h = { 0 };
 	const char *home = getenv("HOME");
 	FILE *in = NULL;
 	int ret, fd;
@@ -250,14 +242,13 @@ int push_journal_open(struct push_journal *j, const struct dstage_config *cfg,
 	memset(j, 0, sizeof(*j));
 	j->fd = -1;
 	pthread_mutex_init(&j->lock, NULL);
-	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
-	    !EVP_DigestUpdate(ctx, url, strlen(url) + 1) ||
-	    !EVP_DigestUpdate(ctx, localdir, strlen(localdir)) ||
-	    !EVP_DigestFinal_ex(ctx, md, &mdlen)) {
-		EVP_MD_CTX_free(ctx);
+	if (sha256_init(&h) || sha256_update(&h, url, strlen(url) + 1) ||
+	    sha256_update(&h, localdir, strlen(localdir)) ||
+	    sha256_final(&h, md)) {
+		sha256_release(&h);
 		return -ENOMEM;
 	}
-	EVP_MD_CTX_free(ctx);
+	sha256_release(&h);
 	strutil_hex(md, 16, hex);
 	if (dir)
 		ret = push_journal_dir(dir, false, d, sizeof(d));

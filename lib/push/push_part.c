@@ -70,6 +70,7 @@
 #include "dstage/config.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "push_i.h"
 #include "util/strutil.h"
 
@@ -108,7 +109,7 @@ struct push_part_job {
 	int err; /* lock: the first error */
 	const char *what; /* lock: the step that failed */
 	unsigned qcap; /* size of queue[] and free[] */
-	EVP_MD_CTX *sha; /* the reader's */
+	struct sha256 sha; /* the reader's */
 	unsigned char (*md5s)[16]; /* [i]: part i's, by its holder */
 	struct push_part_helper *helpers; /* the reader's */
 	unsigned nhelpers; /* the reader's: started */
@@ -384,7 +385,7 @@ static void push_part_reader(struct push_part_job *j)
 			break;
 		ret = push_part_read(j->fd, buf, len,
 				     (uint64_t)i * j->part_size);
-		if (!ret && EVP_DigestUpdate(j->sha, buf, (size_t)len) != 1) {
+		if (!ret && sha256_update(&j->sha, buf, (size_t)len)) {
 			what = "hash";
 			ret = -ENOMEM;
 		}
@@ -478,7 +479,6 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 {
 	struct push_part_job j = { .p = p, .f = f, .fd = fd };
 	unsigned char extra;
-	unsigned int len = 0;
 	struct stat st2;
 	int ret;
 
@@ -490,7 +490,6 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 	j.nparts = (unsigned)((f->size + j.part_size - 1) / j.part_size);
 	pthread_mutex_init(&j.lock, NULL);
 	pthread_cond_init(&j.cond, NULL);
-	j.sha = EVP_MD_CTX_new();
 	j.md5s = calloc(j.nparts ? j.nparts : 1, sizeof(*j.md5s));
 	j.cap = j.nparts < PUSH_PART_MAX_HELPERS ? j.nparts
 						 : PUSH_PART_MAX_HELPERS;
@@ -499,8 +498,8 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 	j.qcap = 2 * j.cap + 1;
 	j.queue = calloc(j.qcap, sizeof(*j.queue));
 	j.free = calloc(j.qcap, sizeof(*j.free));
-	if (!j.sha || !j.md5s || !j.helpers || !j.queue || !j.free ||
-	    EVP_DigestInit_ex(j.sha, EVP_sha256(), NULL) != 1) {
+	if (!j.md5s || !j.helpers || !j.queue || !j.free ||
+	    sha256_init(&j.sha)) {
 		*what = "buffer";
 		ret = -ENOMEM;
 		goto out;
@@ -516,7 +515,11 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 		ret = -EAGAIN;
 	if (ret)
 		goto out;
-	EVP_DigestFinal_ex(j.sha, f->sha, &len);
+	ret = sha256_final(&j.sha, f->sha);
+	if (ret) {
+		*what = "hash";
+		goto out;
+	}
 	push_part_etag(&j, etag, etag_cap);
 	ret = objstore_upload_commit(j.up, f->size);
 	j.up = NULL; /* freed by commit, always */
@@ -526,7 +529,7 @@ int push_part_upload(struct push *p, struct push_file *f, int fd,
 		push_part_stamp(p, f, etag, etag_cap);
 out:
 	objstore_upload_abort(j.up);
-	EVP_MD_CTX_free(j.sha);
+	sha256_release(&j.sha);
 	for (unsigned k = 0; j.queue && k < j.nqueue; k++)
 		free(j.queue[k].buf); /* read, not sent: after a failure */
 	for (unsigned k = 0; j.free && k < j.nfree; k++)

@@ -16,14 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "dstage/catalog.h"
 #include "dstage/config.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/sharedtier.h"
 #include "dstage/timeutil.h"
+#include "util/strutil.h"
 
 #define ST_CHUNK (8u << 20) /* bytes fetched per request */
 #define ST_POLL_MS 200 /* between looks at another node's lease */
@@ -55,17 +56,6 @@ struct st_lease {
 	unsigned ttl_ms;
 };
 
-static void st_hex(const unsigned char *b, size_t n, char *out)
-{
-	static const char d[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = d[b[i] >> 4];
-		out[2 * i + 1] = d[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 static int st_join(char *buf, size_t len, const char *a, const char *b)
 {
 	int n = snprintf(buf, len, "%s/%s", a, b);
@@ -86,27 +76,13 @@ static int st_walk_cb(void *arg, const char *name,
 		return -ENOMEM;
 	snprintf(path, len, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
 	if (e->is_dir) {
-		if (l->ndirs == l->dcap) {
-			size_t cap = l->dcap ? l->dcap * 2 : 16;
-			char **d = realloc(l->dirs, cap * sizeof(*d));
-
-			if (!d)
-				goto oom;
-			l->dirs = d;
-			l->dcap = cap;
-		}
+		if (GROW_ONE(l->dirs, l->ndirs, l->dcap, 16))
+			goto oom;
 		l->dirs[l->ndirs++] = path;
 		return 0;
 	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct st_file *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			goto oom;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (GROW_ONE(l->v, l->n, l->cap, 64))
+		goto oom;
 	memset(&l->v[l->n], 0, sizeof(l->v[0]));
 	l->v[l->n].key = path;
 	l->v[l->n].size = e->size;
@@ -141,9 +117,9 @@ static void st_list_free(struct st_list *l)
 static int st_load(struct catalog *cat, const char *name, struct st_list *l,
 		   char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
 {
-	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned char md[SHA256_LEN];
 	char *dir = strdup(""), num[32];
-	EVP_MD_CTX *h = NULL;
+	struct sha256 h = { 0 };
 	int ret = 0;
 
 	if (!dir)
@@ -159,24 +135,22 @@ static int st_load(struct catalog *cat, const char *name, struct st_list *l,
 			dir = l->dirs[--l->ndirs];
 	}
 	qsort(l->v, l->n, sizeof(l->v[0]), st_cmp);
-	h = EVP_MD_CTX_new();
-	if (!h || !EVP_DigestInit_ex(h, EVP_sha256(), NULL)) {
-		ret = -ENOMEM;
+	ret = sha256_init(&h);
+	if (ret)
 		goto out;
-	}
-	EVP_DigestUpdate(h, SHAREDTIER_MAGIC "\n",
-			 strlen(SHAREDTIER_MAGIC) + 1);
+	sha256_update(&h, SHAREDTIER_MAGIC "\n", strlen(SHAREDTIER_MAGIC) + 1);
 	for (size_t i = 0; i < l->n; i++) {
 		snprintf(num, sizeof(num), "%" PRIu64, l->v[i].size);
-		EVP_DigestUpdate(h, l->v[i].key, strlen(l->v[i].key) + 1);
-		EVP_DigestUpdate(h, num, strlen(num) + 1);
-		EVP_DigestUpdate(h, l->v[i].etag, strlen(l->v[i].etag));
-		EVP_DigestUpdate(h, "\n", 1);
+		sha256_update(&h, l->v[i].key, strlen(l->v[i].key) + 1);
+		sha256_update(&h, num, strlen(num) + 1);
+		sha256_update(&h, l->v[i].etag, strlen(l->v[i].etag));
+		sha256_update(&h, "\n", 1);
 	}
-	EVP_DigestFinal_ex(h, md, NULL);
-	st_hex(md, SHAREDTIER_SNAPSHOT_LEN / 2, snapshot);
+	ret = sha256_final(&h, md);
+	if (!ret)
+		strutil_hex(md, SHAREDTIER_SNAPSHOT_LEN / 2, snapshot);
 out:
-	EVP_MD_CTX_free(h);
+	sha256_release(&h);
 	return ret;
 }
 
@@ -280,7 +254,7 @@ static int st_tmpname(const char *final, char *buf, size_t len)
 
 	if (getrandom(r, sizeof(r), 0) != sizeof(r))
 		return -EIO;
-	st_hex(r, sizeof(r), hex);
+	strutil_hex(r, sizeof(r), hex);
 	n = snprintf(buf, len, "%.*s/.dstage-tmp.%s",
 		     (int)(slash ? slash - final : 0), final, hex);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
@@ -288,28 +262,13 @@ static int st_tmpname(const char *final, char *buf, size_t len)
 
 static int st_hash_file(const char *path, unsigned char md[32])
 {
-	EVP_MD_CTX *h = EVP_MD_CTX_new();
-	unsigned char *buf = malloc(1 << 20);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	int ret = 0;
-	ssize_t n;
+	int ret;
 
-	if (fd < 0 || !h || !buf) {
-		ret = fd < 0 ? -errno : -ENOMEM;
-		goto out;
-	}
-	EVP_DigestInit_ex(h, EVP_sha256(), NULL);
-	while ((n = read(fd, buf, 1 << 20)) > 0)
-		EVP_DigestUpdate(h, buf, (size_t)n);
-	if (n < 0)
-		ret = -errno;
-	else
-		EVP_DigestFinal_ex(h, md, NULL);
-out:
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	EVP_MD_CTX_free(h);
+	if (fd < 0)
+		return -errno;
+	ret = sha256_fd(fd, md);
+	close(fd);
 	return ret;
 }
 
@@ -493,12 +452,14 @@ static int st_write_all(int fd, const unsigned char *p, size_t n)
 static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 {
 	char tmp[PATH_MAX], got_hex[65], want_hex[65];
-	EVP_MD_CTX *h = EVP_MD_CTX_new();
+	struct sha256 h = { 0 };
 	uint64_t off = 0;
 	int fd = -1, ret;
 
 	ret = st_tmpname(final, tmp, sizeof(tmp));
-	if (ret || !h)
+	if (!ret)
+		ret = sha256_init(&h);
+	if (ret)
 		goto out_h;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0) {
@@ -506,7 +467,6 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 		log_error("shared tier: creating %s: %s", tmp, strerror(-ret));
 		goto out_h;
 	}
-	EVP_DigestInit_ex(h, EVP_sha256(), NULL);
 	while (off < f->size) {
 		size_t len =
 			f->size - off < ST_CHUNK ? f->size - off : ST_CHUNK;
@@ -526,7 +486,7 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 				  p->name, f->key, off, strerror(-ret));
 			goto err;
 		}
-		EVP_DigestUpdate(h, p->buf, got);
+		sha256_update(&h, p->buf, got);
 		off += got;
 	}
 	if (fsync(fd)) {
@@ -534,10 +494,12 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 		log_error("shared tier: fsync %s: %s", tmp, strerror(-ret));
 		goto err;
 	}
-	EVP_DigestFinal_ex(h, f->actual, NULL);
+	ret = sha256_final(&h, f->actual);
+	if (ret)
+		goto err;
 	if (f->has_expected && memcmp(f->actual, f->expected, 32) != 0) {
-		st_hex(f->actual, 32, got_hex);
-		st_hex(f->expected, 32, want_hex);
+		strutil_hex(f->actual, 32, got_hex);
+		strutil_hex(f->expected, 32, want_hex);
 		log_error("shared tier: %s: %s from the source has SHA-256 %s, "
 			  "the sums key lists %s: not published",
 			  p->name, f->key, got_hex, want_hex);
@@ -554,7 +516,7 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 		goto err;
 	}
 	close(fd);
-	EVP_MD_CTX_free(h);
+	sha256_release(&h);
 	p->res->copied++;
 	p->res->copied_bytes += f->size;
 	return st_fsync_dir_of(final);
@@ -562,7 +524,7 @@ err:
 	close(fd);
 	unlink(tmp);
 out_h:
-	EVP_MD_CTX_free(h);
+	sha256_release(&h);
 	return ret ? ret : -ENOMEM;
 }
 
@@ -620,7 +582,7 @@ static int st_write_manifest(struct st_pub *p, const char *dir,
 				 "\nbytes %" PRIu64 "\n",
 		p->name, p->res->snapshot, p->res->files, p->res->bytes);
 	for (size_t i = 0; i < l->n; i++) {
-		st_hex(l->v[i].actual, 32, hex);
+		strutil_hex(l->v[i].actual, 32, hex);
 		fprintf(f, "%s %" PRIu64 " %s %s\n", hex, l->v[i].size,
 			*l->v[i].etag ? l->v[i].etag : "-", l->v[i].key);
 	}

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fdutil.h"
 
@@ -18,4 +20,27 @@ int fdutil_reopen_rdonly(int fd)
 	if (nfd < 0 && errno == EPERM) /* a file another user owns */
 		nfd = open(proc, O_RDONLY | O_CLOEXEC);
 	return nfd < 0 ? -errno : nfd;
+}
+
+int fdutil_open_regular(int dirfd, const char *path, int flags, struct stat *st)
+{
+	struct stat sb;
+	int fd = openat(dirfd, path, flags), ret;
+
+	if (fd < 0)
+		return -errno;
+	if (!st)
+		st = &sb;
+	if (fstat(fd, st)) {
+		ret = -errno;
+		goto err;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		ret = -EINVAL;
+		goto err;
+	}
+	return fd;
+err:
+	close(fd);
+	return ret;
 }

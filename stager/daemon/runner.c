@@ -51,12 +51,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "dstage/cache.h"
 #include "dstage/catalog.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/objstore.h"
+#include "dstage/sha256.h"
 #include "dstage/sharedtier.h"
 #include "dstage/timeutil.h"
 #include "runner_i.h"
@@ -85,15 +85,8 @@ static int runner_add(struct runner_ctx *c, const char *key,
 {
 	struct runner_file *f;
 
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-
-		f = realloc(c->files, cap * sizeof(*f));
-		if (!f)
-			return -ENOMEM;
-		c->files = f;
-		c->cap = cap;
-	}
+	if (GROW_ONE(c->files, c->n, c->cap, 256))
+		return -ENOMEM;
 	f = &c->files[c->n];
 	memset(f, 0, sizeof(*f));
 	f->key = strdup(key);
@@ -143,16 +136,9 @@ static int runner_walk_cb(void *arg, const char *name,
 		free(path);
 		return ret;
 	}
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		char **d = realloc(w->dirs, cap * sizeof(*d));
-
-		if (!d) {
-			free(path);
-			return -ENOMEM;
-		}
-		w->dirs = d;
-		w->cap = cap;
+	if (GROW_ONE(w->dirs, w->n, w->cap, 64)) {
+		free(path);
+		return -ENOMEM;
 	}
 	w->dirs[w->n++] = path;
 	return 0;
@@ -221,7 +207,7 @@ static int runner_load_list(struct runner_ctx *c)
 
 /* SHA-256 over the bytes cache_read_iov hands out. */
 struct runner_digest {
-	EVP_MD_CTX *md;
+	struct sha256 *md;
 	size_t bytes;
 };
 
@@ -230,8 +216,7 @@ static int runner_digest_iov(void *arg, const struct iovec *iov, int n)
 	struct runner_digest *d = arg;
 
 	for (int i = 0; i < n; i++) {
-		if (EVP_DigestUpdate(d->md, iov[i].iov_base, iov[i].iov_len) !=
-		    1)
+		if (sha256_update(d->md, iov[i].iov_base, iov[i].iov_len))
 			return -ENOMEM;
 		d->bytes += iov[i].iov_len;
 	}
@@ -243,19 +228,15 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 		       void *buf, unsigned char out[32])
 {
 	struct runner_job *rj = c->rj;
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	struct sha256 md = { 0 };
 	struct cache_object o;
 	uint64_t off = 0;
-	unsigned int mdlen;
-	int ret = 0;
+	int ret;
 
-	if (!md)
-		return -ENOMEM;
 	runner_obj(c, f, &o);
-	if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-		ret = -ENOMEM;
+	ret = sha256_init(&md);
+	if (ret)
 		goto out;
-	}
 	while (off < f->size) {
 		size_t len =
 			f->size - off < c->chunk ? f->size - off : c->chunk;
@@ -270,7 +251,7 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 			/* Hashed where the bytes are: landed fills and
 			 * direct reads of present blocks need no copy into
 			 * buf; the workers are the parallelism. */
-			struct runner_digest d = { .md = md };
+			struct runner_digest d = { .md = &md };
 
 			/* A stage fills the whole file: its room on disk in
 			 * one piece (CACHE_READ_WHOLE). */
@@ -285,7 +266,7 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 					   f->etag[0] ? f->etag : NULL, buf,
 					   &got);
 			if (!ret)
-				EVP_DigestUpdate(md, buf, got);
+				sha256_update(&md, buf, got);
 		}
 		sched_release(c->env->sched);
 		if (ret)
@@ -297,10 +278,10 @@ static int runner_hash(struct runner_ctx *c, const struct runner_file *f,
 		off += got;
 		atomic_fetch_add(&rj->bytes_done, got);
 	}
-	if (EVP_DigestFinal_ex(md, out, &mdlen) != 1)
+	if (sha256_final(&md, out))
 		ret = -EIO;
 out:
-	EVP_MD_CTX_free(md);
+	sha256_release(&md);
 	return ret;
 }
 

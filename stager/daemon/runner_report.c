@@ -16,7 +16,9 @@
 #include <string.h>
 
 #include "dstage/cache.h"
+#include "dstage/grow.h"
 #include "dstage/log.h"
+#include "dstage/sha256.h"
 #include "runner_i.h"
 
 void runner_error(struct runner_ctx *c, const char *fmt, ...)
@@ -46,13 +48,6 @@ void runner_obj(const struct runner_ctx *c, const struct runner_file *f,
 	o->size = f->size;
 }
 
-static void runner_hex(const unsigned char h[32], char out[65])
-{
-	for (int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", h[i]);
-	out[64] = '\0';
-}
-
 /* Add an entry to rj->mm (see struct runner_mismatch); best effort: on
  * no memory the entry is left out (the job's counts still have it). */
 void runner_found(struct runner_ctx *c, const struct runner_file *f,
@@ -66,15 +61,8 @@ void runner_found(struct runner_ctx *c, const struct runner_file *f,
 		c->n_unlisted++;
 		goto out;
 	}
-	if (rj->n_mm == rj->cap_mm) {
-		size_t cap = rj->cap_mm ? rj->cap_mm * 2 : 16;
-
-		m = realloc(rj->mm, cap * sizeof(*m));
-		if (!m)
-			goto out;
-		rj->mm = m;
-		rj->cap_mm = cap;
-	}
+	if (GROW_ONE(rj->mm, rj->n_mm, rj->cap_mm, 16))
+		goto out;
 	m = &rj->mm[rj->n_mm];
 	*m = *src;
 	m->key = strdup(f->key);
@@ -98,8 +86,8 @@ void runner_mismatch(struct runner_ctx *c, const struct runner_file *f,
 	struct runner_mismatch m = { .listed = ref == f->exp };
 
 	if (ref)
-		runner_hex(ref, m.expected);
-	runner_hex(got, m.actual);
+		sha256_hex(ref, m.expected);
+	sha256_hex(got, m.actual);
 	log_warn("job %" PRId64 " (%s %s): %s: SHA-256 mismatch: expected %s,"
 		 " got %s",
 		 rj->id, rj->kind, rj->dataset, f->key, m.expected, m.actual);
