@@ -377,24 +377,24 @@ static int push_register(const struct dstage_config *cfg, struct push_cli *c,
 {
 	const struct stager_opts *o = c->o;
 	char *args[2] = { (char *)name, o->argv[1] };
-	struct stager_cmd add = { action ? action : "",
-				  client_add,
-				  STAGER_NEEDS_DAEMON,
-				  STAGER_JSON_OBJECT,
-				  0,
-				  0,
-				  "",
-				  "",
-				  "" };
-	struct stager_cmd job = { "stage",
-				  client_submit,
-				  STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
-				  STAGER_JSON_OBJECT,
-				  0,
-				  0,
-				  "",
-				  "",
-				  "" };
+	struct stager_cmd add = { .name = action ? action : "",
+				  .run = client_add,
+				  .flags = STAGER_NEEDS_DAEMON,
+				  .json = STAGER_JSON_OBJECT,
+				  .opts = "",
+				  .needs = "",
+				  .usage = "",
+				  .summary = "",
+				  .help = "" };
+	struct stager_cmd job = { .name = "stage",
+				  .run = client_submit,
+				  .flags = STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
+				  .json = STAGER_JSON_OBJECT,
+				  .opts = "",
+				  .needs = "",
+				  .usage = "",
+				  .summary = "",
+				  .help = "" };
 	struct stager_opts so = { .config = o->config,
 				  .argc = action && !strcmp(action, "add") ? 2
 									   : 1,
