@@ -376,16 +376,13 @@ static bool s3_xhdrs_have(const struct s3req *rq, const char *name)
 	return false;
 }
 
-static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
-{
-	const struct dstage_config *cfg = st->base.cfg;
-	char amz_date[17], auth[1024], *uri = NULL, *url = NULL;
-	const char *hv[10 + S3REQ_XHDR_MAX];
-	char hbuf[10][1200];
-	size_t nh = 0;
-	uint64_t now = timeutil_mono_ms(), left;
-	int ret = -ENOMEM;
+#define S3REQ_HDR_MAX 10 /* the most headers s3req_signed_headers adds */
+#define S3REQ_HDR_LEN 1200 /* the longest of them, "name:value" */
 
+/* Clear what the last attempt of rq left: status, counts, the response's
+ * headers and the request's header list. */
+static void s3req_reset(struct s3req *rq)
+{
 	rq->status = 0;
 	rq->got = 0;
 	rq->resp_len = 0;
@@ -399,21 +396,21 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	rq->retry_after_ms = 0;
 	curl_slist_free_all(rq->hdrs);
 	rq->hdrs = NULL;
+}
 
-	uri = s3_canonical_uri(st, rq->key);
-	if (!uri)
-		goto out;
-	url = s3req_strdupf("%s%s%s%s", st->scheme_host, uri,
-			    rq->query[0] ? "?" : "", rq->query);
-	if (!url)
-		goto out;
-	sigv4_amz_date(time(NULL), amz_date);
+/* The headers rq signs, "name:value" in hbuf, pointed to from hv (room for
+ * S3REQ_HDR_MAX of ours and S3REQ_XHDR_MAX of rq's). Returns how many. */
+static size_t s3req_signed_headers(const struct s3store *st,
+				   const struct s3req *rq, const char *amz_date,
+				   const char **hv, char (*hbuf)[S3REQ_HDR_LEN])
+{
+	size_t nh = 0;
 
-#define HDR(...)                                                   \
-	do {                                                       \
-		snprintf(hbuf[nh], sizeof(hbuf[nh]), __VA_ARGS__); \
-		hv[nh] = hbuf[nh];                                 \
-		nh++;                                              \
+#define HDR(...)                                                \
+	do {                                                    \
+		snprintf(hbuf[nh], S3REQ_HDR_LEN, __VA_ARGS__); \
+		hv[nh] = hbuf[nh];                              \
+		nh++;                                           \
 	} while (0)
 	HDR("host:%s", st->host);
 	HDR("x-amz-content-sha256:%s", rq->payload_hash);
@@ -440,10 +437,27 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 #undef HDR
 	for (size_t i = 0; i < rq->nxhdrs && i < S3REQ_XHDR_MAX; i++)
 		hv[nh++] = rq->xhdrs[i];
+	return nh;
+}
+
+/* rq's header list: the signed headers, the SigV4 Authorization (unless
+ * anonymous), no Expect and, on POST, a Content-Type. Returns 0 or
+ * -errno. */
+static int s3req_headers(struct s3store *st, struct s3req *rq, const char *uri)
+{
+	const struct dstage_config *cfg = st->base.cfg;
+	char amz_date[17], auth[1024];
+	const char *hv[S3REQ_HDR_MAX + S3REQ_XHDR_MAX];
+	char hbuf[S3REQ_HDR_MAX][S3REQ_HDR_LEN];
+	size_t nh;
+	int ret;
+
+	sigv4_amz_date(time(NULL), amz_date);
+	nh = s3req_signed_headers(st, rq, amz_date, hv, hbuf);
 	for (size_t i = 0; i < nh; i++) {
 		ret = s3_add_header(&rq->hdrs, "%s", hv[i]);
 		if (ret)
-			goto out;
+			return ret;
 		/* curl wants "Name: value"; the signer took "name:value". */
 	}
 	if (!st->anonymous) {
@@ -462,10 +476,10 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 					  st->creds.secret_key, auth,
 					  sizeof(auth));
 		if (ret)
-			goto out;
+			return ret;
 		ret = s3_add_header(&rq->hdrs, "Authorization: %s", auth);
 		if (ret)
-			goto out;
+			return ret;
 	}
 	/* No 100-continue round trip; no form content type on POST. The
 	 * start of a multipart upload has no body: its Content-Type is the
@@ -479,8 +493,16 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 			strcmp(rq->query, "uploads=")
 				? "Content-Type: application/xml"
 				: "Content-Type: binary/octet-stream");
-	if (ret)
-		goto out;
+	return ret;
+}
+
+/* Set the easy handle e up for rq at url: callbacks, timeouts, TLS and the
+ * method with its body. */
+static void s3req_curl_opts(const struct s3store *st, struct s3req *rq, CURL *e,
+			    const char *url)
+{
+	const struct dstage_config *cfg = st->base.cfg;
+	uint64_t now = timeutil_mono_ms(), left;
 
 	curl_easy_reset(e);
 	curl_easy_setopt(e, CURLOPT_URL, url);
@@ -529,7 +551,27 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 		curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, s3_seek_cb);
 		curl_easy_setopt(e, CURLOPT_SEEKDATA, rq);
 	}
-	ret = 0;
+}
+
+/* Prepare rq's next attempt on e: reset it, build its URL and its signed
+ * headers, set the handle up. Returns 0 or -errno. */
+static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
+{
+	char *uri = NULL, *url = NULL;
+	int ret = -ENOMEM;
+
+	s3req_reset(rq);
+	uri = s3_canonical_uri(st, rq->key);
+	if (!uri)
+		goto out;
+	url = s3req_strdupf("%s%s%s%s", st->scheme_host, uri,
+			    rq->query[0] ? "?" : "", rq->query);
+	if (!url)
+		goto out;
+	ret = s3req_headers(st, rq, uri);
+	if (ret)
+		goto out;
+	s3req_curl_opts(st, rq, e, url);
 out:
 	free(uri);
 	free(url);
