@@ -513,7 +513,7 @@ static int cache_fill_fetch(struct cache_obj *o, uint64_t b0, uint64_t n,
 			    uint64_t *nfetch, uint64_t *cost)
 {
 	struct cache *c = o->c;
-	struct objstore_get reqs[CACHE_MAX_BATCH];
+	struct objstore_get_req reqs[CACHE_MAX_BATCH];
 	uint64_t t0;
 	int ret;
 
@@ -522,7 +522,7 @@ static int cache_fill_fetch(struct cache_obj *o, uint64_t b0, uint64_t n,
 	for (uint64_t i = 0; i < n; i++) {
 		if (!fetch[i])
 			continue;
-		reqs[*nfetch] = (struct objstore_get){
+		reqs[*nfetch] = (struct objstore_get_req){
 			.key = o->key,
 			.off = (b0 + i) * c->bs,
 			.len = cache_block_len(o, b0 + i),

@@ -223,7 +223,7 @@ static int s3_run_parallel(struct s3store *st, struct s3req *reqs, size_t n)
 	return ret;
 }
 
-static int s3store_get_many(struct objstore *os, struct objstore_get *gets,
+static int s3store_get_many(struct objstore *os, struct objstore_get_req *gets,
 			    size_t n)
 {
 	struct s3store *st = s3_of(os);
