@@ -51,7 +51,7 @@
 #include "util/strutil.h"
 
 /* xorshift64*, per thread, seeded from getrandom: jitter only. */
-static uint64_t s3_rand(void)
+static uint64_t s3req_rand(void)
 {
 	static __thread uint64_t x;
 
@@ -73,7 +73,7 @@ static struct ratelimit_shm s3_rl = RATELIMIT_SHM_INITIALIZER;
 
 /* 429, SlowDown, or a 503 naming when to come back (or to a HEAD, which
  * has no body to name SlowDown): the store is shedding load, not failing. */
-static bool s3_throttling(const struct s3req *rq)
+static bool s3req_throttling(const struct s3req *rq)
 {
 	return rq->status == 429 || !strcmp(rq->s3code, "SlowDown") ||
 	       (rq->status == 503 &&
@@ -81,7 +81,7 @@ static bool s3_throttling(const struct s3req *rq)
 }
 
 /* The bytes a request is charged for when it starts. */
-static uint64_t s3_req_bytes(const struct s3req *rq)
+static uint64_t s3req_bytes(const struct s3req *rq)
 {
 	return rq->flags & REQ_RANGE ? rq->len : rq->body_len;
 }
@@ -141,7 +141,7 @@ static void s3req_conn_put(struct s3store *st, struct s3conn *c)
 
 /* ---- one request's callbacks ---- */
 
-static int s3_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
+static int s3req_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
 {
 	if (rq->resp_len + n > limit)
 		return -EFBIG;
@@ -163,7 +163,7 @@ static int s3_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
 	return 0;
 }
 
-static size_t s3_write_cb(char *p, size_t size, size_t nmemb, void *arg)
+static size_t s3req_write_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
 	size_t n = size * nmemb;
@@ -183,15 +183,15 @@ static size_t s3_write_cb(char *p, size_t size, size_t nmemb, void *arg)
 	if (rq->status / 100 == 2 &&
 	    !(rq->flags & (REQ_COLLECT | REQ_RESULT_XML)))
 		return n; /* a body nobody asked for */
-	if (s3_grow(rq, p, n,
-		    rq->status / 100 == 2 ? S3_MAX_XML : S3_MAX_ERRBODY)) {
+	if (s3req_grow(rq, p, n,
+		       rq->status / 100 == 2 ? S3_MAX_XML : S3_MAX_ERRBODY)) {
 		rq->overflow = true;
 		return 0;
 	}
 	return n;
 }
 
-static void s3_trim(const char **v, size_t *n)
+static void s3req_trim(const char **v, size_t *n)
 {
 	while (*n && isspace((unsigned char)**v)) {
 		(*v)++;
@@ -201,7 +201,7 @@ static void s3_trim(const char **v, size_t *n)
 		(*n)--;
 }
 
-static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
+static size_t s3req_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
 	size_t n = size * nmemb;
@@ -227,7 +227,7 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	nlen = (size_t)(colon - p);
 	v = colon + 1;
 	vlen = n - nlen - 1;
-	s3_trim(&v, &vlen);
+	s3req_trim(&v, &vlen);
 	if (rq->on_header)
 		rq->on_header(rq->on_header_arg, p, nlen, v, vlen);
 	if (vlen >= sizeof(tmp))
@@ -266,7 +266,7 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static size_t s3_read_cb(char *p, size_t size, size_t nmemb, void *arg)
+static size_t s3req_read_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
 	uint64_t left = rq->body_len - rq->body_pos;
@@ -293,7 +293,7 @@ static size_t s3_read_cb(char *p, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static int s3_seek_cb(void *arg, curl_off_t offset, int origin)
+static int s3req_seek_cb(void *arg, curl_off_t offset, int origin)
 {
 	struct s3req *rq = arg;
 
@@ -318,7 +318,7 @@ char *s3req_strdupf(const char *fmt, ...)
 }
 
 /* "/bucket/enc(key)" or "/enc(key)"; "/bucket" or "/" for the bucket. */
-static char *s3_canonical_uri(struct s3store *st, const char *key)
+static char *s3req_canonical_uri(struct s3store *st, const char *key)
 {
 	char *enc, *uri;
 
@@ -333,10 +333,10 @@ static char *s3_canonical_uri(struct s3store *st, const char *key)
 	return uri;
 }
 
-static int s3_add_header(struct curl_slist **l, const char *fmt, ...)
+static int s3req_add_header(struct curl_slist **l, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-static int s3_add_header(struct curl_slist **l, const char *fmt, ...)
+static int s3req_add_header(struct curl_slist **l, const char *fmt, ...)
 {
 	struct curl_slist *n;
 	char buf[2048];
@@ -357,8 +357,8 @@ static int s3_add_header(struct curl_slist **l, const char *fmt, ...)
 
 /* Describe the request for messages: "GET http://host/bucket/key". Never
  * holds credentials: requests are signed in headers, not in the URL. */
-static void s3_describe(struct s3store *st, const struct s3req *rq, char *buf,
-			size_t len)
+static void s3req_describe(struct s3store *st, const struct s3req *rq,
+			   char *buf, size_t len)
 {
 	snprintf(buf, len, "%s %s%s%s%s%s%s", rq->method, st->scheme_host,
 		 st->uri_base, rq->key ? "/" : "", rq->key ? rq->key : "",
@@ -366,7 +366,7 @@ static void s3_describe(struct s3store *st, const struct s3req *rq, char *buf,
 }
 
 /* Whether rq->xhdrs has a header name (lower-case). */
-static bool s3_xhdrs_have(const struct s3req *rq, const char *name)
+static bool s3req_xhdrs_have(const struct s3req *rq, const char *name)
 {
 	size_t n = strlen(name);
 
@@ -455,7 +455,7 @@ static int s3req_headers(struct s3store *st, struct s3req *rq, const char *uri)
 	sigv4_amz_date(time(NULL), amz_date);
 	nh = s3req_signed_headers(st, rq, amz_date, hv, hbuf);
 	for (size_t i = 0; i < nh; i++) {
-		ret = s3_add_header(&rq->hdrs, "%s", hv[i]);
+		ret = s3req_add_header(&rq->hdrs, "%s", hv[i]);
 		if (ret)
 			return ret;
 		/* curl wants "Name: value"; the signer took "name:value". */
@@ -477,7 +477,7 @@ static int s3req_headers(struct s3store *st, struct s3req *rq, const char *uri)
 					  sizeof(auth));
 		if (ret)
 			return ret;
-		ret = s3_add_header(&rq->hdrs, "Authorization: %s", auth);
+		ret = s3req_add_header(&rq->hdrs, "Authorization: %s", auth);
 		if (ret)
 			return ret;
 	}
@@ -485,10 +485,10 @@ static int s3req_headers(struct s3store *st, struct s3req *rq, const char *uri)
 	 * start of a multipart upload has no body: its Content-Type is the
 	 * object's, the one a single PUT gets (S3's default), unless xhdrs
 	 * names it (a copy in parts; sent once, as signed). */
-	ret = s3_add_header(&rq->hdrs, "Expect:");
+	ret = s3req_add_header(&rq->hdrs, "Expect:");
 	if (!ret && !strcmp(rq->method, "POST") &&
-	    !s3_xhdrs_have(rq, "content-type"))
-		ret = s3_add_header(
+	    !s3req_xhdrs_have(rq, "content-type"))
+		ret = s3req_add_header(
 			&rq->hdrs,
 			strcmp(rq->query, "uploads=")
 				? "Content-Type: application/xml"
@@ -510,9 +510,9 @@ static void s3req_curl_opts(const struct s3store *st, struct s3req *rq, CURL *e,
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, rq->hdrs);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, rq);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s3_write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s3req_write_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, rq);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, s3_header_cb);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, s3req_header_cb);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, rq);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, rq->errbuf);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
@@ -546,22 +546,22 @@ static void s3req_curl_opts(const struct s3store *st, struct s3req *rq, CURL *e,
 		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq->method);
 	}
 	if (!strcmp(rq->method, "PUT") || !strcmp(rq->method, "POST")) {
-		curl_easy_setopt(e, CURLOPT_READFUNCTION, s3_read_cb);
+		curl_easy_setopt(e, CURLOPT_READFUNCTION, s3req_read_cb);
 		curl_easy_setopt(e, CURLOPT_READDATA, rq);
-		curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, s3_seek_cb);
+		curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, s3req_seek_cb);
 		curl_easy_setopt(e, CURLOPT_SEEKDATA, rq);
 	}
 }
 
 /* Prepare rq's next attempt on e: reset it, build its URL and its signed
  * headers, set the handle up. Returns 0 or -errno. */
-static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
+static int s3req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 {
 	char *uri = NULL, *url = NULL;
 	int ret = -ENOMEM;
 
 	s3req_reset(rq);
-	uri = s3_canonical_uri(st, rq->key);
+	uri = s3req_canonical_uri(st, rq->key);
 	if (!uri)
 		goto out;
 	url = s3req_strdupf("%s%s%s%s", st->scheme_host, uri,
@@ -581,7 +581,7 @@ out:
 /* ---- finishing: what an answer means ---- */
 
 /* Map a final HTTP status to -errno. */
-static int s3_status_errno(long status, const char *code)
+static int s3req_status_errno(long status, const char *code)
 {
 	switch (status) {
 	case 404:
@@ -609,7 +609,7 @@ static int s3_status_errno(long status, const char *code)
 	}
 }
 
-static bool s3_code_retriable(const char *code)
+static bool s3req_code_retriable(const char *code)
 {
 	static const char *const codes[] = {
 		"InternalError",
@@ -637,8 +637,8 @@ static bool s3_code_retriable(const char *code)
  * *retry set when another attempt may help, or a final -errno. why gets a
  * short description for the log.
  */
-static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
-		    bool *retry, char *why, size_t whylen)
+static int s3req_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
+		       bool *retry, char *why, size_t whylen)
 {
 	struct s3xml_error xe;
 
@@ -715,7 +715,7 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 			snprintf(why, whylen, "HTTP 200 with error %s%s%s",
 				 xe.code, xe.message[0] ? ": " : "",
 				 xe.message);
-			*retry = s3_code_retriable(xe.code);
+			*retry = s3req_code_retriable(xe.code);
 			return -EIO;
 		}
 		return 0;
@@ -729,7 +729,7 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 		 xe.code[0] ? " " : "", xe.code, xe.message[0] ? ": " : "",
 		 xe.message);
 	if (rq->status >= 500 || rq->status == 429 || rq->status == 408 ||
-	    s3_code_retriable(xe.code)) {
+	    s3req_code_retriable(xe.code)) {
 		*retry = true;
 		return rq->status == 408 ? -ETIMEDOUT : -EIO;
 	}
@@ -739,11 +739,11 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 		return 0;
 	}
 	(void)st;
-	return s3_status_errno(rq->status, xe.code);
+	return s3req_status_errno(rq->status, xe.code);
 }
 
 /* The fix to suggest with a request's final error, or "". */
-static const char *s3_hint(const struct s3req *rq, CURLcode cc)
+static const char *s3req_hint(const struct s3req *rq, CURLcode cc)
 {
 	if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && rq->overflow))
 		return ": the store did not answer; is it up, and is "
@@ -763,14 +763,14 @@ static const char *s3_hint(const struct s3req *rq, CURLcode cc)
 	return "";
 }
 
-static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
+static void s3req_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 {
 	const struct dstage_config *cfg = st->base.cfg;
 	char why[512], what[1536];
 	bool retry;
 	int ret;
 
-	ret = s3_judge(st, rq, cc, &retry, why, sizeof(why));
+	ret = s3req_judge(st, rq, cc, &retry, why, sizeof(why));
 	if (!ret) {
 		rq->state = REQ_DONE;
 		rq->result = 0;
@@ -779,8 +779,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 		objstore_count(&st->base.n_bytes_out, rq->body_len);
 		return;
 	}
-	s3_describe(st, rq, what, sizeof(what));
-	if (s3_throttling(rq))
+	s3req_describe(st, rq, what, sizeof(what));
+	if (s3req_throttling(rq))
 		ratelimit_shm_throttled(&s3_rl, timeutil_mono_ms(),
 					rq->retry_after_ms);
 	if (retry && rq->attempt < cfg->s3_max_attempts) {
@@ -792,7 +792,7 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 			ceil *= 2;
 		if (ceil > cfg->s3_backoff_max_ms)
 			ceil = cfg->s3_backoff_max_ms;
-		delay = s3_rand() % (ceil + 1); /* full jitter */
+		delay = s3req_rand() % (ceil + 1); /* full jitter */
 		/* never before the time the store asked for (capped) */
 		if (delay < rq->retry_after_ms)
 			delay = rq->retry_after_ms;
@@ -821,7 +821,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 			  what, why);
 	else
 		log_error("s3: %s: %s (attempt %u of %u)%s", what, why,
-			  rq->attempt, cfg->s3_max_attempts, s3_hint(rq, cc));
+			  rq->attempt, cfg->s3_max_attempts,
+			  s3req_hint(rq, cc));
 }
 
 /* ---- the engine ---- */
@@ -878,7 +879,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 				continue;
 			}
 			lwait = ratelimit_shm_acquire(&s3_rl, now,
-						      s3_req_bytes(rq));
+						      s3req_bytes(rq));
 			if (lwait && now + lwait >= rq->deadline_ms) {
 				log_error("s3: %s %s: held past s3.deadline "
 					  "(%u ms) by "
@@ -903,7 +904,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 			rq->easy = c->easy[--c->nfree];
 			rq->attempt++;
 			objstore_count(&st->base.n_requests, 1);
-			ret = s3_req_setup(st, rq, rq->easy);
+			ret = s3req_setup(st, rq, rq->easy);
 			if (!ret && curl_multi_add_handle(c->multi, rq->easy))
 				ret = -ENOMEM;
 			if (ret) {
@@ -941,7 +942,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 				: msg->data.result == CURLE_OPERATION_TIMEDOUT
 					? -ETIMEDOUT
 					: -EIO);
-			s3_finish(st, rq, msg->data.result);
+			s3req_finish(st, rq, msg->data.result);
 			if (rq->state == REQ_DONE)
 				done++;
 		}
