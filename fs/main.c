@@ -163,21 +163,24 @@ static void dsfs_main_fd_limit(void)
 			 (unsigned long long)rl.rlim_cur, strerror(errno));
 }
 
-static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
-{
-	struct fuse_args *args = &o->fuse_args;
-	struct fuse_loop_config *lcfg = NULL;
-	struct fuse_session *se = NULL;
-	struct cache *cache = NULL;
-	struct cachepol *pol = NULL;
-	struct metrics *metrics = NULL;
-	struct metrics_http *mhttp = NULL;
-	char *real_mp = NULL;
-	bool mounted = false, handlers = false;
-	sigset_t sigs, oldsigs;
+/* What a mount holds while it runs, for dsfs_main_stop to release. */
+struct dsfs_main {
 	struct dsfs fs;
-	int ret, code = DSFS_EXIT_OK;
+	struct fuse_session *se;
+	struct fuse_loop_config *lcfg;
+	struct cache *cache;
+	struct cachepol *pol;
+	struct metrics *metrics;
+	struct metrics_http *mhttp;
+	char *real_mp;
+	bool mounted, handlers;
+};
 
+/* Check the mountpoint (made when missing, unless --over) and that no
+ * dstagefs is mounted there; make o->mountpoint absolute. Returns
+ * DSFS_EXIT_OK or DSFS_EXIT_MOUNT (logged). */
+static int dsfs_main_mountpoint(struct dsfs_main *m, struct dsfs_opts *o)
+{
 	if (dsfs_prepare_mountpoint(o->mountpoint, !o->over_dir))
 		return DSFS_EXIT_MOUNT;
 	if (dsfs_already_mounted(o->mountpoint)) {
@@ -187,24 +190,21 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 		return DSFS_EXIT_MOUNT;
 	}
 	/* Absolute from here on: unmounting happens from another cwd. */
-	real_mp = realpath(o->mountpoint, NULL);
-	if (!real_mp) {
+	m->real_mp = realpath(o->mountpoint, NULL);
+	if (!m->real_mp) {
 		log_error("mountpoint %s: %s", o->mountpoint, strerror(errno));
 		return DSFS_EXIT_MOUNT;
 	}
-	o->mountpoint = real_mp;
-	ret = dsfs_init(&fs, o, cfg);
-	if (ret) {
-		if (o->over_dir) { /* dsfs_overlay logged why */
-			free(real_mp);
-			return DSFS_EXIT_MOUNT;
-		}
-		log_error("cannot load the datasets from the catalog %s: %s",
-			  cfg->catalog_path, strerror(-ret));
-		free(real_mp);
-		return DSFS_EXIT_STORE;
-	}
-	/* The -o options dsfs_opts_parse left for libfuse, and ours. */
+	o->mountpoint = m->real_mp;
+	return DSFS_EXIT_OK;
+}
+
+/* The -o options dsfs_opts_parse left for libfuse, and ours. Returns 0 or
+ * -1 (no memory). */
+static int dsfs_main_fuse_args(struct dsfs_opts *o)
+{
+	struct fuse_args *args = &o->fuse_args;
+
 	if (fuse_opt_add_arg(args, "-o") ||
 	    fuse_opt_add_arg(args, "fsname=dstage,subtype=dstagefs") ||
 	    (o->debug && fuse_opt_add_arg(args, "-d")) ||
@@ -214,41 +214,54 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	     (fuse_opt_add_arg(args, "-o") ||
 	      fuse_opt_add_arg(args, geteuid() == 0
 					     ? "default_permissions,allow_other"
-					     : "default_permissions")))) {
-		code = DSFS_EXIT_RUNTIME;
-		goto out;
-	}
-	se = fuse_session_new(args, &dsfs_ops_ll, sizeof(dsfs_ops_ll), &fs);
-	if (!se) {
+					     : "default_permissions"))))
+		return -1;
+	return 0;
+}
+
+/* Create the FUSE session, take the signals, mount and (without -f) go to
+ * the background. Returns DSFS_EXIT_OK or the exit code (logged). */
+static int dsfs_main_mount(struct dsfs_main *m, struct dsfs_opts *o,
+			   const struct dstage_config *cfg)
+{
+	m->se = fuse_session_new(&o->fuse_args, &dsfs_ops_ll,
+				 sizeof(dsfs_ops_ll), &m->fs);
+	if (!m->se) {
 		log_error("libfuse refused the options (see the message "
 			  "above); dstagefs --help lists its own");
-		code = DSFS_EXIT_USAGE;
-		goto out;
+		return DSFS_EXIT_USAGE;
 	}
-	fs.se = se;
+	m->fs.se = m->se;
 	/* libfuse leaves alone a signal that is not at its default, and a
 	 * shell starts background jobs with SIGINT ignored: reset them. */
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGHUP, SIG_DFL);
-	if (fuse_set_signal_handlers(se)) {
-		code = DSFS_EXIT_RUNTIME;
-		goto out;
-	}
-	handlers = true;
-	if (fuse_session_mount(se, o->mountpoint)) {
+	if (fuse_set_signal_handlers(m->se))
+		return DSFS_EXIT_RUNTIME;
+	m->handlers = true;
+	if (fuse_session_mount(m->se, o->mountpoint)) {
 		log_error("mountpoint %s: mount failed (see the message above)",
 			  o->mountpoint);
-		code = DSFS_EXIT_MOUNT;
-		goto out;
+		return DSFS_EXIT_MOUNT;
 	}
-	mounted = true;
-	if (fuse_daemonize(o->foreground)) {
-		code = DSFS_EXIT_RUNTIME;
-		goto out;
-	}
+	m->mounted = true;
+	if (fuse_daemonize(o->foreground))
+		return DSFS_EXIT_RUNTIME;
 	if (!o->foreground && !cfg->log_syslog)
 		log_use_syslog("dstagefs");
+	return DSFS_EXIT_OK;
+}
+
+/* Open the cache and start the poller and the metrics endpoint, their
+ * threads blocking the signals that end the loop. Returns DSFS_EXIT_OK or
+ * the exit code. */
+static int dsfs_main_services(struct dsfs_main *m,
+			      const struct dstage_config *cfg)
+{
+	sigset_t sigs, oldsigs;
+	int ret;
+
 	/*
 	 * Threads started from here (the cache's, the poller) must not take
 	 * SIGTERM/SIGINT/SIGHUP: libfuse's handler only ends the loop when
@@ -261,44 +274,47 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, &oldsigs);
 	dsfs_main_fd_limit();
-	ret = cachepol_open(cfg, &pol);
+	ret = cachepol_open(cfg, &m->pol);
 	if (!ret)
-		ret = cache_open(cfg, cachepol_source(pol), &cache);
+		ret = cache_open(cfg, cachepol_source(m->pol), &m->cache);
 	if (ret) {
 		pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
 		log_error("cache %s: cannot open: %s", cfg->cache_dir,
 			  strerror(-ret));
-		code = DSFS_EXIT_STORE;
-		goto out;
+		return DSFS_EXIT_STORE;
 	}
-	fs.cache = cache;
+	m->fs.cache = m->cache;
 	/* Dataset files keep their pages in the mount (keep_cache): the
 	 * cache files' copies of the bytes read would only double them. */
-	cache_set_drop_behind(cache, true);
-	ret = dsfs_poller_start(&fs);
+	cache_set_drop_behind(m->cache, true);
+	ret = dsfs_poller_start(&m->fs);
 	/* metrics.listen (off when unset): a bad address ends the mount. */
 	if (!ret)
-		ret = metrics_new(&metrics);
+		ret = metrics_new(&m->metrics);
 	if (!ret)
-		ret = metrics_add_collector(metrics, metrics_cache_collect,
-					    cache);
+		ret = metrics_add_collector(m->metrics, metrics_cache_collect,
+					    m->cache);
 	if (!ret)
 		ret = metrics_http_start(cfg->metrics_listen,
-					 cfg->metrics_allow_remote, metrics,
-					 &mhttp);
+					 cfg->metrics_allow_remote, m->metrics,
+					 &m->mhttp);
 	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
-	if (ret) {
-		code = DSFS_EXIT_RUNTIME;
-		goto out;
-	}
-	lcfg = fuse_loop_cfg_create();
-	if (!lcfg) {
-		code = DSFS_EXIT_RUNTIME;
-		goto out;
-	}
-	fuse_loop_cfg_set_clone_fd(lcfg, o->clone_fd);
-	fuse_loop_cfg_set_max_threads(lcfg, o->threads);
-	fuse_loop_cfg_set_idle_threads(lcfg, o->threads);
+	return ret ? DSFS_EXIT_RUNTIME : DSFS_EXIT_OK;
+}
+
+/* Serve requests until a signal or an unmount ends the session. Returns
+ * the exit code. */
+static int dsfs_main_loop(struct dsfs_main *m, const struct dsfs_opts *o,
+			  const struct dstage_config *cfg)
+{
+	int ret;
+
+	m->lcfg = fuse_loop_cfg_create();
+	if (!m->lcfg)
+		return DSFS_EXIT_RUNTIME;
+	fuse_loop_cfg_set_clone_fd(m->lcfg, o->clone_fd);
+	fuse_loop_cfg_set_max_threads(m->lcfg, o->threads);
+	fuse_loop_cfg_set_idle_threads(m->lcfg, o->threads);
 	if (o->over_dir)
 		log_info("mounted over %s (overlay), cache %s, %u threads%s",
 			 o->mountpoint, cfg->cache_dir, o->threads,
@@ -306,37 +322,73 @@ static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
 	else
 		log_info("mounted %s: %zu datasets from %s, cache %s, %u "
 			 "threads%s",
-			 o->mountpoint, dsfs_ndatasets(&fs), cfg->catalog_path,
-			 cfg->cache_dir, o->threads,
+			 o->mountpoint, dsfs_ndatasets(&m->fs),
+			 cfg->catalog_path, cfg->cache_dir, o->threads,
 			 o->clone_fd ? ", clone_fd" : "");
-	ret = fuse_session_loop_mt(se, lcfg);
+	ret = fuse_session_loop_mt(m->se, m->lcfg);
 	if (ret > 0) /* 3.14: the number of the signal that ended it */
 		log_info("signal %d: unmounting %s", ret, o->mountpoint);
 	else if (ret < 0) {
 		log_error("session loop failed: %s", strerror(-ret));
-		code = DSFS_EXIT_RUNTIME;
+		return DSFS_EXIT_RUNTIME;
 	}
-out:
+	return DSFS_EXIT_OK;
+}
+
+/* Unmount and release what the mount holds, in order. */
+static void dsfs_main_stop(struct dsfs_main *m, const struct dsfs_opts *o)
+{
 	/* Unmount first: it ends any request the poller waits on. */
-	if (mounted) {
-		dsfs_poller_request_stop(&fs);
-		fuse_session_unmount(se);
+	if (m->mounted) {
+		dsfs_poller_request_stop(&m->fs);
+		fuse_session_unmount(m->se);
 		log_info("unmounted %s", o->mountpoint);
 	}
-	dsfs_poller_stop(&fs);
-	metrics_http_stop(mhttp); /* before the cache it reads */
-	metrics_free(metrics);
-	if (handlers)
-		fuse_remove_signal_handlers(se);
-	if (se)
-		fuse_session_destroy(se);
-	fuse_loop_cfg_destroy(lcfg);
-	dsfs_release_handles(&fs); /* no RELEASE comes any more */
-	cache_close(cache);
-	cachepol_close(pol);
-	fs.cache = NULL;
-	dsfs_destroy(&fs);
-	free(real_mp);
+	dsfs_poller_stop(&m->fs);
+	metrics_http_stop(m->mhttp); /* before the cache it reads */
+	metrics_free(m->metrics);
+	if (m->handlers)
+		fuse_remove_signal_handlers(m->se);
+	if (m->se)
+		fuse_session_destroy(m->se);
+	fuse_loop_cfg_destroy(m->lcfg);
+	dsfs_release_handles(&m->fs); /* no RELEASE comes any more */
+	cache_close(m->cache);
+	cachepol_close(m->pol);
+	m->fs.cache = NULL;
+	dsfs_destroy(&m->fs);
+}
+
+/* Mount, serve until unmounted or signalled, unmount. Returns the exit
+ * code. */
+static int dsfs_run(struct dsfs_opts *o, struct dstage_config *cfg)
+{
+	struct dsfs_main m = { 0 };
+	int ret, code;
+
+	code = dsfs_main_mountpoint(&m, o);
+	if (code) {
+		free(m.real_mp);
+		return code;
+	}
+	ret = dsfs_init(&m.fs, o, cfg);
+	if (ret) {
+		free(m.real_mp);
+		if (o->over_dir) /* dsfs_overlay logged why */
+			return DSFS_EXIT_MOUNT;
+		log_error("cannot load the datasets from the catalog %s: %s",
+			  cfg->catalog_path, strerror(-ret));
+		return DSFS_EXIT_STORE;
+	}
+	code = dsfs_main_fuse_args(o) ? DSFS_EXIT_RUNTIME : DSFS_EXIT_OK;
+	if (!code)
+		code = dsfs_main_mount(&m, o, cfg);
+	if (!code)
+		code = dsfs_main_services(&m, cfg);
+	if (!code)
+		code = dsfs_main_loop(&m, o, cfg);
+	dsfs_main_stop(&m, o);
+	free(m.real_mp);
 	return code;
 }
 

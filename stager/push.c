@@ -377,24 +377,24 @@ static int push_register(const struct dstage_config *cfg, struct push_cli *c,
 {
 	const struct stager_opts *o = c->o;
 	char *args[2] = { (char *)name, o->argv[1] };
-	struct stager_cmd add = { action ? action : "",
-				  client_add,
-				  STAGER_NEEDS_DAEMON,
-				  STAGER_JSON_OBJECT,
-				  0,
-				  0,
-				  "",
-				  "",
-				  "" };
-	struct stager_cmd job = { "stage",
-				  client_submit,
-				  STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
-				  STAGER_JSON_OBJECT,
-				  0,
-				  0,
-				  "",
-				  "",
-				  "" };
+	struct stager_cmd add = { .name = action ? action : "",
+				  .run = client_add,
+				  .flags = STAGER_NEEDS_DAEMON,
+				  .json = STAGER_JSON_OBJECT,
+				  .opts = "",
+				  .needs = "",
+				  .usage = "",
+				  .summary = "",
+				  .help = "" };
+	struct stager_cmd job = { .name = "stage",
+				  .run = client_submit,
+				  .flags = STAGER_NEEDS_DAEMON | STAGER_SUBMIT,
+				  .json = STAGER_JSON_OBJECT,
+				  .opts = "",
+				  .needs = "",
+				  .usage = "",
+				  .summary = "",
+				  .help = "" };
 	struct stager_opts so = { .config = o->config,
 				  .argc = action && !strcmp(action, "add") ? 2
 									   : 1,
@@ -509,6 +509,238 @@ static void push_summary(struct push_cli *c, const char *name, int ret,
 	json_decref(doc);
 }
 
+/* Check URL's scheme and pick its key check. Returns 0 or an exit code. */
+static int push_check_url(struct push_cli *c, struct push_opts *po)
+{
+	if (!strncmp(po->url, "s3://", 5))
+		po->key_ok = push_s3_key_ok;
+	else if (strncmp(po->url, "file://", 7)) {
+		push_err(c, "%s: expected s3://BUCKET/PREFIX/ or file:///DIR/",
+			 po->url);
+		return CLI_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* The dataset's name: --name, else LOCAL_DIR's (its real path's last
+ * component, in *dup and *real for the caller to free), checked as a
+ * key path. Returns 0 or an exit code. */
+static int push_dataset_name(struct push_cli *c, const struct push_opts *po,
+			     const char **name, char **dup, char **real)
+{
+	const char *why = NULL;
+	char pr[512];
+
+	if (!*name) {
+		*real = realpath(po->dir, NULL);
+		if (!*real) {
+			int err = errno;
+
+			push_err(c, "%s: %s", po->dir, strerror(err));
+			return cli_exit_code(-err);
+		}
+		*dup = strdup(*real);
+		*name = *dup ? basename(*dup) : NULL;
+		if (!*name)
+			return CLI_EXIT_FAIL;
+	}
+	if (keypath_check_name(*name, strlen(*name), &why)) {
+		push_err(
+			c, "dataset name '%s' %s: give one with --name",
+			keypath_printable(*name, strlen(*name), pr, sizeof(pr)),
+			why);
+		return CLI_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* Ask the daemon what is registered at or around URL (a dry run goes on
+ * without it) and refuse a name registered from another source. Returns 0
+ * or an exit code. */
+static int push_check_registered(const struct dstage_config *cfg,
+				 struct push_cli *c, const struct push_opts *po,
+				 struct push_reg *reg)
+{
+	int code = push_registered(cfg, reg);
+
+	if (code && !(c->o->push_dry_run && code == CLI_EXIT_DAEMON)) {
+		snprintf(c->err, sizeof(c->err),
+			 "cannot ask the daemon which datasets are registered "
+			 "(%s)",
+			 cfg->daemon_socket);
+		return code;
+	}
+	if (reg->source[0] && !push_same_url(reg->source, po->url)) {
+		push_err(c,
+			 "dataset %s is registered from %s, not %s: choose "
+			 "another --name",
+			 reg->name, reg->source, po->url);
+		return CLI_EXIT_FAIL;
+	}
+	return 0;
+}
+
+/* Refuse a push that would change a registered dataset's objects without
+ * --new-version, or push a registered URL under another name. Returns 0
+ * or an exit code. */
+static int push_check_change(struct push_cli *c, const struct push_opts *po,
+			     const struct push_reg *reg,
+			     const struct push_plan *plan)
+{
+	if ((reg->source[0] || reg->other[0] || reg->nested[0]) &&
+	    !c->o->push_new_version &&
+	    (plan->upload || plan->remove || !plan->sums_current)) {
+		push_err(c,
+			 "%s %s the registered dataset %s: this push would "
+			 "change its objects (%" PRIu64 " to upload, %" PRIu64
+			 " of them replacing stored ones, %" PRIu64
+			 " to delete%s). Add --new-version to push and "
+			 "register a new manifest version (running jobs keep "
+			 "theirs), or --dry-run to see the changes",
+			 po->url,
+			 reg->source[0] || reg->other[0]
+				 ? "is the source of"
+				 : "overlaps the source of",
+			 reg->source[0]	 ? reg->name
+			 : reg->other[0] ? reg->other
+					 : reg->nested,
+			 plan->upload, plan->overwrite, plan->remove,
+			 plan->sums_current ? "" : ", SHA256SUMS rewritten");
+		return CLI_EXIT_FAIL;
+	}
+	if (reg->other[0] && !reg->source[0]) {
+		push_err(c,
+			 "%s is already registered as dataset %s: push with "
+			 "--name %s",
+			 po->url, reg->other, reg->other);
+		return CLI_EXIT_FAIL;
+	}
+	return 0;
+}
+
+/* Run the upload with the progress thread and SIGINT/SIGTERM stopping it;
+ * show the last progress. Returns push_execute()'s result. */
+static int push_upload(struct push_cli *c)
+{
+	pthread_t ticker;
+	bool ticking;
+	int ret;
+
+	atomic_store(&push_sig_target, c->push);
+	signal(SIGINT, push_on_signal);
+	signal(SIGTERM, push_on_signal);
+	ticking = !pthread_create(&ticker, NULL, push_ticker, c);
+	ret = push_execute(c->push);
+	c->t1 = timeutil_mono_s();
+	atomic_store(&c->quit, true);
+	if (ticking)
+		pthread_join(ticker, NULL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	atomic_store(&push_sig_target, NULL);
+	if (c->tty || !c->json)
+		push_show(c, true);
+	return ret;
+}
+
+/* Report a failed upload (ret) with what to do next. Returns the exit
+ * code. */
+static int push_upload_failed(struct push_cli *c, const struct push_opts *po,
+			      const char *name, int ret,
+			      const struct push_plan *plan)
+{
+	const char *hint = ret == -ECANCELED ? "stopped; run it again to resume"
+			   : ret == -EAGAIN
+				   ? "some files changed while pushed or "
+				     "have names that cannot be keys; "
+				     "fix them and run it again (what "
+				     "is stored is kept)"
+				   : "run it again to resume";
+
+	push_err(c,
+		 "%s -> %s: %s: %s; SHA256SUMS not written, %s not "
+		 "registered%s%s",
+		 po->dir, po->url, strerror(-ret), hint, name,
+		 push_cause()[0] ? ": " : "", push_cause());
+	push_summary(c, name, ret, plan, NULL, 0, 0, CLI_EXIT_FAIL);
+	return CLI_EXIT_FAIL;
+}
+
+/* After an upload: add or refresh the dataset (unless nothing changed),
+ * then --stage and --verify it, and print the summary. Returns the exit
+ * code. */
+static int push_finish(const struct dstage_config *cfg, struct push_cli *c,
+		       const struct push_opts *po, const struct push_reg *reg,
+		       const char *name, const struct push_plan *plan)
+{
+	const char *registered;
+	int code, stage_code = 0, verify_code = 0;
+
+	if (reg->source[0] && !c->uploaded && !c->deleted && !c->sums_written)
+		registered = "unchanged";
+	else
+		registered = reg->source[0] ? "refreshed" : "added";
+	code = push_register(cfg, c, name,
+			     !strcmp(registered, "unchanged") ? NULL
+			     : reg->source[0]		      ? "refresh"
+							      : "add",
+			     &stage_code, &verify_code);
+	if (reg->nested[0] && !code)
+		fprintf(stderr,
+			"stager push: the registered dataset %s overlaps %s: "
+			"'stager refresh %s' makes it see this push\n",
+			reg->nested, po->url, reg->nested);
+	push_summary(c, name, 0, plan, registered, stage_code, verify_code,
+		     code);
+	return code;
+}
+
+/* --json: a failure no summary reported, as {"error": {exit, message}}. */
+static void push_json_error(const struct push_cli *c, int code)
+{
+	json_t *doc = json_object(), *e = json_object();
+
+	if (doc && e && !json_object_set(doc, "error", e) &&
+	    !json_object_set_new(e, "exit", json_integer(code)) &&
+	    !jsonout_set_str(e, "message", c->err[0] ? c->err : "push failed"))
+		jsonout_print(doc);
+	json_decref(e);
+	json_decref(doc);
+}
+
+/* Everything from the checks to the summary. Returns the exit code. */
+static int push_cli_run(const struct dstage_config *cfg, struct push_cli *c,
+			struct push_opts *po, const char *name)
+{
+	struct push_reg reg = { .url = po->url, .name = name };
+	struct push_plan plan = { 0 };
+	int ret, code;
+
+	code = push_check_registered(cfg, c, po, &reg);
+	if (code)
+		return code;
+	ret = push_prepare(cfg, po, &c->push);
+	if (ret) {
+		push_err(c, "%s -> %s: %s%s%s", po->dir, po->url,
+			 strerror(-ret), push_cause()[0] ? ": " : "",
+			 push_cause());
+		return cli_exit_code(ret);
+	}
+	push_plan(c->push, &plan);
+	if (c->o->push_dry_run) {
+		push_dry_run(c->push);
+		push_summary(c, name, 0, &plan, NULL, 0, 0, CLI_EXIT_OK);
+		return CLI_EXIT_OK;
+	}
+	code = push_check_change(c, po, &reg, &plan);
+	if (code)
+		return code;
+	ret = push_upload(c);
+	if (ret)
+		return push_upload_failed(c, po, name, ret, &plan);
+	return push_finish(cfg, c, po, &reg, name, &plan);
+}
+
 int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	       const struct stager_opts *o)
 {
@@ -522,14 +754,9 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 				.delete_extra = o->push_delete,
 				.event = push_event,
 				.event_arg = &c };
-	struct push_reg reg = { .url = o->argv[1] };
-	struct push_plan plan = { 0 };
-	char *dup = NULL, *real = NULL, pr[512];
-	const char *name = o->push_name, *why = NULL;
-	const char *registered = NULL;
-	int ret = 0, code = CLI_EXIT_FAIL, stage_code = 0, verify_code = 0;
-	pthread_t ticker;
-	bool ticking = false;
+	char *dup = NULL, *real = NULL;
+	const char *name = o->push_name;
+	int code = CLI_EXIT_FAIL;
 
 	(void)cmd;
 	c.t0 = timeutil_mono_s();
@@ -537,156 +764,14 @@ int local_push(const struct dstage_config *cfg, const struct stager_cmd *cmd,
 	for (int k = 0; k < PR_N; k++)
 		if (!(c.rows[k] = json_array()))
 			goto out;
-	if (!strncmp(po.url, "s3://", 5))
-		po.key_ok = push_s3_key_ok;
-	else if (strncmp(po.url, "file://", 7)) {
-		push_err(&c, "%s: expected s3://BUCKET/PREFIX/ or file:///DIR/",
-			 po.url);
-		code = CLI_EXIT_USAGE;
-		goto out;
-	}
-	if (!name) {
-		real = realpath(po.dir, NULL);
-		if (!real) {
-			int err = errno;
-
-			push_err(&c, "%s: %s", po.dir, strerror(err));
-			code = cli_exit_code(-err);
-			goto out;
-		}
-		dup = strdup(real);
-		name = dup ? basename(dup) : NULL;
-		if (!name)
-			goto out;
-	}
-	if (keypath_check_name(name, strlen(name), &why)) {
-		push_err(&c, "dataset name '%s' %s: give one with --name",
-			 keypath_printable(name, strlen(name), pr, sizeof(pr)),
-			 why);
-		code = CLI_EXIT_USAGE;
-		goto out;
-	}
-	reg.name = name;
-	code = push_registered(cfg, &reg);
-	if (code && !(o->push_dry_run && code == CLI_EXIT_DAEMON)) {
-		snprintf(c.err, sizeof(c.err),
-			 "cannot ask the daemon which datasets are registered "
-			 "(%s)",
-			 cfg->daemon_socket);
-		goto out;
-	}
-	if (reg.source[0] && !push_same_url(reg.source, po.url)) {
-		push_err(&c,
-			 "dataset %s is registered from %s, not %s: choose "
-			 "another --name",
-			 name, reg.source, po.url);
-		code = CLI_EXIT_FAIL;
-		goto out;
-	}
-	ret = push_prepare(cfg, &po, &c.push);
-	if (ret) {
-		push_err(&c, "%s -> %s: %s%s%s", po.dir, po.url, strerror(-ret),
-			 push_cause()[0] ? ": " : "", push_cause());
-		code = cli_exit_code(ret);
-		goto out;
-	}
-	push_plan(c.push, &plan);
-	if (o->push_dry_run) {
-		push_dry_run(c.push);
-		code = CLI_EXIT_OK;
-		push_summary(&c, name, 0, &plan, NULL, 0, 0, code);
-		goto out;
-	}
-	if ((reg.source[0] || reg.other[0] || reg.nested[0]) &&
-	    !o->push_new_version &&
-	    (plan.upload || plan.remove || !plan.sums_current)) {
-		push_err(&c,
-			 "%s %s the registered dataset %s: this push would "
-			 "change its objects (%" PRIu64 " to upload, %" PRIu64
-			 " of them replacing stored ones, %" PRIu64
-			 " to delete%s). Add --new-version to push and "
-			 "register a new manifest version (running jobs keep "
-			 "theirs), or --dry-run to see the changes",
-			 po.url,
-			 reg.source[0] || reg.other[0]
-				 ? "is the source of"
-				 : "overlaps the source of",
-			 reg.source[0]	? name
-			 : reg.other[0] ? reg.other
-					: reg.nested,
-			 plan.upload, plan.overwrite, plan.remove,
-			 plan.sums_current ? "" : ", SHA256SUMS rewritten");
-		code = CLI_EXIT_FAIL;
-		goto out;
-	}
-	if (reg.other[0] && !reg.source[0]) {
-		push_err(&c,
-			 "%s is already registered as dataset %s: push with "
-			 "--name %s",
-			 po.url, reg.other, reg.other);
-		code = CLI_EXIT_FAIL;
-		goto out;
-	}
-	atomic_store(&push_sig_target, c.push);
-	signal(SIGINT, push_on_signal);
-	signal(SIGTERM, push_on_signal);
-	ticking = !pthread_create(&ticker, NULL, push_ticker, &c);
-	ret = push_execute(c.push);
-	c.t1 = timeutil_mono_s();
-	atomic_store(&c.quit, true);
-	if (ticking)
-		pthread_join(ticker, NULL);
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	atomic_store(&push_sig_target, NULL);
-	if (c.tty || !c.json)
-		push_show(&c, true);
-	if (ret) {
-		const char *hint =
-			ret == -ECANCELED ? "stopped; run it again to resume"
-			: ret == -EAGAIN ? "some files changed while pushed or "
-					   "have names that cannot be keys; "
-					   "fix them and run it again (what "
-					   "is stored is kept)"
-					 : "run it again to resume";
-
-		push_err(&c,
-			 "%s -> %s: %s: %s; SHA256SUMS not written, %s not "
-			 "registered%s%s",
-			 po.dir, po.url, strerror(-ret), hint, name,
-			 push_cause()[0] ? ": " : "", push_cause());
-		code = CLI_EXIT_FAIL;
-		push_summary(&c, name, ret, &plan, NULL, 0, 0, code);
-		goto out;
-	}
-	if (reg.source[0] && !c.uploaded && !c.deleted && !c.sums_written)
-		registered = "unchanged";
-	else
-		registered = reg.source[0] ? "refreshed" : "added";
-	code = push_register(cfg, &c, name,
-			     !strcmp(registered, "unchanged") ? NULL
-			     : reg.source[0]		      ? "refresh"
-							      : "add",
-			     &stage_code, &verify_code);
-	if (reg.nested[0] && !code)
-		fprintf(stderr,
-			"stager push: the registered dataset %s overlaps %s: "
-			"'stager refresh %s' makes it see this push\n",
-			reg.nested, po.url, reg.nested);
-	push_summary(&c, name, 0, &plan, registered, stage_code, verify_code,
-		     code);
+	code = push_check_url(&c, &po);
+	if (!code)
+		code = push_dataset_name(&c, &po, &name, &dup, &real);
+	if (!code)
+		code = push_cli_run(cfg, &c, &po, name);
 out:
-	if (c.json && !c.summarized && code) {
-		json_t *doc = json_object(), *e = json_object();
-
-		if (doc && e && !json_object_set(doc, "error", e) &&
-		    !json_object_set_new(e, "exit", json_integer(code)) &&
-		    !jsonout_set_str(e, "message",
-				     c.err[0] ? c.err : "push failed"))
-			jsonout_print(doc);
-		json_decref(e);
-		json_decref(doc);
-	}
+	if (c.json && !c.summarized && code)
+		push_json_error(&c, code);
 	for (int k = 0; k < PR_N; k++)
 		json_decref(c.rows[k]);
 	push_free(c.push);

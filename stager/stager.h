@@ -119,9 +119,13 @@ struct stager_cmd {
 	unsigned flags;
 	enum stager_json json;
 	int min_args, max_args;
-	const char *opts; /* accepted option letters */
-	const char *usage;
-	const char *help;
+	const char *opts; /* accepted options: their letters in main.c's
+			   * option table */
+	const char *needs; /* options it cannot run without ("": none), shown
+			    * after the arguments in its synopsis */
+	const char *usage; /* the arguments */
+	const char *summary; /* one line for `stager --help` */
+	const char *help; /* `stager COMMAND --help` */
 };
 
 /* adhoc.c: stage and verify of a directory under a dstagefs mount (a PATH,

@@ -50,8 +50,9 @@ struct objstore_info {
 	char sha256[65];
 };
 
-/* One ranged GET. len bytes from off into buf; if_match may be NULL. */
-struct objstore_get {
+/* One ranged GET of objstore_get_many. len bytes from off into buf;
+ * if_match may be NULL. */
+struct objstore_get_req {
 	const char *key;
 	uint64_t off;
 	size_t len;
@@ -165,7 +166,8 @@ int objstore_get(struct objstore *os, const char *key, uint64_t off, size_t len,
  * `stager verify --cache` with its source unreachable, that reached a block
  * the cache must fetch). objstore_get likewise.
  */
-int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n);
+int objstore_get_many(struct objstore *os, struct objstore_get_req *reqs,
+		      size_t n);
 
 /*
  * Store size bytes read from fd (from its offset 0, with pread) as key.

@@ -431,64 +431,52 @@ static uint64_t cache_rx_sum(struct cache_rx *rx, const void *p, size_t len)
 	return XXH3_64bits(p, len);
 }
 
-/*
- * Fill blocks starting at b0 (at most max of them, all believed absent):
- * claim b0 (waiting for it when wait), try to claim the following ones, then
- * re-check each on disk, fetch those still missing in one objstore_get_many,
- * write them, make them durable, record them. Bytes the read wants are
- * copied to out. *no_space is set when the blocks could not be cached.
- * Returns the number of blocks handled from b0 (>= 1; 0 when !wait and b0 is
- * taken), -EALREADY when this process filled and verified b0 meanwhile (the
- * caller serves it from the file), or -errno.
- */
-static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
-		      const struct cache_out *out, bool *no_space)
+/* Claim b0 (waiting for it when wait), then as many of the following
+ * blocks, up to max, as are free at once; *n is how many were claimed.
+ * Returns 0, -EAGAIN (!wait and b0 is taken) or -errno. */
+static int cache_fill_claim(struct cache_obj *o, uint64_t b0, uint64_t max,
+			    bool wait, uint64_t *n)
+{
+	int ret = cache_claim(o, b0, wait);
+
+	if (ret)
+		return ret;
+	*n = 1;
+	while (*n < max && b0 + *n < o->nblocks &&
+	       cache_claim(o, b0 + *n, false) == 0)
+		(*n)++;
+	return 0;
+}
+
+/* Blocks this process filled while we waited for the claim (the readahead
+ * workers, mostly) are present and verified: unclaim the run from the
+ * first such block on, to serve them from the file instead of reading and
+ * hashing them again here. Returns how many blocks stay claimed. */
+static uint64_t cache_fill_trim(struct cache_obj *o, uint64_t b0, uint64_t n,
+				const struct cache_rec *recs)
+{
+	uint64_t keep = n;
+
+	pthread_mutex_lock(&o->lock);
+	for (uint64_t i = 0; i < n && keep == n; i++)
+		if (cache_rec_valid(o, &recs[i], b0 + i) &&
+		    cache_verified(o, b0 + i))
+			keep = i;
+	pthread_mutex_unlock(&o->lock);
+	while (n > keep)
+		cache_unclaim(o, b0 + --n);
+	return n;
+}
+
+/* Decide which of the n claimed blocks to fetch (fetch[i]): those without
+ * a valid record, and those whose data on disk fails its checksum (marked
+ * damaged). Returns 0 or -errno. */
+static int cache_fill_recheck(struct cache_obj *o, uint64_t b0, uint64_t n,
+			      struct cache_rec *recs, char *buf, bool *fetch)
 {
 	struct cache *c = o->c;
-	struct objstore_get reqs[CACHE_MAX_BATCH];
-	struct cache_rec recs[CACHE_MAX_BATCH];
-	struct cache_rx *rx = NULL; /* per block (not per request) */
-	bool fetch[CACHE_MAX_BATCH];
-	uint64_t n = 0, nfetch = 0, cost = 0;
-	char *buf = NULL;
 	int ret;
 
-	if (max > c->batch)
-		max = c->batch;
-	ret = cache_claim(o, b0, wait);
-	if (ret)
-		return ret == -EAGAIN ? 0 : ret;
-	n = 1;
-	while (n < max && b0 + n < o->nblocks &&
-	       cache_claim(o, b0 + n, false) == 0)
-		n++;
-	buf = cache_buf_get(c);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	ret = cache_read_recs(o, b0, n, recs);
-	if (ret)
-		goto out;
-	/* Blocks this process filled while we waited for the claim (the
-	 * readahead workers, mostly) are present and verified: serve them
-	 * from the file instead of reading and hashing them again here. */
-	{
-		uint64_t keep = n;
-
-		pthread_mutex_lock(&o->lock);
-		for (uint64_t i = 0; i < n && keep == n; i++)
-			if (cache_rec_valid(o, &recs[i], b0 + i) &&
-			    cache_verified(o, b0 + i))
-				keep = i;
-		pthread_mutex_unlock(&o->lock);
-		while (n > keep)
-			cache_unclaim(o, b0 + --n);
-	}
-	if (n == 0) {
-		ret = -EALREADY;
-		goto out;
-	}
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t b = b0 + i, len = cache_block_len(o, b);
 		char *p = buf + i * c->bs;
@@ -503,7 +491,7 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		if (ret == -EIO) /* unreadable, or past a cut-off end */
 			continue;
 		if (ret)
-			goto out;
+			return ret;
 		if (XXH3_64bits(p, len) == recs[i].sum) {
 			fetch[i] = false;
 			continue;
@@ -513,12 +501,28 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		 * (absent to readers) rather than trusted. */
 		(void)cache_mark_damaged(o, b, &recs[i]);
 	}
-	/* Without it (no memory) each block is hashed after it arrives. */
-	rx = aligned_alloc(64, ((n * sizeof(*rx)) + 63) & ~(size_t)63);
+	return 0;
+}
+
+/* Fetch the blocks marked in fetch into buf in one objstore_get_many,
+ * hashing them as they arrive into rx (when not NULL); *nfetch and *cost:
+ * how many blocks and what they cost the cache. Returns 0 or -errno (the
+ * first failed block's, through cache_fetch_error). */
+static int cache_fill_fetch(struct cache_obj *o, uint64_t b0, uint64_t n,
+			    const bool *fetch, char *buf, struct cache_rx *rx,
+			    uint64_t *nfetch, uint64_t *cost)
+{
+	struct cache *c = o->c;
+	struct objstore_get_req reqs[CACHE_MAX_BATCH];
+	uint64_t t0;
+	int ret;
+
+	*nfetch = 0;
+	*cost = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		if (!fetch[i])
 			continue;
-		reqs[nfetch] = (struct objstore_get){
+		reqs[*nfetch] = (struct objstore_get_req){
 			.key = o->key,
 			.off = (b0 + i) * c->bs,
 			.len = cache_block_len(o, b0 + i),
@@ -529,78 +533,100 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		};
 		if (rx)
 			cache_rx_reset(&rx[i]);
-		nfetch++;
-		cost += cache_block_cost(o, b0 + i);
+		(*nfetch)++;
+		*cost += cache_block_cost(o, b0 + i);
 	}
-	if (nfetch) {
-		uint64_t t0 = metrics_start();
+	if (!*nfetch)
+		return 0;
+	t0 = metrics_start();
+	ret = objstore_get_many(o->os, reqs, *nfetch);
+	metrics_observe_since(METRICS_HIST_FETCH, t0);
+	for (uint64_t i = 0; !ret && i < *nfetch; i++)
+		if (reqs[i].got != reqs[i].len)
+			ret = -EIO;
+	if (ret) {
+		uint64_t bad = b0;
 
-		ret = objstore_get_many(o->os, reqs, nfetch);
-		metrics_observe_since(METRICS_HIST_FETCH, t0);
-		for (uint64_t i = 0; !ret && i < nfetch; i++)
-			if (reqs[i].got != reqs[i].len)
-				ret = -EIO;
-		if (ret) {
-			uint64_t bad = b0;
+		for (uint64_t i = 0; i < *nfetch; i++)
+			if (reqs[i].result) {
+				bad = reqs[i].off / c->bs;
+				if (ret == -EIO)
+					ret = reqs[i].result;
+				break;
+			}
+		return cache_fetch_error(o, bad, ret);
+	}
+	cache_count(&c->fetches, *nfetch);
+	cache_count_misses(o, *nfetch);
+	return 0;
+}
 
-			for (uint64_t i = 0; i < nfetch; i++)
-				if (reqs[i].result) {
-					bad = reqs[i].off / c->bs;
-					if (ret == -EIO)
-						ret = reqs[i].result;
-					break;
-				}
-			ret = cache_fetch_error(o, bad, ret);
-			goto out;
-		}
-		cache_count(&c->fetches, nfetch);
-		cache_count_misses(o, nfetch);
-		for (uint64_t i = 0; i < n; i++) {
-			if (!fetch[i])
-				continue;
-			recs[i].sum = cache_rx_sum(rx ? &rx[i] : NULL,
-						   buf + i * c->bs,
-						   cache_block_len(o, b0 + i));
-			recs[i].magic = CACHE_REC_MAGIC;
-			recs[i].check = cache_rec_check(o, &recs[i], b0 + i);
-		}
-		ret = cache_reserve(c, o->dataset, cost);
-		if (ret == 0) {
+/* Record the fetched blocks' checksums and write them to the cache within
+ * its space (evicting once more when the disk is fuller than counted).
+ * Sets *no_space when they could not be stored: the read goes on
+ * uncached. Returns 0 or -errno. */
+static int cache_fill_store(struct cache_obj *o, uint64_t b0, uint64_t n,
+			    const bool *fetch, struct cache_rec *recs,
+			    char *buf, struct cache_rx *rx, uint64_t cost,
+			    bool *no_space)
+{
+	struct cache *c = o->c;
+	int ret;
+
+	for (uint64_t i = 0; i < n; i++) {
+		if (!fetch[i])
+			continue;
+		recs[i].sum = cache_rx_sum(rx ? &rx[i] : NULL, buf + i * c->bs,
+					   cache_block_len(o, b0 + i));
+		recs[i].magic = CACHE_REC_MAGIC;
+		recs[i].check = cache_rec_check(o, &recs[i], b0 + i);
+	}
+	ret = cache_reserve(c, o->dataset, cost);
+	if (ret == 0) {
+		ret = cache_commit(o, b0, fetch, recs, buf, n);
+		if (ret == -ENOSPC || ret == -EDQUOT) {
+			/* The filesystem is fuller than we thought:
+			 * free some room and try once more. */
+			uint64_t freed;
+
+			cache_evict_bytes(c, NULL, cost * 2, &freed);
 			ret = cache_commit(o, b0, fetch, recs, buf, n);
-			if (ret == -ENOSPC || ret == -EDQUOT) {
-				/* The filesystem is fuller than we thought:
-				 * free some room and try once more. */
-				uint64_t freed;
-
-				cache_evict_bytes(c, NULL, cost * 2, &freed);
-				ret = cache_commit(o, b0, fetch, recs, buf, n);
-			}
-			if (ret == 0)
-				cache_landed_bytes(c, cost);
-			if (ret) {
-				cache_unreserve(c, o->dataset, cost);
-				if (ret == -ENOSPC || ret == -EDQUOT)
-					cache_note_disk_full(c, ret,
-							     "fetched blocks");
-				else
-					log_warn("cache: %s/%s: cannot store "
-						 "blocks: %s; reading uncached",
-						 o->dataset, o->key,
-						 strerror(-ret));
-				ret = -ENOSPC;
-			}
 		}
-		if (ret == -ENOSPC) {
-			*no_space = true;
-			cache_count(&c->streamed, 1);
-			ret = 0;
+		if (ret == 0)
+			cache_landed_bytes(c, cost);
+		if (ret) {
+			cache_unreserve(c, o->dataset, cost);
+			if (ret == -ENOSPC || ret == -EDQUOT)
+				cache_note_disk_full(c, ret, "fetched blocks");
+			else
+				log_warn("cache: %s/%s: cannot store "
+					 "blocks: %s; reading uncached",
+					 o->dataset, o->key, strerror(-ret));
+			ret = -ENOSPC;
 		}
-		if (ret)
-			goto out;
 	}
+	if (ret == -ENOSPC) {
+		*no_space = true;
+		cache_count(&c->streamed, 1);
+		ret = 0;
+	}
+	return ret;
+}
+
+/* The n blocks in buf are filled: mark them verified (the stored ones),
+ * copy what the read wants to out, count them and, when stored, land buf
+ * for readers waiting on these blocks. Returns true when buf was handed
+ * over (landed). */
+static bool cache_fill_done(struct cache_obj *o, uint64_t b0, uint64_t n,
+			    const bool *fetch, char *buf,
+			    const struct cache_out *out, bool no_space)
+{
+	struct cache *c = o->c;
+	uint64_t s = b0 * c->bs, e = s, used = 0, os, oe;
+
 	pthread_mutex_lock(&o->lock);
 	for (uint64_t i = 0; i < n; i++)
-		if (!*no_space || !fetch[i])
+		if (!no_space || !fetch[i])
 			cache_set_verified(o, b0 + i, true);
 	pthread_mutex_unlock(&o->lock);
 	for (uint64_t i = 0; i < n; i++) {
@@ -614,23 +640,71 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 		if (!fetch[i])
 			cache_count_hits(o, 1);
 	}
-	if (!*no_space) {
-		/* Readers waiting for these blocks take them from memory
-		 * (landed before the claims go, so that they find it). */
-		uint64_t s = b0 * c->bs, e = s, used = 0;
-
-		for (uint64_t i = 0; i < n; i++)
-			e += cache_block_len(o, b0 + i);
-		uint64_t os, oe;
-
-		if (out && out->len &&
-		    cache_span(s, e, out->off, out->len, &os, &oe)) {
-			used = oe - os;
-			cache_drop_pages(o, os, used);
-		}
-		if (cache_land_publish(o, b0, n, buf, used))
-			buf = NULL;
+	if (no_space)
+		return false;
+	/* Readers waiting for these blocks take them from memory
+	 * (landed before the claims go, so that they find it). */
+	for (uint64_t i = 0; i < n; i++)
+		e += cache_block_len(o, b0 + i);
+	if (out && out->len && cache_span(s, e, out->off, out->len, &os, &oe)) {
+		used = oe - os;
+		cache_drop_pages(o, os, used);
 	}
+	return cache_land_publish(o, b0, n, buf, used);
+}
+
+/*
+ * Fill blocks starting at b0 (at most max of them, all believed absent):
+ * claim b0 (waiting for it when wait), try to claim the following ones, then
+ * re-check each on disk, fetch those still missing in one objstore_get_many,
+ * write them, make them durable, record them. Bytes the read wants are
+ * copied to out. *no_space is set when the blocks could not be cached.
+ * Returns the number of blocks handled from b0 (>= 1; 0 when !wait and b0 is
+ * taken), -EALREADY when this process filled and verified b0 meanwhile (the
+ * caller serves it from the file), or -errno.
+ */
+static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
+		      const struct cache_out *out, bool *no_space)
+{
+	struct cache *c = o->c;
+	struct cache_rec recs[CACHE_MAX_BATCH];
+	struct cache_rx *rx = NULL; /* per block (not per request) */
+	bool fetch[CACHE_MAX_BATCH];
+	uint64_t n = 0, nfetch = 0, cost = 0;
+	char *buf = NULL;
+	int ret;
+
+	if (max > c->batch)
+		max = c->batch;
+	ret = cache_fill_claim(o, b0, max, wait, &n);
+	if (ret)
+		return ret == -EAGAIN ? 0 : ret;
+	buf = cache_buf_get(c);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = cache_read_recs(o, b0, n, recs);
+	if (ret)
+		goto out;
+	n = cache_fill_trim(o, b0, n, recs);
+	if (n == 0) {
+		ret = -EALREADY;
+		goto out;
+	}
+	ret = cache_fill_recheck(o, b0, n, recs, buf, fetch);
+	if (ret)
+		goto out;
+	/* Without it (no memory) each block is hashed after it arrives. */
+	rx = aligned_alloc(64, ((n * sizeof(*rx)) + 63) & ~(size_t)63);
+	ret = cache_fill_fetch(o, b0, n, fetch, buf, rx, &nfetch, &cost);
+	if (!ret && nfetch)
+		ret = cache_fill_store(o, b0, n, fetch, recs, buf, rx, cost,
+				       no_space);
+	if (ret)
+		goto out;
+	if (cache_fill_done(o, b0, n, fetch, buf, out, *no_space))
+		buf = NULL;
 	ret = (int)n;
 out:
 	for (uint64_t i = 0; i < n; i++)

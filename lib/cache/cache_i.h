@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cache_i.h: the block cache's private header (docs/cache.md has the full
- * story). The cache is one module in eight files, seven layers: each file calls
+ * story). The cache is one module in nine files, seven layers: each file calls
  * only the files below it, never one above (a hook set at open is the one
  * way up, see "Hooks").
  *
@@ -19,6 +19,8 @@
  *                     the fill-buffer pool
  *   1  cache_file.c   the on-disk format: header, records, identity file,
  *                     OFD locks (bounded waits), page-cache drop-behind
+ *      cache_migrate.c  over it: a version 1 or 2 one-file object made a
+ *                     version 3 pair at open
  *
  * On disk (cache.dir, 0700, owned by the process's euid):
  *   dstage-cache            "dstage-cache 1\nblock_size N\n", written once
@@ -583,14 +585,16 @@ int cache_meta_replace(const struct cache *c, int dirfd, const char *data_path,
 		       int mfd);
 int cache_meta_orphan_drop(const struct cache *c, int dirfd,
 			   const char *meta_path, uint64_t *freed);
-int cache_migrate(struct cache *c, int dirfd, const char *data_path, int fd,
-		  const struct cache_object *obj, struct cache_layout *l,
-		  int *mfd);
 int cache_identity(struct cache *c);
 void cache_drop_range(const struct cache *c, int fd, uint64_t data_off,
 		      uint64_t size, uint64_t off, uint64_t len);
 void cache_drop_pages(struct cache_obj *o, uint64_t off, uint64_t len);
 void cache_note_disk_full(struct cache *c, int err, const char *what);
+
+/* ---- layer 1, over cache_file.c: cache_migrate.c ---- */
+int cache_migrate(struct cache *c, int dirfd, const char *data_path, int fd,
+		  const struct cache_object *obj, struct cache_layout *l,
+		  int *mfd);
 
 /* ---- layer 2: cache_space.c ---- */
 struct cache_ds *cache_ds_entry(struct cache *c, const char *name);

@@ -33,34 +33,34 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 
-#define LC_CHUNK (8u << 20)
-#define LC_SIDECAR ".dstage-sha256/"
-#define LC_MARKER_MAX 4096
+#define LIFECYCLE_CHUNK (8u << 20)
+#define LIFECYCLE_SIDECAR ".dstage-sha256/"
+#define LIFECYCLE_MARKER_MAX 4096
 
-struct lc_local {
+struct lifecycle_scan_local {
 	char *key;
 	ino_t ino;
 };
 
-struct lc_ckpt {
+struct lifecycle_scan_ckpt {
 	char *name;
 	int64_t mtime;
 	bool in_store; /* has objects in the store */
 	bool archived; /* has a marker */
 	bool incomplete; /* a local file being written or to publish */
 	char *archive; /* the marker's URL */
-	struct lc_local *locals; /* published local copies */
+	struct lifecycle_scan_local *locals; /* published local copies */
 	size_t nlocal, local_cap;
 };
 
-struct lc_job {
+struct lifecycle_scan_job {
 	char *name;
-	struct lc_ckpt *v;
+	struct lifecycle_scan_ckpt *v;
 	size_t n, cap;
 };
 
-struct lc_scan {
-	struct lc_job *jobs;
+struct lifecycle_scan {
+	struct lifecycle_scan_job *jobs;
 	size_t n, cap;
 	struct objstore *store;
 	int err;
@@ -70,11 +70,12 @@ struct lc_scan {
 
 /* The checkpoint "<job>/<name>" of the scan (made when missing), or NULL
  * (ENOMEM, recorded in s->err). */
-static struct lc_ckpt *lc_find(struct lc_scan *s, const char *job, size_t jl,
-			       const char *name, size_t nl)
+static struct lifecycle_scan_ckpt *lifecycle_find(struct lifecycle_scan *s,
+						  const char *job, size_t jl,
+						  const char *name, size_t nl)
 {
-	struct lc_job *j = NULL;
-	struct lc_ckpt *c;
+	struct lifecycle_scan_job *j = NULL;
+	struct lifecycle_scan_ckpt *c;
 
 	for (size_t i = 0; i < s->n && !j; i++)
 		if (strlen(s->jobs[i].name) == jl &&
@@ -110,7 +111,8 @@ nomem:
 
 /* Split "<job>/<name>[/...]" at its first two segments; false when the
  * key has fewer or is the store's own (a segment starting ".dstage"). */
-static bool lc_split(const char *key, size_t *jl, const char **name, size_t *nl)
+static bool lifecycle_split(const char *key, size_t *jl, const char **name,
+			    size_t *nl)
 {
 	const char *slash = strchr(key, '/'), *end;
 
@@ -130,7 +132,7 @@ static bool lc_split(const char *key, size_t *jl, const char **name, size_t *nl)
 }
 
 /* "<job>/.dstage-archived/<name>" into buf from prefix "<job>/<name>". */
-static void lc_mkey(char *buf, size_t len, const char *prefix)
+static void lifecycle_mkey(char *buf, size_t len, const char *prefix)
 {
 	const char *slash = strchr(prefix, '/');
 
@@ -139,7 +141,7 @@ static void lc_mkey(char *buf, size_t len, const char *prefix)
 }
 
 /* Whether key is a marker "<job>/.dstage-archived/<name>". */
-static bool lc_is_marker(const char *key, size_t *jl, const char **name)
+static bool lifecycle_is_marker(const char *key, size_t *jl, const char **name)
 {
 	const char *slash = strchr(key, '/');
 	size_t ml = strlen(LIFECYCLE_MARKER);
@@ -151,23 +153,24 @@ static bool lc_is_marker(const char *key, size_t *jl, const char **name)
 	return **name && !strchr(*name, '/') && strncmp(*name, ".dstage", 7);
 }
 
-static int lc_store_cb(void *arg, const struct objstore_info *oi)
+static int lifecycle_store_cb(void *arg, const struct objstore_info *oi)
 {
-	struct lc_scan *s = arg;
-	struct lc_ckpt *c;
+	struct lifecycle_scan *s = arg;
+	struct lifecycle_scan_ckpt *c;
 	const char *name;
 	size_t jl, nl;
 
-	if (lc_is_marker(oi->key, &jl, &name)) {
-		c = lc_find(s, oi->key, jl, name, strlen(name));
+	if (lifecycle_is_marker(oi->key, &jl, &name)) {
+		c = lifecycle_find(s, oi->key, jl, name, strlen(name));
 		if (!c)
 			return s->err;
-		c->archived = true; /* its URL and mtime: lc_scan_markers */
+		/* its URL and mtime: lifecycle_scan_markers */
+		c->archived = true;
 		return 0;
 	}
-	if (!lc_split(oi->key, &jl, &name, &nl))
+	if (!lifecycle_split(oi->key, &jl, &name, &nl))
 		return 0;
-	c = lc_find(s, oi->key, jl, name, nl);
+	c = lifecycle_find(s, oi->key, jl, name, nl);
 	if (!c)
 		return s->err;
 	c->in_store = true;
@@ -177,15 +180,17 @@ static int lc_store_cb(void *arg, const struct objstore_info *oi)
 }
 
 /* Read the marker of "<job>/<name>": its archive URL and mtime. */
-static int lc_marker_read(struct objstore *store, const char *mkey, char **url,
-			  char *cls, size_t clen, int64_t *mtime)
+static int lifecycle_marker_read(struct objstore *store, const char *mkey,
+				 char **url, char *cls, size_t clen,
+				 int64_t *mtime)
 {
-	char buf[LC_MARKER_MAX + 1], *p;
+	char buf[LIFECYCLE_MARKER_MAX + 1], *p;
 	size_t got = 0;
 	int ret;
 
 	*url = NULL;
-	ret = objstore_get(store, mkey, 0, LC_MARKER_MAX, NULL, buf, &got);
+	ret = objstore_get(store, mkey, 0, LIFECYCLE_MARKER_MAX, NULL, buf,
+			   &got);
 	if (ret)
 		return ret;
 	buf[got] = '\0';
@@ -206,22 +211,22 @@ static int lc_marker_read(struct objstore *store, const char *mkey, char **url,
 }
 
 /* Read the markers found by the listing: archive URL and mtime. */
-static void lc_scan_markers(struct lc_scan *s)
+static void lifecycle_scan_markers(struct lifecycle_scan *s)
 {
 	char prefix[2048], mkey[2200];
 
 	for (size_t i = 0; i < s->n; i++)
 		for (size_t k = 0; k < s->jobs[i].n; k++) {
-			struct lc_ckpt *c = &s->jobs[i].v[k];
+			struct lifecycle_scan_ckpt *c = &s->jobs[i].v[k];
 			int64_t mtime = 0;
 
 			if (!c->archived)
 				continue;
 			snprintf(prefix, sizeof(prefix), "%s/%s",
 				 s->jobs[i].name, c->name);
-			lc_mkey(mkey, sizeof(mkey), prefix);
-			if (lc_marker_read(s->store, mkey, &c->archive, NULL, 0,
-					   &mtime)) {
+			lifecycle_mkey(mkey, sizeof(mkey), prefix);
+			if (lifecycle_marker_read(s->store, mkey, &c->archive,
+						  NULL, 0, &mtime)) {
 				log_warn("lifecycle: unreadable archive marker "
 					 "%s in %s: ignored",
 					 mkey, objstore_url(s->store));
@@ -233,16 +238,16 @@ static void lc_scan_markers(struct lc_scan *s)
 		}
 }
 
-static int lc_local_cb(void *arg, const struct lifecycle_local *l)
+static int lifecycle_scan_local_cb(void *arg, const struct lifecycle_local *l)
 {
-	struct lc_scan *s = arg;
-	struct lc_ckpt *c;
+	struct lifecycle_scan *s = arg;
+	struct lifecycle_scan_ckpt *c;
 	const char *name;
 	size_t jl, nl;
 
-	if (!lc_split(l->key, &jl, &name, &nl))
+	if (!lifecycle_split(l->key, &jl, &name, &nl))
 		return 0;
-	c = lc_find(s, l->key, jl, name, nl);
+	c = lifecycle_find(s, l->key, jl, name, nl);
 	if (!c)
 		return s->err;
 	if (l->state != 'C') {
@@ -260,11 +265,11 @@ static int lc_local_cb(void *arg, const struct lifecycle_local *l)
 	return 0;
 }
 
-static void lc_scan_release(struct lc_scan *s)
+static void lifecycle_scan_release(struct lifecycle_scan *s)
 {
 	for (size_t i = 0; i < s->n; i++) {
 		for (size_t k = 0; k < s->jobs[i].n; k++) {
-			struct lc_ckpt *c = &s->jobs[i].v[k];
+			struct lifecycle_scan_ckpt *c = &s->jobs[i].v[k];
 
 			for (size_t l = 0; l < c->nlocal; l++)
 				free(c->locals[l].key);
@@ -281,14 +286,14 @@ static void lc_scan_release(struct lc_scan *s)
 /* ---- moving objects ---- */
 
 /* "<prefix>" is key itself or a directory above it. */
-static bool lc_under(const char *key, const char *prefix)
+static bool lifecycle_under(const char *key, const char *prefix)
 {
 	size_t pl = strlen(prefix);
 
 	return !strncmp(key, prefix, pl) && (!key[pl] || key[pl] == '/');
 }
 
-struct lc_keys {
+struct lifecycle_keys {
 	const char *prefix;
 	char **v;
 	uint64_t *sizes;
@@ -296,12 +301,12 @@ struct lc_keys {
 	int err;
 };
 
-static int lc_keys_cb(void *arg, const struct objstore_info *oi)
+static int lifecycle_keys_cb(void *arg, const struct objstore_info *oi)
 {
-	struct lc_keys *k = arg;
+	struct lifecycle_keys *k = arg;
 	size_t scap = k->cap; /* sizes[] has v[]'s capacity */
 
-	if (!lc_under(oi->key, k->prefix))
+	if (!lifecycle_under(oi->key, k->prefix))
 		return 0;
 	if (GROW_ONE(k->v, k->n, k->cap, 8) ||
 	    grow_array(&k->sizes, &scap, k->cap, sizeof(*k->sizes), 8))
@@ -313,7 +318,7 @@ static int lc_keys_cb(void *arg, const struct objstore_info *oi)
 	return 0;
 }
 
-static void lc_keys_release(struct lc_keys *k)
+static void lifecycle_keys_release(struct lifecycle_keys *k)
 {
 	for (size_t i = 0; i < k->n; i++)
 		free(k->v[i]);
@@ -322,21 +327,21 @@ static void lc_keys_release(struct lc_keys *k)
 }
 
 /* The objects of checkpoint prefix ("<job>/<name>") in os. */
-static int lc_keys_list(struct objstore *os, const char *prefix,
-			struct lc_keys *k)
+static int lifecycle_keys_list(struct objstore *os, const char *prefix,
+			       struct lifecycle_keys *k)
 {
 	int ret;
 
 	memset(k, 0, sizeof(*k));
 	k->prefix = prefix;
-	ret = objstore_list(os, prefix, lc_keys_cb, k);
+	ret = objstore_list(os, prefix, lifecycle_keys_cb, k);
 	return ret ? ret : k->err;
 }
 
 /* Copy object key (size bytes) from one store to another through an
  * unnamed temporary file in tmpdir. */
-static int lc_copy(struct objstore *from, struct objstore *to, const char *key,
-		   uint64_t size, const char *tmpdir)
+static int lifecycle_copy(struct objstore *from, struct objstore *to,
+			  const char *key, uint64_t size, const char *tmpdir)
 {
 	char *buf = NULL;
 	uint64_t off = 0;
@@ -347,13 +352,14 @@ static int lc_copy(struct objstore *from, struct objstore *to, const char *key,
 		fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	buf = size ? malloc(LC_CHUNK) : NULL;
+	buf = size ? malloc(LIFECYCLE_CHUNK) : NULL;
 	if (size && !buf) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	while (off < size) {
-		size_t want = size - off < LC_CHUNK ? size - off : LC_CHUNK;
+		size_t want = size - off < LIFECYCLE_CHUNK ? size - off
+							   : LIFECYCLE_CHUNK;
 		size_t got = 0;
 
 		ret = objstore_get(from, key, off, want, NULL, buf, &got);
@@ -373,33 +379,34 @@ out:
 }
 
 /* Copy key's sidecar, when it has one. */
-static int lc_copy_sidecar(struct objstore *from, struct objstore *to,
-			   const char *key, const char *tmpdir)
+static int lifecycle_copy_sidecar(struct objstore *from, struct objstore *to,
+				  const char *key, const char *tmpdir)
 {
 	char side[4200];
 	struct objstore_info oi;
 	int ret;
 
-	snprintf(side, sizeof(side), "%s%s", LC_SIDECAR, key);
+	snprintf(side, sizeof(side), "%s%s", LIFECYCLE_SIDECAR, key);
 	ret = objstore_head(from, side, &oi);
 	if (ret == -ENOENT)
 		return 0;
-	return ret ? ret : lc_copy(from, to, side, oi.size, tmpdir);
+	return ret ? ret : lifecycle_copy(from, to, side, oi.size, tmpdir);
 }
 
-static int lc_delete_with_sidecar(struct objstore *os, const char *key)
+static int lifecycle_delete_with_sidecar(struct objstore *os, const char *key)
 {
 	char side[4200];
 	int ret = objstore_delete(os, key);
 
-	snprintf(side, sizeof(side), "%s%s", LC_SIDECAR, key);
+	snprintf(side, sizeof(side), "%s%s", LIFECYCLE_SIDECAR, key);
 	if (!ret)
 		ret = objstore_delete(os, side);
 	return ret;
 }
 
-static int lc_open_archive(const struct dstage_config *cfg, const char *url,
-			   const char *cls, struct objstore **out)
+static int lifecycle_open_archive(const struct dstage_config *cfg,
+				  const char *url, const char *cls,
+				  struct objstore **out)
 {
 	int ret = objstore_open(url, cfg, out);
 
@@ -417,66 +424,69 @@ static int lc_open_archive(const struct dstage_config *cfg, const char *url,
 }
 
 /* Move checkpoint prefix from store to the rule's archive (see the top). */
-static int lc_archive(const struct dstage_config *cfg, struct objstore *store,
-		      const struct lifecycle_rule *r, const char *prefix,
-		      int64_t mtime)
+static int lifecycle_archive(const struct dstage_config *cfg,
+			     struct objstore *store,
+			     const struct lifecycle_rule *r, const char *prefix,
+			     int64_t mtime)
 {
 	struct objstore *arch = NULL;
-	struct lc_keys k;
+	struct lifecycle_keys k;
 	char mkey[4200], body[LIFECYCLE_URL_MAX + 200];
 	const char *tmp =
 		cfg->ckpt_staging_dir ? cfg->ckpt_staging_dir : "/tmp";
-	int ret = lc_keys_list(store, prefix, &k);
+	int ret = lifecycle_keys_list(store, prefix, &k);
 
 	if (!ret && !k.n)
 		ret = -ENOENT; /* gone meanwhile: no marker for nothing */
 	if (!ret)
-		ret = lc_open_archive(cfg, r->archive, r->storage_class, &arch);
+		ret = lifecycle_open_archive(cfg, r->archive, r->storage_class,
+					     &arch);
 	for (size_t i = 0; !ret && i < k.n; i++) {
-		ret = lc_copy(store, arch, k.v[i], k.sizes[i], tmp);
+		ret = lifecycle_copy(store, arch, k.v[i], k.sizes[i], tmp);
 		if (!ret)
-			ret = lc_copy_sidecar(store, arch, k.v[i], tmp);
+			ret = lifecycle_copy_sidecar(store, arch, k.v[i], tmp);
 	}
 	if (ret)
 		goto out;
-	lc_mkey(mkey, sizeof(mkey), prefix);
+	lifecycle_mkey(mkey, sizeof(mkey), prefix);
 	snprintf(body, sizeof(body),
 		 "dstage-archived 1\nurl %s\nclass %s\nmtime %" PRId64
 		 "\nfiles %zu\n",
 		 r->archive, r->storage_class, mtime, k.n);
 	ret = objstore_put_buf(store, mkey, body, strlen(body));
 	for (size_t i = 0; !ret && i < k.n; i++)
-		ret = lc_delete_with_sidecar(store, k.v[i]);
+		ret = lifecycle_delete_with_sidecar(store, k.v[i]);
 out:
 	objstore_free(arch);
-	lc_keys_release(&k);
+	lifecycle_keys_release(&k);
 	return ret;
 }
 
 /* Delete checkpoint prefix from the store and from archive (may be NULL),
  * marker last. */
-static int lc_delete(const struct dstage_config *cfg, struct objstore *store,
-		     const char *archive, const char *prefix)
+static int lifecycle_delete(const struct dstage_config *cfg,
+			    struct objstore *store, const char *archive,
+			    const char *prefix)
 {
 	struct objstore *arch = NULL;
-	struct lc_keys k;
+	struct lifecycle_keys k;
 	char mkey[4200];
-	int ret = lc_keys_list(store, prefix, &k);
+	int ret = lifecycle_keys_list(store, prefix, &k);
 
 	for (size_t i = 0; !ret && i < k.n; i++)
-		ret = lc_delete_with_sidecar(store, k.v[i]);
-	lc_keys_release(&k);
+		ret = lifecycle_delete_with_sidecar(store, k.v[i]);
+	lifecycle_keys_release(&k);
 	if (!ret && archive && *archive) {
-		ret = lc_open_archive(cfg, archive, NULL, &arch);
+		ret = lifecycle_open_archive(cfg, archive, NULL, &arch);
 		if (!ret)
-			ret = lc_keys_list(arch, prefix, &k);
+			ret = lifecycle_keys_list(arch, prefix, &k);
 		for (size_t i = 0; !ret && i < k.n; i++)
-			ret = lc_delete_with_sidecar(arch, k.v[i]);
+			ret = lifecycle_delete_with_sidecar(arch, k.v[i]);
 		if (arch)
-			lc_keys_release(&k);
+			lifecycle_keys_release(&k);
 		objstore_free(arch);
 	}
-	lc_mkey(mkey, sizeof(mkey), prefix);
+	lifecycle_mkey(mkey, sizeof(mkey), prefix);
 	if (!ret)
 		ret = objstore_delete(store, mkey);
 	return ret;
@@ -485,9 +495,10 @@ static int lc_delete(const struct dstage_config *cfg, struct objstore *store,
 /* The audit record of a recall (catalog at cfg's catalog.path): action
  * "lifecycle.recall", target the checkpoint, from the archive, for the
  * key opened. A failure is logged: the recall stands. */
-static void lc_audit_recall(const struct dstage_config *cfg,
-			    const struct catalog_audit *who, const char *prefix,
-			    const char *url, const char *key)
+static void lifecycle_audit_recall(const struct dstage_config *cfg,
+				   const struct catalog_audit *who,
+				   const char *prefix, const char *url,
+				   const char *key)
 {
 	struct catalog_audit a = *who;
 	struct catalog *cat = NULL;
@@ -515,20 +526,20 @@ static void lc_audit_recall(const struct dstage_config *cfg,
 
 /* The checkpoint prefix "<job>/<checkpoint>" of key and its marker's key.
  * false: key belongs to no checkpoint (or is too long). */
-static bool lc_prefix(const char *key, char *prefix, size_t plen, char *mkey,
-		      size_t mlen)
+static bool lifecycle_prefix(const char *key, char *prefix, size_t plen,
+			     char *mkey, size_t mlen)
 {
 	const char *name;
 	size_t jl, nl;
 
-	if (!lc_split(key, &jl, &name, &nl) || jl + 1 + nl >= plen)
+	if (!lifecycle_split(key, &jl, &name, &nl) || jl + 1 + nl >= plen)
 		return false;
 	snprintf(prefix, plen, "%.*s/%.*s", (int)jl, key, (int)nl, name);
-	lc_mkey(mkey, mlen, prefix);
+	lifecycle_mkey(mkey, mlen, prefix);
 	return true;
 }
 
-static int lc_has_any(void *arg, const struct objstore_info *oi)
+static int lifecycle_has_any(void *arg, const struct objstore_info *oi)
 {
 	(void)oi;
 	*(bool *)arg = true;
@@ -547,18 +558,18 @@ int lifecycle_archived_stat(const struct dstage_config *cfg,
 	int ret;
 
 	memset(a, 0, sizeof(*a));
-	if (!lc_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
+	if (!lifecycle_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
 		return -ENOENT;
 	/* No marker that can be read (missing, unreadable, or a path the
 	 * store cannot hold: a file "<job>" gives ENOTDIR): not archived, as
 	 * for a name that does not exist. Past it, the archive's errors. */
 	ret = objstore_head(store, mkey, &oi); /* quiet when missing */
 	if (!ret)
-		ret = lc_marker_read(store, mkey, &url, NULL, 0, &mtime);
+		ret = lifecycle_marker_read(store, mkey, &url, NULL, 0, &mtime);
 	if (ret)
 		ret = -ENOENT;
 	if (!ret)
-		ret = lc_open_archive(cfg, url, NULL, &arch);
+		ret = lifecycle_open_archive(cfg, url, NULL, &arch);
 	if (ret)
 		goto out;
 	a->mtime = mtime;
@@ -575,7 +586,7 @@ int lifecycle_archived_stat(const struct dstage_config *cfg,
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = objstore_list(arch, sub, lc_has_any, &any);
+	ret = objstore_list(arch, sub, lifecycle_has_any, &any);
 	if (ret == 1)
 		ret = 0;
 	if (!ret && !any)
@@ -593,14 +604,14 @@ int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 {
 	struct objstore *arch = NULL, *own = NULL;
 	struct objstore_info oi;
-	struct lc_keys k = { 0 };
+	struct lifecycle_keys k = { 0 };
 	char prefix[2048], mkey[2200], cls[LIFECYCLE_CLASS_MAX] = "";
 	const char *tmp =
 		cfg->ckpt_staging_dir ? cfg->ckpt_staging_dir : "/tmp";
 	char *url = NULL;
 	int ret;
 
-	if (!lc_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
+	if (!lifecycle_prefix(key, prefix, sizeof(prefix), mkey, sizeof(mkey)))
 		return -ENOENT;
 	if (!store) {
 		if (!cfg->ckpt_store ||
@@ -610,20 +621,21 @@ int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 	}
 	ret = objstore_head(store, mkey, &oi); /* quiet when missing */
 	if (!ret)
-		ret = lc_marker_read(store, mkey, &url, cls, sizeof(cls), NULL);
+		ret = lifecycle_marker_read(store, mkey, &url, cls, sizeof(cls),
+					    NULL);
 	if (ret == -ERANGE || ret == -EINVAL)
 		ret = -ENOENT;
 	if (ret)
 		goto out;
 	log_info("lifecycle: recalling %s from the archive %s into %s", prefix,
 		 url, objstore_url(store));
-	ret = lc_open_archive(cfg, url, NULL, &arch);
+	ret = lifecycle_open_archive(cfg, url, NULL, &arch);
 	if (!ret)
-		ret = lc_keys_list(arch, prefix, &k);
+		ret = lifecycle_keys_list(arch, prefix, &k);
 	for (size_t i = 0; !ret && i < k.n; i++) {
-		ret = lc_copy(arch, store, k.v[i], k.sizes[i], tmp);
+		ret = lifecycle_copy(arch, store, k.v[i], k.sizes[i], tmp);
 		if (!ret)
-			ret = lc_copy_sidecar(arch, store, k.v[i], tmp);
+			ret = lifecycle_copy_sidecar(arch, store, k.v[i], tmp);
 	}
 	if (!ret && !k.n)
 		ret = -ENOENT;
@@ -637,9 +649,9 @@ int lifecycle_recall(const struct dstage_config *cfg, struct objstore *store,
 			 "%u",
 			 prefix, k.n, url, who ? (unsigned)who->uid : 0u);
 	if (!ret && who)
-		lc_audit_recall(cfg, who, prefix, url, key);
+		lifecycle_audit_recall(cfg, who, prefix, url, key);
 out:
-	lc_keys_release(&k);
+	lifecycle_keys_release(&k);
 	objstore_free(arch);
 	objstore_free(own);
 	free(url);
@@ -648,7 +660,7 @@ out:
 
 /* ---- the pass ---- */
 
-struct lc_pass {
+struct lifecycle_pass {
 	const struct dstage_config *cfg;
 	struct catalog *cat;
 	const struct lifecycle_run_opts *o;
@@ -659,7 +671,8 @@ struct lc_pass {
 	struct lifecycle_run_stats *st;
 };
 
-static void lc_report(struct lc_pass *p, struct lifecycle_event *ev)
+static void lifecycle_report(struct lifecycle_pass *p,
+			     struct lifecycle_event *ev)
 {
 	char target[600], desc[LIFECYCLE_PATTERN_MAX + LIFECYCLE_URL_MAX + 300];
 	struct catalog_audit a = { .uid = p->o->uid, .user = p->o->user };
@@ -700,9 +713,10 @@ static void lc_report(struct lc_pass *p, struct lifecycle_event *ev)
 			  target);
 }
 
-static void lc_apply(struct lc_pass *p, const struct lifecycle_rule *r,
-		     const char *job, struct lifecycle_ckpt *k,
-		     struct lc_ckpt *c)
+static void lifecycle_apply(struct lifecycle_pass *p,
+			    const struct lifecycle_rule *r, const char *job,
+			    struct lifecycle_ckpt *k,
+			    struct lifecycle_scan_ckpt *c)
 {
 	char prefix[2048], staging[4300];
 	struct lifecycle_event ev = {
@@ -724,11 +738,11 @@ static void lc_apply(struct lc_pass *p, const struct lifecycle_rule *r,
 		ev.from = where;
 		ev.to = "";
 		if (!p->o->dry_run)
-			ev.result = lc_delete(
+			ev.result = lifecycle_delete(
 				p->cfg, p->store,
 				c->archive ? c->archive : r->archive, prefix);
 		p->st->deleted += !ev.result;
-		lc_report(p, &ev);
+		lifecycle_report(p, &ev);
 	}
 	if (k->actions & LIFECYCLE_ARCHIVE_IT) {
 		ev.action = LIFECYCLE_ARCHIVE_IT;
@@ -736,10 +750,10 @@ static void lc_apply(struct lc_pass *p, const struct lifecycle_rule *r,
 		ev.to = r->archive;
 		ev.result = 0;
 		if (!p->o->dry_run)
-			ev.result = lc_archive(p->cfg, p->store, r, prefix,
-					       k->mtime);
+			ev.result = lifecycle_archive(p->cfg, p->store, r,
+						      prefix, k->mtime);
 		p->st->archived += !ev.result;
-		lc_report(p, &ev);
+		lifecycle_report(p, &ev);
 	}
 	if ((k->actions & LIFECYCLE_DROP_LOCAL) && c->nlocal) {
 		ev.action = LIFECYCLE_DROP_LOCAL;
@@ -756,12 +770,13 @@ static void lc_apply(struct lc_pass *p, const struct lifecycle_rule *r,
 				ev.result = ret;
 		}
 		p->st->dropped += !ev.result;
-		lc_report(p, &ev);
+		lifecycle_report(p, &ev);
 	}
 }
 
-static void lc_job(struct lc_pass *p, const struct lifecycle_rule *r,
-		   struct lc_job *j)
+static void lifecycle_job(struct lifecycle_pass *p,
+			  const struct lifecycle_rule *r,
+			  struct lifecycle_scan_job *j)
 {
 	struct lifecycle_ckpt *k = calloc(j->n, sizeof(*k));
 
@@ -770,7 +785,7 @@ static void lc_job(struct lc_pass *p, const struct lifecycle_rule *r,
 		return;
 	}
 	for (size_t i = 0; i < j->n; i++) {
-		struct lc_ckpt *c = &j->v[i];
+		struct lifecycle_scan_ckpt *c = &j->v[i];
 
 		k[i].name = c->name;
 		k[i].mtime = c->mtime;
@@ -782,26 +797,27 @@ static void lc_job(struct lc_pass *p, const struct lifecycle_rule *r,
 	p->st->jobs++;
 	p->st->checkpoints += (unsigned)j->n;
 	for (size_t i = 0; i < j->n; i++) {
-		struct lc_ckpt *c = NULL;
+		struct lifecycle_scan_ckpt *c = NULL;
 
 		for (size_t m = 0; m < j->n && !c; m++)
 			if (j->v[m].name == k[i].name)
 				c = &j->v[m];
 		if (k[i].actions && c)
-			lc_apply(p, r, j->name, &k[i], c);
+			lifecycle_apply(p, r, j->name, &k[i], c);
 	}
 	free(k);
 }
 
-struct lc_abandoned_arg {
-	struct lc_pass *p;
+struct lifecycle_abandoned_arg {
+	struct lifecycle_pass *p;
 	char **names;
 	size_t n, cap;
 };
 
-static int lc_abandoned_cb(void *arg, const struct lifecycle_abandoned *a)
+static int lifecycle_abandoned_one(void *arg,
+				   const struct lifecycle_abandoned *a)
 {
-	struct lc_abandoned_arg *x = arg;
+	struct lifecycle_abandoned_arg *x = arg;
 
 	if (x->p->o->now - a->mtime < x->p->o->abandoned_keep)
 		return 0;
@@ -811,14 +827,14 @@ static int lc_abandoned_cb(void *arg, const struct lifecycle_abandoned *a)
 	return x->names[x->n++] ? 0 : -ENOMEM;
 }
 
-static void lc_abandoned(struct lc_pass *p)
+static void lifecycle_sweep_abandoned(struct lifecycle_pass *p)
 {
-	struct lc_abandoned_arg x = { .p = p };
+	struct lifecycle_abandoned_arg x = { .p = p };
 	char from[4200];
 
 	if (!p->stg)
 		return;
-	lifecycle_abandoned_list(p->stg, lc_abandoned_cb, &x);
+	lifecycle_abandoned_list(p->stg, lifecycle_abandoned_one, &x);
 	snprintf(from, sizeof(from), "%s/abandoned",
 		 lifecycle_staging_path(p->stg));
 	for (size_t i = 0; i < x.n; i++) {
@@ -835,7 +851,7 @@ static void lc_abandoned(struct lc_pass *p)
 			ev.result =
 				lifecycle_abandoned_remove(p->stg, x.names[i]);
 		p->st->abandoned += !ev.result;
-		lc_report(p, &ev);
+		lifecycle_report(p, &ev);
 		free(x.names[i]);
 	}
 	free(x.names);
@@ -847,13 +863,13 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 {
 	struct lifecycle_run_stats st0 = { 0 };
 	struct lifecycle_rule *rules = NULL;
-	struct lc_scan s = { 0 };
-	struct lc_pass p = { .cfg = cfg,
-			     .cat = cat,
-			     .o = o,
-			     .cb = cb,
-			     .arg = arg,
-			     .st = stats ? stats : &st0 };
+	struct lifecycle_scan s = { 0 };
+	struct lifecycle_pass p = { .cfg = cfg,
+				    .cat = cat,
+				    .o = o,
+				    .cb = cb,
+				    .arg = arg,
+				    .st = stats ? stats : &st0 };
 	size_t nrules = 0;
 	int ret;
 
@@ -874,11 +890,12 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 		log_warn("lifecycle: no local copies handled: %s",
 			 strerror(-ret));
 	s.store = p.store;
-	ret = objstore_list(p.store, "", lc_store_cb, &s);
+	ret = objstore_list(p.store, "", lifecycle_store_cb, &s);
 	if (!ret)
-		lc_scan_markers(&s);
+		lifecycle_scan_markers(&s);
 	if (!ret && p.stg)
-		ret = lifecycle_staging_scan(p.stg, lc_local_cb, &s);
+		ret = lifecycle_staging_scan(p.stg, lifecycle_scan_local_cb,
+					     &s);
 	if (!ret)
 		ret = s.err;
 	if (ret) {
@@ -891,9 +908,9 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 			lifecycle_rule_find(rules, nrules, s.jobs[i].name);
 
 		if (r)
-			lc_job(&p, r, &s.jobs[i]);
+			lifecycle_job(&p, r, &s.jobs[i]);
 	}
-	lc_abandoned(&p);
+	lifecycle_sweep_abandoned(&p);
 	log_info("lifecycle: %s%u job(s), %u checkpoint(s) with a rule: %u "
 		 "archived, %u deleted, %u local copies dropped, %u abandoned "
 		 "file(s) removed, %u error(s)",
@@ -901,7 +918,7 @@ int lifecycle_run(const struct dstage_config *cfg, struct catalog *cat,
 		 p.st->archived, p.st->deleted, p.st->dropped, p.st->abandoned,
 		 p.st->errors);
 out:
-	lc_scan_release(&s);
+	lifecycle_scan_release(&s);
 	lifecycle_staging_free(p.stg);
 	objstore_free(p.store);
 	free(rules);

@@ -402,7 +402,7 @@ static int filestore_head(struct objstore *os, const char *key,
 	return 0;
 }
 
-static int filestore_get_one(struct filestore *fs, struct objstore_get *rq)
+static int filestore_get_one(struct filestore *fs, struct objstore_get_req *rq)
 {
 	char etag[OBJSTORE_ETAG_MAX];
 	struct stat st;
@@ -439,7 +439,8 @@ out:
 
 /* One read of a batch, counted in the source request metrics (0 "ok" or
  * its errno). */
-static int filestore_get_counted(struct objstore *os, struct objstore_get *rq)
+static int filestore_get_counted(struct objstore *os,
+				 struct objstore_get_req *rq)
 {
 	int ret = filestore_get_one(fs_of(os), rq);
 
@@ -449,8 +450,8 @@ static int filestore_get_counted(struct objstore *os, struct objstore_get *rq)
 
 /* Ranged reads in parallel, s3.max_inflight threads at most: on a parallel
  * filesystem latency, not bandwidth, bounds a single reader. */
-static int filestore_get_many(struct objstore *os, struct objstore_get *reqs,
-			      size_t n)
+static int filestore_get_many(struct objstore *os,
+			      struct objstore_get_req *reqs, size_t n)
 {
 	return filestore_io_get_parallel(os, reqs, n, filestore_get_counted);
 }

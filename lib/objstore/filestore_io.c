@@ -20,7 +20,7 @@
 #define FILESTORE_IO_PIECE (256u << 10)
 #define FILESTORE_IO_THREADS 64
 
-int filestore_io_read(struct objstore *os, int fd, struct objstore_get *rq)
+int filestore_io_read(struct objstore *os, int fd, struct objstore_get_req *rq)
 {
 	size_t done = 0;
 
@@ -57,7 +57,7 @@ int filestore_io_read(struct objstore *os, int fd, struct objstore_get *rq)
 
 struct filestore_io_batch {
 	struct objstore *os;
-	struct objstore_get *reqs;
+	struct objstore_get_req *reqs;
 	size_t n;
 	filestore_io_get_fn fn;
 	_Atomic size_t next; /* the next request to take */
@@ -73,8 +73,9 @@ static void *filestore_io_worker(void *arg)
 	return NULL;
 }
 
-int filestore_io_get_parallel(struct objstore *os, struct objstore_get *reqs,
-			      size_t n, filestore_io_get_fn fn)
+int filestore_io_get_parallel(struct objstore *os,
+			      struct objstore_get_req *reqs, size_t n,
+			      filestore_io_get_fn fn)
 {
 	struct filestore_io_batch b = {
 		.os = os, .reqs = reqs, .n = n, .fn = fn

@@ -19,11 +19,11 @@
  * only at end of file) and counts the bytes in os's stats. Returns 0 or
  * pread's -errno (logged, naming os's URL, the key and the offset).
  */
-int filestore_io_read(struct objstore *os, int fd, struct objstore_get *rq);
+int filestore_io_read(struct objstore *os, int fd, struct objstore_get_req *rq);
 
 /* One request of a batch: 0 or -errno, stored by the caller in result. */
 typedef int (*filestore_io_get_fn)(struct objstore *os,
-				   struct objstore_get *rq);
+				   struct objstore_get_req *rq);
 
 /*
  * Run fn on every one of the n requests, on up to s3.max_inflight threads
@@ -33,7 +33,8 @@ typedef int (*filestore_io_get_fn)(struct objstore *os,
  * order, or 0. A thread that cannot be started leaves its share to the
  * others.
  */
-int filestore_io_get_parallel(struct objstore *os, struct objstore_get *reqs,
-			      size_t n, filestore_io_get_fn fn);
+int filestore_io_get_parallel(struct objstore *os,
+			      struct objstore_get_req *reqs, size_t n,
+			      filestore_io_get_fn fn);
 
 #endif

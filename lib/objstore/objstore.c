@@ -215,7 +215,7 @@ int objstore_head(struct objstore *os, const char *key,
 int objstore_get(struct objstore *os, const char *key, uint64_t off, size_t len,
 		 const char *if_match, void *buf, size_t *got)
 {
-	struct objstore_get rq = {
+	struct objstore_get_req rq = {
 		.key = key,
 		.off = off,
 		.len = len,
@@ -230,7 +230,8 @@ int objstore_get(struct objstore *os, const char *key, uint64_t off, size_t len,
 	return ret;
 }
 
-int objstore_get_many(struct objstore *os, struct objstore_get *reqs, size_t n)
+int objstore_get_many(struct objstore *os, struct objstore_get_req *reqs,
+		      size_t n)
 {
 	int ret;
 

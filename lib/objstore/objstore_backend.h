@@ -20,7 +20,7 @@ struct objstore_ops {
 		    objstore_list_cb cb, void *arg);
 	int (*head)(struct objstore *os, const char *key,
 		    struct objstore_info *info);
-	int (*get_many)(struct objstore *os, struct objstore_get *reqs,
+	int (*get_many)(struct objstore *os, struct objstore_get_req *reqs,
 			size_t n);
 	/* sha256: the content's (hex), or NULL: the backend finds it if it
 	 * needs it. */

@@ -58,7 +58,7 @@ static int overlay_store_resolve(struct overlay_store *s, const char *key,
 }
 
 static int overlay_store_get_one(struct overlay_store *s,
-				 struct objstore_get *rq)
+				 struct objstore_get_req *rq)
 {
 	char etag[OVERLAY_ETAG_MAX];
 	struct stat st;
@@ -91,7 +91,8 @@ out:
 	return ret;
 }
 
-static int overlay_store_get_fn(struct objstore *os, struct objstore_get *rq)
+static int overlay_store_get_fn(struct objstore *os,
+				struct objstore_get_req *rq)
 {
 	return overlay_store_get_one(overlay_store_of(os), rq);
 }
@@ -101,7 +102,7 @@ static int overlay_store_get_fn(struct objstore *os, struct objstore_get *rq)
  * not its bandwidth, bounds a single reader. objstore_get_many counts the
  * failed ones. */
 static int overlay_store_get_many(struct objstore *os,
-				  struct objstore_get *reqs, size_t n)
+				  struct objstore_get_req *reqs, size_t n)
 {
 	return filestore_io_get_parallel(os, reqs, n, overlay_store_get_fn);
 }

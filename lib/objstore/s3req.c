@@ -52,7 +52,7 @@
 #include "util/strutil.h"
 
 /* xorshift64*, per thread, seeded from getrandom: jitter only. */
-static uint64_t s3_rand(void)
+static uint64_t s3req_rand(void)
 {
 	static __thread uint64_t x;
 
@@ -74,7 +74,7 @@ static struct ratelimit_shm s3_rl = RATELIMIT_SHM_INITIALIZER;
 
 /* 429, SlowDown, or a 503 naming when to come back (or to a HEAD, which
  * has no body to name SlowDown): the store is shedding load, not failing. */
-static bool s3_throttling(const struct s3req *rq)
+static bool s3req_throttling(const struct s3req *rq)
 {
 	return rq->status == 429 || !strcmp(rq->s3code, "SlowDown") ||
 	       (rq->status == 503 &&
@@ -82,7 +82,7 @@ static bool s3_throttling(const struct s3req *rq)
 }
 
 /* The bytes a request is charged for when it starts. */
-static uint64_t s3_req_bytes(const struct s3req *rq)
+static uint64_t s3req_bytes(const struct s3req *rq)
 {
 	return rq->flags & REQ_RANGE ? rq->len : rq->body_len;
 }
@@ -142,7 +142,7 @@ static void s3req_conn_put(struct s3store *st, struct s3conn *c)
 
 /* ---- one request's callbacks ---- */
 
-static int s3_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
+static int s3req_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
 {
 	if (rq->resp_len + n > limit)
 		return -EFBIG;
@@ -154,7 +154,7 @@ static int s3_grow(struct s3req *rq, const char *p, size_t n, size_t limit)
 	return 0;
 }
 
-static size_t s3_write_cb(char *p, size_t size, size_t nmemb, void *arg)
+static size_t s3req_write_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
 	size_t n = size * nmemb;
@@ -174,15 +174,15 @@ static size_t s3_write_cb(char *p, size_t size, size_t nmemb, void *arg)
 	if (rq->status / 100 == 2 &&
 	    !(rq->flags & (REQ_COLLECT | REQ_RESULT_XML)))
 		return n; /* a body nobody asked for */
-	if (s3_grow(rq, p, n,
-		    rq->status / 100 == 2 ? S3_MAX_XML : S3_MAX_ERRBODY)) {
+	if (s3req_grow(rq, p, n,
+		       rq->status / 100 == 2 ? S3_MAX_XML : S3_MAX_ERRBODY)) {
 		rq->overflow = true;
 		return 0;
 	}
 	return n;
 }
 
-static void s3_trim(const char **v, size_t *n)
+static void s3req_trim(const char **v, size_t *n)
 {
 	while (*n && isspace((unsigned char)**v)) {
 		(*v)++;
@@ -192,7 +192,7 @@ static void s3_trim(const char **v, size_t *n)
 		(*n)--;
 }
 
-static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
+static size_t s3req_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
 	size_t n = size * nmemb;
@@ -218,7 +218,7 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	nlen = (size_t)(colon - p);
 	v = colon + 1;
 	vlen = n - nlen - 1;
-	s3_trim(&v, &vlen);
+	s3req_trim(&v, &vlen);
 	if (rq->on_header)
 		rq->on_header(rq->on_header_arg, p, nlen, v, vlen);
 	if (vlen >= sizeof(tmp))
@@ -257,7 +257,7 @@ static size_t s3_header_cb(char *p, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static size_t s3_read_cb(char *p, size_t size, size_t nmemb, void *arg)
+static size_t s3req_read_cb(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3req *rq = arg;
 	uint64_t left = rq->body_len - rq->body_pos;
@@ -284,7 +284,7 @@ static size_t s3_read_cb(char *p, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static int s3_seek_cb(void *arg, curl_off_t offset, int origin)
+static int s3req_seek_cb(void *arg, curl_off_t offset, int origin)
 {
 	struct s3req *rq = arg;
 
@@ -309,7 +309,7 @@ char *s3req_strdupf(const char *fmt, ...)
 }
 
 /* "/bucket/enc(key)" or "/enc(key)"; "/bucket" or "/" for the bucket. */
-static char *s3_canonical_uri(struct s3store *st, const char *key)
+static char *s3req_canonical_uri(struct s3store *st, const char *key)
 {
 	char *enc, *uri;
 
@@ -324,10 +324,10 @@ static char *s3_canonical_uri(struct s3store *st, const char *key)
 	return uri;
 }
 
-static int s3_add_header(struct curl_slist **l, const char *fmt, ...)
+static int s3req_add_header(struct curl_slist **l, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-static int s3_add_header(struct curl_slist **l, const char *fmt, ...)
+static int s3req_add_header(struct curl_slist **l, const char *fmt, ...)
 {
 	struct curl_slist *n;
 	char buf[2048];
@@ -348,8 +348,8 @@ static int s3_add_header(struct curl_slist **l, const char *fmt, ...)
 
 /* Describe the request for messages: "GET http://host/bucket/key". Never
  * holds credentials: requests are signed in headers, not in the URL. */
-static void s3_describe(struct s3store *st, const struct s3req *rq, char *buf,
-			size_t len)
+static void s3req_describe(struct s3store *st, const struct s3req *rq,
+			   char *buf, size_t len)
 {
 	snprintf(buf, len, "%s %s%s%s%s%s%s", rq->method, st->scheme_host,
 		 st->uri_base, rq->key ? "/" : "", rq->key ? rq->key : "",
@@ -357,7 +357,7 @@ static void s3_describe(struct s3store *st, const struct s3req *rq, char *buf,
 }
 
 /* Whether rq->xhdrs has a header name (lower-case). */
-static bool s3_xhdrs_have(const struct s3req *rq, const char *name)
+static bool s3req_xhdrs_have(const struct s3req *rq, const char *name)
 {
 	size_t n = strlen(name);
 
@@ -367,16 +367,13 @@ static bool s3_xhdrs_have(const struct s3req *rq, const char *name)
 	return false;
 }
 
-static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
-{
-	const struct dstage_config *cfg = st->base.cfg;
-	char amz_date[17], auth[1024], *uri = NULL, *url = NULL;
-	const char *hv[10 + S3REQ_XHDR_MAX];
-	char hbuf[10][1200];
-	size_t nh = 0;
-	uint64_t now = timeutil_mono_ms(), left;
-	int ret = -ENOMEM;
+#define S3REQ_HDR_MAX 10 /* the most headers s3req_signed_headers adds */
+#define S3REQ_HDR_LEN 1200 /* the longest of them, "name:value" */
 
+/* Clear what the last attempt of rq left: status, counts, the response's
+ * headers and the request's header list. */
+static void s3req_reset(struct s3req *rq)
+{
 	rq->status = 0;
 	rq->got = 0;
 	rq->resp_len = 0;
@@ -390,21 +387,21 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	rq->retry_after_ms = 0;
 	curl_slist_free_all(rq->hdrs);
 	rq->hdrs = NULL;
+}
 
-	uri = s3_canonical_uri(st, rq->key);
-	if (!uri)
-		goto out;
-	url = s3req_strdupf("%s%s%s%s", st->scheme_host, uri,
-			    rq->query[0] ? "?" : "", rq->query);
-	if (!url)
-		goto out;
-	sigv4_amz_date(time(NULL), amz_date);
+/* The headers rq signs, "name:value" in hbuf, pointed to from hv (room for
+ * S3REQ_HDR_MAX of ours and S3REQ_XHDR_MAX of rq's). Returns how many. */
+static size_t s3req_signed_headers(const struct s3store *st,
+				   const struct s3req *rq, const char *amz_date,
+				   const char **hv, char (*hbuf)[S3REQ_HDR_LEN])
+{
+	size_t nh = 0;
 
-#define HDR(...)                                                   \
-	do {                                                       \
-		snprintf(hbuf[nh], sizeof(hbuf[nh]), __VA_ARGS__); \
-		hv[nh] = hbuf[nh];                                 \
-		nh++;                                              \
+#define HDR(...)                                                \
+	do {                                                    \
+		snprintf(hbuf[nh], S3REQ_HDR_LEN, __VA_ARGS__); \
+		hv[nh] = hbuf[nh];                              \
+		nh++;                                           \
 	} while (0)
 	HDR("host:%s", st->host);
 	HDR("x-amz-content-sha256:%s", rq->payload_hash);
@@ -431,10 +428,27 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 #undef HDR
 	for (size_t i = 0; i < rq->nxhdrs && i < S3REQ_XHDR_MAX; i++)
 		hv[nh++] = rq->xhdrs[i];
+	return nh;
+}
+
+/* rq's header list: the signed headers, the SigV4 Authorization (unless
+ * anonymous), no Expect and, on POST, a Content-Type. Returns 0 or
+ * -errno. */
+static int s3req_headers(struct s3store *st, struct s3req *rq, const char *uri)
+{
+	const struct dstage_config *cfg = st->base.cfg;
+	char amz_date[17], auth[1024];
+	const char *hv[S3REQ_HDR_MAX + S3REQ_XHDR_MAX];
+	char hbuf[S3REQ_HDR_MAX][S3REQ_HDR_LEN];
+	size_t nh;
+	int ret;
+
+	sigv4_amz_date(time(NULL), amz_date);
+	nh = s3req_signed_headers(st, rq, amz_date, hv, hbuf);
 	for (size_t i = 0; i < nh; i++) {
-		ret = s3_add_header(&rq->hdrs, "%s", hv[i]);
+		ret = s3req_add_header(&rq->hdrs, "%s", hv[i]);
 		if (ret)
-			goto out;
+			return ret;
 		/* curl wants "Name: value"; the signer took "name:value". */
 	}
 	if (!st->anonymous) {
@@ -453,25 +467,33 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 					  st->creds.secret_key, auth,
 					  sizeof(auth));
 		if (ret)
-			goto out;
-		ret = s3_add_header(&rq->hdrs, "Authorization: %s", auth);
+			return ret;
+		ret = s3req_add_header(&rq->hdrs, "Authorization: %s", auth);
 		if (ret)
-			goto out;
+			return ret;
 	}
 	/* No 100-continue round trip; no form content type on POST. The
 	 * start of a multipart upload has no body: its Content-Type is the
 	 * object's, the one a single PUT gets (S3's default), unless xhdrs
 	 * names it (a copy in parts; sent once, as signed). */
-	ret = s3_add_header(&rq->hdrs, "Expect:");
+	ret = s3req_add_header(&rq->hdrs, "Expect:");
 	if (!ret && !strcmp(rq->method, "POST") &&
-	    !s3_xhdrs_have(rq, "content-type"))
-		ret = s3_add_header(
+	    !s3req_xhdrs_have(rq, "content-type"))
+		ret = s3req_add_header(
 			&rq->hdrs,
 			strcmp(rq->query, "uploads=")
 				? "Content-Type: application/xml"
 				: "Content-Type: binary/octet-stream");
-	if (ret)
-		goto out;
+	return ret;
+}
+
+/* Set the easy handle e up for rq at url: callbacks, timeouts, TLS and the
+ * method with its body. */
+static void s3req_curl_opts(const struct s3store *st, struct s3req *rq, CURL *e,
+			    const char *url)
+{
+	const struct dstage_config *cfg = st->base.cfg;
+	uint64_t now = timeutil_mono_ms(), left;
 
 	curl_easy_reset(e);
 	curl_easy_setopt(e, CURLOPT_URL, url);
@@ -479,9 +501,9 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, rq->hdrs);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, rq);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s3_write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s3req_write_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, rq);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, s3_header_cb);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, s3req_header_cb);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, rq);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, rq->errbuf);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
@@ -515,12 +537,32 @@ static int s3_req_setup(struct s3store *st, struct s3req *rq, CURL *e)
 		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq->method);
 	}
 	if (!strcmp(rq->method, "PUT") || !strcmp(rq->method, "POST")) {
-		curl_easy_setopt(e, CURLOPT_READFUNCTION, s3_read_cb);
+		curl_easy_setopt(e, CURLOPT_READFUNCTION, s3req_read_cb);
 		curl_easy_setopt(e, CURLOPT_READDATA, rq);
-		curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, s3_seek_cb);
+		curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, s3req_seek_cb);
 		curl_easy_setopt(e, CURLOPT_SEEKDATA, rq);
 	}
-	ret = 0;
+}
+
+/* Prepare rq's next attempt on e: reset it, build its URL and its signed
+ * headers, set the handle up. Returns 0 or -errno. */
+static int s3req_setup(struct s3store *st, struct s3req *rq, CURL *e)
+{
+	char *uri = NULL, *url = NULL;
+	int ret = -ENOMEM;
+
+	s3req_reset(rq);
+	uri = s3req_canonical_uri(st, rq->key);
+	if (!uri)
+		goto out;
+	url = s3req_strdupf("%s%s%s%s", st->scheme_host, uri,
+			    rq->query[0] ? "?" : "", rq->query);
+	if (!url)
+		goto out;
+	ret = s3req_headers(st, rq, uri);
+	if (ret)
+		goto out;
+	s3req_curl_opts(st, rq, e, url);
 out:
 	free(uri);
 	free(url);
@@ -530,7 +572,7 @@ out:
 /* ---- finishing: what an answer means ---- */
 
 /* Map a final HTTP status to -errno. */
-static int s3_status_errno(long status, const char *code)
+static int s3req_status_errno(long status, const char *code)
 {
 	switch (status) {
 	case 404:
@@ -558,7 +600,7 @@ static int s3_status_errno(long status, const char *code)
 	}
 }
 
-static bool s3_code_retriable(const char *code)
+static bool s3req_code_retriable(const char *code)
 {
 	static const char *const codes[] = {
 		"InternalError",
@@ -586,8 +628,8 @@ static bool s3_code_retriable(const char *code)
  * *retry set when another attempt may help, or a final -errno. why gets a
  * short description for the log.
  */
-static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
-		    bool *retry, char *why, size_t whylen)
+static int s3req_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
+		       bool *retry, char *why, size_t whylen)
 {
 	struct s3xml_error xe;
 
@@ -664,7 +706,7 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 			snprintf(why, whylen, "HTTP 200 with error %s%s%s",
 				 xe.code, xe.message[0] ? ": " : "",
 				 xe.message);
-			*retry = s3_code_retriable(xe.code);
+			*retry = s3req_code_retriable(xe.code);
 			return -EIO;
 		}
 		return 0;
@@ -678,7 +720,7 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 		 xe.code[0] ? " " : "", xe.code, xe.message[0] ? ": " : "",
 		 xe.message);
 	if (rq->status >= 500 || rq->status == 429 || rq->status == 408 ||
-	    s3_code_retriable(xe.code)) {
+	    s3req_code_retriable(xe.code)) {
 		*retry = true;
 		return rq->status == 408 ? -ETIMEDOUT : -EIO;
 	}
@@ -688,11 +730,11 @@ static int s3_judge(struct s3store *st, struct s3req *rq, CURLcode cc,
 		return 0;
 	}
 	(void)st;
-	return s3_status_errno(rq->status, xe.code);
+	return s3req_status_errno(rq->status, xe.code);
 }
 
 /* The fix to suggest with a request's final error, or "". */
-static const char *s3_hint(const struct s3req *rq, CURLcode cc)
+static const char *s3req_hint(const struct s3req *rq, CURLcode cc)
 {
 	if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && rq->overflow))
 		return ": the store did not answer; is it up, and is "
@@ -712,14 +754,14 @@ static const char *s3_hint(const struct s3req *rq, CURLcode cc)
 	return "";
 }
 
-static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
+static void s3req_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 {
 	const struct dstage_config *cfg = st->base.cfg;
 	char why[512], what[1536];
 	bool retry;
 	int ret;
 
-	ret = s3_judge(st, rq, cc, &retry, why, sizeof(why));
+	ret = s3req_judge(st, rq, cc, &retry, why, sizeof(why));
 	if (!ret) {
 		rq->state = REQ_DONE;
 		rq->result = 0;
@@ -728,8 +770,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 		objstore_count(&st->base.n_bytes_out, rq->body_len);
 		return;
 	}
-	s3_describe(st, rq, what, sizeof(what));
-	if (s3_throttling(rq))
+	s3req_describe(st, rq, what, sizeof(what));
+	if (s3req_throttling(rq))
 		ratelimit_shm_throttled(&s3_rl, timeutil_mono_ms(),
 					rq->retry_after_ms);
 	if (retry && rq->attempt < cfg->s3_max_attempts) {
@@ -741,7 +783,7 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 			ceil *= 2;
 		if (ceil > cfg->s3_backoff_max_ms)
 			ceil = cfg->s3_backoff_max_ms;
-		delay = s3_rand() % (ceil + 1); /* full jitter */
+		delay = s3req_rand() % (ceil + 1); /* full jitter */
 		/* never before the time the store asked for (capped) */
 		if (delay < rq->retry_after_ms)
 			delay = rq->retry_after_ms;
@@ -770,7 +812,8 @@ static void s3_finish(struct s3store *st, struct s3req *rq, CURLcode cc)
 			  what, why);
 	else
 		log_error("s3: %s: %s (attempt %u of %u)%s", what, why,
-			  rq->attempt, cfg->s3_max_attempts, s3_hint(rq, cc));
+			  rq->attempt, cfg->s3_max_attempts,
+			  s3req_hint(rq, cc));
 }
 
 /* ---- the engine ---- */
@@ -827,7 +870,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 				continue;
 			}
 			lwait = ratelimit_shm_acquire(&s3_rl, now,
-						      s3_req_bytes(rq));
+						      s3req_bytes(rq));
 			if (lwait && now + lwait >= rq->deadline_ms) {
 				log_error("s3: %s %s: held past s3.deadline "
 					  "(%u ms) by "
@@ -852,7 +895,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 			rq->easy = c->easy[--c->nfree];
 			rq->attempt++;
 			objstore_count(&st->base.n_requests, 1);
-			ret = s3_req_setup(st, rq, rq->easy);
+			ret = s3req_setup(st, rq, rq->easy);
 			if (!ret && curl_multi_add_handle(c->multi, rq->easy))
 				ret = -ENOMEM;
 			if (ret) {
@@ -890,7 +933,7 @@ int s3req_run_some(struct s3store *st, struct s3req **reqs, size_t n,
 				: msg->data.result == CURLE_OPERATION_TIMEDOUT
 					? -ETIMEDOUT
 					: -EIO);
-			s3_finish(st, rq, msg->data.result);
+			s3req_finish(st, rq, msg->data.result);
 			if (rq->state == REQ_DONE)
 				done++;
 		}

@@ -39,7 +39,7 @@
 #include "sigv4.h"
 #include "util/strutil.h"
 
-static struct s3store *s3_of(struct objstore *os)
+static struct s3store *s3store_of(struct objstore *os)
 {
 	return (struct s3store *)os;
 }
@@ -109,7 +109,7 @@ static int s3store_list_page(void *ctx, const char *body, size_t len,
 			     char *marks[2])
 {
 	struct s3store_lister *l = ctx;
-	const char *sp = s3_of(l->os)->prefix;
+	const char *sp = s3store_of(l->os)->prefix;
 	struct s3xml_list page = { 0 };
 	int ret = 0;
 
@@ -149,7 +149,7 @@ static int s3store_list_page(void *ctx, const char *body, size_t len,
 static int s3store_list(struct objstore *os, const char *prefix,
 			objstore_list_cb cb, void *arg)
 {
-	struct s3store *st = s3_of(os);
+	struct s3store *st = s3store_of(os);
 	char *full = s3req_strdupf("%s%s", st->prefix, prefix);
 	struct s3store_lister l = { .os = os,
 				    .full = full,
@@ -171,7 +171,7 @@ static int s3store_list(struct objstore *os, const char *prefix,
 static int s3store_head(struct objstore *os, const char *key,
 			struct objstore_info *info)
 {
-	struct s3store *st = s3_of(os);
+	struct s3store *st = s3store_of(os);
 	struct s3req rq;
 	int ret = s3req_once(st, &rq, "HEAD", key, NULL, 0,
 			     REQ_HEAD | REQ_QUIET_404);
@@ -212,7 +212,7 @@ struct s3_part {
 	int ret;
 };
 
-static void *s3_part_run(void *arg)
+static void *s3store_part_run(void *arg)
 {
 	struct s3_part *h = arg;
 
@@ -229,7 +229,8 @@ static void *s3_part_run(void *arg)
  */
 #define S3_ENGINE_THREADS 2
 
-static int s3_run_parallel(struct s3store *st, struct s3req *reqs, size_t n)
+static int s3store_run_parallel(struct s3store *st, struct s3req *reqs,
+				size_t n)
 {
 	struct s3_part parts[S3_ENGINE_THREADS];
 	pthread_t tids[S3_ENGINE_THREADS];
@@ -255,14 +256,14 @@ static int s3_run_parallel(struct s3store *st, struct s3req *reqs, size_t n)
 			ptrs[i++] = &reqs[j];
 	}
 	for (size_t t = 1; t < k; t++) {
-		if (pthread_create(&tids[t], NULL, s3_part_run, &parts[t]))
+		if (pthread_create(&tids[t], NULL, s3store_part_run, &parts[t]))
 			break;
 		started = t;
 	}
 	/* Parts whose thread did not start run here, in turn. */
 	for (size_t t = started + 1; t < k; t++)
-		s3_part_run(&parts[t]);
-	s3_part_run(&parts[0]);
+		s3store_part_run(&parts[t]);
+	s3store_part_run(&parts[0]);
 	for (size_t t = 1; t <= started; t++)
 		pthread_join(tids[t], NULL);
 	free(ptrs);
@@ -271,10 +272,10 @@ static int s3_run_parallel(struct s3store *st, struct s3req *reqs, size_t n)
 	return ret;
 }
 
-static int s3store_get_many(struct objstore *os, struct objstore_get *gets,
+static int s3store_get_many(struct objstore *os, struct objstore_get_req *gets,
 			    size_t n)
 {
-	struct s3store *st = s3_of(os);
+	struct s3store *st = s3store_of(os);
 	struct s3req *reqs = calloc(n, sizeof(*reqs));
 	int ret = 0;
 
@@ -306,7 +307,7 @@ static int s3store_get_many(struct objstore *os, struct objstore_get *gets,
 		}
 		m++;
 	}
-	ret = m ? s3_run_parallel(st, reqs, m) : 0;
+	ret = m ? s3store_run_parallel(st, reqs, m) : 0;
 	for (size_t i = 0, j = 0; i < n; i++) {
 		if (!gets[i].len) {
 			gets[i].got = 0;
@@ -329,8 +330,8 @@ out:
  * Content-MD5 (base64), the SHA-256 as the payload hash (hex). Returns
  * which of the two rq still lacks (OBJSTORE_DIG_* bits).
  */
-static unsigned s3_digests_use(struct s3req *rq,
-			       const struct objstore_digests *dig)
+static unsigned s3store_digests_use(struct s3req *rq,
+				    const struct objstore_digests *dig)
 {
 	unsigned lack = OBJSTORE_DIG_MD5 | OBJSTORE_DIG_SHA256;
 
@@ -353,9 +354,9 @@ static unsigned s3_digests_use(struct s3req *rq,
  * of it (dig): -EBADMSG when the ETag is an MD5 (32 hex digits, quoted or
  * not) and another one. partno 0: a single PUT.
  */
-static int s3_etag_check(const struct s3store *st, const char *key,
-			 unsigned partno, const char *etag,
-			 const struct objstore_digests *dig)
+static int s3store_etag_check(const struct s3store *st, const char *key,
+			      unsigned partno, const char *etag,
+			      const struct objstore_digests *dig)
 {
 	char want[33];
 	size_t n;
@@ -391,9 +392,9 @@ static int s3_etag_check(const struct s3store *st, const char *key,
 	return -EBADMSG;
 }
 
-static int s3_put_single(struct s3store *st, const char *key, int fd,
-			 const void *buf, uint64_t size,
-			 const struct objstore_digests *dig)
+static int s3store_put_single(struct s3store *st, const char *key, int fd,
+			      const void *buf, uint64_t size,
+			      const struct objstore_digests *dig)
 {
 	struct s3req rq;
 	unsigned lack;
@@ -406,7 +407,7 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
 	rq.body_fd = fd;
 	rq.body_len = size;
 	/* Only what the caller did not hash already. */
-	lack = s3_digests_use(&rq, dig);
+	lack = s3store_digests_use(&rq, dig);
 	sha = lack & OBJSTORE_DIG_SHA256 ? rq.payload_hash : NULL;
 	md5 = lack & OBJSTORE_DIG_MD5 ? rq.content_md5 : NULL;
 	if (lack && buf)
@@ -418,7 +419,7 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
 	if (!ret)
 		ret = s3req_run(st, &rq, 1);
 	if (!ret)
-		ret = s3_etag_check(st, key, 0, rq.etag, dig);
+		ret = s3store_etag_check(st, key, 0, rq.etag, dig);
 	s3req_release(&rq);
 	return ret;
 }
@@ -432,10 +433,11 @@ static int s3_put_single(struct s3store *st, const char *key, int fd,
  * body that does not match with BadDigest, which is retried), taken from
  * dig when the caller has it (no pass at all here).
  */
-static int s3_part_init(struct s3store *st, const char *key, const char *id,
-			unsigned partno, const void *buf, int fd, uint64_t off,
-			uint64_t len, const struct objstore_digests *dig,
-			struct s3req *rq)
+static int s3store_part_init(struct s3store *st, const char *key,
+			     const char *id, unsigned partno, const void *buf,
+			     int fd, uint64_t off, uint64_t len,
+			     const struct objstore_digests *dig,
+			     struct s3req *rq)
 {
 	char num[16];
 	const char *kv[4] = { "partNumber", num, "uploadId", id };
@@ -449,13 +451,13 @@ static int s3_part_init(struct s3store *st, const char *key, const char *id,
 	rq->body_fd = buf ? -1 : fd;
 	rq->body_off = buf ? 0 : off;
 	rq->body_len = len;
-	if (!(s3_digests_use(rq, buf ? dig : NULL) & OBJSTORE_DIG_MD5))
+	if (!(s3store_digests_use(rq, buf ? dig : NULL) & OBJSTORE_DIG_MD5))
 		ret = 0;
 	else if (buf)
 		ret = s3hash_buf(buf, (size_t)len, NULL, rq->content_md5);
 	else
 		ret = s3hash_fd(fd, off, len, NULL, rq->content_md5);
-	/* after s3_digests_use: a part's payload is never signed */
+	/* after s3store_digests_use: a part's payload is never signed */
 	snprintf(rq->payload_hash, sizeof(rq->payload_hash), "%s",
 		 SIGV4_UNSIGNED_PAYLOAD);
 	if (ret)
@@ -463,7 +465,7 @@ static int s3_part_init(struct s3store *st, const char *key, const char *id,
 	return ret;
 }
 
-static void s3_up_free(struct objstore_upload *up)
+static void s3store_up_free(struct objstore_upload *up)
 {
 	objstore_upload_release(up);
 	free(up);
@@ -482,7 +484,7 @@ static int s3store_up_begin(struct objstore *os, const char *key,
 		free(up);
 		return -ENOMEM;
 	}
-	ret = s3mpu_create(s3_of(os), key, sha256, NULL, 0, &up->id);
+	ret = s3mpu_create(s3store_of(os), key, sha256, NULL, 0, &up->id);
 	if (ret) {
 		free(up->key);
 		free(up);
@@ -497,10 +499,10 @@ static int s3store_up_part(struct objstore_upload *up, unsigned partno,
 			   const struct objstore_digests *dig,
 			   char etag[OBJSTORE_ETAG_MAX])
 {
-	struct s3store *st = s3_of(up->os);
+	struct s3store *st = s3store_of(up->os);
 	struct s3req rq;
-	int ret = s3_part_init(st, up->key, up->id, partno, buf, fd, off, len,
-			       dig, &rq);
+	int ret = s3store_part_init(st, up->key, up->id, partno, buf, fd, off,
+				    len, dig, &rq);
 
 	if (ret)
 		return ret;
@@ -511,8 +513,8 @@ static int s3store_up_part(struct objstore_upload *up, unsigned partno,
 		ret = -EIO;
 	}
 	if (!ret)
-		ret = s3_etag_check(st, up->key, partno, rq.etag,
-				    buf ? dig : NULL);
+		ret = s3store_etag_check(st, up->key, partno, rq.etag,
+					 buf ? dig : NULL);
 	if (!ret)
 		memcpy(etag, rq.etag, OBJSTORE_ETAG_MAX);
 	s3req_release(&rq);
@@ -521,21 +523,21 @@ static int s3store_up_part(struct objstore_upload *up, unsigned partno,
 
 static void s3store_up_abort(struct objstore_upload *up)
 {
-	s3mpu_abort(s3_of(up->os), up->key, up->id);
-	s3_up_free(up);
+	s3mpu_abort(s3store_of(up->os), up->key, up->id);
+	s3store_up_free(up);
 }
 
 static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 			     uint64_t size, char etag[OBJSTORE_ETAG_MAX])
 {
-	struct s3store *st = s3_of(up->os);
+	struct s3store *st = s3store_of(up->os);
 	int ret;
 
 	if (nparts == 0) {
 		/* S3 completes no upload of zero parts: an empty PUT. */
 		static const char empty[1];
 
-		ret = s3_put_single(st, up->key, -1, empty, 0, NULL);
+		ret = s3store_put_single(st, up->key, -1, empty, 0, NULL);
 		s3store_up_abort(up);
 		return ret;
 	}
@@ -547,21 +549,21 @@ static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 	}
 	/* radosgw answers no <ETag>: the one S3 forms from the parts */
 	s3hash_multipart_etag(up->parts, nparts, etag);
-	s3_up_free(up);
+	s3store_up_free(up);
 	return 0;
 }
 
 static int s3store_up_abort_id(struct objstore *os, const char *key,
 			       const char *id)
 {
-	return s3mpu_abort(s3_of(os), key, id);
+	return s3mpu_abort(s3store_of(os), key, id);
 }
 
 static int s3store_up_list_page(void *ctx, const char *body, size_t len,
 				char *marks[2])
 {
 	struct s3store_lister *l = ctx;
-	const char *sp = s3_of(l->os)->prefix;
+	const char *sp = s3store_of(l->os)->prefix;
 	struct s3xml_mpu_list page = { 0 };
 	int ret = 0;
 
@@ -606,7 +608,7 @@ static int s3store_up_list_page(void *ctx, const char *body, size_t len,
 static int s3store_up_list(struct objstore *os, const char *prefix,
 			   objstore_upload_list_cb cb, void *arg)
 {
-	struct s3store *st = s3_of(os);
+	struct s3store *st = s3store_of(os);
 	char *full = s3req_strdupf("%s%s", st->prefix, prefix);
 	struct s3store_lister l = { .os = os,
 				    .full = full,
@@ -627,8 +629,8 @@ static int s3store_up_list(struct objstore *os, const char *prefix,
 
 /* objstore_put_fd's multipart form: the parts of fd in one batch, up to
  * s3.max_inflight in flight on one connection context. */
-static int s3_put_multipart(struct s3store *st, const char *key, int fd,
-			    uint64_t size, const char *sha)
+static int s3store_put_multipart(struct s3store *st, const char *key, int fd,
+				 uint64_t size, const char *sha)
 {
 	uint64_t part = objstore_part_size(&st->base, size);
 	size_t nparts = (size_t)((size + part - 1) / part);
@@ -657,9 +659,9 @@ static int s3_put_multipart(struct s3store *st, const char *key, int fd,
 	for (size_t i = 0; i < nparts; i++) {
 		uint64_t off = (uint64_t)i * part;
 
-		ret = s3_part_init(st, key, upload_id, (unsigned)i + 1, NULL,
-				   fd, off, i + 1 < nparts ? part : size - off,
-				   NULL, &parts[i]);
+		ret = s3store_part_init(
+			st, key, upload_id, (unsigned)i + 1, NULL, fd, off,
+			i + 1 < nparts ? part : size - off, NULL, &parts[i]);
 		if (ret)
 			goto abort;
 	}
@@ -696,11 +698,11 @@ out:
 static int s3store_put_fd(struct objstore *os, const char *key, int fd,
 			  uint64_t size, const char *sha)
 {
-	struct s3store *st = s3_of(os);
+	struct s3store *st = s3store_of(os);
 
 	if (size >= os->cfg->s3_multipart_threshold)
-		return s3_put_multipart(st, key, fd, size, sha);
-	return s3_put_single(st, key, fd, NULL, size, NULL);
+		return s3store_put_multipart(st, key, fd, size, sha);
+	return s3store_put_single(st, key, fd, NULL, size, NULL);
 }
 
 static int s3store_put_buf(struct objstore *os, const char *key,
@@ -709,12 +711,13 @@ static int s3store_put_buf(struct objstore *os, const char *key,
 {
 	static const char empty[1];
 
-	return s3_put_single(s3_of(os), key, -1, buf ? buf : empty, len, dig);
+	return s3store_put_single(s3store_of(os), key, -1, buf ? buf : empty,
+				  len, dig);
 }
 
 static int s3store_delete(struct objstore *os, const char *key)
 {
-	int ret = s3req_once(s3_of(os), NULL, "DELETE", key, NULL, 0,
+	int ret = s3req_once(s3store_of(os), NULL, "DELETE", key, NULL, 0,
 			     REQ_QUIET_404);
 
 	return ret == -ENOENT ? 0 : ret;
@@ -722,7 +725,7 @@ static int s3store_delete(struct objstore *os, const char *key)
 
 static void s3store_free(struct objstore *os)
 {
-	struct s3store *st = s3_of(os);
+	struct s3store *st = s3store_of(os);
 
 	if (!st)
 		return;
@@ -762,13 +765,13 @@ static const struct objstore_ops s3store_ops = {
 };
 
 static pthread_once_t s3_global_once = PTHREAD_ONCE_INIT;
-static void s3_global_init(void)
+static void s3store_global_init(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
 /* Bucket names: 3-63 of [a-z0-9.-] (older buckets allow _ and capitals). */
-static bool s3_bucket_ok(const char *b, size_t len)
+static bool s3store_bucket_ok(const char *b, size_t len)
 {
 	if (len < 3 || len > 63)
 		return false;
@@ -823,8 +826,8 @@ int s3store_open(const char *url, const char *rest,
 	struct s3store *st;
 	int ret = -ENOMEM;
 
-	pthread_once(&s3_global_once, s3_global_init);
-	if (!s3_bucket_ok(rest, blen)) {
+	pthread_once(&s3_global_once, s3store_global_init);
+	if (!s3store_bucket_ok(rest, blen)) {
 		log_error("bad URL '%s': expected s3://BUCKET/PREFIX/ with a "
 			  "bucket name of 3 to 63 letters, digits, '.', '-'",
 			  url);

@@ -125,10 +125,10 @@ static int tier_check(struct tierstore *s, struct tier_entry *e, int *err)
 		goto out;
 	}
 	for (;;) {
-		struct objstore_get g = { .key = e->key,
-					  .off = off,
-					  .len = TIER_CHECK_CHUNK,
-					  .buf = buf };
+		struct objstore_get_req g = { .key = e->key,
+					      .off = off,
+					      .len = TIER_CHECK_CHUNK,
+					      .buf = buf };
 
 		if (e->size == 0 && off == 0)
 			g.len = 0;
@@ -167,7 +167,7 @@ out:
 }
 
 /* -1: the tier serves r; else the cause of going to the origin. */
-static int tier_route(struct tierstore *s, const struct objstore_get *r,
+static int tier_route(struct tierstore *s, const struct objstore_get_req *r,
 		      int *err)
 {
 	struct tier_entry *e = tier_find(s, r->key);
@@ -188,11 +188,11 @@ static int tier_route(struct tierstore *s, const struct objstore_get *r,
 	return st == TIER_GOOD ? -1 : st - TIER_BAD_BASE;
 }
 
-static int tierstore_get_many(struct objstore *os, struct objstore_get *reqs,
-			      size_t n)
+static int tierstore_get_many(struct objstore *os,
+			      struct objstore_get_req *reqs, size_t n)
 {
 	struct tierstore *s = tierstore_of(os);
-	struct objstore_get *t = calloc(n, sizeof(*t));
+	struct objstore_get_req *t = calloc(n, sizeof(*t));
 	size_t *idx = calloc(n, sizeof(*idx)), nt = 0, no = 0;
 	bool *origin = calloc(n, sizeof(*origin));
 	int ret = 0, err;
@@ -216,7 +216,7 @@ static int tierstore_get_many(struct objstore *os, struct objstore_get *reqs,
 	if (nt)
 		s->tier->ops->get_many(s->tier, t, nt);
 	for (size_t j = 0; j < nt; j++) {
-		struct objstore_get *r = &reqs[idx[j]];
+		struct objstore_get_req *r = &reqs[idx[j]];
 		struct tier_entry *e = tier_find(s, r->key);
 		uint64_t want = r->off >= e->size	    ? 0
 				: e->size - r->off < r->len ? e->size - r->off

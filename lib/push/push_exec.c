@@ -296,14 +296,215 @@ static void push_etag_differs(struct push *p, struct push_file *f, bool stored)
 		    "push again");
 }
 
+/* Grow the worker's buffer to hold size bytes. Returns 0 or -ENOMEM. */
+static int push_buf_reserve(struct push_worker *w, uint64_t size)
+{
+	unsigned char *nb;
+
+	if (size <= w->buf_cap)
+		return 0;
+	nb = realloc(w->buf, (size_t)size);
+	if (!nb)
+		return -ENOMEM;
+	w->buf = nb;
+	w->buf_cap = (size_t)size;
+	return 0;
+}
+
+/* A file written in the last PUSH_RECENT_S seconds: read it again and
+ * compare its SHA-256 with h's. Returns 0 when they match, else non-zero
+ * (reported). */
+static int push_second_look(struct push_worker *w, struct push_file *f, int fd,
+			    const struct push_hash *h)
+{
+	struct push_hash h2;
+	int ret;
+
+	ret = push_hash_init(&h2, false);
+	if (!ret)
+		ret = push_read(fd, f->size, NULL, w->chunk, &h2);
+	if (!ret)
+		push_hash_final(&h2);
+	if (ret || memcmp(h2.sum, h->sum, 32)) {
+		push_hash_release(&h2);
+		push_changed(w->p, f, false,
+			     "its hash differs on a second "
+			     "look: not uploaded");
+		return -EAGAIN;
+	}
+	push_hash_release(&h2);
+	return 0;
+}
+
+/* A small file: read it whole into the buffer, hashing it, then put it in
+ * one request with its digests. Returns 0 when stored, else non-zero
+ * (reported). */
+static int push_small(struct push_worker *w, struct push_file *f, int fd,
+		      const struct stat *st1, struct push_hash *h)
+{
+	struct push *p = w->p;
+	struct objstore_digests dig = { .flags = OBJSTORE_DIG_MD5 |
+						 OBJSTORE_DIG_SHA256 };
+	struct stat st2;
+	int ret;
+
+	if (push_buf_reserve(w, f->size)) {
+		push_failed(p, f, -ENOMEM, "buffer");
+		return -ENOMEM;
+	}
+	ret = push_read(fd, f->size, w->buf, NULL, h);
+	if (!ret && fstat(fd, &st2))
+		ret = -errno;
+	if (ret == -EAGAIN || (!ret && push_moved(st1, &st2))) {
+		push_changed(p, f, false,
+			     "changed while it was read (size, mtime "
+			     "or ctime moved): not uploaded");
+		return -EAGAIN;
+	}
+	if (ret) {
+		push_failed(p, f, ret, "read");
+		return ret;
+	}
+	push_hash_final(h);
+	if (st2.st_mtim.tv_sec + PUSH_RECENT_S >= time(NULL) &&
+	    push_second_look(w, f, fd, h))
+		return -EAGAIN;
+	memcpy(dig.md5, h->md, 16);
+	memcpy(dig.sha256, h->sum, 32);
+	ret = objstore_put_buf_ex(p->os, f->key, w->buf, (size_t)f->size, &dig);
+	if (ret == -EBADMSG) {
+		push_etag_differs(p, f, true);
+		return ret;
+	}
+	if (ret) {
+		push_failed(p, f, ret, "upload");
+		return ret;
+	}
+	/* written while it went up: what is stored is a snapshot the
+	 * file no longer holds */
+	if (fstat(fd, &st2) || push_moved(st1, &st2)) {
+		push_changed(p, f, true,
+			     "changed while it was uploaded (size, "
+			     "mtime or ctime moved): removed from the "
+			     "store");
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+/* A large file to S3: a multipart upload in parallel parts. Returns 0
+ * when stored, else non-zero (reported). */
+static int push_large_s3(struct push *p, struct push_file *f, int fd,
+			 const struct stat *st1, struct push_hash *h)
+{
+	const char *why = NULL;
+	int ret;
+
+	ret = push_part_upload(p, f, fd, st1, h->etag, sizeof(h->etag), &why);
+	if (ret == -EAGAIN) {
+		push_changed(p, f, false,
+			     "changed while it was read (size, mtime "
+			     "or ctime moved): upload aborted, not "
+			     "published");
+		return ret;
+	}
+	if (ret == -EBADMSG) {
+		push_etag_differs(p, f, false);
+		return ret;
+	}
+	if (ret) {
+		push_failed(p, f, ret, why);
+		return ret;
+	}
+	memcpy(h->sum, f->sha, 32);
+	return 0;
+}
+
+/* A large file to file://: a thread streams it to the store while this
+ * one reads it again for the hash. Returns 0 when stored, else non-zero
+ * (reported). */
+static int push_streamed(struct push_worker *w, struct push_file *f, int fd,
+			 const struct stat *st1, struct push_hash *h)
+{
+	struct push *p = w->p;
+	struct push_putter pt = { p->os, f->key, fd, f->size, 0 };
+	struct stat st2;
+	pthread_t t;
+	int hr;
+
+	if (pthread_create(&t, NULL, push_putter_run, &pt)) {
+		push_failed(p, f, -EAGAIN, "thread");
+		return -EAGAIN;
+	}
+	hr = push_read(fd, f->size, NULL, w->chunk, h);
+	pthread_join(t, NULL);
+	if (!hr && fstat(fd, &st2))
+		hr = -errno;
+	if (hr == -EAGAIN || (!hr && push_moved(st1, &st2))) {
+		push_changed(p, f, !pt.ret,
+			     "changed while it was uploaded (size, "
+			     "mtime or ctime moved): removed from the "
+			     "store");
+		return -EAGAIN;
+	}
+	if (pt.ret || hr) {
+		push_failed(p, f, pt.ret ? pt.ret : hr,
+			    pt.ret ? "upload" : "read");
+		return pt.ret ? pt.ret : hr;
+	}
+	push_hash_final(h);
+	return 0;
+}
+
+/* After the upload: record the hash and ETag (s3://) or check the stored
+ * copy (file://), journal the file as done and count it. */
+static void push_record(struct push_worker *w, struct push_file *f,
+			const struct push_hash *h)
+{
+	struct push *p = w->p;
+	const char *why = NULL;
+	int ret;
+
+	memcpy(f->sha, h->sum, 32);
+	atomic_fetch_add(&p->sent, f->size);
+	if (p->s3) {
+		free(f->etag);
+		f->etag = strdup(h->etag);
+		if (!f->etag) {
+			push_failed(p, f, -ENOMEM, "record");
+			return;
+		}
+	} else {
+		ret = push_check_file(w, f, &why);
+		if (ret == -EAGAIN) {
+			push_changed(p, f, true, why);
+			return;
+		}
+		if (ret) {
+			push_failed(p, f, ret, why);
+			return;
+		}
+	}
+	f->state = PF_DONE;
+	ret = push_journal_put(&p->j, f);
+	if (ret) {
+		int zero = 0;
+
+		atomic_compare_exchange_strong(&p->err, &zero, ret);
+	}
+	atomic_fetch_add(&p->files_done, 1);
+	atomic_fetch_add(&p->bytes_done, f->size);
+	if (!p->s3) /* s3:// files are told once the listing checked them */
+		push_emit(p, PUSH_EV_UPLOADED, f->key, f->size, NULL);
+}
+
+/* Open the file, take what it is now, upload it the way its size and the
+ * store call for and record it; each failure is reported on the file. */
 static void push_one(struct push_worker *w, struct push_file *f)
 {
 	struct push *p = w->p;
-	struct stat st1, st2;
+	struct stat st1;
 	struct push_hash h = { 0 };
-	struct objstore_digests dig = { .flags = OBJSTORE_DIG_MD5 |
-						 OBJSTORE_DIG_SHA256 };
-	const char *why = NULL;
 	bool small;
 	int fd, ret;
 
@@ -335,147 +536,14 @@ static void push_one(struct push_worker *w, struct push_file *f)
 		goto out;
 	}
 	push_bw_wait(p, f->size);
-	if (small && f->size > w->buf_cap) {
-		unsigned char *nb = realloc(w->buf, (size_t)f->size);
-
-		if (!nb) {
-			push_failed(p, f, -ENOMEM, "buffer");
-			goto out;
-		}
-		w->buf = nb;
-		w->buf_cap = (size_t)f->size;
-	}
-	if (small) {
-		ret = push_read(fd, f->size, w->buf, NULL, &h);
-		if (!ret && fstat(fd, &st2))
-			ret = -errno;
-		if (ret == -EAGAIN || (!ret && push_moved(&st1, &st2))) {
-			push_changed(p, f, false,
-				     "changed while it was read (size, mtime "
-				     "or ctime moved): not uploaded");
-			goto out;
-		}
-		if (ret) {
-			push_failed(p, f, ret, "read");
-			goto out;
-		}
-		push_hash_final(&h);
-		if (st2.st_mtim.tv_sec + PUSH_RECENT_S >= time(NULL)) {
-			struct push_hash h2;
-
-			ret = push_hash_init(&h2, false);
-			if (!ret)
-				ret = push_read(fd, f->size, NULL, w->chunk,
-						&h2);
-			if (!ret)
-				push_hash_final(&h2);
-			if (ret || memcmp(h2.sum, h.sum, 32)) {
-				push_hash_release(&h2);
-				push_changed(p, f, false,
-					     "its hash differs on a second "
-					     "look: not uploaded");
-				goto out;
-			}
-			push_hash_release(&h2);
-		}
-		memcpy(dig.md5, h.md, 16);
-		memcpy(dig.sha256, h.sum, 32);
-		ret = objstore_put_buf_ex(p->os, f->key, w->buf,
-					  (size_t)f->size, &dig);
-		if (ret == -EBADMSG) {
-			push_etag_differs(p, f, true);
-			goto out;
-		}
-		if (ret) {
-			push_failed(p, f, ret, "upload");
-			goto out;
-		}
-		/* written while it went up: what is stored is a snapshot the
-		 * file no longer holds */
-		if (fstat(fd, &st2) || push_moved(&st1, &st2)) {
-			push_changed(p, f, true,
-				     "changed while it was uploaded (size, "
-				     "mtime or ctime moved): removed from the "
-				     "store");
-			goto out;
-		}
-	} else if (p->s3) {
-		ret = push_part_upload(p, f, fd, &st1, h.etag, sizeof(h.etag),
-				       &why);
-		if (ret == -EAGAIN) {
-			push_changed(p, f, false,
-				     "changed while it was read (size, mtime "
-				     "or ctime moved): upload aborted, not "
-				     "published");
-			goto out;
-		}
-		if (ret == -EBADMSG) {
-			push_etag_differs(p, f, false);
-			goto out;
-		}
-		if (ret) {
-			push_failed(p, f, ret, why);
-			goto out;
-		}
-		memcpy(h.sum, f->sha, 32);
-	} else {
-		struct push_putter pt = { p->os, f->key, fd, f->size, 0 };
-		pthread_t t;
-		int hr;
-
-		if (pthread_create(&t, NULL, push_putter_run, &pt)) {
-			push_failed(p, f, -EAGAIN, "thread");
-			goto out;
-		}
-		hr = push_read(fd, f->size, NULL, w->chunk, &h);
-		pthread_join(t, NULL);
-		if (!hr && fstat(fd, &st2))
-			hr = -errno;
-		if (hr == -EAGAIN || (!hr && push_moved(&st1, &st2))) {
-			push_changed(p, f, !pt.ret,
-				     "changed while it was uploaded (size, "
-				     "mtime or ctime moved): removed from the "
-				     "store");
-			goto out;
-		}
-		if (pt.ret || hr) {
-			push_failed(p, f, pt.ret ? pt.ret : hr,
-				    pt.ret ? "upload" : "read");
-			goto out;
-		}
-		push_hash_final(&h);
-	}
-	memcpy(f->sha, h.sum, 32);
-	atomic_fetch_add(&p->sent, f->size);
-	if (p->s3) {
-		free(f->etag);
-		f->etag = strdup(h.etag);
-		if (!f->etag) {
-			push_failed(p, f, -ENOMEM, "record");
-			goto out;
-		}
-	} else {
-		ret = push_check_file(w, f, &why);
-		if (ret == -EAGAIN) {
-			push_changed(p, f, true, why);
-			goto out;
-		}
-		if (ret) {
-			push_failed(p, f, ret, why);
-			goto out;
-		}
-	}
-	f->state = PF_DONE;
-	ret = push_journal_put(&p->j, f);
-	if (ret) {
-		int zero = 0;
-
-		atomic_compare_exchange_strong(&p->err, &zero, ret);
-	}
-	atomic_fetch_add(&p->files_done, 1);
-	atomic_fetch_add(&p->bytes_done, f->size);
-	if (!p->s3) /* s3:// files are told once the listing checked them */
-		push_emit(p, PUSH_EV_UPLOADED, f->key, f->size, NULL);
+	if (small)
+		ret = push_small(w, f, fd, &st1, &h);
+	else if (p->s3)
+		ret = push_large_s3(p, f, fd, &st1, &h);
+	else
+		ret = push_streamed(w, f, fd, &st1, &h);
+	if (!ret)
+		push_record(w, f, &h);
 out:
 	push_hash_release(&h);
 	close(fd);

@@ -55,7 +55,7 @@ static unsigned slow_us;
 static const struct objstore_ops *real_ops;
 static struct objstore_ops slow_ops;
 
-static int slow_get_many(struct objstore *os, struct objstore_get *reqs,
+static int slow_get_many(struct objstore *os, struct objstore_get_req *reqs,
 			 size_t n)
 {
 	usleep(slow_us * (unsigned)n);

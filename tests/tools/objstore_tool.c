@@ -158,7 +158,7 @@ static void rx_data(void *arg, size_t at, const void *p, size_t n)
 	rx->next = at + n;
 }
 
-static bool rx_ok(const struct rx_check *rx, const struct objstore_get *g)
+static bool rx_ok(const struct rx_check *rx, const struct objstore_get_req *g)
 {
 	if (!rx->bad && rx->next == g->got &&
 	    rx->fnv == fnv1a(FNV_INIT, g->buf, g->got))
@@ -178,7 +178,7 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 	/* Batches of 4 x s3.max_inflight: the client keeps max_inflight in
 	 * flight and the batch barrier is paid once per 4 rounds. */
 	unsigned n = 4 * cfg->s3_max_inflight;
-	struct objstore_get *g = calloc(n, sizeof(*g));
+	struct objstore_get_req *g = calloc(n, sizeof(*g));
 	bool check = getenv("OBJSTORE_TOOL_CHECK_RX") != NULL;
 	struct rx_check *rx = calloc(n, sizeof(*rx));
 	char *buf = malloc((size_t)chunk * n);
@@ -198,7 +198,7 @@ static int cat_object(struct objstore *os, const struct dstage_config *cfg,
 		for (; m < n && off < oi.size; m++) {
 			uint64_t len =
 				oi.size - off < chunk ? oi.size - off : chunk;
-			g[m] = (struct objstore_get){
+			g[m] = (struct objstore_get_req){
 				.key = key,
 				.off = off,
 				.len = (size_t)len,
