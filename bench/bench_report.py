@@ -607,8 +607,10 @@ def source_of(page, ref, res, section):
     when = date[:16].replace("T", " ") + " UTC" if len(date) >= 16 else date
     host = (res.get("host") or {}).get("summary", "")
     mode = res.get("mode", "?")
+    rev = (res.get("versions") or {}).get("dstage")
     return (("file", name), ("file", cmd, mode, host),
-            f"`{cmd}` ({mode} profile), {host}", f"[`{name}`]({page.link(name)}), {when}")
+            f"`{cmd}` ({mode} profile), {host}",
+            f"[`{name}`]({page.link(name)}), {when}" + (f", dstage {rev}" if rev else ""))
 
 
 def fmt_runs(nums):
