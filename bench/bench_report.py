@@ -583,11 +583,11 @@ def vs_cell(row, a, b, systems, labels):
     if b == "best":
         best = best_of(row, systems, a)
         if va is None or not best:
-            return "n/a"
+            return ""  # no peer ran this row
         return f"{va / best[1]:.2f} ({labels.get(best[0], best[0])})"
     vb = value(row, b)
     if va is None or not vb:
-        return "n/a"
+        return ""
     return f"{va / vb:.2f}"
 
 
