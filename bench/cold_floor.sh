@@ -15,7 +15,7 @@
 # and prints each one's MB/s and daemon CPU seconds per GiB (utime + stime,
 # /proc/PID/stat), and dstagefs's share of the floor. PERF=1 also records
 # dstagefs in the last round (perf record -g) and prints its top symbols:
-# where a cold byte's CPU goes (docs/benchmarks.md). passthrough_hp is the
+# where a cold byte's CPU goes (bench/results/history/issue31-*.md). passthrough_hp is the
 # build's libfuse's ($DSTAGE_PASSTHROUGH_HP overrides). Needs root
 # (drop_caches, FUSE) and SIZE_MB of memory for the file.
 set -euo pipefail

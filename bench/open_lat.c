@@ -7,7 +7,8 @@
  * end (1 MiB reads), close; and prints the mean microseconds of each step
  * and the files a second. Run it on a local tree and on the same tree
  * through a mount, page cache dropped before each, alternately
- * (docs/benchmarks.md, "Measured 2026-12-06"):
+ * (bench/results/history/issue31-fuse-ceiling-2026-12-04-to-06.md,
+ * "Measured 2026-12-06"):
  *
  *   (cd TREE && find . -type f | sort) > /tmp/list
  *   sync; echo 3 > /proc/sys/vm/drop_caches

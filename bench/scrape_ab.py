@@ -17,7 +17,8 @@ prints each run's MB/s, the medians, the spread of the runs without a
 scraper (max - min) and whether the medians differ by no more than that
 spread ("within the run-to-run spread"). bench/run calls ab() on its own mount (row
 large_warm_scraped). Needs root (drop_caches, FUSE) and build/
-($DSTAGE_BUILD_DIR). Commands and figures: docs/benchmarks.md.
+($DSTAGE_BUILD_DIR). Commands and figures:
+bench/results/history/issue15-scrape-cost-2026-12-01.md.
 """
 import argparse
 import json

@@ -14,7 +14,8 @@
 #
 # passthrough_hp is each build's libfuse's (PT_HP_DEV, PT_HP_318). Results
 # go to OUT (default bench/results/issue31/uring-ab), one directory per
-# run; the table of docs/benchmarks.md is read off their .md files. Needs
+# run; docs/benchmarks.md's table is drawn from their .json files
+# (bench/results/current.json, bench/run --report). Needs
 # root (drop_caches, FUSE, the module parameter). QUICK=0 for the full
 # profile.
 set -euo pipefail

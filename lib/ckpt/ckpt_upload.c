@@ -62,7 +62,8 @@
  * close waits for the tail, not for a backlog the size of the file. 2
  * (one sending, one ready): 2 GiB to radosgw closed 0.11 s after the last
  * write against 0.11 s for one part alone, and 0.25 s with 4
- * (docs/benchmarks.md); the open-to-close time was the same. */
+ * (bench/results/history/issue17-full-runs-2026-12-01-to-02.md); the
+ * open-to-close time was the same. */
 #define CKPT_PACE_PARTS 2
 #define CKPT_MAX_PARTS 10000 /* S3's limit */
 #define CKPT_JOB_HASH UINT_MAX /* a job that hashes behind the writer */
