@@ -279,8 +279,9 @@ class Client:
             req.volume_capability.CopyFrom(self.cap(mode, block))
         return self.node.NodePublishVolume(req, timeout=30)
 
-    def publish_ready(self, *a, timeout=60, **kw):
+    def publish_ready(self, *a, timeout=60, retry=("UNAVAILABLE",), **kw):
         """Publish as kubelet retries it; the messages seen meanwhile."""
+        retry = [getattr(grpc.StatusCode, c) for c in retry]
         seen = []
         end = time.monotonic() + timeout
         while True:
@@ -288,7 +289,7 @@ class Client:
                 self.publish(*a, **kw)
                 return seen
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or \
+                if e.code() not in retry or \
                         time.monotonic() > end:
                     raise
                 seen.append(e.details())
@@ -585,3 +586,60 @@ def test_dstagefs_restart_rebinds_published_targets(node, pb):
         subprocess.run(["umount", "-R", "-l", str(view)],
                        capture_output=True)
         c.ch.close()
+
+
+def test_verify_false_publishes_after_the_stage_alone(node, client):
+    node.dataset("set-nv", {"n.bin": os.urandom(MiB)})
+    t = node.target("pod-nv")
+    client.publish_ready(t, {"dataset": "set-nv", "verify": "false"})
+    assert len(node.jobs("set-nv", "stage")) == 1
+    assert node.jobs("set-nv", "verify") == []
+    client.unpublish(t)
+
+
+def test_a_failed_stage_fails_the_publish_with_its_own_error(node, client):
+    node.dataset("set-bad", {"f.bin": os.urandom(MiB)})
+    # the source changes under the registered snapshot: the stage fails
+    (node.root / "store" / "set-bad" / "f.bin").write_bytes(
+        os.urandom(MiB + 1))
+    t = node.target("pod-bad")
+    with pytest.raises(grpc.RpcError) as ei:
+        client.publish_ready(t, {"dataset": "set-bad"})
+    e = ei.value
+    stage = node.jobs("set-bad", "stage")
+    assert len(stage) == 1 and stage[0]["state"] == "failed", stage
+    assert e.code() == grpc.StatusCode.INTERNAL, e.details()
+    assert f"job {stage[0]['job']}" in e.details()
+    assert stage[0]["error"][:60] in e.details(), (stage, e.details())
+    assert not t.exists()
+    # kubelet's next retries within --retry-after start no second stage
+    code, msg = code_of(client.publish, t, {"dataset": "set-bad"})
+    assert code == grpc.StatusCode.INTERNAL
+    assert len(node.jobs("set-bad", "stage")) == 1
+
+
+def test_staging_timeout_is_deadline_exceeded(node, client):
+    node.dataset("set-slow", {"s.bin": os.urandom(4 * MiB)})
+    node.run("stage", "set-slow", "--bandwidth", "1M")
+    t = node.target("pod-slow")
+    ctx = {"dataset": "set-slow", "stagingTimeout": "1s"}
+    code, msg = code_of(client.publish, t, ctx)
+    assert code == grpc.StatusCode.UNAVAILABLE, msg
+    time.sleep(2.2)
+    code, msg = code_of(client.publish, t, ctx)
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED, msg
+    assert "stagingTimeout" in msg and "set-slow" in msg
+    # once staged, the same volume publishes
+    wait_for(lambda: node.jobs("set-slow", "stage")[0]["state"] == "done",
+             "the slow stage", 30, 0.5)
+    client.publish_ready(t, ctx, retry=("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+    client.unpublish(t)
+
+
+def test_man_page_matches_help(node):
+    import re
+    text = subprocess.run([node.csi, "--help"], capture_output=True,
+                          text=True, check=True).stdout
+    page = (REPO / "man" / "dstage-csi.8").read_text().replace("\\-", "-")
+    opts = set(re.findall(r"--[a-z][a-z-]+", text))
+    assert opts == set(re.findall(r"--[a-z][a-z-]+", page))
