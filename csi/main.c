@@ -58,8 +58,9 @@ static void csi_usage(FILE *f)
 		"  --retry-after S          a failed stage is reported this "
 		"long "
 		"before the next (default 30)\n"
-		"  --metrics-textfile PATH  write the counters there (node "
-		"exporter's textfile format)\n"
+		"  --metrics-textfile PATH  write the counters there every "
+		"--recheck (node exporter's\n"
+		"                           textfile format)\n"
 		"  -h, --help               this text\n"
 		"\n"
 		"The stager daemon's socket is daemon.socket of the "
@@ -211,7 +212,10 @@ int main(int argc, char **argv)
 		 "%s)",
 		 CSI_DRIVER_NAME, endpoint, csi_node_id(n), o.mount, o.socket);
 	for (;;) {
-		struct timespec ts = { .tv_sec = 10 };
+		unsigned ms = o.recheck_ms ? o.recheck_ms : 5000;
+		struct timespec ts = { .tv_sec = ms / 1000,
+				       .tv_nsec =
+					       (long)(ms % 1000) * 1000000L };
 
 		csi_write_metrics(n, metrics);
 		sig = sigtimedwait(&set, NULL, &ts);

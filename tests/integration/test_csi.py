@@ -160,7 +160,7 @@ class Node:
         wait_for(lambda: mounts_at(self.mnt) and
                  (self.mnt / "datasets").is_dir(), "the mount", 20)
 
-    def start_csi(self, *extra, sock=None, mount=None):
+    def start_csi(self, *extra, sock=None, mount=None, env=None):
         sock = sock or self.sock
         p = subprocess.Popen(
             [self.csi, "--endpoint", f"unix://{sock}",
@@ -168,7 +168,7 @@ class Node:
              str(self.state), "--node-id", "node-1", "--recheck", "200",
              "--retry-after", "2", "--metrics-textfile",
              str(self.root / "csi.prom"), *extra],
-            env=self.env, stdout=open(self.root / "csi.log", "ab"),
+            env=env or self.env, stdout=open(self.root / "csi.log", "ab"),
             stderr=subprocess.STDOUT)
         wait_for(lambda: sock.exists(), "the plugin's socket", 20)
         if sock == self.sock:
@@ -451,6 +451,20 @@ def test_error_codes_name_their_cause(node, client, pb):
         p.terminate()
         p.wait(10)
 
+    # no stager daemon on the node: retryable, naming the socket
+    gone = node.root / "no-daemon.sock"
+    p = node.start_csi(sock=sock, env=dict(
+        node.env, DSTAGE_DAEMON_SOCKET=str(gone)))
+    try:
+        c3 = Client(pb, sock)
+        code, msg = code_of(c3.publish, t, ds)
+        assert code == grpc.StatusCode.UNAVAILABLE, msg
+        assert str(gone) in msg and "stager daemon" in msg, msg
+        c3.ch.close()
+    finally:
+        p.terminate()
+        p.wait(10)
+
 
 def test_two_pods_join_one_stage_and_see_progress(node, client):
     node.dataset("set-b", {"a.bin": os.urandom(3 * MiB),
@@ -489,8 +503,19 @@ def test_two_pods_join_one_stage_and_see_progress(node, client):
         assert (t / "a.bin").read_bytes() == node.sources["set-b"]["a.bin"]
         client.unpublish(t, volume_id="csi-b%d" % i)
     assert r.returncode == 0
-    prom = (node.root / "csi.prom")
-    wait_for(lambda: prom.exists(), "the metrics file", 15)
+    # the counters: publishes, waits for staging, failures by cause
+    prom = node.root / "csi.prom"
+
+    def counters():
+        if not prom.exists():
+            return None
+        m = dict(ln.rsplit(" ", 1) for ln in prom.read_text().splitlines()
+                 if ln and not ln.startswith("#"))
+        return m if int(m["dstage_csi_publishes_total"]) >= 2 else None
+    m = wait_for(counters, "the metrics file", 15)
+    assert int(m["dstage_csi_staging_waits_total"]) >= 2
+    assert int(m['dstage_csi_failures_total{cause="unavailable"}']) >= 2
+    assert int(m['dstage_csi_failures_total{cause="invalid_argument"}']) >= 1
 
 
 def test_checkpoint_volume_files_belong_to_their_writer(node, client, users):
