@@ -595,6 +595,8 @@ def test_deb_declares_every_library_it_loads(deb, tmp_path):
     elfs = [tmp_path / "usr" / "bin" / "stager",
             tmp_path / "usr" / "bin" / "dstagefs",
             *(tmp_path / "usr").glob("lib*/**/libdstage.so.0.*")]
+    # dstage-csi, when the package was built with gRPC (csi/)
+    elfs += list((tmp_path / "usr" / "bin").glob("dstage-csi"))
     needed = set()
     for e in elfs:
         needed |= set(re.findall(r"\[(lib[^\]]+\.so[^\]]*)\]",
