@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -413,8 +414,21 @@ static int csi_node_publish_1(struct csi_node *n,
 				 r->target_path, r->volume_id);
 			return -EEXIST;
 		}
-		if (!csi_state_stale(r->target_path))
-			return 0; /* published: idempotent */
+		if (!csi_state_stale(r->target_path)) {
+			/* published: idempotent (read-only again, in case a
+			 * plugin killed between the bind and its remount
+			 * left it writable) */
+			if (rec.readonly &&
+			    mount(NULL, r->target_path, NULL,
+				  MS_REMOUNT | MS_BIND | MS_RDONLY, NULL)) {
+				ret = -errno;
+				snprintf(msg, len,
+					 "remounting %s read-only: %s",
+					 r->target_path, strerror(-ret));
+				return ret;
+			}
+			return 0;
+		}
 		ret = csi_state_rebind(src, r->target_path, rec.readonly);
 		if (ret)
 			snprintf(msg, len, "re-binding stale %s: %s",

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,6 +189,9 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* The socket (connect needs write permission: root, kubelet, only),
+	 * the state directory's files and the targets made: the service's. */
+	umask(077);
 	ret = csi_node_open(&o, &n, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "dstage-csi: %s\n", err);

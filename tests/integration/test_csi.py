@@ -328,7 +328,7 @@ def read_tree(d):
 
 # ---- tests ----------------------------------------------------------------
 
-def test_identity_and_node_info(client, pb):
+def test_identity_and_node_info(node, client, pb):
     """What node-driver-registrar and the livenessprobe ask."""
     csi_pb2 = pb[0]
     info = client.identity.GetPluginInfo(csi_pb2.GetPluginInfoRequest())
@@ -349,6 +349,9 @@ def test_identity_and_node_info(client, pb):
         not in types
     assert client.node.NodeGetInfo(
         csi_pb2.NodeGetInfoRequest()).node_id == "node-1"
+    # kubelet (root) only: connecting needs write permission
+    assert os.stat(node.sock).st_mode & 0o022 == 0
+    assert os.stat(node.state).st_mode & 0o777 == 0o700
 
 
 def test_dataset_publish_stages_verifies_and_binds_read_only(node, client):
