@@ -158,24 +158,33 @@ static void daemon_req_job_fields(struct proto_buf *b, const struct jobs_job *j,
  * show's fields for what dstage-csi decides on: the queued or running stage
  * and verify jobs (active_stage=, active_verify=: their ids, 0 when none)
  * and the namespaces allowed a restricted dataset (csi_namespaces=, set by
- * `cachectl csi-allow`).
+ * `cachectl csi-allow`). The active jobs are read before anything else of
+ * the answer: a job that ends after that shows in the cache and in the
+ * last_* fields read later, so no instant looks like "nothing running,
+ * nothing done" to a caller that starts a job when it sees that.
  */
-static void daemon_req_show_active(struct daemon_conn *c, const char *name)
+static void daemon_req_active(struct daemon_conn *c, const char *name,
+			      int64_t ids[2])
 {
 	static const char *const kinds[] = { "stage", "verify" };
-	char key[320], val[1024];
 	struct jobs_job j = { 0 };
 
 	for (size_t i = 0; i < 2; i++) {
-		int64_t id = 0;
-
+		ids[i] = 0;
 		if (!jobs_active(c->jq, name, kinds[i], &j)) {
-			id = j.id;
+			ids[i] = j.id;
 			jobs_job_release(&j);
 		}
-		snprintf(key, sizeof(key), "active_%s", kinds[i]);
-		proto_add_i64(&c->out, key, id);
 	}
+}
+
+static void daemon_req_show_csi(struct daemon_conn *c, const char *name,
+				const int64_t ids[2])
+{
+	char key[320], val[1024];
+
+	proto_add_i64(&c->out, "active_stage", ids[0]);
+	proto_add_i64(&c->out, "active_verify", ids[1]);
 	snprintf(key, sizeof(key), "csi.namespaces.%s", name);
 	if (!catalog_policy_get(c->cat, key, val, sizeof(val)))
 		proto_add(&c->out, "csi_namespaces", val);
@@ -187,6 +196,7 @@ static int daemon_req_show(struct daemon_conn *c)
 	struct daemon_req_show s = { .c = c, .dataset = name };
 	struct catalog_dataset ds = { 0 };
 	struct jobs_job j = { 0 };
+	int64_t active[2];
 	int ret;
 
 	ret = catalog_dataset_get(c->cat, name, &ds);
@@ -198,6 +208,7 @@ static int daemon_req_show(struct daemon_conn *c)
 		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
 		return daemon_peer_end(c, ret, NULL);
+	daemon_req_active(c, name, active);
 	if (objstore_open(ds.source, c->d->cfg, &s.os))
 		s.os = NULL;
 	ret = runner_walk(c->cat, name, daemon_req_show_cb, &s);
@@ -235,7 +246,7 @@ static int daemon_req_show(struct daemon_conn *c)
 		proto_add(&c->out, "last_stage_msg", j.error);
 		jobs_job_release(&j);
 	}
-	daemon_req_show_active(c, name);
+	daemon_req_show_csi(c, name, active);
 	ret = proto_send(c->fd, &c->out);
 	if (!ret)
 		ret = daemon_peer_end(c, 0, NULL);

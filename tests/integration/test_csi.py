@@ -521,6 +521,33 @@ def test_two_pods_join_one_stage_and_see_progress(node, client):
     assert int(m['dstage_csi_failures_total{cause="invalid_argument"}']) >= 1
 
 
+def test_pods_at_once_start_one_stage(node, client):
+    """Eight publishes at the same instant, nothing staged yet: the daemon's
+    join=1 queues one stage and one verify for all of them."""
+    node.dataset("set-c", {"c.bin": os.urandom(2 * MiB)})
+    targets = [node.target(f"pod-c{i}") for i in range(8)]
+    go, errors = threading.Barrier(8), []
+
+    def pod(i):
+        try:
+            go.wait()
+            client.publish_ready(targets[i], {"dataset": "set-c"},
+                                 volume_id=f"csi-c{i}", pod=f"pod-c{i}")
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=pod, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert len(node.jobs("set-c", "stage")) == 1
+    assert len(node.jobs("set-c", "verify")) == 1
+    for i, t in enumerate(targets):
+        assert (t / "c.bin").stat().st_size == 2 * MiB
+        client.unpublish(t, volume_id=f"csi-c{i}")
+
+
 def test_checkpoint_volume_files_belong_to_their_writer(node, client, users):
     t = node.target("pod-ck", vol="ckpt")
     client.publish(t, {"checkpoints": "job-7"}, volume_id="pv-ck",
