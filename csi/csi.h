@@ -114,6 +114,11 @@ int csi_volume_parse(const struct csi_kv *kv, size_t n, struct csi_volume *v,
 /* true when ns is in list (comma- or space-separated names, or "*"). */
 bool csi_volume_ns_allowed(const char *list, const char *ns);
 
+/* snprintf into a message buffer: a cut message is as good as it gets,
+ * and this says so once instead of at every call. */
+__attribute__((format(printf, 3, 4))) void csi_msgf(char *msg, size_t len,
+						    const char *fmt, ...);
+
 /* The gRPC code for an error of the functions below. */
 enum csi_code csi_status_code(int err);
 

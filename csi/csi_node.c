@@ -184,12 +184,12 @@ static int csi_node_check_mount(struct csi_node *n, char *msg, size_t len)
 	int m = csi_state_mounted(n->mount, fstype);
 
 	if (m < 0) {
-		snprintf(msg, len, "reading /proc/self/mountinfo: %s",
+		csi_msgf(msg, len, "reading /proc/self/mountinfo: %s",
 			 strerror(-m));
 		return m;
 	}
 	if (!m || !strstr(fstype, "dstagefs")) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "dstagefs is not mounted at %s (%s): start dstagefs "
 			 "on the node (the DaemonSet's dstagefs container), or "
 			 "give dstage-csi --mount DIR",
@@ -198,7 +198,7 @@ static int csi_node_check_mount(struct csi_node *n, char *msg, size_t len)
 	}
 	snprintf(sub, sizeof(sub), "%s/datasets", n->mount);
 	if (stat(sub, &st)) {
-		snprintf(msg, len, "dstagefs at %s does not answer: %s: %s",
+		csi_msgf(msg, len, "dstagefs at %s does not answer: %s: %s",
 			 n->mount, sub, strerror(errno));
 		return -ENOTCONN;
 	}
@@ -276,14 +276,14 @@ static int csi_node_staging(struct csi_node *n, const struct csi_publish_req *r,
 	csi_node_pct(pct, sizeof(pct), &j);
 	waited = csi_node_waited(n, r->target_path, now);
 	if (v->timeout_s && waited > (int64_t)v->timeout_s) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "dataset %s: still not ready after the volume's "
 			 "stagingTimeout of %us: %s job %" PRId64 " is %s, %s; "
 			 "the job goes on (stager status %" PRId64 ")",
 			 v->name, v->timeout_s, kind, id, j.state, pct, id);
 		return -ETIMEDOUT;
 	}
-	snprintf(msg, len,
+	csi_msgf(msg, len,
 		 "dataset %s is being %s on this node: job %" PRId64
 		 " %s%s, %s; waited %" PRId64 "s; the pod starts when it is "
 		 "done (stager status %" PRId64 ")",
@@ -305,13 +305,13 @@ static int csi_node_dataset(struct csi_node *n, const struct csi_publish_req *r,
 	if (di.group[0] &&
 	    !csi_volume_ns_allowed(di.namespaces, v->pod_namespace)) {
 		if (!v->pod_namespace[0])
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "dataset %s is restricted to group %s and "
 				 "kubelet sent no pod namespace (the "
 				 "CSIDriver needs podInfoOnMount: true)",
 				 v->name, di.group);
 		else
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "dataset %s is restricted to group %s; "
 				 "namespace %s is not allowed it (an admin: "
 				 "cachectl csi-allow %s %s)",
@@ -324,14 +324,14 @@ static int csi_node_dataset(struct csi_node *n, const struct csi_publish_req *r,
 	case CSI_NEXT_READY:
 		return 0;
 	case CSI_NEXT_STAGE_FAILED:
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "staging dataset %s failed (job %" PRId64 "): %s; "
 			 "tried again after %us",
 			 v->name, di.last_stage_job, di.last_stage_msg,
 			 n->retry_s);
 		return -EIO;
 	case CSI_NEXT_VERIFY_FAILED:
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "verifying dataset %s failed: %s; tried again after "
 			 "%us",
 			 v->name, di.last_verify_msg, n->retry_s);
@@ -350,12 +350,12 @@ static int csi_node_ckpt_dir(const char *src, char *msg, size_t len)
 	if (!stat(src, &st)) {
 		if (S_ISDIR(st.st_mode))
 			return 0;
-		snprintf(msg, len, "%s is not a directory", src);
+		csi_msgf(msg, len, "%s is not a directory", src);
 		return -EINVAL;
 	}
 	if (errno != ENOENT || (mkdir(src, 01777) && errno != EEXIST) ||
 	    chmod(src, 01777)) {
-		snprintf(msg, len, "making %s: %s", src, strerror(errno));
+		csi_msgf(msg, len, "making %s: %s", src, strerror(errno));
 		return -errno;
 	}
 	return 0;
@@ -395,20 +395,20 @@ static int csi_node_publish_1(struct csi_node *n,
 	rec.readonly = v->kind == CSI_VOL_DATASET || r->readonly ||
 		       !csi_node_writer(r->access_mode);
 	if (csi_node_source(n, &rec, src, sizeof(src))) {
-		snprintf(msg, len, "the volume's path is too long");
+		csi_msgf(msg, len, "the volume's path is too long");
 		return -EINVAL;
 	}
 
 	m = csi_state_mounted(r->target_path, NULL);
 	if (m < 0) {
-		snprintf(msg, len, "reading /proc/self/mountinfo: %s",
+		csi_msgf(msg, len, "reading /proc/self/mountinfo: %s",
 			 strerror(-m));
 		return m;
 	}
 	if (m) {
 		if (csi_state_get(n->state_dir, r->target_path, &old) ||
 		    !csi_node_same(&old, &rec)) {
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "%s is already a mount point, not of volume "
 				 "%s as asked now",
 				 r->target_path, r->volume_id);
@@ -422,7 +422,7 @@ static int csi_node_publish_1(struct csi_node *n,
 			    mount(NULL, r->target_path, NULL,
 				  MS_REMOUNT | MS_BIND | MS_RDONLY, NULL)) {
 				ret = -errno;
-				snprintf(msg, len,
+				csi_msgf(msg, len,
 					 "remounting %s read-only: %s",
 					 r->target_path, strerror(-ret));
 				return ret;
@@ -431,7 +431,7 @@ static int csi_node_publish_1(struct csi_node *n,
 		}
 		ret = csi_state_rebind(src, r->target_path, rec.readonly);
 		if (ret)
-			snprintf(msg, len, "re-binding stale %s: %s",
+			csi_msgf(msg, len, "re-binding stale %s: %s",
 				 r->target_path, strerror(-ret));
 		return ret;
 	}
@@ -441,13 +441,13 @@ static int csi_node_publish_1(struct csi_node *n,
 			return ret;
 		if (stat(src, &st)) {
 			ret = -errno;
-			snprintf(msg, len, "dataset %s: %s: %s", v->name, src,
+			csi_msgf(msg, len, "dataset %s: %s: %s", v->name, src,
 				 strerror(-ret));
 			return ret == -ENOENT || ret == -ENOTDIR ? -ENOENT
 								 : ret;
 		}
 		if (!S_ISDIR(st.st_mode)) {
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "dataset %s: subPath %s is a file, not a "
 				 "directory",
 				 v->name, v->subpath);
@@ -460,13 +460,13 @@ static int csi_node_publish_1(struct csi_node *n,
 	}
 	ret = csi_state_put(n->state_dir, &rec);
 	if (ret) {
-		snprintf(msg, len, "recording %s in %s: %s", r->target_path,
+		csi_msgf(msg, len, "recording %s in %s: %s", r->target_path,
 			 n->state_dir, strerror(-ret));
 		return ret;
 	}
 	ret = csi_state_bind(src, r->target_path, rec.readonly);
 	if (ret) {
-		snprintf(msg, len, "bind-mounting %s at %s: %s", src,
+		csi_msgf(msg, len, "bind-mounting %s at %s: %s", src,
 			 r->target_path, strerror(-ret));
 		csi_state_del(n->state_dir, r->target_path);
 		return ret;
@@ -484,21 +484,21 @@ static int csi_node_check_req(const struct csi_publish_req *r,
 	int ret;
 
 	if (!r->volume_id || !*r->volume_id) {
-		snprintf(msg, len, "no volume_id");
+		csi_msgf(msg, len, "no volume_id");
 		return -EINVAL;
 	}
 	if (!r->target_path || r->target_path[0] != '/') {
-		snprintf(msg, len, "no target_path (an absolute path)%s%.200s",
+		csi_msgf(msg, len, "no target_path (an absolute path)%s%.200s",
 			 r->target_path && *r->target_path ? ": " : "",
 			 r->target_path ? r->target_path : "");
 		return -EINVAL;
 	}
 	if (r->access_type == CSI_ACCESS_NONE) {
-		snprintf(msg, len, "no volume_capability (mount access)");
+		csi_msgf(msg, len, "no volume_capability (mount access)");
 		return -EINVAL;
 	}
 	if (r->access_type == CSI_ACCESS_BLOCK) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "block access: dstage volumes are "
 			 "directories (mount access only)");
 		return -EINVAL;
@@ -508,7 +508,7 @@ static int csi_node_check_req(const struct csi_publish_req *r,
 		return ret;
 	if (v->kind == CSI_VOL_DATASET && csi_node_writer(r->access_mode) &&
 	    !r->readonly) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "dataset %s is read-only: ask for a reader-only "
 			 "access mode (ReadOnlyMany) or readOnly: true, not "
 			 "write access (mode %d)",
@@ -541,7 +541,7 @@ int csi_node_publish(struct csi_node *n, const struct csi_publish_req *r,
 	if (!ret) {
 		ret = csi_node_claim(n, r->target_path);
 		if (ret == -EBUSY)
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "another call on %s is in progress; try again",
 				 r->target_path);
 	}
@@ -568,22 +568,22 @@ int csi_node_unpublish(struct csi_node *n, const char *volume_id,
 
 	msg[0] = '\0';
 	if (!volume_id || !*volume_id) {
-		snprintf(msg, len, "no volume_id");
+		csi_msgf(msg, len, "no volume_id");
 		ret = -EINVAL;
 	} else if (!target || target[0] != '/') {
-		snprintf(msg, len, "no target_path (an absolute path)");
+		csi_msgf(msg, len, "no target_path (an absolute path)");
 		ret = -EINVAL;
 	} else {
 		ret = csi_node_claim(n, target);
 		if (ret == -EBUSY)
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "another call on %s is in progress; try again",
 				 target);
 	}
 	if (!ret) {
 		ret = csi_state_unbind(target);
 		if (ret)
-			snprintf(msg, len, "unmounting %s: %s", target,
+			csi_msgf(msg, len, "unmounting %s: %s", target,
 				 strerror(-ret));
 		else
 			ret = csi_state_del(n->state_dir, target);
@@ -608,18 +608,18 @@ int csi_node_stats(struct csi_node *n, const char *volume_id, const char *path,
 
 	memset(st, 0, sizeof(*st));
 	if (!volume_id || !*volume_id || !path || path[0] != '/') {
-		snprintf(msg, len, "no volume_id or volume_path");
+		csi_msgf(msg, len, "no volume_id or volume_path");
 		return -EINVAL;
 	}
 	if (csi_state_get(n->state_dir, path, &rec) ||
 	    strcmp(rec.volume_id, volume_id)) {
-		snprintf(msg, len, "volume %s is not published at %s",
+		csi_msgf(msg, len, "volume %s is not published at %s",
 			 volume_id, path);
 		return -ENOENT;
 	}
 	if (statvfs(path, &sv)) {
 		if (errno != ENOTCONN) {
-			snprintf(msg, len, "%s: %s", path, strerror(errno));
+			csi_msgf(msg, len, "%s: %s", path, strerror(errno));
 			return -errno;
 		}
 		st->abnormal = true;
@@ -761,7 +761,7 @@ int csi_node_open(const struct csi_node_opts *o, struct csi_node **out,
 		return -ENOMEM;
 	if (!o->mount || o->mount[0] != '/' || !o->socket || !o->state_dir ||
 	    o->state_dir[0] != '/') {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "--mount and --state-dir must be absolute "
 			 "paths, and the daemon's socket set");
 		free(n);
@@ -786,7 +786,7 @@ int csi_node_open(const struct csi_node_opts *o, struct csi_node **out,
 	pthread_condattr_destroy(&ca);
 	ret = csi_state_init(n->state_dir);
 	if (ret) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "state directory %s: %s (it must be root's, mode "
 			 "0700)",
 			 n->state_dir, strerror(-ret));

@@ -31,7 +31,7 @@ static int csi_stage_open(struct proto_client *pc, const char *socket,
 	int ret = proto_client_open(pc, "dstage-csi", socket);
 
 	if (ret) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "the node's stager daemon does not answer at %s: %s "
 			 "(is dstage-stager running on this node?)",
 			 socket, strerror(-ret));
@@ -48,12 +48,12 @@ static int csi_stage_call(struct proto_client *pc, proto_client_row_fn fn,
 	int ret = proto_client_call(pc, fn, arg);
 
 	if (ret) {
-		snprintf(msg, len, "%s: the stager daemon's connection: %s",
+		csi_msgf(msg, len, "%s: the stager daemon's connection: %s",
 			 what, strerror(ret < 0 ? -ret : EIO));
 		return -EHOSTUNREACH;
 	}
 	if (pc->rc) {
-		snprintf(msg, len, "%s: %s", what,
+		csi_msgf(msg, len, "%s: %s", what,
 			 pc->endmsg[0] ? pc->endmsg : strerror(-pc->rc));
 		return pc->rc;
 	}
@@ -105,7 +105,7 @@ int csi_stage_show(const char *socket, const char *name, struct csi_ds_info *di,
 	proto_add(&pc.out, "name", name);
 	ret = csi_stage_call(&pc, csi_stage_show_row, di, "dataset", msg, len);
 	if (ret == -ENOENT)
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "no dataset named %s on this node's stager "
 			 "(stager add NAME URL registers it)",
 			 name);
@@ -147,7 +147,7 @@ int csi_stage_submit(const char *socket, const char *kind, const char *name,
 	ret = csi_stage_call(&pc, csi_stage_submit_row, &s, what, msg, len);
 	proto_client_close(&pc);
 	if (!ret && !s.job) {
-		snprintf(msg, len, "%s: the daemon answered no job", what);
+		csi_msgf(msg, len, "%s: the daemon answered no job", what);
 		ret = -EPROTO;
 	}
 	*job = s.job;

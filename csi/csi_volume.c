@@ -6,6 +6,7 @@
  * state, no locks, no system calls.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,15 @@
 #include "dstage/config.h"
 
 #define CSI_KUBE_PREFIX "csi.storage.k8s.io/"
+
+void csi_msgf(char *msg, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+}
 
 enum csi_code csi_status_code(int err)
 {
@@ -54,7 +64,7 @@ static int csi_volume_name(const char *what, const char *s, char *out,
 
 	if (!n || n >= CSI_NAME_MAX || strchr(s, '/') || !strcmp(s, ".") ||
 	    !strcmp(s, "..") || s[0] == '.') {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 "volume attribute %s: '%.80s' is not a name (1 to "
 			 "%d bytes, no '/', not starting with '.')",
 			 what, s, CSI_NAME_MAX - 1);
@@ -86,7 +96,7 @@ static int csi_volume_subpath(const char *s, char *out, char *msg, size_t len)
 	memcpy(out, s, n + 1);
 	return 0;
 bad:
-	snprintf(msg, len,
+	csi_msgf(msg, len,
 		 "volume attribute subPath: '%.200s' is not a relative path "
 		 "inside the dataset (no leading '/', no empty, '.' or '..' "
 		 "segments)",
@@ -105,7 +115,7 @@ static int csi_volume_bool(const char *key, const char *s, bool *out, char *msg,
 		*out = false;
 		return 0;
 	}
-	snprintf(msg, len,
+	csi_msgf(msg, len,
 		 "volume attribute %s: '%.40s': expected \"true\" or "
 		 "\"false\"",
 		 key, s);
@@ -135,7 +145,7 @@ int csi_volume_parse(const struct csi_kv *kv, size_t n, struct csi_volume *v,
 			unsigned ms;
 
 			if (config_parse_duration_ms(val, &ms)) {
-				snprintf(msg, len,
+				csi_msgf(msg, len,
 					 "volume attribute stagingTimeout: "
 					 "'%.40s' is not a duration (90s, "
 					 "30m, 2h)",
@@ -152,7 +162,7 @@ int csi_volume_parse(const struct csi_kv *kv, size_t n, struct csi_volume *v,
 				    strlen(CSI_KUBE_PREFIX))) {
 			/* pod.name, pod.uid, serviceAccount.name... */
 		} else {
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "unknown volume attribute '%.80s' (dstage "
 				 "takes dataset, verify, subPath, "
 				 "stagingTimeout, or checkpoints)",
@@ -163,7 +173,7 @@ int csi_volume_parse(const struct csi_kv *kv, size_t n, struct csi_volume *v,
 	if (ret)
 		return ret;
 	if (!dataset == !job) {
-		snprintf(msg, len,
+		csi_msgf(msg, len,
 			 dataset ? "volume attributes: dataset and checkpoints "
 				   "exclude each other"
 				 : "volume attributes: no dataset (or "
@@ -172,7 +182,7 @@ int csi_volume_parse(const struct csi_kv *kv, size_t n, struct csi_volume *v,
 	}
 	if (job) {
 		if (v->subpath[0]) {
-			snprintf(msg, len,
+			csi_msgf(msg, len,
 				 "volume attribute subPath: only "
 				 "for dataset volumes");
 			return -EINVAL;
