@@ -279,6 +279,12 @@ static void cmds_priority_fill(struct conn *cn, const struct cachectl_opts *o)
 	proto_add(&cn->pc.out, "priority", o->argv[1]);
 }
 
+static void cmds_csi_allow_fill(struct conn *cn, const struct cachectl_opts *o)
+{
+	proto_add(&cn->pc.out, "name", o->argv[0]);
+	proto_add(&cn->pc.out, "namespaces", o->argv[1]);
+}
+
 int cmds_dataset(const struct dstage_config *cfg,
 		 const struct cachectl_cmd *cmd, const struct cachectl_opts *o)
 {
@@ -288,8 +294,10 @@ int cmds_dataset(const struct dstage_config *cfg,
 
 	snprintf(req, sizeof(req), "cache.%s", cmd->name);
 	code = cmds_exchange(cfg, req, o,
-			     strcmp(cmd->name, "priority") ? cmds_dataset_fill
-							   : cmds_priority_fill,
+			     !strcmp(cmd->name, "priority") ? cmds_priority_fill
+			     : !strcmp(cmd->name, "csi-allow")
+				     ? cmds_csi_allow_fill
+				     : cmds_dataset_fill,
 			     &d);
 	if (code == CLI_EXIT_OK && o->json) {
 		json_t *doc = json_pack("{s:b,s:s,s:s}", "ok", 1, "command",

@@ -44,6 +44,11 @@ static const struct cachectl_cmd cachectl_cmds[] = {
 	{ "priority", cmds_dataset, 2, 2, "j", "DATASET N",
 	  "Set DATASET's eviction priority, -1000 to 1000 (admins): lower\n"
 	  "priorities are evicted first." },
+	{ "csi-allow", cmds_dataset, 2, 2, "j", "DATASET NS[,NS...]|none",
+	  "Let pods of these Kubernetes namespaces have DATASET, a dataset\n"
+	  "restricted to a group, through dstage-csi (admins; audited as\n"
+	  "csi.allow). '*' allows every namespace, 'none' none (the\n"
+	  "default): dstage-csi then refuses it (PERMISSION_DENIED)." },
 	{ "policy", cmds_policy, 1, 1, "jCHL", "show|set",
 	  "Show or set the cache's capacity and watermarks. Values set here\n"
 	  "are kept in the catalog and override cache.size,\n"

@@ -184,4 +184,13 @@ int jobs_recover(struct jobs *jq, unsigned *n);
 int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 	      struct jobs_job *j);
 
+/*
+ * The oldest queued or running job of kind for dataset (by name): the one
+ * a request that joins (the stager's `join=1`, dstage-csi's publish)
+ * follows instead of queueing another. Returns 0, -ENOENT when there is
+ * none, or an error above.
+ */
+int jobs_active(struct jobs *jq, const char *dataset, const char *kind,
+		struct jobs_job *j);
+
 #endif

@@ -515,3 +515,14 @@ int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 			CATALOG_ARGS(CATALOG_TEXT(dataset), CATALOG_TEXT(kind)),
 			j);
 }
+
+int jobs_active(struct jobs *jq, const char *dataset, const char *kind,
+		struct jobs_job *j)
+{
+	return jobs_one(jq, "jobs active",
+			"SELECT " JOBS_COLS "WHERE d.name = ? AND j.kind = ?"
+			" AND j.state IN ('queued', 'running')"
+			" ORDER BY j.id LIMIT 1",
+			CATALOG_ARGS(CATALOG_TEXT(dataset), CATALOG_TEXT(kind)),
+			j);
+}

@@ -484,6 +484,44 @@ int daemon_admin_pin(struct daemon_conn *c)
 	return daemon_peer_end(c, 0, NULL);
 }
 
+/*
+ * cache.csi-allow name= namespaces=: the Kubernetes namespaces whose pods
+ * dstage-csi may give a restricted dataset (comma-separated, "*" for all,
+ * "none" or "" for none). Kept as the catalog policy key
+ * csi.namespaces.NAME, shown by `show` as csi_namespaces=, audited.
+ */
+int daemon_admin_csi_allow(struct daemon_conn *c)
+{
+	const char *v = proto_get(&c->msg, "namespaces");
+	struct catalog_dataset ds = { 0 };
+	char key[320], old[1024] = "";
+	int ret;
+
+	if (v && !strcmp(v, "none"))
+		v = "";
+	if (!v || strlen(v) >= sizeof(old) ||
+	    strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-,*") != strlen(v))
+		return daemon_peer_end(c, -EINVAL,
+				       "csi-allow %s: '%.80s' is not a list "
+				       "of namespaces (NS[,NS...], '*' or "
+				       "none)",
+				       c->name, v ? v : "");
+	if (!daemon_admin_ds(c, &ds, &ret))
+		return ret;
+	snprintf(key, sizeof(key), "csi.namespaces.%s", c->name);
+	if (catalog_policy_get(c->cat, key, old, sizeof(old)))
+		old[0] = '\0';
+	ret = catalog_policy_set(c->cat, key, v);
+	if (!ret)
+		daemon_admin_audit(c, "csi.allow", c->name,
+				   old[0] ? old : "none", *v ? v : "none");
+	catalog_dataset_release(&ds);
+	if (ret)
+		return daemon_peer_end(c, ret, "csi-allow %s: %s", c->name,
+				       strerror(-ret));
+	return daemon_peer_end(c, 0, NULL);
+}
+
 int daemon_admin_quota(struct daemon_conn *c)
 {
 	const char *v = proto_get(&c->msg, "quota");

@@ -177,6 +177,8 @@ int daemon_admin_status(struct daemon_conn *c);
 int daemon_admin_pin(struct daemon_conn *c); /* cache.pin and cache.unpin */
 int daemon_admin_quota(struct daemon_conn *c);
 int daemon_admin_priority(struct daemon_conn *c);
+/* cache.csi-allow: namespaces dstage-csi may give a restricted dataset */
+int daemon_admin_csi_allow(struct daemon_conn *c);
 int daemon_admin_policy_show(struct daemon_conn *c);
 int daemon_admin_policy_set(struct daemon_conn *c);
 int daemon_admin_evict(struct daemon_conn *c);

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,12 +154,49 @@ static void daemon_req_job_fields(struct proto_buf *b, const struct jobs_job *j,
 	proto_add(b, "args", j->args ? j->args : "");
 }
 
+/*
+ * show's fields for what dstage-csi decides on: the queued or running stage
+ * and verify jobs (active_stage=, active_verify=: their ids, 0 when none)
+ * and the namespaces allowed a restricted dataset (csi_namespaces=, set by
+ * `cachectl csi-allow`). The active jobs are read before anything else of
+ * the answer: a job that ends after that shows in the cache and in the
+ * last_* fields read later, so no instant looks like "nothing running,
+ * nothing done" to a caller that starts a job when it sees that.
+ */
+static void daemon_req_active(struct daemon_conn *c, const char *name,
+			      int64_t ids[2])
+{
+	static const char *const kinds[] = { "stage", "verify" };
+	struct jobs_job j = { 0 };
+
+	for (size_t i = 0; i < 2; i++) {
+		ids[i] = 0;
+		if (!jobs_active(c->jq, name, kinds[i], &j)) {
+			ids[i] = j.id;
+			jobs_job_release(&j);
+		}
+	}
+}
+
+static void daemon_req_show_csi(struct daemon_conn *c, const char *name,
+				const int64_t ids[2])
+{
+	char key[320], val[1024];
+
+	proto_add_i64(&c->out, "active_stage", ids[0]);
+	proto_add_i64(&c->out, "active_verify", ids[1]);
+	snprintf(key, sizeof(key), "csi.namespaces.%s", name);
+	if (!catalog_policy_get(c->cat, key, val, sizeof(val)))
+		proto_add(&c->out, "csi_namespaces", val);
+}
+
 static int daemon_req_show(struct daemon_conn *c)
 {
 	const char *name = c->name;
 	struct daemon_req_show s = { .c = c, .dataset = name };
 	struct catalog_dataset ds = { 0 };
 	struct jobs_job j = { 0 };
+	int64_t active[2];
 	int ret;
 
 	ret = catalog_dataset_get(c->cat, name, &ds);
@@ -170,6 +208,7 @@ static int daemon_req_show(struct daemon_conn *c)
 		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
 		return daemon_peer_end(c, ret, NULL);
+	daemon_req_active(c, name, active);
 	if (objstore_open(ds.source, c->d->cfg, &s.os))
 		s.os = NULL;
 	ret = runner_walk(c->cat, name, daemon_req_show_cb, &s);
@@ -203,8 +242,11 @@ static int daemon_req_show(struct daemon_conn *c)
 	if (!jobs_last(c->jq, name, "stage", &j)) {
 		proto_add(&c->out, "last_stage", jobs_state_name(j.state));
 		proto_add_i64(&c->out, "last_stage_at", j.updated);
+		proto_add_i64(&c->out, "last_stage_job", j.id);
+		proto_add(&c->out, "last_stage_msg", j.error);
 		jobs_job_release(&j);
 	}
+	daemon_req_show_csi(c, name, active);
 	ret = proto_send(c->fd, &c->out);
 	if (!ret)
 		ret = daemon_peer_end(c, 0, NULL);
@@ -672,7 +714,10 @@ static int daemon_req_remove(struct daemon_conn *c)
 	return daemon_peer_end(c, 0, NULL);
 }
 
-/* Queue a stage or verify job with the request's options. */
+static pthread_mutex_t daemon_req_join_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Queue a stage or verify job with the request's options, or with join=1
+ * answer the one already queued or running (joined=1 in the row). */
 static int daemon_req_submit(struct daemon_conn *c)
 {
 	const char *kind = c->cmd, *name = c->name;
@@ -682,8 +727,9 @@ static int daemon_req_submit(struct daemon_conn *c)
 	struct proto_buf args = { 0 };
 	struct catalog_dataset ds = { 0 };
 	const char *par = proto_get(&c->msg, "parallel");
+	bool join, joined = false;
 	uint64_t npar;
-	int64_t id;
+	int64_t id = 0;
 	int ret;
 
 	if (par && (proto_get_u64(&c->msg, "parallel", &npar) || npar < 1 ||
@@ -759,18 +805,40 @@ static int daemon_req_submit(struct daemon_conn *c)
 	ret = args.err;
 	if (!ret && args.data)
 		args.data[args.len] = '\0'; /* proto_buf keeps room for it */
-	if (!ret)
+	/* join=1: follow the queued or running job of this kind for the
+	 * dataset instead of queueing a second one (dstage-csi's publishes).
+	 * The look and the submit are one step under daemon_req_join_lock,
+	 * a leaf taken by no one else, so two joins queue one job. */
+	join = proto_get(&c->msg, "join") != NULL;
+	if (join)
+		pthread_mutex_lock(&daemon_req_join_lock);
+	if (!ret && join) {
+		struct jobs_job j = { 0 };
+
+		if (!jobs_active(c->jq, name, kind, &j)) {
+			id = j.id;
+			joined = true;
+			jobs_job_release(&j);
+		}
+	}
+	if (!ret && !joined)
 		ret = jobs_submit(c->jq, kind, name, args.data, &id);
+	if (join)
+		pthread_mutex_unlock(&daemon_req_join_lock);
 	proto_free(&args);
 	if (ret)
 		return daemon_peer_end(c, ret, "queueing the %s job: %s", kind,
 				       strerror(-ret));
-	daemon_admin_audit(c, kind, name, NULL, NULL);
-	daemon_jobs_wake(c->d);
+	if (!joined) {
+		daemon_admin_audit(c, kind, name, NULL, NULL);
+		daemon_jobs_wake(c->d);
+	}
 	daemon_peer_row(c, "row");
 	proto_add_i64(&c->out, "job", id);
 	proto_add(&c->out, "kind", kind);
 	proto_add(&c->out, "dataset", name);
+	if (joined)
+		proto_add(&c->out, "joined", "1");
 	ret = proto_send(c->fd, &c->out);
 	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }
@@ -850,6 +918,8 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "cache.quota", daemon_admin_quota,
 	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "cache.priority", daemon_admin_priority,
+	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "cache.csi-allow", daemon_admin_csi_allow,
 	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "cache.evict", daemon_admin_evict, DAEMON_REQ_ADMIN },
 	{ "cache.gc", daemon_admin_gc, DAEMON_REQ_ADMIN },

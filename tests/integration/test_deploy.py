@@ -362,10 +362,14 @@ def k8s_docs(name):
     return [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
 
 
+K8S_MANIFESTS = ("daemonset.yaml", "training-job.yaml", "csi-driver.yaml",
+                 "dataset-pv.yaml", "training-job-csi.yaml")
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None,
                     reason="kubectl not installed")
 def test_k8s_manifests_parse_with_kubectl():
-    for name in ("daemonset.yaml", "training-job.yaml"):
+    for name in K8S_MANIFESTS:
         r = run("kubectl", "label", "--local", "-f", K8S / name, "-o", "name",
                 "dstage-check=1", check=False,
                 env=dict(os.environ, KUBECONFIG="/dev/null"))
@@ -385,7 +389,8 @@ def strict_roundtrip(doc):
     client = kubernetes.client.ApiClient()
     group = doc["apiVersion"].split("/")[0]
     version = doc["apiVersion"].split("/")[-1]
-    prefix = {"v1": "V1", "apps": "V1", "batch": "V1"}[group]
+    prefix = {"v1": "V1", "apps": "V1", "batch": "V1",
+              "storage.k8s.io": "V1"}[group]
     assert version == "v1"
     cls = prefix + doc["kind"]
 
@@ -404,7 +409,7 @@ def strict_roundtrip(doc):
 
 
 def test_k8s_manifests_use_only_known_api_fields():
-    for name in ("daemonset.yaml", "training-job.yaml"):
+    for name in K8S_MANIFESTS:
         for doc in k8s_docs(name):
             a, b = strict_roundtrip(doc)
             assert a == b, f"{name}: {doc['kind']}: unknown or mistyped field"
@@ -414,7 +419,8 @@ def test_k8s_daemonset_settings():
     docs = {d["kind"]: d for d in k8s_docs("daemonset.yaml")}
     spec = docs["DaemonSet"]["spec"]["template"]["spec"]
     c = {x["name"]: x for x in spec["containers"]}
-    assert set(c) == {"stager", "dstagefs"}
+    assert set(c) == {"stager", "dstagefs", "dstage-csi",
+                      "node-driver-registrar", "liveness-probe"}
     fs = c["dstagefs"]
     assert fs["securityContext"]["privileged"] is True
     mnt = {m["name"]: m for m in fs["volumeMounts"]}
@@ -436,6 +442,50 @@ def test_k8s_daemonset_settings():
     m = {v["name"]: v for v in train["volumeMounts"]}
     assert m["data"]["readOnly"] is True
     assert m["data"]["mountPropagation"] == "HostToContainer"
+
+
+def test_k8s_csi_driver_and_its_volumes():
+    """The CSI driver: the plugin beside dstagefs, kubelet's directory
+    Bidirectional, the CSIDriver node-only with pod info, and a training
+    job that reads a dataset with no hostPath."""
+    ds = {d["kind"]: d for d in k8s_docs("daemonset.yaml")}
+    spec = ds["DaemonSet"]["spec"]["template"]["spec"]
+    c = {x["name"]: x for x in spec["containers"]}
+    csi = c["dstage-csi"]
+    assert "--endpoint" in csi["command"] and "/data" in csi["command"]
+    mnt = {m["name"]: m for m in csi["volumeMounts"]}
+    assert mnt["kubelet-dir"]["mountPath"] == "/var/lib/kubelet"
+    assert mnt["kubelet-dir"]["mountPropagation"] == "Bidirectional"
+    assert mnt["data"]["mountPropagation"] == "HostToContainer"
+    reg = c["node-driver-registrar"]["args"]
+    assert "--kubelet-registration-path=/var/lib/kubelet/plugins/" \
+        "csi.dstage.io/csi.sock" in reg
+    assert csi["livenessProbe"]["httpGet"]["port"] == "healthz"
+    assert "--health-port=9808" in c["liveness-probe"]["args"]
+    drv = k8s_docs("csi-driver.yaml")[0]
+    assert drv["metadata"]["name"] == "csi.dstage.io"
+    assert drv["spec"]["attachRequired"] is False
+    assert drv["spec"]["podInfoOnMount"] is True
+    assert drv["spec"]["volumeLifecycleModes"] == ["Persistent", "Ephemeral"]
+    job = k8s_docs("training-job-csi.yaml")[0]["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in job["volumes"]}
+    assert not any("hostPath" in v for v in job["volumes"])
+    assert vols["data"]["csi"]["volumeAttributes"]["dataset"] == \
+        "train-set-a"
+    assert vols["data"]["csi"]["readOnly"] is True
+    m = {v["name"]: v for v in job["containers"][0]["volumeMounts"]}
+    assert m["data"]["mountPath"] == "/data"
+    assert m["data"]["mountPropagation"] == "HostToContainer"
+    pvs = [d for d in k8s_docs("dataset-pv.yaml")
+           if d["kind"] == "PersistentVolume"]
+    assert {p["spec"]["csi"]["driver"] for p in pvs} == {"csi.dstage.io"}
+    kust = K8S / "kustomization.yaml"
+    if shutil.which("kubectl"):
+        r = run("kubectl", "kustomize", K8S, check=False,
+                env=dict(os.environ, KUBECONFIG="/dev/null"))
+        assert r.returncode == 0, r.stderr
+        assert "csi-node-driver-registrar:" in r.stdout
+    assert "images:" in kust.read_text()
 
 
 @pytest.fixture
@@ -545,6 +595,8 @@ def test_deb_declares_every_library_it_loads(deb, tmp_path):
     elfs = [tmp_path / "usr" / "bin" / "stager",
             tmp_path / "usr" / "bin" / "dstagefs",
             *(tmp_path / "usr").glob("lib*/**/libdstage.so.0.*")]
+    # dstage-csi, when the package was built with gRPC (csi/)
+    elfs += list((tmp_path / "usr" / "bin").glob("dstage-csi"))
     needed = set()
     for e in elfs:
         needed |= set(re.findall(r"\[(lib[^\]]+\.so[^\]]*)\]",

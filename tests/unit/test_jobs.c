@@ -84,6 +84,12 @@ static void test_basic(void)
 	CHECK_INT(j.state, JOBS_QUEUED);
 	jobs_job_release(&j);
 	CHECK_INT(jobs_get(jq, 999, &j), -ENOENT);
+	/* jobs_active: the oldest queued or running job of a kind */
+	CHECK_INT(jobs_active(jq, "low", "stage", &j), 0);
+	CHECK_INT(j.id, a);
+	jobs_job_release(&j);
+	CHECK_INT(jobs_active(jq, "low", "verify", &j), -ENOENT);
+	CHECK_INT(jobs_active(jq, "nope", "stage", &j), -ENOENT);
 
 	/* the higher priority dataset first, then oldest first */
 	CHECK_INT(jobs_claim(jq, &j), 0);
@@ -122,6 +128,11 @@ static void test_basic(void)
 	CHECK_INT(j.state, JOBS_FAILED);
 	jobs_job_release(&j);
 	CHECK_INT(jobs_last(jq, "low", "verify", &j), -ENOENT);
+	/* a, cancelled, and b, failed, are not active; c, queued, is */
+	CHECK_INT(jobs_active(jq, "high", "verify", &j), -ENOENT);
+	CHECK_INT(jobs_active(jq, "low", "stage", &j), 0);
+	CHECK_INT(j.id, c);
+	jobs_job_release(&j);
 
 	/* crash while running: recover queues it again */
 	CHECK_INT(jobs_claim(jq, &j), 0);
