@@ -136,20 +136,21 @@ static int ckpt_staging_migrate(struct ckpt *ck, int dfd, int sfd,
 		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (jfd < 0)
 		return errno == ENOENT ? 0 : -errno; /* nothing flat */
-	ck->journal_fd = jfd;
-	ck->tree_fd = openat(dfd, CKPT_TREE,
-			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	ck->abandoned_fd =
+	ck->dirs.journal_fd = jfd;
+	ck->dirs.tree_fd =
+		openat(dfd, CKPT_TREE,
+		       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ck->dirs.abandoned_fd =
 		openat(dfd, CKPT_ABANDONED,
 		       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (ck->abandoned_fd >= 0) {
-		ret = ckpt_dir_nonempty(ck->abandoned_fd);
+	if (ck->dirs.abandoned_fd >= 0) {
+		ret = ckpt_dir_nonempty(ck->dirs.abandoned_fd);
 		if (ret < 0)
 			goto out;
 		unknown += (unsigned)ret;
 		ret = 0;
 	}
-	jfd = dup(ck->journal_fd);
+	jfd = dup(ck->dirs.journal_fd);
 	d = jfd >= 0 ? fdopendir(jfd) : NULL;
 	if (!d) {
 		ret = -errno;
@@ -163,7 +164,7 @@ static int ckpt_staging_migrate(struct ckpt *ck, int dfd, int sfd,
 
 		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
 			continue;
-		if (ckpt_journal_read(ck, (ino_t)ino, &rec))
+		if (ckpt_journal_read(&ck->dirs, (ino_t)ino, &rec))
 			continue;
 		if (rec.state != 'C') {
 			log_error("checkpoints: %s/%s/%s: %s is not yet "
@@ -179,10 +180,10 @@ static int ckpt_staging_migrate(struct ckpt *ck, int dfd, int sfd,
 			kept++;
 			continue;
 		}
-		if (unlinkat(ck->tree_fd, rec.key, 0) && errno != ENOENT)
+		if (unlinkat(ck->dirs.tree_fd, rec.key, 0) && errno != ENOENT)
 			log_warn("checkpoints: cannot remove %s/%s/%s: %s", top,
 				 CKPT_TREE, rec.key, strerror(errno));
-		ckpt_journal_remove(ck, (ino_t)ino);
+		ckpt_journal_remove(&ck->dirs, (ino_t)ino);
 		dropped++;
 	}
 	if (unknown) {
@@ -194,39 +195,40 @@ static int ckpt_staging_migrate(struct ckpt *ck, int dfd, int sfd,
 			"%s/ && echo '%s' > %s/%s; else publish them with "
 			"dstagefs on their store's version before this "
 			"upgrade, or remove them",
-			top, unknown, ckpt_url(ck), ck->staging, top, CKPT_TREE,
-			top, CKPT_JOURNAL, top, CKPT_ABANDONED, ck->staging,
-			ck->cfg->ckpt_store, ck->staging, CKPT_STORE_FILE);
+			top, unknown, ckpt_url(ck), ck->dirs.staging, top,
+			CKPT_TREE, top, CKPT_JOURNAL, top, CKPT_ABANDONED,
+			ck->dirs.staging, ck->cfg->ckpt_store, ck->dirs.staging,
+			CKPT_STORE_FILE);
 		ret = -EINVAL;
 		goto out;
 	}
-	if (ck->tree_fd >= 0 && renameat(dfd, CKPT_TREE, sfd, CKPT_TREE) &&
+	if (ck->dirs.tree_fd >= 0 && renameat(dfd, CKPT_TREE, sfd, CKPT_TREE) &&
 	    errno != ENOENT)
 		ret = -errno;
 	if (!ret && renameat(dfd, CKPT_JOURNAL, sfd, CKPT_JOURNAL))
 		ret = -errno;
-	if (!ret && ck->abandoned_fd >= 0 &&
+	if (!ret && ck->dirs.abandoned_fd >= 0 &&
 	    renameat(dfd, CKPT_ABANDONED, sfd, CKPT_ABANDONED) &&
 	    errno != ENOENT)
 		ret = -errno;
 	if (ret)
 		log_error("checkpoints: cannot move %s's tree, journal and "
 			  "abandoned/ into %s: %s",
-			  top, ck->staging, strerror(-ret));
+			  top, ck->dirs.staging, strerror(-ret));
 	else
 		log_info("checkpoints: %s moved into %s (the staging "
 			 "directory is one per store; %u published copies "
 			 "kept, %u of other versions dropped)",
-			 top, ck->staging, kept, dropped);
+			 top, ck->dirs.staging, kept, dropped);
 out:
 	if (d)
 		closedir(d);
-	close(ck->journal_fd);
-	if (ck->tree_fd >= 0)
-		close(ck->tree_fd);
-	if (ck->abandoned_fd >= 0)
-		close(ck->abandoned_fd);
-	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
+	close(ck->dirs.journal_fd);
+	if (ck->dirs.tree_fd >= 0)
+		close(ck->dirs.tree_fd);
+	if (ck->dirs.abandoned_fd >= 0)
+		close(ck->dirs.abandoned_fd);
+	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd = -1;
 	return ret;
 }
 
@@ -254,7 +256,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	ck->cfg = cfg;
 	if (h)
 		ck->hooks = *h;
-	ck->tree_fd = ck->journal_fd = ck->abandoned_fd = -1;
+	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
 	ck->uid_limit = cfg->ckpt_uid_staging_size ? cfg->ckpt_uid_staging_size
 						   : ck->limit / 2;
@@ -272,8 +274,8 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	pthread_cond_init(&ck->upq_cond, NULL);
 	pthread_mutex_init(&ck->neg_lock, NULL);
 	pthread_mutex_init(&ck->owner_lock, NULL);
-	ck->staging = strdup(cfg->ckpt_staging_dir);
-	if (!ck->staging) {
+	ck->dirs.staging = strdup(cfg->ckpt_staging_dir);
+	if (!ck->dirs.staging) {
 		ret = -ENOMEM;
 		goto err;
 	}
@@ -284,9 +286,9 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		goto err;
 	}
 	ck->key_max = ckpt_key_max_of(cfg->ckpt_store);
-	ret = ckpt_mkdir_p(ck->staging);
+	ret = ckpt_mkdir_p(ck->dirs.staging);
 	if (!ret) {
-		dfd = open(ck->staging,
+		dfd = open(ck->dirs.staging,
 			   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		ret = dfd < 0 ? -errno : 0;
 	}
@@ -294,27 +296,27 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		log_error(
 			"checkpoints: cannot make checkpoints.staging_dir %s: "
 			"%s; set it to a directory on the cache disk",
-			ck->staging, strerror(-ret));
+			ck->dirs.staging, strerror(-ret));
 		goto err;
 	}
-	ret = ckpt_staging_check(ck->staging, dfd);
+	ret = ckpt_staging_check(ck->dirs.staging, dfd);
 	if (!ret)
-		ret = ckpt_store_dir_open(dfd, ck->staging, cfg->ckpt_store,
-					  true, &sfd, &spath);
+		ret = ckpt_store_dir_open(dfd, ck->dirs.staging,
+					  cfg->ckpt_store, true, &sfd, &spath);
 	if (!ret) {
-		free(ck->staging); /* from here on, messages name the subdir */
-		ck->staging = spath;
+		free(ck->dirs.staging); /* from here on, messages name the subdir */
+		ck->dirs.staging = spath;
 		ret = ckpt_staging_migrate(ck, dfd, sfd, cfg->ckpt_staging_dir);
 	}
 	if (!ret)
-		ret = ckpt_subdir(sfd, CKPT_TREE, &ck->tree_fd);
+		ret = ckpt_subdir(sfd, CKPT_TREE, &ck->dirs.tree_fd);
 	if (!ret)
-		ret = ckpt_subdir(sfd, CKPT_JOURNAL, &ck->journal_fd);
+		ret = ckpt_subdir(sfd, CKPT_JOURNAL, &ck->dirs.journal_fd);
 	if (!ret)
-		ret = ckpt_subdir(sfd, CKPT_ABANDONED, &ck->abandoned_fd);
+		ret = ckpt_subdir(sfd, CKPT_ABANDONED, &ck->dirs.abandoned_fd);
 	if (ret) {
 		if (ret != -EACCES && ret != -EINVAL)
-			log_error("checkpoints: %s: %s", ck->staging,
+			log_error("checkpoints: %s: %s", ck->dirs.staging,
 				  strerror(-ret));
 		goto err;
 	}
@@ -336,7 +338,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		goto err;
 	log_info("checkpoints: store %s, staging %s (%" PRIu64 " of %" PRIu64
 		 " bytes used)",
-		 cfg->ckpt_store, ck->staging, ck->used, ck->limit);
+		 cfg->ckpt_store, ck->dirs.staging, ck->used, ck->limit);
 	*out = ck;
 	return 0;
 err:
@@ -366,12 +368,12 @@ void ckpt_free(struct ckpt *ck)
 		free(e);
 	}
 	objstore_free(ck->os);
-	if (ck->tree_fd >= 0)
-		close(ck->tree_fd);
-	if (ck->journal_fd >= 0)
-		close(ck->journal_fd);
-	if (ck->abandoned_fd >= 0)
-		close(ck->abandoned_fd);
+	if (ck->dirs.tree_fd >= 0)
+		close(ck->dirs.tree_fd);
+	if (ck->dirs.journal_fd >= 0)
+		close(ck->dirs.journal_fd);
+	if (ck->dirs.abandoned_fd >= 0)
+		close(ck->dirs.abandoned_fd);
 	pthread_mutex_destroy(&ck->open_lock);
 	pthread_rwlock_destroy(&ck->ns_lock);
 	pthread_mutex_destroy(&ck->lock);
@@ -384,7 +386,7 @@ void ckpt_free(struct ckpt *ck)
 	pthread_mutex_destroy(&ck->owner_lock);
 	free(ck->uids);
 	ckpt_store_free(ck);
-	free(ck->staging);
+	free(ck->dirs.staging);
 	free(ck);
 }
 
@@ -455,7 +457,7 @@ static int ckpt_list_local(struct ckpt *ck, const char *dirkey,
 	DIR *d;
 	int fd, ret = 0;
 
-	fd = openat(ck->tree_fd, ckpt_tpath(dirkey),
+	fd = openat(ck->dirs.tree_fd, ckpt_tpath(dirkey),
 		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
@@ -555,7 +557,7 @@ int ckpt_mkdir(struct ckpt *ck, const char *key)
 		return ret;
 	ckpt_neg_clear(ck);
 	ret = ckpt_tree_mkparents(ck, key);
-	if (!ret && mkdirat(ck->tree_fd, key, CKPT_DIR_MODE))
+	if (!ret && mkdirat(ck->dirs.tree_fd, key, CKPT_DIR_MODE))
 		ret = -errno;
 	return ret;
 }
@@ -574,7 +576,7 @@ int ckpt_rmdir(struct ckpt *ck, const char *key)
 	ret = ckpt_store_has_dir(ck, key);
 	if (ret)
 		return ret < 0 ? ret : -ENOTEMPTY;
-	if (unlinkat(ck->tree_fd, key, AT_REMOVEDIR) && errno != ENOENT)
+	if (unlinkat(ck->dirs.tree_fd, key, AT_REMOVEDIR) && errno != ENOENT)
 		return errno == EEXIST ? -ENOTEMPTY : -errno;
 	return 0;
 }
@@ -605,7 +607,7 @@ int ckpt_statfs(struct ckpt *ck, struct statvfs *sv)
 {
 	uint64_t used, bs;
 
-	if (fstatvfs(ck->tree_fd, sv))
+	if (fstatvfs(ck->dirs.tree_fd, sv))
 		return -errno;
 	bs = sv->f_frsize ? sv->f_frsize : 4096;
 	pthread_mutex_lock(&ck->lock);

@@ -162,7 +162,7 @@ int ckpt_tree_mkparents(struct ckpt *ck, const char *key)
 	memcpy(path, key, len + 1);
 	for (char *p = strchr(path, '/'); p; p = strchr(p + 1, '/')) {
 		*p = '\0';
-		if (mkdirat(ck->tree_fd, path, CKPT_DIR_MODE) &&
+		if (mkdirat(ck->dirs.tree_fd, path, CKPT_DIR_MODE) &&
 		    errno != EEXIST)
 			return -errno;
 		*p = '/';

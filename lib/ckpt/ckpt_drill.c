@@ -328,7 +328,10 @@ static int drill_flag(struct ckpt_drill_report *r, const char *key,
 static int drill_unfinished(const struct dstage_config *cfg, const char *ckpt,
 			    struct ckpt_drill_report *r)
 {
-	struct ckpt ck = { .staging = cfg->ckpt_staging_dir };
+	struct ckpt_dirs dirs = { .staging = cfg->ckpt_staging_dir,
+				  .tree_fd = -1,
+				  .journal_fd = -1,
+				  .abandoned_fd = -1 };
 	size_t cl = strlen(ckpt);
 	unsigned seen = 0;
 	struct dirent *d;
@@ -339,20 +342,22 @@ static int drill_unfinished(const struct dstage_config *cfg, const char *ckpt,
 
 	char sub[128];
 
-	if (!ck.staging || ckpt_store_subdir(cfg->ckpt_store, sub, sizeof(sub)))
+	if (!dirs.staging ||
+	    ckpt_store_subdir(cfg->ckpt_store, sub, sizeof(sub)))
 		return 0;
 	/* the store's own subdirectory of the staging directory (issue 34) */
-	snprintf(path, sizeof(path), "%s/%s/%s", ck.staging, sub, CKPT_JOURNAL);
+	snprintf(path, sizeof(path), "%s/%s/%s", dirs.staging, sub,
+		 CKPT_JOURNAL);
 	dir = opendir(path);
 	if (!dir)
 		return 0;
-	ck.journal_fd = dirfd(dir);
+	dirs.journal_fd = dirfd(dir);
 	while (!ret && seen++ < DRILL_RECORDS_MAX && (d = readdir(dir))) {
 		char *end;
 		unsigned long long ino = strtoull(d->d_name, &end, 10);
 
 		if (d->d_name[0] < '0' || d->d_name[0] > '9' || *end ||
-		    ckpt_journal_read(&ck, (ino_t)ino, &rec))
+		    ckpt_journal_read(&dirs, (ino_t)ino, &rec))
 			continue;
 		if ((rec.state != 'W' && rec.state != 'P') ||
 		    strncmp(rec.key, ckpt, cl) ||

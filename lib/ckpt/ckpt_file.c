@@ -68,7 +68,7 @@ static void ckpt_ent_orphan(struct ckpt *ck, struct ckpt_ent *e)
 	struct ckpt_rec rec;
 	bool listed;
 
-	if (!ckpt_journal_read(ck, e->ino, &rec) && rec.state == 'P') {
+	if (!ckpt_journal_read(&ck->dirs, e->ino, &rec) && rec.state == 'P') {
 		pthread_mutex_lock(&ck->lock);
 		ck->pending++;
 		pthread_mutex_unlock(&ck->lock);
@@ -204,7 +204,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	ret = ckpt_owner_publishing(ck, key);
 	if (ret)
 		goto err;
-	ckpt_journal_write(ck, ino, &rec, false);
+	ckpt_journal_write(&ck->dirs, ino, &rec, false);
 	if (e) {
 		/* Parts sent while it was written: let them land (the P
 		 * record first: the file is closed, whatever happens now). A
@@ -215,7 +215,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		ckpt_upload_quiesce(e);
 		ckpt_upload_note(e, &rec);
 		if (strcmp(id, rec.upload_id))
-			ckpt_journal_write(ck, ino, &rec, false);
+			ckpt_journal_write(&ck->dirs, ino, &rec, false);
 	}
 	ckpt_test_crash("upload");
 	what = "storing it";
@@ -241,7 +241,7 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 	if (!objstore_head(ck->os, key, &oi))
 		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 	rec.state = 'C';
-	ckpt_journal_write(ck, ino, &rec, false);
+	ckpt_journal_write(&ck->dirs, ino, &rec, false);
 	if (ck->hooks.published)
 		ck->hooks.published(ck->hooks.arg, ckpt_url(ck), key, rec.sha,
 				    rec.size, rec.etag, st.st_uid);
@@ -257,10 +257,10 @@ err:
 	/* The local copy must outlive a crash: it is all there is. */
 	fsync(fd);
 	if (rec.sha[0])
-		ckpt_journal_write(ck, ino, &rec, true);
+		ckpt_journal_write(&ck->dirs, ino, &rec, true);
 	log_error("checkpoints: cannot publish %s to %s (%s): %s; the local "
 		  "copy stays in %s/%s/%s and is retried",
-		  key, ckpt_url(ck), what, strerror(-ret), ck->staging,
+		  key, ckpt_url(ck), what, strerror(-ret), ck->dirs.staging,
 		  CKPT_TREE, key);
 	return ckpt_store_errno(ret);
 }
@@ -308,7 +308,7 @@ static void ckpt_ent_dirty(struct ckpt *ck, struct ckpt_ent *e)
 		snprintf(rec.key, sizeof(rec.key), "%s", e->key);
 	pthread_mutex_unlock(&ck->lock);
 	if (!e->journal_w && !unlinked) {
-		ckpt_journal_write(ck, e->ino, &rec, false);
+		ckpt_journal_write(&ck->dirs, e->ino, &rec, false);
 		e->journal_w = true;
 	}
 	e->dirty = true;
@@ -344,7 +344,7 @@ static int ckpt_open_local(struct ckpt *ck, const char *key, int *fd)
 	struct stat st;
 	int ret;
 
-	*fd = fdutil_open_regular(ck->tree_fd, key,
+	*fd = fdutil_open_regular(ck->dirs.tree_fd, key,
 				  O_RDWR | O_NOFOLLOW | O_CLOEXEC, NULL);
 	if (*fd < 0) {
 		ret = *fd;
@@ -396,7 +396,7 @@ static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
 	ret = ckpt_files(ck, uid, 1);
 	if (ret)
 		return ret;
-	fd = openat(ck->tree_fd, key,
+	fd = openat(ck->dirs.tree_fd, key,
 		    O_RDWR | O_CREAT | excl_or_trunc | O_NOFOLLOW | O_CLOEXEC,
 		    0600);
 	if (fd < 0) {
@@ -419,7 +419,7 @@ static int ckpt_tree_create(struct ckpt *ck, const char *key, int excl_or_trunc,
 err:
 	if (fd >= 0) {
 		close(fd);
-		unlinkat(ck->tree_fd, key, 0);
+		unlinkat(ck->dirs.tree_fd, key, 0);
 	}
 	ckpt_files(ck, uid, -1);
 	return ret;
@@ -542,12 +542,12 @@ again:
 					  "to write it: %s",
 					  key, ckpt_url(ck), strerror(-ret));
 				ret = ckpt_store_errno(ret);
-				unlinkat(ck->tree_fd, key, 0);
+				unlinkat(ck->dirs.tree_fd, key, 0);
 				goto err;
 			}
 			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 			snprintf(rec.key, sizeof(rec.key), "%s", key);
-			ckpt_journal_write(ck, e->ino, &rec, false);
+			ckpt_journal_write(&ck->dirs, e->ino, &rec, false);
 		}
 	} else {
 		/* A new file (the caller checked the parent). */
@@ -683,7 +683,7 @@ ssize_t ckpt_file_pwrite(struct ckpt_file *f, const void *buf, size_t len,
 	}
 	if (ret == -ENOSPC || ret == -EDQUOT)
 		log_warn("checkpoints: the staging disk of %s is full: %s",
-			 ck->staging, strerror(-ret));
+			 ck->dirs.staging, strerror(-ret));
 	else if (w > 0)
 		ckpt_upload_pace(e);
 	if (old < CKPT_TEST_MID_WRITE && now >= CKPT_TEST_MID_WRITE)

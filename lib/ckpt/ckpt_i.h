@@ -57,24 +57,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ckpt_stage.h"
 #include "dstage/ckpt.h"
 #include "dstage/objstore.h"
 #include "dstage/sha256.h"
 #include "dstage/timeutil.h"
 
-#define CKPT_SHA_HEX 65 /* 64 hex digits and a NUL */
 #define CKPT_SIDECAR ".dstage-sha256/"
-#define CKPT_TREE "tree"
-#define CKPT_JOURNAL "journal"
-#define CKPT_ABANDONED "abandoned"
-#define CKPT_DIR_MODE 0700
-/* One subdirectory of staging_dir per store (issue 34): stores/<the first
- * CKPT_STORE_HASH_BYTES of the SHA-256 of the store's URL, in hex>/ holds
- * that store's tree/, journal/ and abandoned/, and the file "store" naming
- * the URL (checked at every open). */
-#define CKPT_STORES "stores"
-#define CKPT_STORE_FILE "store"
-#define CKPT_STORE_HASH_BYTES 16
 #define CKPT_NEG_MAX 256 /* names remembered missing */
 /* The longest key a store takes, its prefix included (S3: 1,024 bytes). */
 #define CKPT_STORE_KEY_MAX 1024
@@ -204,8 +193,7 @@ struct ckpt {
 	const struct dstage_config *cfg;
 	struct objstore *os;
 	struct ckpt_hooks hooks; /* immutable after open */
-	char *staging; /* staging_dir */
-	int tree_fd, journal_fd, abandoned_fd; /* O_DIRECTORY (*at calls) */
+	struct ckpt_dirs dirs; /* the store's staging directory */
 	uint64_t limit; /* checkpoints.staging_size */
 	/* The longest key a new name may make: the store's limit less its
 	 * prefix and CKPT_AUX_KEY_EXTRA (the owner record's key, the longest
@@ -253,64 +241,25 @@ struct ckpt {
 	struct ckpt_owner_kept *owners; /* owner_lock */
 };
 
-/* A journal record. */
-struct ckpt_rec {
-	char state; /* 'W', 'P', 'C' */
-	char sha[CKPT_SHA_HEX]; /* "" when unknown */
-	uint64_t size;
-	char etag[OBJSTORE_ETAG_MAX]; /* "" when unknown */
-	char key[4096];
-	/* An upload in parts that may be open in the store ("" for none):
-	 * its id and the key it was begun for (a third and fourth line). */
-	char upload_id[256];
-	char upload_key[4096];
-};
-
 /* ckpt_base.c */
 /* A valid segment of a key (not empty, ".", "..", over NAME_MAX or
  * starting with ".dstage"): 0 or -EINVAL. */
 int ckpt_seg_ok(const char *s, size_t len);
-int ckpt_key_ok(const char *key);
 /* For a name this node makes (create, mkdir, rename's target): key is
  * valid (else -EINVAL) and the store can take it and its sidecar (else
  * -ENAMETOOLONG). */
 int ckpt_key_new_ok(const struct ckpt *ck, const char *key);
 /* key_max for the store at url (0: its prefix leaves no room). */
 size_t ckpt_key_max_of(const char *url);
-/*
- * Tests: when the environment's DSTAGE_TEST_CRASH_AT (read once, at the
- * first call) names point, log it and _exit(CKPT_TEST_CRASH_STATUS) at
- * once, as a crash there would (no cleanup, nothing flushed). The points:
- * "create" (a new or O_TRUNC file, its W record written), "truncate" (a
- * truncate done), "mid-write" (a write took the local copy from below
- * CKPT_TEST_MID_WRITE to it or past it: earlier writes are in, the
- * writer has more to write), "upload" (a closed file's P record written,
- * nothing stored yet but the parts sent while it was written),
- * "mid-upload" (a publish in parts: some parts in the store, not all,
- * the upload not committed: S3 holds an open multipart upload, a
- * directory store its partly written temporary file), "sidecar" (the
- * object stored under its final key, its sidecar not yet). The stager
- * daemon's retry job stops at "upload" and "sidecar" of its own publish
- * too (lib/lifecycle/lifecycle_stage.c).
- */
-void ckpt_test_crash(const char *point);
 /* "a/b" + "c" -> "a/b/c" (malloc'd) or NULL. */
 char *ckpt_key_join(const char *dir, const char *name);
 /* The tree path of key for the *at calls ("." for the top). */
 const char *ckpt_tpath(const char *key);
 /* mkdir -p of key's parent in the tree. */
 int ckpt_tree_mkparents(struct ckpt *ck, const char *key);
-/* The store's key of key's SHA-256 record (malloc'd) or NULL. */
-char *ckpt_sidecar_key(const char *key);
 /* "stores/<hash of url>", the store's subdirectory of staging_dir (the
  * URL without trailing '/'), into out. 0 or -errno. */
 int ckpt_store_subdir(const char *url, char *out, size_t size);
-/* Open url's subdirectory of the staging directory sdfd (path staging)
- * into *out (O_DIRECTORY), making it and its "store" file when create;
- * *path_out (may be NULL) gets its path (malloc'd). -EINVAL (logged) when
- * its "store" file names another URL, -ENOENT when it is not there. */
-int ckpt_store_dir_open(int sdfd, const char *staging, const char *url,
-			bool create, int *out, char **path_out);
 /* Store errors as the contract gives them: ENOSPC/EDQUOT stay, the rest is
  * EIO (ENOMEM stays). */
 int ckpt_store_errno(int ret);
@@ -386,26 +335,6 @@ int ckpt_owner_publishing(struct ckpt *ck, const char *key);
 void ckpt_owner_free_kept(struct ckpt *ck);
 
 /* ckpt_journal.c */
-/*
- * Sharing a local copy with the stager daemon's lifecycle and retry job
- * (lifecycle_stage.c), which act on the staging directory from another
- * process. Two independent kinds of lock on the local copy's file:
- *   use:     flock LOCK_SH, held by dstagefs on every open entry's
- *            descriptor from open to the last close; the lifecycle's drop
- *            of a published copy takes LOCK_EX without waiting and skips
- *            a copy in use (-EBUSY).
- *   publish: an OFD write lock (fcntl F_OFD_SETLK) on the whole file, held
- *            while one version of it goes to the store; dstagefs's publish
- *            waits for it (so the newer version lands last), the retry
- *            job's does not (-EBUSY: it tries again later). fd must be
- *            open for writing.
- * Both are released by closing the descriptor, or by the unlock calls.
- * Each returns 0, -EBUSY (held elsewhere, wait false) or -errno.
- */
-int ckpt_lock_use(int fd);
-int ckpt_lock_drop(int fd);
-int ckpt_lock_publish(int fd, bool wait);
-void ckpt_unlock_publish(int fd);
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */
 struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
 /* Account growth bytes of uid's local copies (negative: freed); evicts
@@ -457,11 +386,6 @@ void ckpt_abandoned_count(struct ckpt *ck);
 void ckpt_live_count(struct ckpt *ck);
 /* Whether key has a listed entry (ck->lock held). */
 bool ckpt_is_open_locked(struct ckpt *ck, const char *key);
-int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
-		       bool durable);
-/* 0, -ENOENT (no record) or -EINVAL (unreadable, logged). */
-int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r);
-void ckpt_journal_remove(struct ckpt *ck, ino_t ino);
 /* Move key's local copy (inode ino, never closed by its writer) to
  * abandoned/ and drop its record; why goes in the log line. */
 void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,

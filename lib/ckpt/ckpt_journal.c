@@ -140,8 +140,8 @@ static int ckpt_unesc(char *out, size_t size, const char *s)
 	return 0;
 }
 
-int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
-		       bool durable)
+int ckpt_journal_write(const struct ckpt_dirs *d, ino_t ino,
+		       const struct ckpt_rec *r, bool durable)
 {
 	char name[32], tmp[40];
 	/* each escaped byte takes at most 3 */
@@ -167,7 +167,7 @@ int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 				r->upload_key);
 		buf[len++] = '\n';
 	}
-	fd = openat(ck->journal_fd, tmp,
+	fd = openat(d->journal_fd, tmp,
 		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
 		    0600);
 	if (fd < 0) {
@@ -179,19 +179,19 @@ int ckpt_journal_write(struct ckpt *ck, ino_t ino, const struct ckpt_rec *r,
 	if (!ret && durable && fsync(fd))
 		ret = -errno;
 	close(fd);
-	if (!ret && renameat(ck->journal_fd, tmp, ck->journal_fd, name))
+	if (!ret && renameat(d->journal_fd, tmp, d->journal_fd, name))
 		ret = -errno;
-	if (!ret && durable && fsync(ck->journal_fd))
+	if (!ret && durable && fsync(d->journal_fd))
 		ret = -errno;
 out:
 	if (ret)
 		log_error("checkpoints: cannot write the record of %s in "
 			  "%s/%s: %s",
-			  r->key, ck->staging, CKPT_JOURNAL, strerror(-ret));
+			  r->key, d->staging, CKPT_JOURNAL, strerror(-ret));
 	return ret;
 }
 
-int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
+int ckpt_journal_read(const struct ckpt_dirs *d, ino_t ino, struct ckpt_rec *r)
 {
 	char name[32], sha[80], etag[160], mark[4] = "";
 	char buf[3 * (sizeof(r->key) + sizeof(r->upload_key) +
@@ -204,7 +204,7 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 
 	memset(r, 0, sizeof(*r));
 	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
-	fd = openat(ck->journal_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(d->journal_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -ENOENT;
 	n = read(fd, buf, sizeof(buf) - 1);
@@ -264,18 +264,18 @@ int ckpt_journal_read(struct ckpt *ck, ino_t ino, struct ckpt_rec *r)
 	}
 	return 0;
 bad:
-	log_warn("checkpoints: unreadable record %s/%s/%s: ignored",
-		 ck->staging, CKPT_JOURNAL, name);
+	log_warn("checkpoints: unreadable record %s/%s/%s: ignored", d->staging,
+		 CKPT_JOURNAL, name);
 	r->state = 0;
 	return -EINVAL;
 }
 
-void ckpt_journal_remove(struct ckpt *ck, ino_t ino)
+void ckpt_journal_remove(const struct ckpt_dirs *d, ino_t ino)
 {
 	char name[32];
 
 	snprintf(name, sizeof(name), "%ju", (uintmax_t)ino);
-	unlinkat(ck->journal_fd, name, 0);
+	unlinkat(d->journal_fd, name, 0);
 }
 
 void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
@@ -285,18 +285,19 @@ void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
 	char name[300];
 	struct stat st;
 
-	if (fstatat(ck->tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
+	if (fstatat(ck->dirs.tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
 	    st.st_ino != ino)
 		return;
 	snprintf(name, sizeof(name), "%ju-%.200s", (uintmax_t)ino,
 		 base ? base + 1 : key);
-	if (renameat(ck->tree_fd, key, ck->abandoned_fd, name)) {
+	if (renameat(ck->dirs.tree_fd, key, ck->dirs.abandoned_fd, name)) {
 		log_error("checkpoints: cannot move the unfinished %s to "
 			  "%s/%s/: %s",
-			  key, ck->staging, CKPT_ABANDONED, strerror(errno));
+			  key, ck->dirs.staging, CKPT_ABANDONED,
+			  strerror(errno));
 		return;
 	}
-	ckpt_journal_remove(ck, ino);
+	ckpt_journal_remove(&ck->dirs, ino);
 	/* no longer a local copy, but still held: it counts as abandoned
 	 * (against staging_size and its uid) until it is removed */
 	ckpt_space(ck, st.st_uid, -(int64_t)st.st_size);
@@ -312,7 +313,7 @@ void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
 	pthread_mutex_unlock(&ck->lock);
 	log_warn("checkpoints: %s: %s; not published (the store keeps what "
 		 "it had); the partial file is %s/%s/%s",
-		 key, why, ck->staging, CKPT_ABANDONED, name);
+		 key, why, ck->dirs.staging, CKPT_ABANDONED, name);
 }
 
 /* Rekey the records of every file under the open directory dfd (key). */
@@ -345,9 +346,9 @@ static void ckpt_rekey_dir(struct ckpt *ck, int dfd, const char *key, int depth)
 			if (sub >= 0)
 				ckpt_rekey_dir(ck, sub, ck_key, depth + 1);
 		} else if (S_ISREG(st.st_mode) &&
-			   !ckpt_journal_read(ck, st.st_ino, &rec)) {
+			   !ckpt_journal_read(&ck->dirs, st.st_ino, &rec)) {
 			snprintf(rec.key, sizeof(rec.key), "%s", ck_key);
-			ckpt_journal_write(ck, st.st_ino, &rec, false);
+			ckpt_journal_write(&ck->dirs, st.st_ino, &rec, false);
 		}
 		free(ck_key);
 	}
@@ -356,7 +357,7 @@ static void ckpt_rekey_dir(struct ckpt *ck, int dfd, const char *key, int depth)
 
 void ckpt_journal_rekey(struct ckpt *ck, const char *key)
 {
-	int dfd = openat(ck->tree_fd, key,
+	int dfd = openat(ck->dirs.tree_fd, key,
 			 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (dfd >= 0)
@@ -405,7 +406,7 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 	uint64_t freed = 0;
 	struct ckpt_rec rec;
 	struct dirent *de;
-	int dfd = dup(ck->journal_fd);
+	int dfd = dup(ck->dirs.journal_fd);
 	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 
 	if (!d) {
@@ -421,10 +422,11 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 
 		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
 			continue;
-		if (ckpt_journal_read(ck, ino, &rec) || rec.state != 'C' ||
-		    ckpt_key_ok(rec.key) || !rec.key[0] ||
+		if (ckpt_journal_read(&ck->dirs, ino, &rec) ||
+		    rec.state != 'C' || ckpt_key_ok(rec.key) || !rec.key[0] ||
 		    ckpt_is_open_locked(ck, rec.key) ||
-		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
+		    fstatat(ck->dirs.tree_fd, rec.key, &st,
+			    AT_SYMLINK_NOFOLLOW) ||
 		    st.st_ino != ino)
 			continue;
 		if (GROW_ONE(v, n, cap, 64))
@@ -442,8 +444,8 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 	if (n)
 		qsort(v, n, sizeof(*v), ckpt_victim_cmp);
 	for (size_t i = 0; i < n; i++) {
-		if (freed < need && !unlinkat(ck->tree_fd, v[i].key, 0)) {
-			ckpt_journal_remove(ck, v[i].ino);
+		if (freed < need && !unlinkat(ck->dirs.tree_fd, v[i].key, 0)) {
+			ckpt_journal_remove(&ck->dirs, v[i].ino);
 			freed += v[i].size;
 			ckpt_uid_freed_locked(ck, v[i].uid, v[i].size);
 			log_debug("checkpoints: dropped the local copy of %s "
@@ -491,7 +493,7 @@ void ckpt_uid_log_locked(struct ckpt *ck, uid_t uid, const char *opt,
 			 uint64_t value, const char *unit)
 {
 	ckpt_uid_log_what_locked(ck, uid, opt, value, unit,
-				 "abandoned files included", ck->staging);
+				 "abandoned files included", ck->dirs.staging);
 }
 
 void ckpt_uid_log_what_locked(struct ckpt *ck, uid_t uid, const char *opt,
@@ -573,7 +575,7 @@ static void ckpt_count_dir(struct ckpt *ck, bool abandoned,
 			   struct ckpt_uid_use **t, size_t *n, size_t *cap,
 			   uint64_t *total)
 {
-	int dirfd = abandoned ? ck->abandoned_fd : ck->journal_fd;
+	int dirfd = abandoned ? ck->dirs.abandoned_fd : ck->dirs.journal_fd;
 	int dfd = dup(dirfd);
 	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	struct ckpt_rec rec;
@@ -596,9 +598,9 @@ static void ckpt_count_dir(struct ckpt *ck, bool abandoned,
 				    AT_SYMLINK_NOFOLLOW))
 				continue;
 		} else if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end ||
-			   ckpt_journal_read(ck, ino, &rec) || !rec.key[0] ||
-			   ckpt_key_ok(rec.key) ||
-			   fstatat(ck->tree_fd, rec.key, &st,
+			   ckpt_journal_read(&ck->dirs, ino, &rec) ||
+			   !rec.key[0] || ckpt_key_ok(rec.key) ||
+			   fstatat(ck->dirs.tree_fd, rec.key, &st,
 				   AT_SYMLINK_NOFOLLOW) ||
 			   st.st_ino != ino) {
 			continue;
@@ -691,7 +693,7 @@ int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth)
 					"(%" PRIu64 " bytes) reached in %s and "
 					"nothing published to drop: writes "
 					"fail with ENOSPC; raise it",
-					ck->limit, ck->staging);
+					ck->limit, ck->dirs.staging);
 			}
 		} else {
 			ck->used += g;

@@ -43,7 +43,8 @@ static void ckpt_republish(struct ckpt *ck, ino_t ino,
 		pthread_mutex_unlock(&ck->open_lock);
 		return;
 	}
-	fd = openat(ck->tree_fd, rec->key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(ck->dirs.tree_fd, rec->key,
+		    O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd >= 0 && (fstat(fd, &st) || st.st_ino != ino)) {
 		close(fd);
 		fd = -1;
@@ -94,7 +95,7 @@ static void ckpt_abort_left_upload(struct ckpt *ck, ino_t ino,
 		 "(dstagefs stopped while sending it)",
 		 rec->upload_key, ckpt_url(ck));
 	rec->upload_id[0] = rec->upload_key[0] = '\0';
-	ckpt_journal_write(ck, ino, rec, true);
+	ckpt_journal_write(&ck->dirs, ino, rec, true);
 }
 
 int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
@@ -103,7 +104,7 @@ int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 	struct dirent *de;
 	uint64_t used = 0;
 	unsigned pending = 0, abandoned = 0;
-	int dfd = dup(ck->journal_fd);
+	int dfd = dup(ck->dirs.journal_fd);
 	DIR *d;
 
 	if (dfd < 0)
@@ -126,14 +127,15 @@ int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 
 		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
 			continue;
-		if (recovery && !ckpt_journal_read(ck, ino, &rec) &&
+		if (recovery && !ckpt_journal_read(&ck->dirs, ino, &rec) &&
 		    rec.upload_id[0])
 			ckpt_abort_left_upload(ck, ino, &rec);
-		if (ckpt_journal_read(ck, ino, &rec) || ckpt_key_ok(rec.key) ||
-		    !rec.key[0] ||
-		    fstatat(ck->tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
+		if (ckpt_journal_read(&ck->dirs, ino, &rec) ||
+		    ckpt_key_ok(rec.key) || !rec.key[0] ||
+		    fstatat(ck->dirs.tree_fd, rec.key, &st,
+			    AT_SYMLINK_NOFOLLOW) ||
 		    st.st_ino != ino || !S_ISREG(st.st_mode)) {
-			ckpt_journal_remove(ck, ino);
+			ckpt_journal_remove(&ck->dirs, ino);
 			continue;
 		}
 		if (rec.state == 'W' && recovery) {

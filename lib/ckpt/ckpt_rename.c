@@ -67,11 +67,11 @@ static void ckpt_local_remove(struct ckpt *ck, const char *key, bool open)
 {
 	struct stat st;
 
-	if (fstatat(ck->tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
+	if (fstatat(ck->dirs.tree_fd, key, &st, AT_SYMLINK_NOFOLLOW) ||
 	    !S_ISREG(st.st_mode))
 		return;
-	if (!unlinkat(ck->tree_fd, key, 0)) {
-		ckpt_journal_remove(ck, st.st_ino);
+	if (!unlinkat(ck->dirs.tree_fd, key, 0)) {
+		ckpt_journal_remove(&ck->dirs, st.st_ino);
 		if (!open) {
 			ckpt_space(ck, st.st_uid, -(int64_t)st.st_size);
 			ckpt_files(ck, st.st_uid, -1);
@@ -149,11 +149,11 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 	pthread_mutex_unlock(&ck->lock);
 	if (e)
 		pthread_mutex_lock(&e->lock); /* no publish meanwhile */
-	local = !fstatat(ck->tree_fd, from, &st, AT_SYMLINK_NOFOLLOW) &&
+	local = !fstatat(ck->dirs.tree_fd, from, &st, AT_SYMLINK_NOFOLLOW) &&
 		S_ISREG(st.st_mode);
 	rec.state = 'W';
 	if (local) {
-		if (ckpt_journal_read(ck, st.st_ino, &rec))
+		if (ckpt_journal_read(&ck->dirs, st.st_ino, &rec))
 			rec.state = 'W';
 		in_store = rec.state == 'C' && !(e && e->dirty);
 	}
@@ -185,18 +185,20 @@ static int ckpt_rename_file(struct ckpt *ck, const char *from, const char *to)
 	ckpt_local_remove(ck, to, open);
 	if (local) {
 		ret = ckpt_tree_mkparents(ck, to);
-		if (!ret && renameat(ck->tree_fd, from, ck->tree_fd, to))
+		if (!ret &&
+		    renameat(ck->dirs.tree_fd, from, ck->dirs.tree_fd, to))
 			ret = -errno;
 		if (ret) {
 			log_error("checkpoints: cannot rename the local copy "
 				  "%s/%s/%s: %s",
-				  ck->staging, CKPT_TREE, from, strerror(-ret));
+				  ck->dirs.staging, CKPT_TREE, from,
+				  strerror(-ret));
 			goto out;
 		}
 		snprintf(rec.key, sizeof(rec.key), "%s", to);
 		if (rec.state == 'C' && !objstore_head(ck->os, to, &oi))
 			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
-		ckpt_journal_write(ck, st.st_ino, &rec, false);
+		ckpt_journal_write(&ck->dirs, st.st_ino, &rec, false);
 	}
 	ckpt_store_renamed(ck, from, to);
 	if (ck->hooks.renamed)
@@ -303,10 +305,12 @@ static int ckpt_rename_dir(struct ckpt *ck, const char *from, const char *to)
 	ret = ckpt_store_rename_prefix(ck, from, to);
 	if (ret)
 		goto out;
-	if (!fstatat(ck->tree_fd, from, &st, AT_SYMLINK_NOFOLLOW)) {
-		unlinkat(ck->tree_fd, to, AT_REMOVEDIR); /* an empty target */
+	if (!fstatat(ck->dirs.tree_fd, from, &st, AT_SYMLINK_NOFOLLOW)) {
+		unlinkat(ck->dirs.tree_fd, to,
+			 AT_REMOVEDIR); /* an empty target */
 		ret = ckpt_tree_mkparents(ck, to);
-		if (!ret && renameat(ck->tree_fd, from, ck->tree_fd, to))
+		if (!ret &&
+		    renameat(ck->dirs.tree_fd, from, ck->dirs.tree_fd, to))
 			ret = -errno;
 		if (ret)
 			goto out;

@@ -35,8 +35,8 @@ static void ckpt_drop_local(struct ckpt *ck, const char *key,
 	if (e)
 		e->refs--;
 	pthread_mutex_unlock(&ck->lock);
-	if (!e && !unlinkat(ck->tree_fd, key, 0)) {
-		ckpt_journal_remove(ck, st->st_ino);
+	if (!e && !unlinkat(ck->dirs.tree_fd, key, 0)) {
+		ckpt_journal_remove(&ck->dirs, st->st_ino);
 		ckpt_space(ck, st->st_uid, -(int64_t)st->st_size);
 		ckpt_files(ck, st->st_uid, -1);
 		log_debug("checkpoints: %s changed in the store: local copy "
@@ -58,7 +58,7 @@ static int ckpt_local(struct ckpt *ck, const char *key, struct stat *st,
 	struct ckpt_ent *e;
 
 	*head = 1;
-	if (fstatat(ck->tree_fd, ckpt_tpath(key), st, AT_SYMLINK_NOFOLLOW))
+	if (fstatat(ck->dirs.tree_fd, ckpt_tpath(key), st, AT_SYMLINK_NOFOLLOW))
 		return 0;
 	if (S_ISDIR(st->st_mode))
 		return 1;
@@ -71,7 +71,7 @@ static int ckpt_local(struct ckpt *ck, const char *key, struct stat *st,
 	pthread_mutex_unlock(&ck->lock);
 	if (e)
 		return 1;
-	if (ckpt_journal_read(ck, st->st_ino, &rec) || rec.state != 'C')
+	if (ckpt_journal_read(&ck->dirs, st->st_ino, &rec) || rec.state != 'C')
 		return 1; /* written here, not published yet */
 	*head = objstore_head(ck->os, key, oi);
 	if (!*head && strcmp(oi->etag, rec.etag) == 0)
@@ -120,7 +120,7 @@ int ckpt_stat(struct ckpt *ck, const char *key, struct ckpt_attr *a)
 	if (!*key) {
 		a->dir = true;
 		a->local = true;
-		if (!fstat(ck->tree_fd, &st))
+		if (!fstat(ck->dirs.tree_fd, &st))
 			a->mtime = st.st_mtim.tv_sec;
 		return 0;
 	}

@@ -345,7 +345,7 @@ static void ckpt_upload_begin_job(struct ckpt *ck, struct ckpt_ent *e)
 		snprintf(rec.key, sizeof(rec.key), "%s", e->key);
 		pthread_mutex_unlock(&ck->lock);
 		ckpt_upload_note(e, &rec);
-		ckpt_journal_write(ck, e->ino, &rec, true);
+		ckpt_journal_write(&ck->dirs, e->ino, &rec, true);
 	}
 	e->u.busy--;
 	pthread_cond_broadcast(&e->u.cond);

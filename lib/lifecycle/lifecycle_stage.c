@@ -2,9 +2,9 @@
 /*
  * lifecycle_stage: the stager daemon's view of a checkpoint staging
  * directory (include/dstage/lifecycle_stage.h). It reads and writes the
- * journal records with the ckpt module's own functions (ckpt_i.h), on a
- * handle that has only the staging directory's descriptors: no entries,
- * no retry thread, no store.
+ * journal records with the ckpt module's own functions, through its
+ * staging API (ckpt/ckpt_stage.h: the staging directory's descriptors
+ * only: no entries, no retry thread, no store).
  *
  * Sharing with dstagefs, which owns the directory: a record is replaced
  * atomically (rename), so each read sees a whole one. The daemon acts
@@ -14,7 +14,7 @@
  * cache, dropped with its record; dstagefs then reads the store). A record
  * that changes between the check and the write is left alone (-ESTALE).
  * A local copy open in dstagefs is never dropped, and one dstagefs is
- * publishing is not published here (the locks of ckpt_i.h, taken without
+ * publishing is not published here (the locks of ckpt_stage.h, taken without
  * waiting: -EBUSY, tried again at the next pass). No state: a handle is
  * one thread's.
  */
@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt_i.h"
+#include "ckpt/ckpt_stage.h"
 #include "dstage/config.h"
 #include "dstage/catalog.h"
 #include "dstage/lifecycle_stage.h"
@@ -39,7 +39,7 @@
 #define STAGE_CHUNK (4u << 20)
 
 struct lifecycle_staging {
-	struct ckpt ck; /* staging, tree_fd, journal_fd, abandoned_fd only */
+	struct ckpt_dirs d; /* the store's staging directory */
 };
 
 static int stage_subdir(int dfd, const char *name)
@@ -65,14 +65,13 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->ck.cfg = cfg;
-	s->ck.tree_fd = s->ck.journal_fd = s->ck.abandoned_fd = -1;
-	s->ck.staging = strdup(cfg->ckpt_staging_dir);
-	if (!s->ck.staging) {
+	s->d.tree_fd = s->d.journal_fd = s->d.abandoned_fd = -1;
+	s->d.staging = strdup(cfg->ckpt_staging_dir);
+	if (!s->d.staging) {
 		ret = -ENOMEM;
 		goto err;
 	}
-	dfd = open(s->ck.staging,
+	dfd = open(s->d.staging,
 		   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0 || fstat(dfd, &st)) {
 		ret = -errno;
@@ -83,23 +82,23 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 			  "uid %u with mode %04o: it must be this process's "
 			  "(uid %u) and writable by no one else; run the "
 			  "stager daemon as dstagefs's user and chmod 0700 it",
-			  s->ck.staging, (unsigned)st.st_uid,
+			  s->d.staging, (unsigned)st.st_uid,
 			  (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
 		ret = -EACCES;
 		goto err;
 	}
 	/* Only this store's subdirectory (issue 34): dstagefs makes it, and
 	 * moves a flat staging directory of the layout before into it. */
-	ret = ckpt_store_dir_open(dfd, s->ck.staging, cfg->ckpt_store, false,
+	ret = ckpt_store_dir_open(dfd, s->d.staging, cfg->ckpt_store, false,
 				  &sfd, &path);
 	if (ret)
 		goto err;
-	free(s->ck.staging);
-	s->ck.staging = path;
-	s->ck.tree_fd = stage_subdir(sfd, CKPT_TREE);
-	s->ck.journal_fd = stage_subdir(sfd, CKPT_JOURNAL);
-	s->ck.abandoned_fd = stage_subdir(sfd, CKPT_ABANDONED);
-	if (s->ck.tree_fd < 0 || s->ck.journal_fd < 0) {
+	free(s->d.staging);
+	s->d.staging = path;
+	s->d.tree_fd = stage_subdir(sfd, CKPT_TREE);
+	s->d.journal_fd = stage_subdir(sfd, CKPT_JOURNAL);
+	s->d.abandoned_fd = stage_subdir(sfd, CKPT_ABANDONED);
+	if (s->d.tree_fd < 0 || s->d.journal_fd < 0) {
 		ret = -ENOENT;
 		goto err;
 	}
@@ -120,19 +119,19 @@ void lifecycle_staging_free(struct lifecycle_staging *s)
 {
 	if (!s)
 		return;
-	if (s->ck.tree_fd >= 0)
-		close(s->ck.tree_fd);
-	if (s->ck.journal_fd >= 0)
-		close(s->ck.journal_fd);
-	if (s->ck.abandoned_fd >= 0)
-		close(s->ck.abandoned_fd);
-	free(s->ck.staging);
+	if (s->d.tree_fd >= 0)
+		close(s->d.tree_fd);
+	if (s->d.journal_fd >= 0)
+		close(s->d.journal_fd);
+	if (s->d.abandoned_fd >= 0)
+		close(s->d.abandoned_fd);
+	free(s->d.staging);
 	free(s);
 }
 
 const char *lifecycle_staging_path(const struct lifecycle_staging *s)
 {
-	return s->ck.staging;
+	return s->d.staging;
 }
 
 /* A DIR over a dup of fd, rewound. */
@@ -158,7 +157,7 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
 	struct ckpt_rec rec;
 	struct dirent *de;
 	int ret = 0;
-	DIR *d = stage_opendir(s->ck.journal_fd);
+	DIR *d = stage_opendir(s->d.journal_fd);
 
 	if (!d)
 		return -errno;
@@ -170,9 +169,9 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
 
 		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
 			continue;
-		if (ckpt_journal_read(&s->ck, ino, &rec) || !rec.key[0] ||
+		if (ckpt_journal_read(&s->d, ino, &rec) || !rec.key[0] ||
 		    ckpt_key_ok(rec.key) ||
-		    fstatat(s->ck.tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
+		    fstatat(s->d.tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
 		    st.st_ino != ino || !S_ISREG(st.st_mode))
 			continue; /* dstagefs's scan drops those */
 		l.key = rec.key;
@@ -192,7 +191,7 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
 static int stage_rec(struct lifecycle_staging *s, const char *key, ino_t ino,
 		     char state, struct ckpt_rec *rec)
 {
-	if (ckpt_journal_read(&s->ck, ino, rec) || rec->state != state ||
+	if (ckpt_journal_read(&s->d, ino, rec) || rec->state != state ||
 	    strcmp(rec->key, key))
 		return -ESTALE;
 	return 0;
@@ -210,7 +209,7 @@ static int stage_copy(struct lifecycle_staging *s, int fd, uint64_t size,
 	int tfd, ret = 0;
 
 	*out = -1;
-	tfd = openat(s->ck.journal_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+	tfd = openat(s->d.journal_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 		     0600);
 	if (tfd < 0 || !buf || sha256_init(&h)) {
 		ret = tfd < 0 ? -errno : -ENOMEM;
@@ -262,7 +261,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	ret = stage_rec(s, key, ino, 'P', &rec);
 	if (ret)
 		return ret;
-	fd = openat(s->ck.tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(s->d.tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) || st.st_ino != ino) {
 		ret = -ESTALE;
 		goto out;
@@ -288,7 +287,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		log_error("lifecycle: %s/%s/%s is not what its record says "
 			  "(SHA-256 %s, size %" PRIu64 "; recorded %s, %" PRIu64
 			  "): not published",
-			  s->ck.staging, CKPT_TREE, key, sha,
+			  s->d.staging, CKPT_TREE, key, sha,
 			  (uint64_t)st.st_size, rec.sha, rec.size);
 		ret = -EIO;
 		goto out;
@@ -316,7 +315,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
 	rec.state = 'C';
 	rec.upload_id[0] = rec.upload_key[0] = '\0'; /* aborted above */
-	ret = ckpt_journal_write(&s->ck, ino, &rec, true);
+	ret = ckpt_journal_write(&s->d, ino, &rec, true);
 	if (!ret)
 		catalog_ckpt_published(cat, objstore_url(os), key, rec.sha,
 				       rec.size, rec.etag, (int64_t)st.st_uid);
@@ -340,7 +339,7 @@ static void stage_rmdirs(struct lifecycle_staging *s, const char *key)
 	while ((slash = strrchr(buf, '/'))) {
 		*slash = '\0';
 		if (!strchr(buf, '/') ||
-		    unlinkat(s->ck.tree_fd, buf, AT_REMOVEDIR))
+		    unlinkat(s->d.tree_fd, buf, AT_REMOVEDIR))
 			break;
 	}
 }
@@ -354,7 +353,7 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 
 	if (ret)
 		return ret;
-	fd = openat(s->ck.tree_fd, key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(s->d.tree_fd, key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) || st.st_ino != ino) {
 		ret = -ESTALE;
 		goto out;
@@ -366,11 +365,11 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 		ret = stage_rec(s, key, ino, 'C', &rec);
 	if (ret)
 		goto out;
-	if (unlinkat(s->ck.tree_fd, key, 0)) {
+	if (unlinkat(s->d.tree_fd, key, 0)) {
 		ret = -errno;
 		goto out;
 	}
-	ckpt_journal_remove(&s->ck, ino);
+	ckpt_journal_remove(&s->d, ino);
 	stage_rmdirs(s, key);
 out:
 	if (fd >= 0)
@@ -385,9 +384,9 @@ int lifecycle_abandoned_list(struct lifecycle_staging *s,
 	int ret = 0;
 	DIR *d;
 
-	if (s->ck.abandoned_fd < 0)
+	if (s->d.abandoned_fd < 0)
 		return 0;
-	d = stage_opendir(s->ck.abandoned_fd);
+	d = stage_opendir(s->d.abandoned_fd);
 	if (!d)
 		return -errno;
 	while ((de = readdir(d))) {
@@ -395,7 +394,7 @@ int lifecycle_abandoned_list(struct lifecycle_staging *s,
 		struct stat st;
 
 		if (de->d_name[0] == '.' ||
-		    fstatat(s->ck.abandoned_fd, de->d_name, &st,
+		    fstatat(s->d.abandoned_fd, de->d_name, &st,
 			    AT_SYMLINK_NOFOLLOW) ||
 		    !S_ISREG(st.st_mode))
 			continue;
@@ -414,7 +413,7 @@ int lifecycle_abandoned_remove(struct lifecycle_staging *s, const char *name)
 {
 	if (!*name || name[0] == '.' || strchr(name, '/'))
 		return -EINVAL;
-	if (s->ck.abandoned_fd < 0)
+	if (s->d.abandoned_fd < 0)
 		return -ENOENT;
-	return unlinkat(s->ck.abandoned_fd, name, 0) ? -errno : 0;
+	return unlinkat(s->d.abandoned_fd, name, 0) ? -errno : 0;
 }

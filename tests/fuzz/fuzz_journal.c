@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt_i.h"
+#include "ckpt/ckpt_stage.h"
 #include "dstage/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -30,7 +30,7 @@ const char *objstore_url(const struct objstore *os)
 	return "file:///fuzz/";
 }
 
-static struct ckpt ck;
+static struct ckpt_dirs d;
 static char dir[64];
 
 static void cleanup(void)
@@ -53,9 +53,9 @@ static void setup(void)
 	snprintf(jdir, sizeof(jdir), "%s/%s", dir, CKPT_JOURNAL);
 	mkdir(dir, 0700);
 	mkdir(jdir, 0700);
-	ck.staging = dir;
-	ck.journal_fd = open(jdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (ck.journal_fd < 0)
+	d.staging = dir;
+	d.journal_fd = open(jdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d.journal_fd < 0)
 		abort();
 	atexit(cleanup);
 }
@@ -80,22 +80,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct ckpt_rec r, back;
 	int fd, ret;
 
-	if (ck.journal_fd <= 0)
+	if (d.journal_fd <= 0)
 		setup();
-	fd = openat(ck.journal_fd, "1", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	fd = openat(d.journal_fd, "1", O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0 || write(fd, data, size) != (ssize_t)size)
 		abort();
 	close(fd);
 
-	ret = ckpt_journal_read(&ck, 1, &r);
+	ret = ckpt_journal_read(&d, 1, &r);
 	if (ret) {
 		if (ret != -EINVAL || r.state)
 			abort();
 		return 0;
 	}
 	check_fields(&r);
-	if (ckpt_journal_write(&ck, 1, &r, false) ||
-	    ckpt_journal_read(&ck, 1, &back))
+	if (ckpt_journal_write(&d, 1, &r, false) ||
+	    ckpt_journal_read(&d, 1, &back))
 		abort();
 	if (back.state != r.state || back.size != r.size ||
 	    strcmp(back.sha, r.sha) || strcmp(back.etag, r.etag) ||
