@@ -30,6 +30,7 @@
 #ifndef DSTAGE_OBJSTORE_H
 #define DSTAGE_OBJSTORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -60,6 +61,10 @@ struct objstore_get_req {
 	void *buf;
 	size_t got; /* out: bytes stored; == len unless at EOF */
 	int result; /* out: 0 or -errno */
+	/* A missing key (-ENOENT) is an answer the caller expects, not a
+	 * failure: logged at debug level, not as an error (a lookup of an
+	 * optional record, such as a checkpoint's owner record). */
+	bool missing_ok;
 	/*
 	 * Optional (NULL: none): called as the body lands in buf, in order,
 	 * with each piece just stored at buf + at (n bytes), while it is

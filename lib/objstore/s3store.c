@@ -285,7 +285,8 @@ static int s3store_get_many(struct objstore *os, struct objstore_get_req *gets,
 		ret = s3req_init(st, &reqs[i], "GET", gets[i].key, NULL, 0);
 		if (ret)
 			goto out;
-		reqs[i].flags = REQ_RANGE;
+		reqs[i].flags =
+			REQ_RANGE | (gets[i].missing_ok ? REQ_QUIET_404 : 0);
 		reqs[i].off = gets[i].off;
 		reqs[i].len = gets[i].len;
 		reqs[i].if_match = gets[i].if_match;
