@@ -49,7 +49,7 @@ def mallory(users):
     return users, users.user("mal", groups=[g]), g
 
 
-def setup(tool, stager_dir, pfs, own=True):
+def tier_node(tool, stager_dir, pfs, own=True):
     """A node with dataset ds registered; its tier pfs/tier (the dataset's
     own setting when own, else the cluster's root). Returns (node, tier)."""
     tier = pfs / "tier"
@@ -123,7 +123,7 @@ def read_all(m):
 def test_group_writable_tier_refused_by_publisher(tool, stager_dir, pfs,
                                                   mallory):
     users, _, g = mallory
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     try:
         shutil.chown(tier, group=g)
         os.chmod(tier, 0o775)
@@ -149,7 +149,7 @@ def test_group_member_forgery_not_served(tool, stager_dir, pfs, mallory):
     """A member of the tier's group swaps a file and its MANIFEST line:
     every reader falls back to the store and serves the source's bytes."""
     users, mal, g = mallory
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
         # an admin makes the tier the team's
@@ -183,7 +183,7 @@ def test_forged_copy_in_a_trusted_tier_checked_by_reference(
     """Forged by the service uid's hand (a bad tool, a restore): the
     tier's MANIFEST agrees with the forged bytes, the catalog does not."""
     users, mal, g = mallory
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
         shutil.chown(tier, group=g)
@@ -209,7 +209,7 @@ def test_forged_copy_in_a_trusted_tier_checked_by_reference(
 
 def test_planted_file_not_kept_unchecked(tool, stager_dir, pfs, mallory):
     users, mal, g = mallory
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
         os.unlink(os.path.join(d, "MANIFEST"))
@@ -240,7 +240,7 @@ def test_planted_file_not_kept_unchecked(tool, stager_dir, pfs, mallory):
 def test_world_writable_tier_ignored_by_readers(tool, stager_dir, pfs,
                                                users):
     eve = users.user("eve")
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
         os.chmod(tier, 0o777)
@@ -259,7 +259,7 @@ def test_world_writable_tier_ignored_by_readers(tool, stager_dir, pfs,
 # ---- finding 5: FIFOs and empty leases ----
 
 def test_fifo_manifest_hangs_nothing(tool, stager_dir, pfs, users):
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     m = None
     try:
         d = publish(s)
@@ -281,7 +281,7 @@ def test_fifo_manifest_hangs_nothing(tool, stager_dir, pfs, users):
 
 
 def test_fifo_and_empty_lease_expire(tool, stager_dir, pfs):
-    s, tier = setup(tool, stager_dir, pfs)
+    s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
         os.unlink(os.path.join(d, "MANIFEST"))
