@@ -136,6 +136,7 @@ struct dsfs_dsrow {
 	int64_t version, refreshed;
 	char *tier_dir; /* the snapshot's copy in its shared tier, or NULL */
 	bool tier_ready; /* the copy's MANIFEST is there */
+	struct sharedtier_copy *copy; /* its reference hashes, once ready */
 };
 
 struct dsfs_dslist {
@@ -160,6 +161,7 @@ static int dsfs_dataset_list_add(void *arg, const struct catalog_dataset *ds)
 	r->refreshed = ds->refreshed;
 	r->tier_dir = NULL;
 	r->tier_ready = false;
+	r->copy = NULL;
 	if (!r->name || !r->source ||
 	    (ds->group && ds->group[0] && !r->group)) {
 		free(r->name);
@@ -178,6 +180,7 @@ static void dsfs_dataset_list_free(struct dsfs_dslist *l)
 		free(l->rows[i].source);
 		free(l->rows[i].group);
 		free(l->rows[i].tier_dir);
+		sharedtier_copy_free(l->rows[i].copy);
 	}
 	free(l->rows);
 }
@@ -189,9 +192,11 @@ static bool dsfs_dataset_str_eq(const char *a, const char *b)
 	return strcmp(a, b) == 0;
 }
 
-/* Open url, with the shared tier's copy tier in front of it if not NULL. */
+/* Open url, with the shared tier's copy tier (copy: its reference hashes)
+ * in front of it if not NULL. */
 static int dsfs_dataset_store_open(struct dsfs_dataset_table *t,
 				   const char *url, const char *tier,
+				   const struct sharedtier_copy *copy,
 				   struct objstore **out)
 {
 	struct objstore *origin;
@@ -202,7 +207,7 @@ static int dsfs_dataset_store_open(struct dsfs_dataset_table *t,
 		*out = ret ? NULL : origin;
 		return ret;
 	}
-	ret = objstore_open_tiered(tier, origin, out);
+	ret = copy ? sharedtier_copy_open(copy, origin, out) : -ENOENT;
 	if (ret)
 		objstore_free(origin);
 	return ret;
@@ -212,6 +217,7 @@ static int dsfs_dataset_store_open(struct dsfs_dataset_table *t,
  * use. Called with t->lock held for writing. */
 static struct objstore *dsfs_dataset_store(struct dsfs_dataset_table *t,
 					   const char *url, const char *tier,
+					   const struct sharedtier_copy *copy,
 					   int *err)
 {
 	struct dsfs_store *s;
@@ -228,7 +234,7 @@ static struct objstore *dsfs_dataset_store(struct dsfs_dataset_table *t,
 	s->url = strdup(url);
 	s->tier = tier ? strdup(tier) : NULL;
 	*err = s->url && (!tier || s->tier)
-		       ? dsfs_dataset_store_open(t, url, tier, &s->os)
+		       ? dsfs_dataset_store_open(t, url, tier, copy, &s->os)
 		       : -ENOMEM;
 	if (*err) {
 		free(s->url);
@@ -324,7 +330,7 @@ static struct dsfs_dataset *dsfs_dataset_make(struct dsfs_dataset_table *t,
 		dsfs_dataset_put(d);
 		return NULL;
 	}
-	os = dsfs_dataset_store(t, r->source, NULL, &err);
+	os = dsfs_dataset_store(t, r->source, NULL, NULL, &err);
 	if (!os) {
 		log_error("dataset %s: cannot open source %s: %s", r->name,
 			  r->source, strerror(-err));
@@ -339,14 +345,15 @@ static struct dsfs_dataset *dsfs_dataset_make(struct dsfs_dataset_table *t,
 /* Put d's published shared-tier copy in front of its source. Called with
  * t->lock held for writing. */
 static void dsfs_dataset_tier_up(struct dsfs_dataset_table *t,
-				 struct dsfs_dataset *d)
+				 struct dsfs_dataset *d,
+				 const struct sharedtier_copy *copy)
 {
 	struct objstore *os;
 	int err;
 
 	if (!d->tier_dir || d->tier_given_up || atomic_load(&d->tiered))
 		return;
-	os = dsfs_dataset_store(t, d->source, d->tier_dir, &err);
+	os = dsfs_dataset_store(t, d->source, d->tier_dir, copy, &err);
 	if (!os) {
 		if (err == -ENOMEM)
 			return; /* the next refresh tries again */
@@ -417,9 +424,14 @@ static int dsfs_dataset_rows_tier(struct dsfs_dataset_table *t,
 					 "from %s",
 					 r->name, strerror(-err), r->source);
 		}
-		if (r->tier_dir && !r->tier_ready)
-			r->tier_ready =
-				dsfs_dataset_tier_published(r->tier_dir);
+		if (!r->tier_dir || r->tier_ready)
+			continue;
+		r->tier_ready = dsfs_dataset_tier_published(r->tier_dir);
+		/* the reference hashes, for opening the copy under the lock */
+		if (r->tier_ready && cat &&
+		    sharedtier_copy_load(cat, t->cfg, r->name, &r->copy) ==
+			    -ENOMEM)
+			ret = -ENOMEM;
 	}
 	free(known);
 	return ret;
@@ -473,7 +485,7 @@ int dsfs_dataset_table_refresh(struct dsfs_dataset_table *t)
 			}
 		}
 		if (r->tier_ready)
-			dsfs_dataset_tier_up(t, d);
+			dsfs_dataset_tier_up(t, d, r->copy);
 		ents[n++] = d;
 	}
 	qsort(ents, n, sizeof(*ents), dsfs_dataset_cmp);

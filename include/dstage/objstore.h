@@ -106,6 +106,10 @@ enum {
 	OBJSTORE_TIER_CHANGED, /* the reader's If-Match is another ETag (a
 				* snapshot the copy is not of) */
 	OBJSTORE_TIER_UNREACHABLE, /* the tier's read failed otherwise */
+	OBJSTORE_TIER_UNTRUSTED, /* the tier fails the trust rule (others
+				  * may write it; docs/security.md) */
+	OBJSTORE_TIER_UNCHECKED, /* no reference hash for the key: the
+				  * copy's own MANIFEST is not enough */
 	OBJSTORE_TIER_CAUSES
 };
 
@@ -116,24 +120,41 @@ struct objstore_tier_stats {
 	uint64_t fallbacks[OBJSTORE_TIER_CAUSES]; /* reads sent to the origin */
 };
 
+/* A key's reference hash (the dataset's sums key), for a tiered store. */
+struct objstore_tier_ref {
+	const char *key;
+	unsigned char sha256[32];
+};
+
+/* How a tiered store is opened. */
+struct objstore_tier_opts {
+	const struct objstore_tier_ref *refs; /* any order; copied */
+	size_t nrefs;
+	int refused; /* -1, or a cause: every read goes to the origin,
+		      * counted under it, and dir is not read at all */
+};
+
 /*
  * A dataset's source with its shared tier in front (docs/objstore.md,
  * "The shared tier"): dir is a snapshot's copy (DIR/MANIFEST,
  * DIR/data/KEY; include/dstage/sharedtier.h). Reads come from the copy
- * when its MANIFEST lists the key with the reader's If-Match ETag and the
- * file passed its check (the whole file's SHA-256 against the MANIFEST's,
- * on first use); else, and when the copy's read fails, from origin, each
+ * when its MANIFEST lists the key with the reader's If-Match ETag, o lists
+ * the key's reference hash, the MANIFEST agrees with it and the file passed
+ * its check (the whole file's SHA-256 against the reference, on first
+ * use); else, and when the copy's read fails, from origin, each
  * counted (objstore_get_tier_stats) and logged once per cause. list and
  * head are origin's; writes are -EROFS. On success the handle owns origin.
+ * The MANIFEST is opened with O_NOFOLLOW | O_NONBLOCK, a regular file only.
  * Returns 0, -ENOENT (no MANIFEST in dir: not published), -EINVAL (a
- * MANIFEST line that cannot be parsed; logged), -ENOMEM, or an error of
- * objstore_open on dir/data/. On failure origin stays the caller's.
+ * MANIFEST line that cannot be parsed, or not a regular file; logged),
+ * -ENOMEM, or an error of objstore_open on dir/data/. On failure origin
+ * stays the caller's.
  */
-int objstore_open_tiered(const char *dir, struct objstore *origin,
-			 struct objstore **out);
+int objstore_open_tiered(const char *dir, const struct objstore_tier_opts *o,
+			 struct objstore *origin, struct objstore **out);
 
 /* The tiered stores' totals, and the name of a cause ("missing",
- * "damaged", "changed", "unreachable"). */
+ * "damaged", "changed", "unreachable", "untrusted", "unchecked"). */
 void objstore_get_tier_stats(struct objstore_tier_stats *st);
 const char *objstore_tier_cause_name(int cause);
 

@@ -91,10 +91,30 @@ struct objstore;
  * snapshot's copy is published there (MANIFEST); *os is then the tiered
  * handle, which owns the old one. Otherwise *os stays as it was and the
  * reason is logged at info (no tier, not published) or as an error (a
- * MANIFEST that cannot be read).
+ * MANIFEST that cannot be read). A copy that fails the trust rule is put
+ * in front refused: every read goes to the source (sharedtier_copy_open).
  * Returns 1 (tiered), 0 (not), -ENOMEM.
  */
 int sharedtier_wrap(struct catalog *cat, const struct dstage_config *cfg,
 		    const char *name, struct objstore **os);
+
+/*
+ * A reader's view of dataset name's current snapshot copy: its tier's
+ * root, the copy's directory and the reference hashes of the manifest's
+ * files (the sums key's), loaded from the catalog, so that the copy can be
+ * opened later without it (dstagefs opens under its table's lock).
+ * sharedtier_copy_load: 0, -ENOENT (no dataset or no tier), -ENOMEM, or a
+ * catalog error. sharedtier_copy_open: objstore_open_tiered's answer for
+ * the copy in front of origin, after the trust rule (docs/security.md):
+ * a copy that fails it is not read (every read goes to origin, counted as
+ * "untrusted", logged once); -ENOENT when the MANIFEST is not there.
+ */
+struct sharedtier_copy;
+int sharedtier_copy_load(struct catalog *cat, const struct dstage_config *cfg,
+			 const char *name, struct sharedtier_copy **out);
+const char *sharedtier_copy_dir(const struct sharedtier_copy *c);
+int sharedtier_copy_open(const struct sharedtier_copy *c,
+			 struct objstore *origin, struct objstore **out);
+void sharedtier_copy_free(struct sharedtier_copy *c); /* accepts NULL */
 
 #endif

@@ -149,4 +149,10 @@ void metrics_cache_collect(void *arg, struct metrics_buf *b)
 	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
 		       "cause=\"unreachable\"",
 		       (double)ts.fallbacks[OBJSTORE_TIER_UNREACHABLE]);
+	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
+		       "cause=\"untrusted\"",
+		       (double)ts.fallbacks[OBJSTORE_TIER_UNTRUSTED]);
+	metrics_sample(b, "dstage_shared_tier_fallbacks_total",
+		       "cause=\"unchecked\"",
+		       (double)ts.fallbacks[OBJSTORE_TIER_UNCHECKED]);
 }

@@ -116,22 +116,23 @@ static int objstore_register(struct objstore *os, const char *url,
 	return 0;
 }
 
-int objstore_open_tiered(const char *dir, struct objstore *origin,
-			 struct objstore **out)
+int objstore_open_tiered(const char *dir, const struct objstore_tier_opts *o,
+			 struct objstore *origin, struct objstore **out)
 {
 	struct objstore *tier = NULL, *os = NULL;
 	char url[4200];
 	int n, ret;
 
 	*out = NULL;
-	if (!dir || !origin)
+	if (!dir || !origin || !o)
 		return -EINVAL;
 	n = snprintf(url, sizeof(url), "file://%s/data/", dir);
 	if (n < 0 || (size_t)n >= sizeof(url))
 		return -ENAMETOOLONG;
-	ret = objstore_open(url, origin->cfg, &tier);
+	/* a refused tier is not opened at all */
+	ret = o->refused >= 0 ? 0 : objstore_open(url, origin->cfg, &tier);
 	if (!ret)
-		ret = tierstore_open(dir, tier, origin, objstore_free, &os);
+		ret = tierstore_open(dir, o, tier, origin, objstore_free, &os);
 	if (ret) {
 		objstore_free(tier);
 		return ret;

@@ -139,8 +139,8 @@ int filestore_open(const char *url, const char *rest,
 /* tierstore.c: over two handles made by the caller (objstore_open_tiered),
  * owned by the result on success and freed with release (the front end's
  * objstore_free: a backend does not call up into objstore.c). */
-int tierstore_open(const char *dir, struct objstore *tier,
-		   struct objstore *origin, void (*release)(struct objstore *),
-		   struct objstore **out);
+int tierstore_open(const char *dir, const struct objstore_tier_opts *o,
+		   struct objstore *tier, struct objstore *origin,
+		   void (*release)(struct objstore *), struct objstore **out);
 
 #endif

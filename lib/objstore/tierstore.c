@@ -16,11 +16,14 @@
  * and the logged flags (atomics); the totals are process-wide atomics.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dstage/grow.h"
 #include "dstage/log.h"
@@ -50,6 +53,7 @@ struct tierstore {
 	char *dir; /* the snapshot's directory, for messages */
 	struct tier_entry *v; /* sorted by key */
 	size_t n;
+	int refused; /* -1, or the cause every read goes to the origin by */
 	_Atomic bool logged[OBJSTORE_TIER_CAUSES];
 };
 
@@ -58,6 +62,8 @@ static const char *const tier_cause_names[OBJSTORE_TIER_CAUSES] = {
 	[OBJSTORE_TIER_DAMAGED] = "damaged",
 	[OBJSTORE_TIER_CHANGED] = "changed",
 	[OBJSTORE_TIER_UNREACHABLE] = "unreachable",
+	[OBJSTORE_TIER_UNTRUSTED] = "untrusted",
+	[OBJSTORE_TIER_UNCHECKED] = "unchecked",
 };
 
 /* Process totals (objstore_get_tier_stats). */
@@ -174,6 +180,8 @@ static int tier_route(struct tierstore *s, const struct objstore_get_req *r,
 	int st;
 
 	*err = 0;
+	if (s->refused >= 0)
+		return s->refused;
 	if (!e)
 		return OBJSTORE_TIER_MISSING;
 	if (r->if_match && strcmp(r->if_match, e->etag) != 0)
@@ -433,16 +441,89 @@ static int tier_parse_line(char *line, struct tier_entry *e)
 	return e->key ? 0 : -ENOMEM;
 }
 
+/* path, opened without following a link or blocking on a FIFO: a regular
+ * file only. NULL with errno set (EINVAL: another type, logged). */
+static FILE *tier_open_manifest(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	struct stat st;
+	FILE *f;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0)) {
+		if (!errno || !S_ISREG(st.st_mode)) {
+			log_error("shared tier: %s is not a regular file: not "
+				  "using the tier",
+				  path);
+			errno = EINVAL;
+		}
+		close(fd);
+		return NULL;
+	}
+	f = fdopen(fd, "r");
+	if (!f)
+		close(fd);
+	return f;
+}
+
+static int tier_ref_cmp_refs(const void *a, const void *b)
+{
+	return strcmp(((const struct objstore_tier_ref *)a)->key,
+		      ((const struct objstore_tier_ref *)b)->key);
+}
+
+/* bsearch: an entry (the key) against a reference */
+static int tier_entry_ref_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct tier_entry *)a)->key,
+		      ((const struct objstore_tier_ref *)b)->key);
+}
+
+/* Hold each MANIFEST entry to its reference hash: an entry without one is
+ * not read from the tier, one whose MANIFEST line differs is damaged. */
+static int tier_apply_refs(struct tierstore *s,
+			   const struct objstore_tier_opts *o)
+{
+	struct objstore_tier_ref *r = NULL;
+
+	if (o->nrefs && !(r = malloc(o->nrefs * sizeof(*r))))
+		return -ENOMEM;
+	if (o->nrefs)
+		memcpy(r, o->refs, o->nrefs * sizeof(*r));
+	qsort(r, o->nrefs, sizeof(*r), tier_ref_cmp_refs);
+	for (size_t i = 0; i < s->n; i++) {
+		struct tier_entry *e = &s->v[i];
+		const struct objstore_tier_ref *ref =
+			o->nrefs ? bsearch(e, r, o->nrefs, sizeof(*r),
+					   tier_entry_ref_cmp)
+				 : NULL;
+
+		if (!ref) {
+			atomic_init(&e->state,
+				    TIER_BAD_BASE + OBJSTORE_TIER_UNCHECKED);
+		} else if (memcmp(ref->sha256, e->sha, 32) != 0) {
+			log_error("shared tier %s: %s: SHA-256 mismatch (its "
+				  "MANIFEST line is not the reference hash)",
+				  s->dir, e->key);
+			atomic_init(&e->state,
+				    TIER_BAD_BASE + OBJSTORE_TIER_DAMAGED);
+		}
+	}
+	free(r);
+	return 0;
+}
+
 static int tier_load(struct tierstore *s, const char *path)
 {
-	FILE *f = fopen(path, "re");
+	FILE *f = tier_open_manifest(path);
 	char *line = NULL;
 	size_t cap = 0, lineno = 0, vcap = 0;
 	ssize_t len;
 	int ret = 0;
 
 	if (!f)
-		return -errno;
+		return errno == EINVAL ? -EINVAL : -errno;
 	while ((len = getline(&line, &cap, f)) > 0) {
 		lineno++;
 		if (line[len - 1] == '\n')
@@ -474,9 +555,9 @@ static int tier_load(struct tierstore *s, const char *path)
 	return ret;
 }
 
-int tierstore_open(const char *dir, struct objstore *tier,
-		   struct objstore *origin, void (*release)(struct objstore *),
-		   struct objstore **out)
+int tierstore_open(const char *dir, const struct objstore_tier_opts *o,
+		   struct objstore *tier, struct objstore *origin,
+		   void (*release)(struct objstore *), struct objstore **out)
 {
 	struct tierstore *s = calloc(1, sizeof(*s));
 	char path[4200];
@@ -491,10 +572,15 @@ int tierstore_open(const char *dir, struct objstore *tier,
 		ret = -ENOMEM;
 		goto err;
 	}
-	snprintf(path, sizeof(path), "%s/MANIFEST", dir);
-	ret = tier_load(s, path);
-	if (ret)
-		goto err;
+	s->refused = o->refused;
+	if (o->refused < 0) {
+		snprintf(path, sizeof(path), "%s/MANIFEST", dir);
+		ret = tier_load(s, path);
+		if (!ret)
+			ret = tier_apply_refs(s, o);
+		if (ret)
+			goto err;
+	}
 	s->tier = tier;
 	s->origin = origin;
 	s->release = release;

@@ -24,29 +24,13 @@
 #include "dstage/sha256.h"
 #include "dstage/sharedtier.h"
 #include "dstage/timeutil.h"
+#include "sharedtier_i.h"
 #include "util/strutil.h"
 
-#define ST_CHUNK (8u << 20) /* bytes fetched per request */
-#define ST_POLL_MS 200 /* between looks at another node's lease */
+#define SHAREDTIER_CHUNK (8u << 20) /* bytes fetched per request */
+#define SHAREDTIER_POLL_MS 200 /* between looks at another node's lease */
 
-struct st_file {
-	char *key;
-	uint64_t size;
-	char etag[OBJSTORE_ETAG_MAX];
-	bool has_expected;
-	unsigned char expected[32];
-	unsigned char actual[32];
-};
-
-struct st_list {
-	struct st_file *v;
-	size_t n, cap;
-	char **dirs; /* directories still to read */
-	size_t ndirs, dcap;
-	const char *dir; /* the one being read ("" for the root) */
-};
-
-struct st_lease {
+struct sharedtier_lease {
 	int fd; /* -1: not held */
 	dev_t dev;
 	ino_t ino;
@@ -56,7 +40,7 @@ struct st_lease {
 	unsigned ttl_ms;
 };
 
-static int st_join(char *buf, size_t len, const char *a, const char *b)
+int sharedtier_join(char *buf, size_t len, const char *a, const char *b)
 {
 	int n = snprintf(buf, len, "%s/%s", a, b);
 
@@ -65,10 +49,10 @@ static int st_join(char *buf, size_t len, const char *a, const char *b)
 
 /* ---- the manifest, from the catalog ---- */
 
-static int st_walk_cb(void *arg, const char *name,
-		      const struct catalog_entry *e)
+static int sharedtier_walk_cb(void *arg, const char *name,
+			      const struct catalog_entry *e)
 {
-	struct st_list *l = arg;
+	struct sharedtier_list *l = arg;
 	size_t len = strlen(l->dir) + strlen(name) + 2;
 	char *path = malloc(len);
 
@@ -96,13 +80,13 @@ oom:
 	return -ENOMEM;
 }
 
-static int st_cmp(const void *a, const void *b)
+static int sharedtier_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct st_file *)a)->key,
-		      ((const struct st_file *)b)->key);
+	return strcmp(((const struct sharedtier_file *)a)->key,
+		      ((const struct sharedtier_file *)b)->key);
 }
 
-static void st_list_free(struct st_list *l)
+void sharedtier_list_free(struct sharedtier_list *l)
 {
 	for (size_t i = 0; i < l->n; i++)
 		free(l->v[i].key);
@@ -114,8 +98,9 @@ static void st_list_free(struct st_list *l)
 }
 
 /* Every file of the current manifest, sorted by key; the snapshot id. */
-static int st_load(struct catalog *cat, const char *name, struct st_list *l,
-		   char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
+int sharedtier_load(struct catalog *cat, const char *name,
+		    struct sharedtier_list *l,
+		    char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
 {
 	unsigned char md[SHA256_LEN];
 	char *dir = strdup(""), num[32];
@@ -126,7 +111,8 @@ static int st_load(struct catalog *cat, const char *name, struct st_list *l,
 		return -ENOMEM;
 	while (dir) {
 		l->dir = dir;
-		ret = catalog_readdir(cat, name, dir, NULL, st_walk_cb, l);
+		ret = catalog_readdir(cat, name, dir, NULL, sharedtier_walk_cb,
+				      l);
 		free(dir);
 		dir = NULL;
 		if (ret)
@@ -134,7 +120,7 @@ static int st_load(struct catalog *cat, const char *name, struct st_list *l,
 		if (l->ndirs)
 			dir = l->dirs[--l->ndirs];
 	}
-	qsort(l->v, l->n, sizeof(l->v[0]), st_cmp);
+	qsort(l->v, l->n, sizeof(l->v[0]), sharedtier_cmp);
 	ret = sha256_init(&h);
 	if (ret)
 		goto out;
@@ -155,8 +141,8 @@ out:
 }
 
 /* The tier's base directory of ds: its own setting or ROOT/NAME. */
-static int st_base(const struct dstage_config *cfg,
-		   const struct catalog_dataset *ds, char *buf, size_t len)
+int sharedtier_base(const struct dstage_config *cfg,
+		    const struct catalog_dataset *ds, char *buf, size_t len)
 {
 	const char *t = ds->shared_tier;
 	int n;
@@ -182,19 +168,19 @@ int sharedtier_locate(struct catalog *cat, const struct dstage_config *cfg,
 		      char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
 {
 	struct catalog_dataset ds;
-	struct st_list l = { 0 };
+	struct sharedtier_list l = { 0 };
 	char base[PATH_MAX];
 	int ret;
 
 	ret = catalog_dataset_get(cat, name, &ds);
 	if (ret)
 		return ret;
-	ret = st_base(cfg, &ds, base, sizeof(base));
+	ret = sharedtier_base(cfg, &ds, base, sizeof(base));
 	if (!ret)
-		ret = st_load(cat, name, &l, snapshot);
+		ret = sharedtier_load(cat, name, &l, snapshot);
 	if (!ret)
-		ret = st_join(dir, len, base, snapshot);
-	st_list_free(&l);
+		ret = sharedtier_join(dir, len, base, snapshot);
+	sharedtier_list_free(&l);
 	catalog_dataset_release(&ds);
 	return ret;
 }
@@ -202,7 +188,7 @@ int sharedtier_locate(struct catalog *cat, const struct dstage_config *cfg,
 /* ---- directories and files ---- */
 
 /* mkdir every component of path after its first skip bytes (which exist). */
-static int st_mkdirs(char *path, size_t skip)
+static int sharedtier_mkdirs(char *path, size_t skip)
 {
 	for (char *p = path + skip + 1;; p++) {
 		if (*p != '/' && *p != '\0')
@@ -224,7 +210,7 @@ static int st_mkdirs(char *path, size_t skip)
 	}
 }
 
-static int st_fsync_dir_of(const char *path)
+static int sharedtier_fsync_dir_of(const char *path)
 {
 	char d[PATH_MAX];
 	char *slash;
@@ -245,7 +231,7 @@ static int st_fsync_dir_of(const char *path)
 }
 
 /* A temporary name beside final: DIR/.dstage-tmp.<random>. */
-static int st_tmpname(const char *final, char *buf, size_t len)
+static int sharedtier_tmpname(const char *final, char *buf, size_t len)
 {
 	const char *slash = strrchr(final, '/');
 	unsigned char r[8];
@@ -260,29 +246,35 @@ static int st_tmpname(const char *final, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int st_hash_file(const char *path, unsigned char md[32])
+static int sharedtier_hash_file(const char *path, unsigned char md[32])
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = sharedtier_open_file(path);
 	int ret;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	ret = sha256_fd(fd, md);
 	close(fd);
 	return ret;
 }
 
 /* 1 when dir/MANIFEST is there and names snapshot; 0 when absent. */
-static int st_manifest_done(const char *dir, const char *snapshot)
+static int sharedtier_manifest_done(const char *dir, const char *snapshot)
 {
 	char path[PATH_MAX], want[128], got[128] = "";
 	FILE *f;
+	int fd;
 
-	if (st_join(path, sizeof(path), dir, SHAREDTIER_MANIFEST))
+	if (sharedtier_join(path, sizeof(path), dir, SHAREDTIER_MANIFEST))
 		return -ENAMETOOLONG;
-	f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT ? 0 : -errno;
+	fd = sharedtier_open_file(path);
+	if (fd < 0)
+		return fd == -ENOENT ? 0 : fd;
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
 	snprintf(want, sizeof(want), "snapshot %s\n", snapshot);
 	for (int i = 0; i < 3 && fgets(got, sizeof(got), f); i++)
 		if (!strcmp(got, want)) {
@@ -297,7 +289,7 @@ static int st_manifest_done(const char *dir, const char *snapshot)
 
 /* ---- the lease ---- */
 
-static int st_lease_write(struct st_lease *l)
+static int sharedtier_lease_write(struct sharedtier_lease *l)
 {
 	char buf[320];
 	int n;
@@ -311,32 +303,39 @@ static int st_lease_write(struct st_lease *l)
 	return 0;
 }
 
-/* Read a lease file: its holder and expiry, and the whole text. */
-static int st_lease_read(const char *path, char *text, size_t len, char *holder,
-			 size_t hlen, int64_t *expires_ms)
+/* Read a lease file: its holder and expiry, and the whole text. One
+ * without an expiry (empty, cut short, unreadable) expires ttl_ms after it
+ * was last written. */
+static int sharedtier_lease_read(const char *path, unsigned ttl_ms, char *text,
+				 size_t len, char *holder, size_t hlen,
+				 int64_t *expires_ms)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = sharedtier_open_file(path);
 	const char *h, *e;
+	struct stat st;
 	ssize_t n;
 
 	if (fd < 0)
-		return -errno;
-	n = read(fd, text, len - 1);
+		return fd;
+	n = fstat(fd, &st) ? -1 : read(fd, text, len - 1);
 	close(fd);
 	if (n < 0)
 		return -errno;
 	text[n] = '\0';
 	h = strstr(text, "holder ");
 	e = strstr(text, "expires_ms ");
-	/* a lease being written (empty, or cut short) is not expired yet */
-	*expires_ms = e ? strtoll(e + 11, NULL, 10) : INT64_MAX;
+	/* a lease being written (empty, or cut short) expires a lease period
+	 * after its last write: its writer may have died right there */
+	*expires_ms = e ? strtoll(e + 11, NULL, 10)
+			: (int64_t)st.st_mtim.tv_sec * 1000 +
+				      st.st_mtim.tv_nsec / 1000000 + ttl_ms;
 	snprintf(holder, hlen, "%.*s", h ? (int)strcspn(h + 7, "\n") : 7,
 		 h ? h + 7 : "unknown");
 	return 0;
 }
 
 /* Create the lease; -EEXIST when another holds it. */
-static int st_lease_try(struct st_lease *l)
+static int sharedtier_lease_try(struct sharedtier_lease *l)
 {
 	struct stat st;
 	int ret;
@@ -350,7 +349,7 @@ static int st_lease_try(struct st_lease *l)
 	}
 	l->dev = st.st_dev;
 	l->ino = st.st_ino;
-	ret = st_lease_write(l);
+	ret = sharedtier_lease_write(l);
 	if (ret)
 		goto err;
 	return 0;
@@ -362,7 +361,7 @@ err:
 }
 
 /* Still ours? Renew it past half its time. -EBUSY: taken over. */
-static int st_lease_renew(struct st_lease *l)
+static int sharedtier_lease_renew(struct sharedtier_lease *l)
 {
 	struct stat st;
 
@@ -374,10 +373,10 @@ static int st_lease_renew(struct st_lease *l)
 	}
 	if (timeutil_real_ms() < l->expires_ms - l->ttl_ms / 2)
 		return 0;
-	return st_lease_write(l);
+	return sharedtier_lease_write(l);
 }
 
-static void st_lease_release(struct st_lease *l)
+static void sharedtier_lease_release(struct sharedtier_lease *l)
 {
 	struct stat st;
 
@@ -392,8 +391,9 @@ static void st_lease_release(struct st_lease *l)
 /* An expired lease (text seen): rename it away, then check that what was
  * renamed is what was seen (else put it back). 0: gone, -EAGAIN: look
  * again. */
-static int st_lease_take_over(struct st_lease *l, const char *seen,
-			      const char *holder, int64_t expires_ms)
+static int sharedtier_lease_take_over(struct sharedtier_lease *l,
+				      const char *seen, const char *holder,
+				      int64_t expires_ms)
 {
 	char aside[PATH_MAX + 64], text[512], h[200];
 	int64_t e;
@@ -405,7 +405,8 @@ static int st_lease_take_over(struct st_lease *l, const char *seen,
 		return -ENAMETOOLONG;
 	if (rename(l->path, aside))
 		return errno == ENOENT ? -EAGAIN : -errno;
-	if (st_lease_read(aside, text, sizeof(text), h, sizeof(h), &e) ||
+	if (sharedtier_lease_read(aside, l->ttl_ms, text, sizeof(text), h,
+				  sizeof(h), &e) ||
 	    strcmp(text, seen) != 0) {
 		/* another node replaced it in between: give it back */
 		if (link(aside, l->path) && errno != EEXIST)
@@ -423,16 +424,16 @@ static int st_lease_take_over(struct st_lease *l, const char *seen,
 
 /* ---- the copy ---- */
 
-struct st_pub {
+struct sharedtier_pub {
 	struct objstore *os;
-	struct st_lease lease;
+	struct sharedtier_lease lease;
 	struct sharedtier_result *res;
 	const char *name;
 	char data[PATH_MAX]; /* DIR/data */
-	unsigned char *buf; /* ST_CHUNK bytes */
+	unsigned char *buf; /* SHAREDTIER_CHUNK bytes */
 };
 
-static int st_write_all(int fd, const unsigned char *p, size_t n)
+static int sharedtier_write_all(int fd, const unsigned char *p, size_t n)
 {
 	while (n) {
 		ssize_t w = write(fd, p, n);
@@ -449,14 +450,15 @@ static int st_write_all(int fd, const unsigned char *p, size_t n)
 }
 
 /* Fetch f into tmp (hashing it), check, publish as final. */
-static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
+static int sharedtier_fetch(struct sharedtier_pub *p, struct sharedtier_file *f,
+			    const char *final)
 {
 	char tmp[PATH_MAX], got_hex[65], want_hex[65];
 	struct sha256 h = { 0 };
 	uint64_t off = 0;
 	int fd = -1, ret;
 
-	ret = st_tmpname(final, tmp, sizeof(tmp));
+	ret = sharedtier_tmpname(final, tmp, sizeof(tmp));
 	if (!ret)
 		ret = sha256_init(&h);
 	if (ret)
@@ -468,8 +470,9 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 		goto out_h;
 	}
 	while (off < f->size) {
-		size_t len =
-			f->size - off < ST_CHUNK ? f->size - off : ST_CHUNK;
+		size_t len = f->size - off < SHAREDTIER_CHUNK
+				     ? f->size - off
+				     : SHAREDTIER_CHUNK;
 		size_t got = 0;
 
 		ret = objstore_get(p->os, f->key, off, len,
@@ -477,9 +480,9 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 		if (!ret && got == 0)
 			ret = -EIO;
 		if (!ret)
-			ret = st_write_all(fd, p->buf, got);
+			ret = sharedtier_write_all(fd, p->buf, got);
 		if (!ret)
-			ret = st_lease_renew(&p->lease);
+			ret = sharedtier_lease_renew(&p->lease);
 		if (ret) {
 			log_error("shared tier: %s: copying %s at %" PRIu64
 				  ": %s",
@@ -506,7 +509,7 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 		ret = -EIO;
 		goto err;
 	}
-	ret = st_lease_renew(&p->lease);
+	ret = sharedtier_lease_renew(&p->lease);
 	if (ret)
 		goto err;
 	if (rename(tmp, final)) {
@@ -519,7 +522,7 @@ static int st_fetch(struct st_pub *p, struct st_file *f, const char *final)
 	sha256_release(&h);
 	p->res->copied++;
 	p->res->copied_bytes += f->size;
-	return st_fsync_dir_of(final);
+	return sharedtier_fsync_dir_of(final);
 err:
 	close(fd);
 	unlink(tmp);
@@ -528,28 +531,29 @@ out_h:
 	return ret ? ret : -ENOMEM;
 }
 
-static int st_one(struct st_pub *p, struct st_file *f)
+static int sharedtier_one(struct sharedtier_pub *p, struct sharedtier_file *f)
 {
 	char final[PATH_MAX];
 	struct stat st;
 	int ret;
 
-	ret = st_join(final, sizeof(final), p->data, f->key);
+	ret = sharedtier_join(final, sizeof(final), p->data, f->key);
 	if (ret)
 		return ret;
 	if (strchr(f->key, '/')) {
 		*strrchr(final, '/') = '\0';
-		ret = st_mkdirs(final, strlen(p->data));
+		ret = sharedtier_mkdirs(final, strlen(p->data));
 		final[strlen(final)] = '/';
 		if (ret)
 			return ret;
 	}
-	if (!lstat(final, &st) && S_ISREG(st.st_mode) &&
+	/* a file found in place is kept only when it matches the reference
+	 * hash: one the sums key does not list is fetched again */
+	if (f->has_expected && !lstat(final, &st) && S_ISREG(st.st_mode) &&
 	    (uint64_t)st.st_size == f->size) {
 		/* published by an earlier holder: check it again */
-		ret = st_hash_file(final, f->actual);
-		if (!ret &&
-		    (!f->has_expected || !memcmp(f->actual, f->expected, 32))) {
+		ret = sharedtier_hash_file(final, f->actual);
+		if (!ret && !memcmp(f->actual, f->expected, 32)) {
 			p->res->kept++;
 			return 0;
 		}
@@ -557,19 +561,19 @@ static int st_one(struct st_pub *p, struct st_file *f)
 			 "again",
 			 p->name, final, ret ? strerror(-ret) : "SHA-256");
 	}
-	return st_fetch(p, f, final);
+	return sharedtier_fetch(p, f, final);
 }
 
-static int st_write_manifest(struct st_pub *p, const char *dir,
-			     const struct st_list *l)
+static int sharedtier_write_manifest(struct sharedtier_pub *p, const char *dir,
+				     const struct sharedtier_list *l)
 {
 	char path[PATH_MAX], tmp[PATH_MAX], hex[65];
 	FILE *f = NULL;
 	int fd = -1, ret;
 
-	ret = st_join(path, sizeof(path), dir, SHAREDTIER_MANIFEST);
+	ret = sharedtier_join(path, sizeof(path), dir, SHAREDTIER_MANIFEST);
 	if (!ret)
-		ret = st_tmpname(path, tmp, sizeof(tmp));
+		ret = sharedtier_tmpname(path, tmp, sizeof(tmp));
 	if (ret)
 		return ret;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -590,7 +594,7 @@ static int st_write_manifest(struct st_pub *p, const char *dir,
 		ret = -errno;
 		goto err;
 	}
-	ret = st_lease_renew(&p->lease);
+	ret = sharedtier_lease_renew(&p->lease);
 	if (ret)
 		goto err;
 	if (rename(tmp, path)) {
@@ -598,7 +602,7 @@ static int st_write_manifest(struct st_pub *p, const char *dir,
 		goto err;
 	}
 	fclose(f);
-	return st_fsync_dir_of(path);
+	return sharedtier_fsync_dir_of(path);
 err:
 	log_error("shared tier: writing %s: %s", path, strerror(-ret));
 	if (f)
@@ -610,28 +614,31 @@ err:
 }
 
 /* Take the lease on dir, or find the copy done. 1: done, 0: held. */
-static int st_acquire(struct st_pub *p, const char *dir, unsigned wait_ms)
+static int sharedtier_acquire(struct sharedtier_pub *p, const char *dir,
+			      unsigned wait_ms)
 {
 	int64_t deadline = timeutil_mono_ms() + wait_ms, exp;
 	char text[512], holder[200];
-	struct timespec ts = { 0, ST_POLL_MS * 1000000L };
+	struct timespec ts = { 0, SHAREDTIER_POLL_MS * 1000000L };
 	int ret;
 
 	for (;;) {
-		ret = st_manifest_done(dir, p->res->snapshot);
+		ret = sharedtier_manifest_done(dir, p->res->snapshot);
 		if (ret)
 			return ret;
-		ret = st_lease_try(&p->lease);
+		ret = sharedtier_lease_try(&p->lease);
 		if (ret != -EEXIST)
 			break;
-		ret = st_lease_read(p->lease.path, text, sizeof(text), holder,
-				    sizeof(holder), &exp);
+		ret = sharedtier_lease_read(p->lease.path, p->lease.ttl_ms,
+					    text, sizeof(text), holder,
+					    sizeof(holder), &exp);
 		if (ret == -ENOENT)
 			continue;
 		if (ret)
 			return ret;
 		if (exp < timeutil_real_ms()) {
-			ret = st_lease_take_over(&p->lease, text, holder, exp);
+			ret = sharedtier_lease_take_over(&p->lease, text,
+							 holder, exp);
 			if (!ret)
 				p->res->took_over = true;
 			if (ret && ret != -EAGAIN)
@@ -656,9 +663,9 @@ static int st_acquire(struct st_pub *p, const char *dir, unsigned wait_ms)
 		return ret;
 	}
 	/* the holder before us may have finished just now */
-	ret = st_manifest_done(dir, p->res->snapshot);
+	ret = sharedtier_manifest_done(dir, p->res->snapshot);
 	if (ret)
-		st_lease_release(&p->lease);
+		sharedtier_lease_release(&p->lease);
 	return ret;
 }
 
@@ -666,9 +673,9 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 		       const char *name, unsigned wait_ms,
 		       struct sharedtier_result *res)
 {
-	struct st_pub p = { .res = res, .name = name, .lease.fd = -1 };
+	struct sharedtier_pub p = { .res = res, .name = name, .lease.fd = -1 };
 	struct catalog_dataset ds;
-	struct st_list l = { 0 };
+	struct sharedtier_list l = { 0 };
 	char base[PATH_MAX], host[64] = "?";
 	struct stat st;
 	size_t rootlen;
@@ -689,14 +696,14 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 		ret = -EPERM;
 		goto out;
 	}
-	ret = st_base(cfg, &ds, base, sizeof(base));
+	ret = sharedtier_base(cfg, &ds, base, sizeof(base));
 	if (ret == -ENOENT)
 		log_error("shared tier: dataset %s has none: set one with "
 			  "stager add --shared-tier DIR or "
 			  "sources.shared_tier_root",
 			  name);
 	if (!ret)
-		ret = st_load(cat, name, &l, res->snapshot);
+		ret = sharedtier_load(cat, name, &l, res->snapshot);
 	if (ret)
 		goto out;
 	for (size_t i = 0; i < l.n; i++) {
@@ -713,9 +720,7 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 	}
 	/* the tier's root must exist: a parallel FS not mounted is not
 	 * filled in on the local disk underneath */
-	rootlen = ds.shared_tier && *ds.shared_tier
-			  ? strlen(base)
-			  : strlen(base) - strlen(ds.name) - 1;
+	rootlen = sharedtier_rootlen(&ds, base);
 	base[rootlen] = '\0';
 	if (stat(base, &st) || !S_ISDIR(st.st_mode)) {
 		ret = -ENOENT;
@@ -724,32 +729,33 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 			  name, base);
 		goto out;
 	}
-	if (st.st_mode & S_IWOTH) {
-		/* every node trusts what is published there */
-		ret = -EACCES;
-		log_error("shared tier: %s: %s is writable by others: refused "
-			  "(chmod o-w it)",
-			  name, base);
+	/* every node trusts what is published there: only the service
+	 * uid may write the tier (docs/security.md) */
+	ret = sharedtier_trusted(base);
+	if (ret)
 		goto out;
-	}
 	if (!(ds.shared_tier && *ds.shared_tier))
 		base[rootlen] = '/';
-	ret = st_join(res->dir, sizeof(res->dir), base, res->snapshot);
+	ret = sharedtier_join(res->dir, sizeof(res->dir), base, res->snapshot);
 	if (!ret)
-		ret = st_join(p.data, sizeof(p.data), res->dir,
-			      SHAREDTIER_DATA);
+		ret = sharedtier_join(p.data, sizeof(p.data), res->dir,
+				      SHAREDTIER_DATA);
 	if (!ret)
-		ret = st_join(p.lease.path, sizeof(p.lease.path), res->dir,
-			      SHAREDTIER_LEASE);
+		ret = sharedtier_join(p.lease.path, sizeof(p.lease.path),
+				      res->dir, SHAREDTIER_LEASE);
 	if (!ret)
-		ret = st_mkdirs(p.data, rootlen);
+		ret = sharedtier_mkdirs(p.data, rootlen);
+	if (!ret) {
+		base[rootlen] = '\0';
+		ret = sharedtier_trusted_tree(base, res->dir);
+	}
 	if (ret)
 		goto out;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(p.lease.holder, sizeof(p.lease.holder), "%s pid %d", host,
 		 (int)getpid());
 	p.lease.ttl_ms = cfg->sources_shared_tier_lease_ms;
-	ret = st_acquire(&p, res->dir, wait_ms);
+	ret = sharedtier_acquire(&p, res->dir, wait_ms);
 	if (ret == 1) {
 		res->already = true;
 		ret = 0;
@@ -757,51 +763,22 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 	}
 	if (ret)
 		goto out;
-	p.buf = malloc(ST_CHUNK);
+	p.buf = malloc(SHAREDTIER_CHUNK);
 	ret = p.buf ? objstore_open(ds.source, cfg, &p.os) : -ENOMEM;
 	for (size_t i = 0; !ret && i < l.n; i++)
-		ret = st_one(&p, &l.v[i]);
+		ret = sharedtier_one(&p, &l.v[i]);
 	if (!ret)
-		ret = st_write_manifest(&p, res->dir, &l);
+		ret = sharedtier_write_manifest(&p, res->dir, &l);
 	if (!ret)
 		log_info(
 			"shared tier: %s: snapshot %s published in %s: %" PRIu64
 			" files fetched, %" PRIu64 " kept",
 			name, res->snapshot, res->dir, res->copied, res->kept);
 out:
-	st_lease_release(&p.lease);
+	sharedtier_lease_release(&p.lease);
 	objstore_free(p.os);
 	free(p.buf);
-	st_list_free(&l);
+	sharedtier_list_free(&l);
 	catalog_dataset_release(&ds);
 	return ret;
-}
-
-int sharedtier_wrap(struct catalog *cat, const struct dstage_config *cfg,
-		    const char *name, struct objstore **os)
-{
-	char dir[PATH_MAX], snap[SHAREDTIER_SNAPSHOT_LEN + 1];
-	struct objstore *t;
-	int ret;
-
-	if (!*os)
-		return 0;
-	ret = sharedtier_locate(cat, cfg, name, dir, sizeof(dir), snap);
-	if (ret == -ENOMEM)
-		return ret;
-	if (ret)
-		return 0; /* no tier: the common case, not logged */
-	ret = objstore_open_tiered(dir, *os, &t);
-	if (ret == -ENOMEM)
-		return ret;
-	if (ret) {
-		log_info("shared tier: %s: no copy of snapshot %s in %s (%s): "
-			 "reading %s alone",
-			 name, snap, dir, strerror(-ret), objstore_url(*os));
-		return 0;
-	}
-	log_info("shared tier: %s: reading snapshot %s from %s first", name,
-		 snap, dir);
-	*os = t;
-	return 1;
 }

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+/*
+ * sharedtier_read: the shared tier's readers (include/dstage/sharedtier.h:
+ * sharedtier_copy_*, sharedtier_wrap): a snapshot's copy with the
+ * catalog's reference hashes, opened in front of the source after the
+ * trust rule (sharedtier_trust.c). Keeps no state between calls.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dstage/catalog.h"
+#include "dstage/config.h"
+#include "dstage/log.h"
+#include "sharedtier_i.h"
+
+struct sharedtier_copy {
+	char root[PATH_MAX], dir[PATH_MAX];
+	char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1];
+	struct objstore_tier_ref *refs; /* sorted by key */
+	size_t nrefs;
+	struct sharedtier_list l; /* owns the keys */
+};
+
+void sharedtier_copy_free(struct sharedtier_copy *c)
+{
+	if (!c)
+		return;
+	free(c->refs);
+	sharedtier_list_free(&c->l);
+	free(c);
+}
+
+int sharedtier_copy_load(struct catalog *cat, const struct dstage_config *cfg,
+			 const char *name, struct sharedtier_copy **out)
+{
+	struct sharedtier_copy *c = calloc(1, sizeof(*c));
+	struct catalog_dataset ds;
+	int ret;
+
+	*out = NULL;
+	if (!c)
+		return -ENOMEM;
+	ret = catalog_dataset_get(cat, name, &ds);
+	if (ret) {
+		free(c);
+		return ret;
+	}
+	ret = sharedtier_base(cfg, &ds, c->root, sizeof(c->root));
+	if (!ret)
+		ret = sharedtier_load(cat, name, &c->l, c->snapshot);
+	if (!ret)
+		ret = sharedtier_join(c->dir, sizeof(c->dir), c->root,
+				      c->snapshot);
+	if (!ret)
+		c->root[sharedtier_rootlen(&ds, c->root)] = '\0';
+	catalog_dataset_release(&ds);
+	if (!ret && !(c->refs = calloc(c->l.n + 1, sizeof(*c->refs))))
+		ret = -ENOMEM;
+	for (size_t i = 0; !ret && i < c->l.n; i++) {
+		if (!c->l.v[i].has_expected)
+			continue; /* read from the source */
+		c->refs[c->nrefs].key = c->l.v[i].key;
+		memcpy(c->refs[c->nrefs++].sha256, c->l.v[i].expected, 32);
+	}
+	if (ret) {
+		sharedtier_copy_free(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+const char *sharedtier_copy_dir(const struct sharedtier_copy *c)
+{
+	return c->dir;
+}
+
+int sharedtier_copy_open(const struct sharedtier_copy *c,
+			 struct objstore *origin, struct objstore **out)
+{
+	struct objstore_tier_opts o = { .refs = c->refs,
+					.nrefs = c->nrefs,
+					.refused = -1 };
+	char man[PATH_MAX + 16];
+
+	snprintf(man, sizeof(man), "%s/" SHAREDTIER_MANIFEST, c->dir);
+	if (access(man, F_OK))
+		return -errno;
+	/* a tier that fails the rule is not read: every read goes to the
+	 * source, counted as untrusted */
+	if (sharedtier_trusted_tree(c->root, c->dir))
+		o.refused = OBJSTORE_TIER_UNTRUSTED;
+	return objstore_open_tiered(c->dir, &o, origin, out);
+}
+
+int sharedtier_wrap(struct catalog *cat, const struct dstage_config *cfg,
+		    const char *name, struct objstore **os)
+{
+	struct sharedtier_copy *c;
+	struct objstore *t;
+	int ret;
+
+	if (!*os)
+		return 0;
+	ret = sharedtier_copy_load(cat, cfg, name, &c);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret)
+		return 0; /* no tier: the common case, not logged */
+	ret = sharedtier_copy_open(c, *os, &t);
+	if (ret) {
+		if (ret != -ENOMEM)
+			log_info("shared tier: %s: no copy of snapshot %s in "
+				 "%s (%s): reading %s alone",
+				 name, c->snapshot, c->dir, strerror(-ret),
+				 objstore_url(*os));
+		sharedtier_copy_free(c);
+		return ret == -ENOMEM ? ret : 0;
+	}
+	log_info("shared tier: %s: reading snapshot %s from %s first", name,
+		 c->snapshot, c->dir);
+	sharedtier_copy_free(c);
+	*os = t;
+	return 1;
+}
