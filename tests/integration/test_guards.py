@@ -38,7 +38,7 @@ MUTATING = {"add", "refresh", "remove", "stage", "verify", "cancel",
             "cache.policy.set", "cache.pin", "cache.unpin", "cache.quota",
             "cache.priority", "cache.evict", "cache.gc",
             "lifecycle.add", "lifecycle.remove", "lifecycle.run",
-            "stage.shared"}
+            "stage.shared", "cache.csi-allow"}
 READ_ONLY = {"ping", "list", "show", "jobs", "status", "watch",
              "cache.status", "cache.policy", "lifecycle.list"}
 # Changes nothing but is for admins only (who changed what, and when).
