@@ -168,9 +168,7 @@ static int dsfs_ckpt_lookup(struct dsfs *fs, struct dsfs_caller *who,
 		e->node = NULL;
 		return ret;
 	}
-	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
-	e->entry_timeout = DSFS_CKPT_TIMEOUT;
-	e->attr_timeout = dsfs_ckpt_attr_timeout(fs, dsfs_ckpt_pn_of(e->node));
+	dsfs_ckpt_own_entry(fs, &a, &o, e);
 	return 0;
 }
 
@@ -220,9 +218,7 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 	if (ret)
 		return ret;
 	dsfs_ckpt_own_remember(fs, dsfs_ckpt_pn_of(e->node), &o);
-	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
-	e->entry_timeout = DSFS_CKPT_TIMEOUT;
-	e->attr_timeout = dsfs_ckpt_attr_timeout(fs, dsfs_ckpt_pn_of(e->node));
+	dsfs_ckpt_own_entry(fs, &a, &o, e);
 	return 0;
 }
 

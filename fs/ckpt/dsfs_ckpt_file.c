@@ -397,9 +397,7 @@ int dsfs_ckpt_file_create(struct dsfs *fs, struct dsfs_caller *who,
 		return ret;
 	}
 	dsfs_ckpt_own_remember(fs, dsfs_ckpt_pn_of(e->node), &o);
-	dsfs_ckpt_pn_attr(fs, e->node->ino, &a, &o, &e->attr);
-	e->entry_timeout = DSFS_CKPT_TIMEOUT;
-	e->attr_timeout = dsfs_ckpt_attr_timeout(fs, dsfs_ckpt_pn_of(e->node));
+	dsfs_ckpt_own_entry(fs, &a, &o, e);
 	return 0;
 }
 

@@ -147,6 +147,10 @@ int dsfs_ckpt_may_walk(struct dsfs *fs, struct dsfs_caller *who,
  * dstagefs: a 0700 directory's entries looked up by its owner (or root)
  * would show another user their size, owner and mode until it expires. */
 double dsfs_ckpt_attr_timeout(struct dsfs *fs, struct dsfs_ckpt_pn *pn);
+/* The entry the kernel is given for e->node, a owned as o: its attributes
+ * (dsfs_ckpt_pn_attr) and timeouts (dsfs_ckpt_attr_timeout). */
+void dsfs_ckpt_own_entry(struct dsfs *fs, const struct ckpt_attr *a,
+			 const struct ckpt_owner *o, struct dsfs_entry *e);
 /* may_walk to dir, then mask on dir itself; *downer (may be NULL) is
  * dir's owner. */
 int dsfs_ckpt_may_dir(struct dsfs *fs, struct dsfs_caller *who,

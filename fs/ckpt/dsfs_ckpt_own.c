@@ -176,6 +176,14 @@ double dsfs_ckpt_attr_timeout(struct dsfs *fs, struct dsfs_ckpt_pn *pn)
 	return dsfs_ckpt_may_walk(fs, NULL, pn) ? 0 : DSFS_CKPT_TIMEOUT;
 }
 
+void dsfs_ckpt_own_entry(struct dsfs *fs, const struct ckpt_attr *a,
+			 const struct ckpt_owner *o, struct dsfs_entry *e)
+{
+	dsfs_ckpt_pn_attr(fs, e->node->ino, a, o, &e->attr);
+	e->entry_timeout = DSFS_CKPT_TIMEOUT;
+	e->attr_timeout = dsfs_ckpt_attr_timeout(fs, dsfs_ckpt_pn_of(e->node));
+}
+
 int dsfs_ckpt_may_dir(struct dsfs *fs, struct dsfs_caller *who,
 		      struct dsfs_node *dir, int mask,
 		      struct ckpt_owner *downer)

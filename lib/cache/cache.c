@@ -755,18 +755,14 @@ int cache_gc_list(struct cache *c, cache_gc_fn fn, void *arg)
 {
 	struct dirent *de;
 	DIR *top;
-	int tfd, ret = 0;
+	int tfd, ret;
 
 	if (!c || !fn)
 		return -EINVAL;
-	tfd = openat(c->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (tfd < 0)
-		return -errno;
-	top = fdopendir(tfd);
-	if (!top) {
-		close(tfd);
-		return -errno;
-	}
+	ret = fdutil_opendir(c->objects_fd, &top);
+	if (ret)
+		return ret;
+	tfd = dirfd(top);
 	while (!ret && (de = readdir(top))) {
 		struct dirent *fe;
 		DIR *sub;
@@ -787,11 +783,8 @@ int cache_gc_list(struct cache *c, cache_gc_fn fn, void *arg)
 			close(sfd); /* not one of ours: left alone */
 			continue;
 		}
-		sub = fdopendir(sfd);
-		if (!sub) {
-			close(sfd);
+		if (fdutil_fdopendir(sfd, &sub))
 			continue;
-		}
 		while (!ret && (fe = readdir(sub))) {
 			char name[2 + 1 + NAME_MAX + 1];
 

@@ -40,6 +40,7 @@
 #include "cache_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "util/fdutil.h"
 
 /* c->lock held. Returns the entry (created if needed, its policy not
  * loaded) or NULL (ENOMEM). */
@@ -413,16 +414,10 @@ static int cache_scan(struct cache *c, const char *only_ds,
 	for (struct cache_ds *d = c->ds; d; d = d->next)
 		d->used = 0;
 	pthread_mutex_unlock(&c->lock);
-	int tfd =
-		openat(c->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int err = fdutil_opendir(c->objects_fd, &top);
 
-	if (tfd < 0)
-		return -errno;
-	top = fdopendir(tfd);
-	if (!top) {
-		close(tfd);
-		return -errno;
-	}
+	if (err)
+		return err;
 	while ((de = readdir(top))) {
 		DIR *sub;
 		struct dirent *fe;
@@ -435,11 +430,8 @@ static int cache_scan(struct cache *c, const char *only_ds,
 		if (sfd < 0)
 			continue;
 		cache_tighten(sfd, true, t);
-		sub = fdopendir(sfd);
-		if (!sub) {
-			close(sfd);
+		if (fdutil_fdopendir(sfd, &sub))
 			continue;
-		}
 		while ((fe = readdir(sub))) {
 			struct cache_victim v;
 			struct cache_usage p;

@@ -26,6 +26,7 @@
 #include "dstage/config.h"
 #include "dstage/grow.h"
 #include "dstage/log.h"
+#include "util/fdutil.h"
 
 /* ---- opening ---- */
 
@@ -94,18 +95,13 @@ static int ckpt_subdir(int dfd, const char *name, int *out)
 /* Whether the flat staging directory's sub (fd) holds any entry. */
 static int ckpt_dir_nonempty(int fd)
 {
-	int dfd = dup(fd);
 	struct dirent *de;
 	unsigned n = 0;
 	DIR *d;
+	int ret = fdutil_opendir(fd, &d);
 
-	if (dfd < 0)
-		return -errno;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return -errno;
-	}
+	if (ret)
+		return ret;
 	while ((de = readdir(d)) && n++ < CKPT_MIGRATE_MAX)
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 			break;
@@ -150,14 +146,9 @@ static int ckpt_staging_migrate(struct ckpt *ck, int dfd, int sfd,
 		unknown += (unsigned)ret;
 		ret = 0;
 	}
-	jfd = dup(ck->dirs.journal_fd);
-	d = jfd >= 0 ? fdopendir(jfd) : NULL;
-	if (!d) {
-		ret = -errno;
-		if (jfd >= 0)
-			close(jfd);
+	ret = fdutil_opendir(ck->dirs.journal_fd, &d);
+	if (ret)
 		goto out;
-	}
 	while ((de = readdir(d)) && n++ < CKPT_MIGRATE_MAX) {
 		char *end;
 		unsigned long long ino = strtoull(de->d_name, &end, 10);
@@ -461,11 +452,9 @@ static int ckpt_list_local(struct ckpt *ck, const char *dirkey,
 		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
+	ret = fdutil_fdopendir(fd, &d);
+	if (ret)
+		return ret;
 	*found = true;
 	while (!ret && (de = readdir(d))) {
 		struct ckpt_attr a = { .local = true };

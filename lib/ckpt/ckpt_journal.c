@@ -30,6 +30,7 @@
 #include "dstage/config.h"
 #include "dstage/grow.h"
 #include "dstage/log.h"
+#include "util/fdutil.h"
 
 /* ---- locks shared with the stager daemon (see ckpt_i.h) ---- */
 
@@ -320,12 +321,10 @@ void ckpt_journal_abandon(struct ckpt *ck, ino_t ino, const char *key,
 static void ckpt_rekey_dir(struct ckpt *ck, int dfd, const char *key, int depth)
 {
 	struct dirent *de;
-	DIR *d = fdopendir(dfd);
+	DIR *d;
 
-	if (!d) {
-		close(dfd);
+	if (fdutil_fdopendir(dfd, &d))
 		return;
-	}
 	while ((de = readdir(d))) {
 		struct ckpt_rec rec;
 		struct stat st;
@@ -406,15 +405,10 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 	uint64_t freed = 0;
 	struct ckpt_rec rec;
 	struct dirent *de;
-	int dfd = dup(ck->dirs.journal_fd);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	DIR *d;
 
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
+	if (fdutil_opendir(ck->dirs.journal_fd, &d))
 		return;
-	}
-	rewinddir(d);
 	while ((de = readdir(d))) {
 		char *end;
 		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
@@ -576,18 +570,13 @@ static void ckpt_count_dir(struct ckpt *ck, bool abandoned,
 			   uint64_t *total)
 {
 	int dirfd = abandoned ? ck->dirs.abandoned_fd : ck->dirs.journal_fd;
-	int dfd = dup(dirfd);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	struct ckpt_rec rec;
 	unsigned seen = 0;
 	struct dirent *de;
+	DIR *d;
 
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
+	if (fdutil_opendir(dirfd, &d))
 		return;
-	}
-	rewinddir(d);
 	while ((de = readdir(d)) && seen++ < CKPT_RECOUNT_MAX) {
 		struct stat st;
 		char *end;

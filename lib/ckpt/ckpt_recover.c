@@ -23,6 +23,7 @@
 #include "ckpt_i.h"
 #include "dstage/config.h"
 #include "dstage/log.h"
+#include "util/fdutil.h"
 
 /*
  * Publish the P record rec of the closed file ino: it becomes a listed
@@ -104,17 +105,11 @@ int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 	struct dirent *de;
 	uint64_t used = 0;
 	unsigned pending = 0, abandoned = 0;
-	int dfd = dup(ck->dirs.journal_fd);
 	DIR *d;
+	int ret = fdutil_opendir(ck->dirs.journal_fd, &d);
 
-	if (dfd < 0)
-		return -errno;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return -errno;
-	}
-	rewinddir(d);
+	if (ret)
+		return ret;
 	if (publish) {
 		pthread_mutex_lock(&ck->lock);
 		ck->pending = 0; /* failures count themselves again */

@@ -42,6 +42,22 @@ enum config_type {
 	CT_VERIFY, /* int, enum config_verify_reads: fill or always */
 };
 
+/* The words of a type that is a choice: names[v] is the enum's value v. */
+struct config_choice {
+	const char *accepts; /* the names, for the messages */
+	const char *names[3]; /* NULL-ended */
+};
+
+static const struct config_choice config_symlinks = {
+	"no or inside",
+	{ [CONFIG_SYMLINKS_NO] = "no", [CONFIG_SYMLINKS_INSIDE] = "inside" },
+};
+
+static const struct config_choice config_verify = {
+	"fill or always",
+	{ [CONFIG_VERIFY_FILL] = "fill", [CONFIG_VERIFY_ALWAYS] = "always" },
+};
+
 struct config_key {
 	const char *name; /* "section.key" */
 	enum config_type type;
@@ -347,6 +363,21 @@ static int parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
+/* The words of a choice type t (CT_SYMLINKS, CT_VERIFY). */
+static const struct config_choice *config_choice_of(enum config_type t)
+{
+	return t == CT_SYMLINKS ? &config_symlinks : &config_verify;
+}
+
+/* The name of choice value v; the first name for a value it has none for. */
+static const char *config_choice_name(const struct config_choice *c, int v)
+{
+	for (int i = 0; c->names[i]; i++)
+		if (i == v)
+			return c->names[i];
+	return c->names[0];
+}
+
 static const char *config_accepts(const struct config_key *k)
 {
 	switch (k->type) {
@@ -371,9 +402,8 @@ static const char *config_accepts(const struct config_key *k)
 	case CT_URL:
 		return "an http:// or https:// URL";
 	case CT_SYMLINKS:
-		return "no or inside";
 	case CT_VERIFY:
-		return "fill or always";
+		return config_choice_of(k->type)->accepts;
 	}
 	return "?";
 }
@@ -452,21 +482,16 @@ static int config_set_key(struct dstage_config *cfg, const struct config_key *k,
 		*(int *)field = ret;
 		return 0;
 	case CT_SYMLINKS:
-		if (!strcasecmp(value, "no"))
-			*(int *)field = CONFIG_SYMLINKS_NO;
-		else if (!strcasecmp(value, "inside"))
-			*(int *)field = CONFIG_SYMLINKS_INSIDE;
-		else
-			return -EINVAL;
-		return 0;
-	case CT_VERIFY:
-		if (!strcasecmp(value, "fill"))
-			*(int *)field = CONFIG_VERIFY_FILL;
-		else if (!strcasecmp(value, "always"))
-			*(int *)field = CONFIG_VERIFY_ALWAYS;
-		else
-			return -EINVAL;
-		return 0;
+	case CT_VERIFY: {
+		const struct config_choice *c = config_choice_of(k->type);
+
+		for (int v = 0; c->names[v]; v++)
+			if (!strcasecmp(value, c->names[v])) {
+				*(int *)field = v;
+				return 0;
+			}
+		return -EINVAL;
+	}
 	}
 	return -EINVAL;
 }
@@ -846,16 +871,10 @@ void config_dump(const struct dstage_config *cfg, FILE *f)
 				log_level_name(*(const int *)field));
 			break;
 		case CT_SYMLINKS:
-			fprintf(f, "%s = %s\n", dot + 1,
-				*(const int *)field == CONFIG_SYMLINKS_INSIDE
-					? "inside"
-					: "no");
-			break;
 		case CT_VERIFY:
 			fprintf(f, "%s = %s\n", dot + 1,
-				*(const int *)field == CONFIG_VERIFY_ALWAYS
-					? "always"
-					: "fill");
+				config_choice_name(config_choice_of(k->type),
+						   *(const int *)field));
 			break;
 		}
 	}

@@ -28,6 +28,7 @@
 #include "dstage/catalog.h"
 #include "dstage/grow.h"
 #include "dstage/log.h"
+#include "util/fdutil.h"
 
 struct cachegc_walk {
 	struct cache *c;
@@ -142,11 +143,8 @@ static void cachegc_staging(struct cachegc_walk *w, int sfd, const char *sub,
 				 strerror(errno));
 		return;
 	}
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	if (fdutil_fdopendir(dfd, &d))
 		return;
-	}
 	while ((de = readdir(d))) {
 		size_t len = strlen(de->d_name);
 		struct stat st;
@@ -187,11 +185,8 @@ static void cachegc_stores(struct cachegc_walk *w, int sfd)
 
 	if (dfd < 0)
 		return;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	if (fdutil_fdopendir(dfd, &d))
 		return;
-	}
 	while ((de = readdir(d)) && n++ < 65536) {
 		char sub[300];
 

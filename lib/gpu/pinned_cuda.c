@@ -294,7 +294,9 @@ void pinned_cuda_release(struct pinned_cuda *cu)
 	cu->rt = NULL;
 }
 
-int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
+/* len bytes for pinned_cuda_host_alloc (host) or pinned_cuda_dev_alloc. */
+static int pinned_cuda_alloc_mem(struct pinned_cuda *cu, size_t len, bool host,
+				 void **out)
 {
 	bool lock_failed = false;
 	int ret;
@@ -303,16 +305,20 @@ int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
 		return -EINVAL;
 #ifdef DSTAGE_HAVE_CUDA
 	if (cu->rt) {
-		int b = pinned_cuda_bind(cu);
-
-		if (b)
-			return b;
-		return pinned_cuda_check(
-			cu, "cudaHostAlloc",
-			cu->rt->HostAlloc(out, len, cudaHostAllocDefault));
+		ret = pinned_cuda_bind(cu);
+		if (ret)
+			return ret;
+		if (host)
+			return pinned_cuda_check(
+				cu, "cudaHostAlloc",
+				cu->rt->HostAlloc(out, len,
+						  cudaHostAllocDefault));
+		return pinned_cuda_check(cu, "cudaMalloc",
+					 cu->rt->Malloc(out, len));
 	}
 #endif
-	ret = pinned_map(len, true, &lock_failed, out);
+	/* Only host memory is locked (device memory is a CPU-mode stand-in). */
+	ret = pinned_map(len, host, &lock_failed, out);
 	if (!ret && lock_failed && !cu->mlock_logged) {
 		cu->mlock_logged = true;
 		log_warn("pinned: mlock of %zu bytes refused (%s): host "
@@ -321,6 +327,11 @@ int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
 			 len, strerror(errno));
 	}
 	return ret;
+}
+
+int pinned_cuda_host_alloc(struct pinned_cuda *cu, size_t len, void **out)
+{
+	return pinned_cuda_alloc_mem(cu, len, true, out);
 }
 
 /* Free p from pinned_cuda_host_alloc (host) or pinned_cuda_dev_alloc. */
@@ -350,22 +361,7 @@ void pinned_cuda_host_free(struct pinned_cuda *cu, void *buf)
 
 int pinned_cuda_dev_alloc(struct pinned_cuda *cu, size_t len, void **out)
 {
-	bool unused = false;
-
-	if (len == 0 || !out)
-		return -EINVAL;
-#ifdef DSTAGE_HAVE_CUDA
-	if (cu->rt) {
-		int b = pinned_cuda_bind(cu);
-
-		if (b)
-			return b;
-		return pinned_cuda_check(cu, "cudaMalloc",
-					 cu->rt->Malloc(out, len));
-	}
-#endif
-	(void)cu;
-	return pinned_map(len, false, &unused, out);
+	return pinned_cuda_alloc_mem(cu, len, false, out);
 }
 
 void pinned_cuda_dev_free(struct pinned_cuda *cu, void *dev)

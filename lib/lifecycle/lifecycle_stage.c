@@ -34,6 +34,7 @@
 #include "dstage/lifecycle_stage.h"
 #include "dstage/log.h"
 #include "dstage/sha256.h"
+#include "util/fdutil.h"
 #include "util/strutil.h"
 
 #define STAGE_CHUNK (4u << 20)
@@ -134,33 +135,16 @@ const char *lifecycle_staging_path(const struct lifecycle_staging *s)
 	return s->d.staging;
 }
 
-/* A DIR over a dup of fd, rewound. */
-static DIR *stage_opendir(int fd)
-{
-	int dfd = dup(fd);
-	DIR *d;
-
-	if (dfd < 0)
-		return NULL;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return NULL;
-	}
-	rewinddir(d);
-	return d;
-}
-
 int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
 			   void *arg)
 {
 	struct ckpt_rec rec;
 	struct dirent *de;
-	int ret = 0;
-	DIR *d = stage_opendir(s->d.journal_fd);
+	DIR *d;
+	int ret = fdutil_opendir(s->d.journal_fd, &d);
 
-	if (!d)
-		return -errno;
+	if (ret)
+		return ret;
 	while ((de = readdir(d))) {
 		struct lifecycle_local l;
 		struct stat st;
@@ -386,9 +370,9 @@ int lifecycle_abandoned_list(struct lifecycle_staging *s,
 
 	if (s->d.abandoned_fd < 0)
 		return 0;
-	d = stage_opendir(s->d.abandoned_fd);
-	if (!d)
-		return -errno;
+	ret = fdutil_opendir(s->d.abandoned_fd, &d);
+	if (ret)
+		return ret;
 	while ((de = readdir(d))) {
 		struct lifecycle_abandoned a;
 		struct stat st;

@@ -56,6 +56,7 @@
 #include "dstage/metrics.h"
 #include "filestore_i.h"
 #include "filestore_io.h"
+#include "util/fdutil.h"
 
 static struct filestore *fs_of(struct objstore *os)
 {
@@ -274,12 +275,9 @@ static int fs_walk_dir(struct fs_walk *w, int dfd, size_t keylen)
 		close(dfd);
 		goto out;
 	}
-	d = fdopendir(dfd);
-	if (!d) {
-		ret = -errno;
-		close(dfd);
+	ret = fdutil_fdopendir(dfd, &d);
+	if (ret)
 		goto out;
-	}
 	ret = fs_read_dir(d, w->ucb != NULL, &ents, &n);
 	if (ret)
 		goto out;

@@ -33,6 +33,7 @@
 #include "dstage/log.h"
 #include "dstage/timeutil.h"
 #include "filestore_i.h"
+#include "util/fdutil.h"
 
 struct fs_sweep {
 	struct filestore *fs;
@@ -143,12 +144,9 @@ static int sweep_dir(struct fs_sweep *s, int dfd, size_t len)
 		close(dfd);
 		goto out;
 	}
-	d = fdopendir(dfd);
-	if (!d) {
-		ret = -errno;
-		close(dfd);
+	ret = fdutil_fdopendir(dfd, &d);
+	if (ret)
 		goto out;
-	}
 	while (s->removed < FILESTORE_SWEEP_MAX_REMOVE &&
 	       s->entries < FILESTORE_SWEEP_MAX_ENTRIES &&
 	       (errno = 0, de = readdir(d))) {

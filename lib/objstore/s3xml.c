@@ -226,6 +226,21 @@ static int s3xml_url_decode(char *s)
 	return 0;
 }
 
+/* A listed Key in place: decoded when url (EncodingType=url), then neither
+ * empty nor longer than S3XML_MAX_KEY. Returns 0, or -EINVAL with why set. */
+static int s3xml_key_check(char *key, bool url, const char **why)
+{
+	if (url && s3xml_url_decode(key)) {
+		*why = "a Key with a bad or NUL %-escape";
+		return -EINVAL;
+	}
+	if (!key[0] || strlen(key) > S3XML_MAX_KEY) {
+		*why = "an empty or overlong Key";
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int64_t s3xml_days_from_civil(int64_t y, int m, int d)
 {
 	/* Days since 1970-01-01 in the proleptic Gregorian calendar. */
@@ -334,14 +349,9 @@ static int s3xml_parse_contents(const xmlNode *c, bool url, void *item,
 		*why = "Contents without a Key";
 		return -EINVAL;
 	}
-	if (url && s3xml_url_decode(o->key)) {
-		*why = "a Key with a bad or NUL %-escape";
-		return -EINVAL;
-	}
-	if (!o->key[0] || strlen(o->key) > S3XML_MAX_KEY) {
-		*why = "an empty or overlong Key";
-		return -EINVAL;
-	}
+	r = s3xml_key_check(o->key, url, why);
+	if (r)
+		return r;
 	r = s3xml_child_text(c, "Size", &t);
 	if (r)
 		return r;
@@ -499,14 +509,9 @@ static int s3xml_parse_mpu(const xmlNode *c, bool url, void *item,
 		*why = "an Upload without a Key or UploadId";
 		return -EINVAL;
 	}
-	if (url && s3xml_url_decode(u->key)) {
-		*why = "a Key with a bad or NUL %-escape";
-		return -EINVAL;
-	}
-	if (!u->key[0] || strlen(u->key) > S3XML_MAX_KEY) {
-		*why = "an empty or overlong Key";
-		return -EINVAL;
-	}
+	r = s3xml_key_check(u->key, url, why);
+	if (r)
+		return r;
 	r = s3xml_child_text(c, "Initiated", &t);
 	if (!r && t && s3xml_parse_iso8601(t, &u->initiated)) {
 		*why = "a bad Initiated";

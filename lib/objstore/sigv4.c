@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/err.h>
 #include <openssl/evp.h>
 
 #include "dstage/grow.h"
 #include "dstage/log.h"
 #include "dstage/sha256.h"
 #include "sigv4.h"
+#include "util/sslutil.h"
 #include "util/strutil.h"
 
 #define SIGV4_SHA256_LEN 32
@@ -75,17 +75,6 @@ static char *sigv4_buf_take(struct sigv4_buf *b)
 	p = b->p;
 	b->p = NULL;
 	return p;
-}
-
-static void sigv4_log_openssl(const char *what)
-{
-	unsigned long e = ERR_get_error();
-	char msg[256] = "unknown error";
-
-	if (e)
-		ERR_error_string_n(e, msg, sizeof(msg));
-	log_error("sigv4: %s failed: %s", what, msg);
-	ERR_clear_error();
 }
 
 void sigv4_sha256_hex(const void *data, size_t len, char out[65])
@@ -490,8 +479,7 @@ static int sigv4_hmac(const void *key, size_t keylen, const void *data,
 	if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, key, keylen, data,
 		       len, out, SIGV4_SHA256_LEN, &outlen) ||
 	    outlen != SIGV4_SHA256_LEN) {
-		sigv4_log_openssl("HMAC-SHA256");
-		return -EIO;
+		return sslutil_fail("sigv4: HMAC-SHA256", -EIO);
 	}
 	return 0;
 }

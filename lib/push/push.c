@@ -27,6 +27,7 @@
 #include "dstage/log.h"
 #include "dstage/objstore.h"
 #include "push_i.h"
+#include "util/fdutil.h"
 #include "util/strutil.h"
 
 #define PUSH_DEPTH_MAX 256 /* directory levels below the root */
@@ -123,15 +124,12 @@ static int push_add_file(struct push *p, const char *path,
  * root). Takes dfd. */
 static int push_walk(struct push *p, int dfd, char *path, size_t len, int depth)
 {
-	DIR *d = fdopendir(dfd);
 	struct dirent *de;
-	int ret = 0;
+	DIR *d;
+	int ret = fdutil_fdopendir(dfd, &d);
 
-	if (!d) {
-		ret = -errno;
-		close(dfd);
+	if (ret)
 		return ret;
-	}
 	while ((errno = 0, de = readdir(d))) {
 		const char *name = de->d_name;
 		size_t nl = strlen(name), pl = len + (len ? 1 : 0) + nl;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* fdutil: descriptors made from descriptors (fdutil.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,4 +44,30 @@ int fdutil_open_regular(int dirfd, const char *path, int flags, struct stat *st)
 err:
 	close(fd);
 	return ret;
+}
+
+int fdutil_fdopendir(int fd, DIR **out)
+{
+	int ret;
+
+	*out = fdopendir(fd);
+	if (*out)
+		return 0;
+	ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+int fdutil_opendir(int fd, DIR **out)
+{
+	int dfd;
+
+	*out = NULL;
+	if (fd < 0) /* openat would take AT_FDCWD for the working directory */
+		return -EBADF;
+	dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	return fdutil_fdopendir(dfd, out);
 }

@@ -6,6 +6,7 @@
 #ifndef DSTAGE_FDUTIL_H
 #define DSTAGE_FDUTIL_H
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 /*
@@ -28,5 +29,21 @@ int fdutil_reopen_rdonly(int fd);
  */
 int fdutil_open_regular(int dirfd, const char *path, int flags,
 			struct stat *st);
+
+/*
+ * fdopendir(3) that takes fd whatever comes of it: a DIR over fd into *out
+ * (closedir closes fd), or -errno with fd closed and *out NULL (-EBADF: fd
+ * is not open; -ENOTDIR; -ENOMEM).
+ */
+int fdutil_fdopendir(int fd, DIR **out);
+
+/*
+ * A DIR over the directory fd refers to, from its first entry, into *out
+ * (closedir it): a new open of fd's "." with a position of its own (a dup
+ * would share fd's, and another reader's). fd stays open and the caller's.
+ * Returns 0, or -errno with *out NULL: -EBADF (fd is negative or not open),
+ * -ENOTDIR, -EACCES (no search permission on it), -EMFILE, -ENOMEM.
+ */
+int fdutil_opendir(int fd, DIR **out);
 
 #endif

@@ -1,36 +1,22 @@
 // SPDX-License-Identifier: MIT
 /* sha256: SHA-256 over OpenSSL's EVP (include/dstage/sha256.h). */
 #include <errno.h>
-#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "dstage/log.h"
 #include "dstage/sha256.h"
+#include "util/sslutil.h"
 #include "util/strutil.h"
 
 #define SHA256_FD_CHUNK (1u << 20)
-
-/* Log OpenSSL's message for what failed; -ENOMEM. */
-static int sha256_fail(const char *what)
-{
-	unsigned long e = ERR_get_error();
-	char msg[256] = "out of memory";
-
-	if (e)
-		ERR_error_string_n(e, msg, sizeof(msg));
-	log_error("sha256: %s failed: %s", what, msg);
-	ERR_clear_error();
-	return -ENOMEM;
-}
 
 int sha256_init(struct sha256 *h)
 {
 	h->ctx = EVP_MD_CTX_new();
 	if (!h->ctx || EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1) {
 		sha256_release(h);
-		return sha256_fail("init");
+		return sslutil_fail("sha256: init", -ENOMEM);
 	}
 	return 0;
 }
@@ -40,7 +26,7 @@ int sha256_copy(struct sha256 *dst, const struct sha256 *src)
 	dst->ctx = EVP_MD_CTX_new();
 	if (!dst->ctx || EVP_MD_CTX_copy_ex(dst->ctx, src->ctx) != 1) {
 		sha256_release(dst);
-		return sha256_fail("copy");
+		return sslutil_fail("sha256: copy", -ENOMEM);
 	}
 	return 0;
 }
@@ -48,7 +34,7 @@ int sha256_copy(struct sha256 *dst, const struct sha256 *src)
 int sha256_update(struct sha256 *h, const void *p, size_t n)
 {
 	if (EVP_DigestUpdate(h->ctx, p, n) != 1)
-		return sha256_fail("update");
+		return sslutil_fail("sha256: update", -ENOMEM);
 	return 0;
 }
 
@@ -57,7 +43,7 @@ int sha256_final(struct sha256 *h, unsigned char md[SHA256_LEN])
 	unsigned len = 0;
 
 	if (EVP_DigestFinal_ex(h->ctx, md, &len) != 1 || len != SHA256_LEN)
-		return sha256_fail("final");
+		return sslutil_fail("sha256: final", -ENOMEM);
 	return 0;
 }
 
@@ -73,7 +59,7 @@ int sha256_buf(const void *p, size_t n, unsigned char md[SHA256_LEN])
 
 	if (EVP_Digest(p, n, md, &len, EVP_sha256(), NULL) != 1 ||
 	    len != SHA256_LEN)
-		return sha256_fail("digest");
+		return sslutil_fail("sha256: digest", -ENOMEM);
 	return 0;
 }
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* fdutil_open_regular: a regular file opens (its stat given back); a
  * directory, a FIFO and a link under O_NOFOLLOW are refused with nothing
- * left open; a missing name is openat's -ENOENT. */
+ * left open; a missing name is openat's -ENOENT. fdutil_opendir: a DIR from
+ * the first entry with a position of its own, fd left as it was;
+ * fdutil_fdopendir: takes fd, closed on failure too. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,6 +24,72 @@ static int open_fds(void)
 		if (fcntl(fd, F_GETFD) >= 0)
 			n++;
 	return n;
+}
+
+/* The entries of d from where it stands, "." and ".." not counted. */
+static int count_entries(DIR *d)
+{
+	struct dirent *de;
+	int n = 0;
+
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	return n;
+}
+
+static void check_opendir(int dfd, int before)
+{
+	DIR *d1, *d2;
+	int fd;
+
+	/* fd's own position at its end (through a dup, which shares it). */
+	d1 = fdopendir(dup(dfd));
+	CHECK(d1 != NULL);
+	CHECK_INT(count_entries(d1), 4);
+	closedir(d1);
+
+	/* Two DIRs over one fd: each its own position, from the start, even
+	 * with fd's own at the end; fd stays open. */
+	CHECK_INT(fdutil_opendir(dfd, &d1), 0);
+	CHECK(d1 != NULL && dirfd(d1) != dfd);
+	CHECK_INT(count_entries(d1), 4);
+	CHECK_INT(fdutil_opendir(dfd, &d2), 0);
+	CHECK_INT(count_entries(d2), 4);
+	closedir(d1);
+	closedir(d2);
+	CHECK(fcntl(dfd, F_GETFD) >= 0);
+	CHECK_INT(fdutil_opendir(dfd, &d1), 0);
+	CHECK_INT(count_entries(d1), 4);
+	closedir(d1);
+
+	/* Refusals: *out NULL, nothing left open. */
+	d1 = (DIR *)&d2;
+	CHECK_INT(fdutil_opendir(-1, &d1), -EBADF);
+	CHECK(d1 == NULL);
+	CHECK_INT(fdutil_opendir(AT_FDCWD, &d1), -EBADF);
+	CHECK_INT(fdutil_opendir(1000, &d1), -EBADF);
+	fd = openat(dfd, "f", O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_INT(fdutil_opendir(fd, &d1), -ENOTDIR);
+	CHECK(d1 == NULL && fcntl(fd, F_GETFD) >= 0);
+	close(fd);
+	CHECK_INT(open_fds(), before);
+
+	/* fdutil_fdopendir takes fd: closedir closes it; a failure too. */
+	fd = openat(dfd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_INT(fdutil_fdopendir(fd, &d1), 0);
+	CHECK(d1 != NULL && dirfd(d1) == fd);
+	CHECK_INT(count_entries(d1), 0);
+	closedir(d1);
+	fd = openat(dfd, "f", O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	d1 = (DIR *)&d2;
+	CHECK_INT(fdutil_fdopendir(fd, &d1), -ENOTDIR);
+	CHECK(d1 == NULL && fcntl(fd, F_GETFD) < 0);
+	CHECK_INT(fdutil_fdopendir(-1, &d1), -EBADF);
+	CHECK_INT(open_fds(), before);
 }
 
 int main(void)
@@ -62,6 +131,7 @@ int main(void)
 		  -ELOOP);
 	CHECK_INT(fdutil_open_regular(dfd, "none", O_RDONLY, NULL), -ENOENT);
 	CHECK_INT(open_fds(), before);
+	check_opendir(dfd, before);
 
 	unlinkat(dfd, "f", 0);
 	unlinkat(dfd, "l", 0);
