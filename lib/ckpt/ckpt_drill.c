@@ -353,11 +353,10 @@ static int drill_unfinished(const struct dstage_config *cfg, const char *ckpt,
 		return 0;
 	dirs.journal_fd = dirfd(dir);
 	while (!ret && seen++ < DRILL_RECORDS_MAX && (d = readdir(dir))) {
-		char *end;
-		unsigned long long ino = strtoull(d->d_name, &end, 10);
+		ino_t ino;
 
-		if (d->d_name[0] < '0' || d->d_name[0] > '9' || *end ||
-		    ckpt_journal_read(&dirs, (ino_t)ino, &rec))
+		if (ckpt_journal_name(d->d_name, &ino) ||
+		    ckpt_journal_read(&dirs, ino, &rec))
 			continue;
 		if ((rec.state != 'W' && rec.state != 'P') ||
 		    strncmp(rec.key, ckpt, cl) ||

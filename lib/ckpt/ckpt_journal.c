@@ -271,6 +271,32 @@ bad:
 	return -EINVAL;
 }
 
+int ckpt_journal_name(const char *name, ino_t *ino)
+{
+	char *end;
+	uintmax_t v;
+
+	if (name[0] < '0' || name[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoumax(name, &end, 10);
+	if (*end || errno || v != (uintmax_t)(ino_t)v)
+		return -EINVAL;
+	*ino = (ino_t)v;
+	return 0;
+}
+
+int ckpt_journal_live(const struct ckpt_dirs *d, ino_t ino,
+		      struct ckpt_rec *rec, struct stat *st)
+{
+	if (ckpt_journal_read(d, ino, rec) || !rec->key[0] ||
+	    ckpt_key_ok(rec->key) ||
+	    fstatat(d->tree_fd, rec->key, st, AT_SYMLINK_NOFOLLOW) ||
+	    st->st_ino != ino || !S_ISREG(st->st_mode))
+		return -ENOENT;
+	return 0;
+}
+
 void ckpt_journal_remove(const struct ckpt_dirs *d, ino_t ino)
 {
 	char name[32];
@@ -410,18 +436,12 @@ void ckpt_journal_evict_locked(struct ckpt *ck, uint64_t need)
 	if (fdutil_opendir(ck->dirs.journal_fd, &d))
 		return;
 	while ((de = readdir(d))) {
-		char *end;
-		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
 		struct stat st;
+		ino_t ino;
 
-		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
-			continue;
-		if (ckpt_journal_read(&ck->dirs, ino, &rec) ||
-		    rec.state != 'C' || ckpt_key_ok(rec.key) || !rec.key[0] ||
-		    ckpt_is_open_locked(ck, rec.key) ||
-		    fstatat(ck->dirs.tree_fd, rec.key, &st,
-			    AT_SYMLINK_NOFOLLOW) ||
-		    st.st_ino != ino)
+		if (ckpt_journal_name(de->d_name, &ino) ||
+		    ckpt_journal_live(&ck->dirs, ino, &rec, &st) ||
+		    rec.state != 'C' || ckpt_is_open_locked(ck, rec.key))
 			continue;
 		if (GROW_ONE(v, n, cap, 64))
 			break;
@@ -579,19 +599,14 @@ static void ckpt_count_dir(struct ckpt *ck, bool abandoned,
 		return;
 	while ((de = readdir(d)) && seen++ < CKPT_RECOUNT_MAX) {
 		struct stat st;
-		char *end;
-		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
+		ino_t ino;
 
 		if (abandoned) {
 			if (fstatat(dirfd, de->d_name, &st,
 				    AT_SYMLINK_NOFOLLOW))
 				continue;
-		} else if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end ||
-			   ckpt_journal_read(&ck->dirs, ino, &rec) ||
-			   !rec.key[0] || ckpt_key_ok(rec.key) ||
-			   fstatat(ck->dirs.tree_fd, rec.key, &st,
-				   AT_SYMLINK_NOFOLLOW) ||
-			   st.st_ino != ino) {
+		} else if (ckpt_journal_name(de->d_name, &ino) ||
+			   ckpt_journal_live(&ck->dirs, ino, &rec, &st)) {
 			continue;
 		}
 		if (!S_ISREG(st.st_mode))

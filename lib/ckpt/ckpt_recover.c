@@ -116,20 +116,15 @@ int ckpt_journal_scan(struct ckpt *ck, bool recovery, bool publish)
 		pthread_mutex_unlock(&ck->lock);
 	}
 	while ((de = readdir(d))) {
-		char *end;
-		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
 		struct stat st;
+		ino_t ino;
 
-		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
+		if (ckpt_journal_name(de->d_name, &ino))
 			continue;
 		if (recovery && !ckpt_journal_read(&ck->dirs, ino, &rec) &&
 		    rec.upload_id[0])
 			ckpt_abort_left_upload(ck, ino, &rec);
-		if (ckpt_journal_read(&ck->dirs, ino, &rec) ||
-		    ckpt_key_ok(rec.key) || !rec.key[0] ||
-		    fstatat(ck->dirs.tree_fd, rec.key, &st,
-			    AT_SYMLINK_NOFOLLOW) ||
-		    st.st_ino != ino || !S_ISREG(st.st_mode)) {
+		if (ckpt_journal_live(&ck->dirs, ino, &rec, &st)) {
 			ckpt_journal_remove(&ck->dirs, ino);
 			continue;
 		}

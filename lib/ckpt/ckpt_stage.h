@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "dstage/objstore.h"
@@ -112,6 +113,15 @@ int ckpt_journal_write(const struct ckpt_dirs *d, ino_t ino,
 		       const struct ckpt_rec *r, bool durable);
 /* 0, -ENOENT (no record) or -EINVAL (unreadable, logged). */
 int ckpt_journal_read(const struct ckpt_dirs *d, ino_t ino, struct ckpt_rec *r);
+/* A journal entry's name as the inode number of its local copy: 0 and
+ * *ino, or -EINVAL (not a record's name: ".", a temporary, a stray). */
+int ckpt_journal_name(const char *name, ino_t *ino);
+/* The record of ino and its live local copy: 0 with *rec and *st (the
+ * tree's file at rec->key, a regular file that is inode ino), or -ENOENT
+ * (no record, an unreadable one, a key that is not valid, a copy gone or
+ * replaced: the record is stale). */
+int ckpt_journal_live(const struct ckpt_dirs *d, ino_t ino,
+		      struct ckpt_rec *rec, struct stat *st);
 /* Remove the record of ino (none there: nothing). */
 void ckpt_journal_remove(const struct ckpt_dirs *d, ino_t ino);
 

@@ -148,15 +148,10 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
 	while ((de = readdir(d))) {
 		struct lifecycle_local l;
 		struct stat st;
-		char *end;
-		ino_t ino = (ino_t)strtoumax(de->d_name, &end, 10);
+		ino_t ino;
 
-		if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
-			continue;
-		if (ckpt_journal_read(&s->d, ino, &rec) || !rec.key[0] ||
-		    ckpt_key_ok(rec.key) ||
-		    fstatat(s->d.tree_fd, rec.key, &st, AT_SYMLINK_NOFOLLOW) ||
-		    st.st_ino != ino || !S_ISREG(st.st_mode))
+		if (ckpt_journal_name(de->d_name, &ino) ||
+		    ckpt_journal_live(&s->d, ino, &rec, &st))
 			continue; /* dstagefs's scan drops those */
 		l.key = rec.key;
 		l.state = rec.state;
