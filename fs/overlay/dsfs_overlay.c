@@ -15,9 +15,9 @@
  * Attributes and entries (and absences) are cached by the kernel for
  * overlay.attr_timeout: the staleness bound of changes made underneath.
  *
- * State: struct dsfs_ovl (dsfs_overlay_i.h), immutable after init but for
+ * State: struct dsfs_overlay (dsfs_overlay_i.h), immutable after init but for
  * what its lock guards. A directory handle's position (struct
- * dsfs_ovl_dir) is guarded by its own mutex, a leaf.
+ * dsfs_overlay_dir) is guarded by its own mutex, a leaf.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,7 +36,7 @@
 #include "dstage/log.h"
 
 /* Whether path (absolute) is dir or below it. */
-static bool dsfs_ovl_below(const char *path, const char *dir)
+static bool dsfs_overlay_below(const char *path, const char *dir)
 {
 	size_t l = strlen(dir);
 	char *real = path ? realpath(path, NULL) : NULL;
@@ -50,7 +50,7 @@ static bool dsfs_ovl_below(const char *path, const char *dir)
 }
 
 /* overlay.no_cache: "a, b,c" -> { "a", "b", "c", NULL } in st. */
-static int dsfs_ovl_patterns(struct dsfs_ovl *st, const char *list)
+static int dsfs_overlay_patterns(struct dsfs_overlay *st, const char *list)
 {
 	size_t n = 0;
 	char *copy, *tok, *save = NULL;
@@ -73,10 +73,10 @@ static int dsfs_ovl_patterns(struct dsfs_ovl *st, const char *list)
 	return 0;
 }
 
-static int dsfs_ovl_init(struct dsfs *fs)
+static int dsfs_overlay_init(struct dsfs *fs)
 {
 	const char *mp = fs->opts->mountpoint;
-	struct dsfs_ovl *st = calloc(1, sizeof(*st));
+	struct dsfs_overlay *st = calloc(1, sizeof(*st));
 	struct stat sb;
 	int ret;
 
@@ -112,8 +112,8 @@ static int dsfs_ovl_init(struct dsfs *fs)
 			  st->dir, (unsigned)sb.st_uid, (unsigned)st->euid);
 		return -EPERM;
 	}
-	if (dsfs_ovl_below(fs->cfg->cache_dir, st->dir) ||
-	    dsfs_ovl_below(fs->cfg->catalog_path, st->dir)) {
+	if (dsfs_overlay_below(fs->cfg->cache_dir, st->dir) ||
+	    dsfs_overlay_below(fs->cfg->catalog_path, st->dir)) {
 		log_error("overlay %s: cache.dir (%s) or catalog.path (%s) "
 			  "lies under it: dstagefs would wait on itself; "
 			  "move them out of the overlaid tree",
@@ -124,9 +124,9 @@ static int dsfs_ovl_init(struct dsfs *fs)
 		st->label = NULL;
 		return -ENOMEM;
 	}
-	ret = dsfs_ovl_patterns(st, fs->cfg->overlay_no_cache);
+	ret = dsfs_overlay_patterns(st, fs->cfg->overlay_no_cache);
 	if (!ret)
-		ret = dsfs_ovl_cred_init();
+		ret = dsfs_overlay_cred_init();
 	if (!ret)
 		ret = overlay_store_open(st->root_fd, st->label, fs->cfg,
 					 &st->os);
@@ -145,9 +145,9 @@ static int dsfs_ovl_init(struct dsfs *fs)
 	return ret;
 }
 
-static void dsfs_ovl_destroy(struct dsfs *fs)
+static void dsfs_overlay_destroy(struct dsfs *fs)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 
 	if (!st)
 		return;
@@ -165,84 +165,84 @@ static void dsfs_ovl_destroy(struct dsfs *fs)
 	fs->sub_state[DSFS_SUB_ROOT] = NULL;
 }
 
-static void dsfs_ovl_forget(struct dsfs *fs, struct dsfs_node *n)
+static void dsfs_overlay_forget(struct dsfs *fs, struct dsfs_node *n)
 {
-	dsfs_ovl_node_forget(fs, n);
+	dsfs_overlay_node_forget(fs, n);
 }
 
 /* fstatat of path as who. */
-static int dsfs_ovl_stat(struct dsfs_ovl *st, struct dsfs_caller *who,
-			 const char *path, struct stat *sb)
+static int dsfs_overlay_stat(struct dsfs_overlay *st, struct dsfs_caller *who,
+			     const char *path, struct stat *sb)
 {
-	int ret = dsfs_ovl_cred_take(st, who);
+	int ret = dsfs_overlay_cred_take(st, who);
 
 	if (!ret &&
 	    fstatat(st->root_fd, path, sb, AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH))
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	return ret;
 }
 
-static int dsfs_ovl_lookup(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *dir, const char *name,
-			   struct dsfs_entry *e)
+static int dsfs_overlay_lookup(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *dir, const char *name,
+			       struct dsfs_entry *e)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
 	struct stat sb;
-	int ret = dsfs_ovl_path(st, dir, name, path);
+	int ret = dsfs_overlay_node_path(st, dir, name, path);
 
 	if (!ret)
-		ret = dsfs_ovl_stat(st, who, path, &sb);
+		ret = dsfs_overlay_stat(st, who, path, &sb);
 	if (ret == -ENOENT) {
 		e->node = NULL;
 		e->entry_timeout = st->timeout;
 	}
 	if (ret)
 		return ret;
-	return dsfs_ovl_entry(fs, dir, name, &sb, e);
+	return dsfs_overlay_node_entry(fs, dir, name, &sb, e);
 }
 
-static int dsfs_ovl_getattr(struct dsfs *fs, struct dsfs_caller *who,
-			    struct dsfs_node *n, struct fuse_file_info *fi,
-			    struct stat *sb, double *timeout)
+static int dsfs_overlay_getattr(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, struct fuse_file_info *fi,
+				struct stat *sb, double *timeout)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	struct dsfs_ovl_node *p = n->priv;
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	struct dsfs_overlay_node *p = n->priv;
 	char path[PATH_MAX];
 	bool gone;
 	int ret;
 
 	*timeout = st->timeout;
 	if (fi && fi->fh)
-		return fstat(dsfs_ovl_file_fd(fi), sb) ? -errno : 0;
+		return fstat(dsfs_overlay_file_fd(fi), sb) ? -errno : 0;
 	pthread_mutex_lock(&st->lock);
 	gone = p->gone;
 	pthread_mutex_unlock(&st->lock);
 	if (gone)
 		return -ENOENT;
-	ret = dsfs_ovl_path(st, n, NULL, path);
+	ret = dsfs_overlay_node_path(st, n, NULL, path);
 	if (!ret)
-		ret = dsfs_ovl_stat(st, who, path, sb);
+		ret = dsfs_overlay_stat(st, who, path, sb);
 	/* Another kind of file now at the place: another inode. */
 	if (!ret && p != &st->top && (sb->st_mode & S_IFMT) != p->type)
 		ret = -ESTALE;
 	return ret;
 }
 
-static int dsfs_ovl_setattr(struct dsfs *fs, struct dsfs_caller *who,
-			    struct dsfs_node *n, const struct stat *attr,
-			    int to_set, struct fuse_file_info *fi,
-			    struct stat *sb, double *timeout)
+static int dsfs_overlay_setattr(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, const struct stat *attr,
+				int to_set, struct fuse_file_info *fi,
+				struct stat *sb, double *timeout)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	int fd = fi && fi->fh ? dsfs_ovl_file_fd(fi) : -1;
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	int fd = fi && fi->fh ? dsfs_overlay_file_fd(fi) : -1;
 	char path[PATH_MAX];
-	int ret = dsfs_ovl_path(st, n, NULL, path);
+	int ret = dsfs_overlay_node_path(st, n, NULL, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	if (!ret && (to_set & FUSE_SET_ATTR_MODE) &&
 	    fchmodat(st->root_fd, path, attr->st_mode & 07777, 0))
 		ret = -errno;
@@ -277,203 +277,204 @@ static int dsfs_ovl_setattr(struct dsfs *fs, struct dsfs_caller *who,
 		if (utimensat(st->root_fd, path, ts, AT_SYMLINK_NOFOLLOW))
 			ret = -errno;
 	}
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (ret)
 		return ret;
-	return dsfs_ovl_getattr(fs, who, n, fi, sb, timeout);
+	return dsfs_overlay_getattr(fs, who, n, fi, sb, timeout);
 }
 
-static int dsfs_ovl_access(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *n, int mask)
+static int dsfs_overlay_access(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, int mask)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
-	int ret = dsfs_ovl_path(st, n, NULL, path);
+	int ret = dsfs_overlay_node_path(st, n, NULL, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	/* AT_EACCESS: the fsuid set above, not the real uid. */
 	if (!ret && faccessat(st->root_fd, path, mask,
 			      AT_EACCESS | AT_SYMLINK_NOFOLLOW))
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	return ret;
 }
 
-static int dsfs_ovl_readlink(struct dsfs *fs, struct dsfs_caller *who,
-			     struct dsfs_node *n, char *buf, size_t size)
+static int dsfs_overlay_readlink(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, char *buf, size_t size)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
 	ssize_t len;
-	int ret = dsfs_ovl_path(st, n, NULL, path);
+	int ret = dsfs_overlay_node_path(st, n, NULL, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	len = ret ? -1 : readlinkat(st->root_fd, path, buf, size - 1);
 	if (!ret && len < 0)
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (!ret)
 		buf[len] = '\0';
 	return ret;
 }
 
-static int dsfs_ovl_statfs(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *n, struct statvfs *sv)
+static int dsfs_overlay_statfs(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, struct statvfs *sv)
 {
 	(void)who;
 	(void)n;
-	return fstatvfs(dsfs_ovl_st(fs)->root_fd, sv) ? -errno : 0;
+	return fstatvfs(dsfs_overlay_st(fs)->root_fd, sv) ? -errno : 0;
 }
 
 /* After a change of name in dir: make it durable, then look it up. */
-static int dsfs_ovl_made(struct dsfs *fs, struct dsfs_caller *who,
-			 struct dsfs_node *dir, const char *name,
-			 const char *path, struct dsfs_entry *e)
+static int dsfs_overlay_made(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *dir, const char *name,
+			     const char *path, struct dsfs_entry *e)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char dpath[PATH_MAX];
 	struct stat sb;
 	int ret;
 
-	dsfs_ovl_parent_path(path, dpath);
-	dsfs_ovl_sync_dir(st, dpath);
-	ret = dsfs_ovl_stat(st, who, path, &sb);
-	return ret ? ret : dsfs_ovl_entry(fs, dir, name, &sb, e);
+	dsfs_overlay_node_parent_path(path, dpath);
+	dsfs_overlay_node_sync_dir(st, dpath);
+	ret = dsfs_overlay_stat(st, who, path, &sb);
+	return ret ? ret : dsfs_overlay_node_entry(fs, dir, name, &sb, e);
 }
 
-static int dsfs_ovl_mkdir(struct dsfs *fs, struct dsfs_caller *who,
-			  struct dsfs_node *dir, const char *name, mode_t mode,
-			  struct dsfs_entry *e)
+static int dsfs_overlay_mkdir(struct dsfs *fs, struct dsfs_caller *who,
+			      struct dsfs_node *dir, const char *name,
+			      mode_t mode, struct dsfs_entry *e)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
-	int ret = dsfs_ovl_path(st, dir, name, path);
+	int ret = dsfs_overlay_node_path(st, dir, name, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	if (!ret && mkdirat(st->root_fd, path, mode & 07777))
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
-	return ret ? ret : dsfs_ovl_made(fs, who, dir, name, path, e);
+	dsfs_overlay_cred_drop(st);
+	return ret ? ret : dsfs_overlay_made(fs, who, dir, name, path, e);
 }
 
-static int dsfs_ovl_symlink(struct dsfs *fs, struct dsfs_caller *who,
-			    const char *link, struct dsfs_node *dir,
-			    const char *name, struct dsfs_entry *e)
+static int dsfs_overlay_symlink(struct dsfs *fs, struct dsfs_caller *who,
+				const char *link, struct dsfs_node *dir,
+				const char *name, struct dsfs_entry *e)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
-	int ret = dsfs_ovl_path(st, dir, name, path);
+	int ret = dsfs_overlay_node_path(st, dir, name, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	if (!ret && symlinkat(link, st->root_fd, path))
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
-	return ret ? ret : dsfs_ovl_made(fs, who, dir, name, path, e);
+	dsfs_overlay_cred_drop(st);
+	return ret ? ret : dsfs_overlay_made(fs, who, dir, name, path, e);
 }
 
 /* unlink or rmdir (flags AT_REMOVEDIR) of name in dir. */
-static int dsfs_ovl_remove(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *dir, const char *name, int flags)
+static int dsfs_overlay_remove(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *dir, const char *name,
+			       int flags)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX], dpath[PATH_MAX];
-	int ret = dsfs_ovl_path(st, dir, name, path);
+	int ret = dsfs_overlay_node_path(st, dir, name, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	if (!ret && unlinkat(st->root_fd, path, flags))
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (ret)
 		return ret;
-	dsfs_ovl_parent_path(path, dpath);
-	dsfs_ovl_sync_dir(st, dpath);
-	dsfs_ovl_node_moved(fs, dir, name, NULL, NULL);
+	dsfs_overlay_node_parent_path(path, dpath);
+	dsfs_overlay_node_sync_dir(st, dpath);
+	dsfs_overlay_node_moved(fs, dir, name, NULL, NULL);
 	return 0;
 }
 
-static int dsfs_ovl_unlink(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *dir, const char *name)
+static int dsfs_overlay_unlink(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *dir, const char *name)
 {
-	return dsfs_ovl_remove(fs, who, dir, name, 0);
+	return dsfs_overlay_remove(fs, who, dir, name, 0);
 }
 
-static int dsfs_ovl_rmdir(struct dsfs *fs, struct dsfs_caller *who,
-			  struct dsfs_node *dir, const char *name)
+static int dsfs_overlay_rmdir(struct dsfs *fs, struct dsfs_caller *who,
+			      struct dsfs_node *dir, const char *name)
 {
-	return dsfs_ovl_remove(fs, who, dir, name, AT_REMOVEDIR);
+	return dsfs_overlay_remove(fs, who, dir, name, AT_REMOVEDIR);
 }
 
-static int dsfs_ovl_rename(struct dsfs *fs, struct dsfs_caller *who,
-			   struct dsfs_node *dir, const char *name,
-			   struct dsfs_node *newdir, const char *newname,
-			   unsigned flags)
+static int dsfs_overlay_rename(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *dir, const char *name,
+			       struct dsfs_node *newdir, const char *newname,
+			       unsigned flags)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char from[PATH_MAX], to[PATH_MAX], dpath[PATH_MAX];
-	int ret = dsfs_ovl_path(st, dir, name, from);
+	int ret = dsfs_overlay_node_path(st, dir, name, from);
 
 	if (!ret)
-		ret = dsfs_ovl_path(st, newdir, newname, to);
+		ret = dsfs_overlay_node_path(st, newdir, newname, to);
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	if (!ret && renameat2(st->root_fd, from, st->root_fd, to, flags))
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (ret)
 		return ret;
 	/* temp + rename: the new name is durable when this returns. */
-	dsfs_ovl_parent_path(to, dpath);
-	dsfs_ovl_sync_dir(st, dpath);
+	dsfs_overlay_node_parent_path(to, dpath);
+	dsfs_overlay_node_sync_dir(st, dpath);
 	if (dir != newdir) {
-		dsfs_ovl_parent_path(from, dpath);
-		dsfs_ovl_sync_dir(st, dpath);
+		dsfs_overlay_node_parent_path(from, dpath);
+		dsfs_overlay_node_sync_dir(st, dpath);
 	}
 	if (flags & RENAME_EXCHANGE) {
 		/* Both places keep a file: let lookups find them anew. */
-		dsfs_ovl_node_moved(fs, dir, name, NULL, NULL);
-		dsfs_ovl_node_moved(fs, newdir, newname, NULL, NULL);
+		dsfs_overlay_node_moved(fs, dir, name, NULL, NULL);
+		dsfs_overlay_node_moved(fs, newdir, newname, NULL, NULL);
 	} else {
-		dsfs_ovl_node_moved(fs, dir, name, newdir, newname);
+		dsfs_overlay_node_moved(fs, dir, name, newdir, newname);
 	}
 	return 0;
 }
 
 /* ---- directories ---- */
 
-struct dsfs_ovl_dir {
+struct dsfs_overlay_dir {
 	pthread_mutex_t lock; /* leaf: the stream and its position */
 	DIR *d;
 	off_t pos; /* the cookie the stream is at */
 };
 
-static int dsfs_ovl_opendir(struct dsfs *fs, struct dsfs_caller *who,
-			    struct dsfs_node *n, struct fuse_file_info *fi)
+static int dsfs_overlay_opendir(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, struct fuse_file_info *fi)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	struct dsfs_ovl_dir *h;
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	struct dsfs_overlay_dir *h;
 	char path[PATH_MAX];
-	int fd, ret = dsfs_ovl_path(st, n, NULL, path);
+	int fd, ret = dsfs_overlay_node_path(st, n, NULL, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	fd = ret ? -1
 		 : openat(st->root_fd, path,
 			  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (!ret && fd < 0)
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (ret)
 		return ret;
 	h = calloc(1, sizeof(*h));
@@ -488,16 +489,17 @@ static int dsfs_ovl_opendir(struct dsfs *fs, struct dsfs_caller *who,
 	return 0;
 }
 
-static int dsfs_ovl_readdir(struct dsfs *fs, struct dsfs_caller *who,
-			    struct dsfs_node *n, struct fuse_file_info *fi,
-			    off_t off, struct dsfs_reply_dir *d)
+static int dsfs_overlay_readdir(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, struct fuse_file_info *fi,
+				off_t off, struct dsfs_reply_dir *d)
 {
-	struct dsfs_ovl_dir *h = (struct dsfs_ovl_dir *)(uintptr_t)fi->fh;
+	struct dsfs_overlay_dir *h =
+		(struct dsfs_overlay_dir *)(uintptr_t)fi->fh;
 	int ret = 0;
 
 	pthread_mutex_lock(&h->lock);
 	/* Entries' attributes (plus) are looked up as the caller. */
-	ret = dsfs_ovl_cred_take(dsfs_ovl_st(fs), who);
+	ret = dsfs_overlay_cred_take(dsfs_overlay_st(fs), who);
 	if (ret)
 		goto out;
 	if (off != h->pos) {
@@ -526,7 +528,8 @@ static int dsfs_ovl_readdir(struct dsfs *fs, struct dsfs_caller *who,
 				h->pos = de->d_off; /* gone since: skipped */
 				continue;
 			}
-			ret = dsfs_ovl_entry(fs, n, de->d_name, &sb, &e);
+			ret = dsfs_overlay_node_entry(fs, n, de->d_name, &sb,
+						      &e);
 			if (ret)
 				break;
 		} else {
@@ -539,7 +542,7 @@ static int dsfs_ovl_readdir(struct dsfs *fs, struct dsfs_caller *who,
 					&fs->nodes, e.node->ino, 1);
 
 				if (gone) {
-					dsfs_ovl_node_forget(fs, gone);
+					dsfs_overlay_node_forget(fs, gone);
 					dsfs_node_free(gone);
 				}
 			}
@@ -549,15 +552,17 @@ static int dsfs_ovl_readdir(struct dsfs *fs, struct dsfs_caller *who,
 		h->pos = de->d_off;
 	}
 out:
-	dsfs_ovl_cred_drop(dsfs_ovl_st(fs));
+	dsfs_overlay_cred_drop(dsfs_overlay_st(fs));
 	pthread_mutex_unlock(&h->lock);
 	return ret;
 }
 
-static void dsfs_ovl_releasedir(struct dsfs *fs, struct dsfs_caller *who,
-				struct dsfs_node *n, struct fuse_file_info *fi)
+static void dsfs_overlay_releasedir(struct dsfs *fs, struct dsfs_caller *who,
+				    struct dsfs_node *n,
+				    struct fuse_file_info *fi)
 {
-	struct dsfs_ovl_dir *h = (struct dsfs_ovl_dir *)(uintptr_t)fi->fh;
+	struct dsfs_overlay_dir *h =
+		(struct dsfs_overlay_dir *)(uintptr_t)fi->fh;
 
 	(void)fs;
 	(void)who;
@@ -569,11 +574,12 @@ static void dsfs_ovl_releasedir(struct dsfs *fs, struct dsfs_caller *who,
 	free(h);
 }
 
-static int dsfs_ovl_fsyncdir(struct dsfs *fs, struct dsfs_caller *who,
-			     struct dsfs_node *n, int datasync,
-			     struct fuse_file_info *fi)
+static int dsfs_overlay_fsyncdir(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, int datasync,
+				 struct fuse_file_info *fi)
 {
-	struct dsfs_ovl_dir *h = (struct dsfs_ovl_dir *)(uintptr_t)fi->fh;
+	struct dsfs_overlay_dir *h =
+		(struct dsfs_overlay_dir *)(uintptr_t)fi->fh;
 
 	(void)fs;
 	(void)who;
@@ -585,32 +591,32 @@ static int dsfs_ovl_fsyncdir(struct dsfs *fs, struct dsfs_caller *who,
 
 const struct dsfs_subtree dsfs_overlay_subtree = {
 	.name = "overlay",
-	.init = dsfs_ovl_init,
-	.destroy = dsfs_ovl_destroy,
-	.forget = dsfs_ovl_forget,
-	.lookup = dsfs_ovl_lookup,
-	.mkdir = dsfs_ovl_mkdir,
-	.symlink = dsfs_ovl_symlink,
-	.unlink = dsfs_ovl_unlink,
-	.rmdir = dsfs_ovl_rmdir,
-	.rename = dsfs_ovl_rename,
-	.create = dsfs_ovl_create,
-	.getattr = dsfs_ovl_getattr,
-	.setattr = dsfs_ovl_setattr,
-	.access = dsfs_ovl_access,
-	.readlink = dsfs_ovl_readlink,
-	.statfs = dsfs_ovl_statfs,
-	.open = dsfs_ovl_open,
-	.read = dsfs_ovl_read,
-	.write = dsfs_ovl_write,
-	.flush = dsfs_ovl_flush,
-	.fsync = dsfs_ovl_fsync,
-	.fallocate = dsfs_ovl_fallocate,
-	.release = dsfs_ovl_release,
-	.opendir = dsfs_ovl_opendir,
-	.readdir = dsfs_ovl_readdir,
-	.releasedir = dsfs_ovl_releasedir,
-	.fsyncdir = dsfs_ovl_fsyncdir,
+	.init = dsfs_overlay_init,
+	.destroy = dsfs_overlay_destroy,
+	.forget = dsfs_overlay_forget,
+	.lookup = dsfs_overlay_lookup,
+	.mkdir = dsfs_overlay_mkdir,
+	.symlink = dsfs_overlay_symlink,
+	.unlink = dsfs_overlay_unlink,
+	.rmdir = dsfs_overlay_rmdir,
+	.rename = dsfs_overlay_rename,
+	.create = dsfs_overlay_file_create,
+	.getattr = dsfs_overlay_getattr,
+	.setattr = dsfs_overlay_setattr,
+	.access = dsfs_overlay_access,
+	.readlink = dsfs_overlay_readlink,
+	.statfs = dsfs_overlay_statfs,
+	.open = dsfs_overlay_file_open,
+	.read = dsfs_overlay_file_read,
+	.write = dsfs_overlay_file_write,
+	.flush = dsfs_overlay_file_flush,
+	.fsync = dsfs_overlay_file_fsync,
+	.fallocate = dsfs_overlay_file_fallocate,
+	.release = dsfs_overlay_file_release,
+	.opendir = dsfs_overlay_opendir,
+	.readdir = dsfs_overlay_readdir,
+	.releasedir = dsfs_overlay_releasedir,
+	.fsyncdir = dsfs_overlay_fsyncdir,
 };
 
 const struct dsfs_subtree dsfs_overlay_off_subtree = {

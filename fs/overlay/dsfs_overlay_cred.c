@@ -30,26 +30,26 @@
 #include "dsfs_overlay_i.h"
 #include "dstage/log.h"
 
-static gid_t dsfs_ovl_cred_groups[256];
-static int dsfs_ovl_cred_ngroups;
-static gid_t dsfs_ovl_cred_gid;
-static _Thread_local bool dsfs_ovl_cred_own_fs;
+static gid_t dsfs_overlay_cred_groups[256];
+static int dsfs_overlay_cred_ngroups;
+static gid_t dsfs_overlay_cred_gid;
+static _Thread_local bool dsfs_overlay_cred_own_fs;
 
-int dsfs_ovl_cred_init(void)
+int dsfs_overlay_cred_init(void)
 {
-	int n = getgroups(256, dsfs_ovl_cred_groups);
+	int n = getgroups(256, dsfs_overlay_cred_groups);
 
 	if (n < 0)
 		return -errno;
-	dsfs_ovl_cred_ngroups = n;
-	dsfs_ovl_cred_gid = getegid();
+	dsfs_overlay_cred_ngroups = n;
+	dsfs_overlay_cred_gid = getegid();
 	return 0;
 }
 
 /* A thread-private umask of 0, once per thread. */
-static int dsfs_ovl_cred_umask(void)
+static int dsfs_overlay_cred_umask(void)
 {
-	if (dsfs_ovl_cred_own_fs)
+	if (dsfs_overlay_cred_own_fs)
 		return 0;
 	if (unshare(CLONE_FS)) {
 		log_error("overlay: unshare(CLONE_FS) failed: %s: creates are "
@@ -58,13 +58,13 @@ static int dsfs_ovl_cred_umask(void)
 		return -EPERM;
 	}
 	umask(0);
-	dsfs_ovl_cred_own_fs = true;
+	dsfs_overlay_cred_own_fs = true;
 	return 0;
 }
 
-int dsfs_ovl_cred_take(struct dsfs_ovl *st, struct dsfs_caller *who)
+int dsfs_overlay_cred_take(struct dsfs_overlay *st, struct dsfs_caller *who)
 {
-	int ret = dsfs_ovl_cred_umask();
+	int ret = dsfs_overlay_cred_umask();
 
 	if (ret)
 		return ret;
@@ -85,12 +85,12 @@ int dsfs_ovl_cred_take(struct dsfs_ovl *st, struct dsfs_caller *who)
 	return 0;
 }
 
-void dsfs_ovl_cred_drop(struct dsfs_ovl *st)
+void dsfs_overlay_cred_drop(struct dsfs_overlay *st)
 {
 	if (!st->as_caller)
 		return;
 	syscall(SYS_setfsuid, 0);
-	syscall(SYS_setfsgid, dsfs_ovl_cred_gid);
-	syscall(SYS_setgroups, (size_t)dsfs_ovl_cred_ngroups,
-		dsfs_ovl_cred_groups);
+	syscall(SYS_setfsgid, dsfs_overlay_cred_gid);
+	syscall(SYS_setgroups, (size_t)dsfs_overlay_cred_ngroups,
+		dsfs_overlay_cred_groups);
 }

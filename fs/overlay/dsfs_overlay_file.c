@@ -47,7 +47,7 @@
 #include "dstage/cache.h"
 #include "dstage/log.h"
 
-struct dsfs_ovl_file {
+struct dsfs_overlay_file {
 	int fd;
 	uint64_t size; /* at open: the cache object's size */
 	char etag[OVERLAY_ETAG_MAX];
@@ -57,12 +57,13 @@ struct dsfs_ovl_file {
 	enum dsfs_pt_kind kind; /* how the open was answered */
 };
 
-static struct dsfs_ovl_file *dsfs_ovl_file_of(const struct fuse_file_info *fi)
+static struct dsfs_overlay_file *
+dsfs_overlay_file_of(const struct fuse_file_info *fi)
 {
-	return (struct dsfs_ovl_file *)(uintptr_t)fi->fh;
+	return (struct dsfs_overlay_file *)(uintptr_t)fi->fh;
 }
 
-bool dsfs_ovl_no_cache(const struct dsfs_ovl *st, const char *path)
+bool dsfs_overlay_file_no_cache(const struct dsfs_overlay *st, const char *path)
 {
 	const char *base = strrchr(path, '/');
 
@@ -74,22 +75,22 @@ bool dsfs_ovl_no_cache(const struct dsfs_ovl *st, const char *path)
 	return false;
 }
 
-int dsfs_ovl_file_fd(const struct fuse_file_info *fi)
+int dsfs_overlay_file_fd(const struct fuse_file_info *fi)
 {
-	return dsfs_ovl_file_of(fi)->fd;
+	return dsfs_overlay_file_of(fi)->fd;
 }
 
-struct dsfs_ovl_backing {
+struct dsfs_overlay_file_backing {
 	struct dsfs *fs;
-	struct dsfs_ovl *st;
-	struct dsfs_ovl_file *f;
+	struct dsfs_overlay *st;
+	struct dsfs_overlay_file *f;
 };
 
 /* The backing file of a passthrough open: the cache's data file of the
  * version opened, when the cache holds it whole and recorded. */
-static int dsfs_ovl_backing(void *arg, int *fd)
+static int dsfs_overlay_file_backing(void *arg, int *fd)
 {
-	struct dsfs_ovl_backing *b = arg;
+	struct dsfs_overlay_file_backing *b = arg;
 	struct cache_object obj = {
 		.dataset = b->st->label,
 		.os = b->st->os,
@@ -103,13 +104,13 @@ static int dsfs_ovl_backing(void *arg, int *fd)
 
 /* Wrap fd (opened with flags for path) in a handle: fi->fh. who: the
  * caller of an open (NULL for a create: never passed through). */
-static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_caller *who,
-			     struct dsfs_node *n, int fd, const char *path,
-			     struct fuse_file_info *fi)
+static int dsfs_overlay_file_new(struct dsfs *fs, struct dsfs_caller *who,
+				 struct dsfs_node *n, int fd, const char *path,
+				 struct fuse_file_info *fi)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	struct dsfs_ovl_node *p = n->priv;
-	struct dsfs_ovl_file *f;
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	struct dsfs_overlay_node *p = n->priv;
+	struct dsfs_overlay_file *f;
 	bool rdonly = (fi->flags & O_ACCMODE) == O_RDONLY;
 	struct stat sb;
 	int ret;
@@ -129,15 +130,15 @@ static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_caller *who,
 	overlay_store_etag(&sb, f->etag, sizeof(f->etag));
 	atomic_init(&f->direct, !rdonly || !S_ISREG(sb.st_mode) || !fs->cache ||
 					f->size < st->min_cached ||
-					dsfs_ovl_no_cache(st, path));
+					dsfs_overlay_file_no_cache(st, path));
 	atomic_init(&f->dirty, false);
 	if (who) {
-		struct dsfs_ovl_backing b = { fs, st, f };
+		struct dsfs_overlay_file_backing b = { fs, st, f };
 
 		ret = dsfs_pt_open(fs, who, &p->pt,
 				   st->passthrough && !atomic_load(&f->direct),
-				   dsfs_ovl_backing, &b, f->etag, fi, st->label,
-				   path, &f->kind);
+				   dsfs_overlay_file_backing, &b, f->etag, fi,
+				   st->label, path, &f->kind);
 	} else {
 		ret = dsfs_pt_open(fs, NULL, &p->pt, false, NULL, NULL, "", fi,
 				   st->label, path, &f->kind);
@@ -165,54 +166,57 @@ static int dsfs_ovl_file_new(struct dsfs *fs, struct dsfs_caller *who,
 }
 
 /* open(2) flags for the underlying file from the kernel's. */
-static int dsfs_ovl_flags(int flags)
+static int dsfs_overlay_file_flags(int flags)
 {
 	flags &= ~(O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT);
 	return flags | O_CLOEXEC | O_NOFOLLOW;
 }
 
-int dsfs_ovl_open(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
-		  struct fuse_file_info *fi)
+int dsfs_overlay_file_open(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *n, struct fuse_file_info *fi)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
-	int fd, ret = dsfs_ovl_path(st, n, NULL, path);
+	int fd, ret = dsfs_overlay_node_path(st, n, NULL, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
-	fd = ret ? -1 : openat(st->root_fd, path, dsfs_ovl_flags(fi->flags));
+	ret = dsfs_overlay_cred_take(st, who);
+	fd = ret ? -1
+		 : openat(st->root_fd, path,
+			  dsfs_overlay_file_flags(fi->flags));
 	if (!ret && fd < 0)
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_file_new(fs, who, n, fd, path, fi);
+	ret = dsfs_overlay_file_new(fs, who, n, fd, path, fi);
 	if (ret)
 		close(fd);
 	return ret;
 }
 
-int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
-		    struct dsfs_node *dir, const char *name, mode_t mode,
-		    struct fuse_file_info *fi, struct dsfs_entry *e)
+int dsfs_overlay_file_create(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *dir, const char *name,
+			     mode_t mode, struct fuse_file_info *fi,
+			     struct dsfs_entry *e)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX], dpath[PATH_MAX];
 	struct stat sb;
-	int fd, ret = dsfs_ovl_path(st, dir, name, path);
+	int fd, ret = dsfs_overlay_node_path(st, dir, name, path);
 
 	if (ret)
 		return ret;
-	ret = dsfs_ovl_cred_take(st, who);
+	ret = dsfs_overlay_cred_take(st, who);
 	fd = ret ? -1
 		 : openat(st->root_fd, path,
-			  dsfs_ovl_flags(fi->flags) | O_CREAT |
+			  dsfs_overlay_file_flags(fi->flags) | O_CREAT |
 				  (fi->flags & O_EXCL),
 			  mode & 07777);
 	if (!ret && fd < 0)
 		ret = -errno;
-	dsfs_ovl_cred_drop(st);
+	dsfs_overlay_cred_drop(st);
 	if (ret)
 		return ret;
 	if (fstat(fd, &sb)) {
@@ -220,11 +224,11 @@ int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
 		close(fd);
 		return ret;
 	}
-	dsfs_ovl_parent_path(path, dpath);
-	dsfs_ovl_sync_dir(st, dpath);
-	ret = dsfs_ovl_entry(fs, dir, name, &sb, e);
+	dsfs_overlay_node_parent_path(path, dpath);
+	dsfs_overlay_node_sync_dir(st, dpath);
+	ret = dsfs_overlay_node_entry(fs, dir, name, &sb, e);
 	if (!ret)
-		ret = dsfs_ovl_file_new(fs, NULL, e->node, fd, path, fi);
+		ret = dsfs_overlay_file_new(fs, NULL, e->node, fd, path, fi);
 	if (ret) {
 		close(fd);
 		if (e->node) {
@@ -232,7 +236,7 @@ int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
 				dsfs_nodes_forget(&fs->nodes, e->node->ino, 1);
 
 			if (gone) {
-				dsfs_ovl_node_forget(fs, gone);
+				dsfs_overlay_node_forget(fs, gone);
 				dsfs_node_free(gone);
 			}
 			e->node = NULL;
@@ -244,8 +248,9 @@ int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
 /* Each worker thread's read buffer, grown to the largest read it served,
  * freed when the thread exits. */
 /* One read directly from the descriptor, answered from a thread buffer. */
-static int dsfs_ovl_read_direct(struct dsfs_ovl_file *f, size_t size, off_t off,
-				struct dsfs_reply_read *r)
+static int dsfs_overlay_file_read_direct(struct dsfs_overlay_file *f,
+					 size_t size, off_t off,
+					 struct dsfs_reply_read *r)
 {
 	char *buf = dsfs_cacheread_buf(size);
 	size_t done = 0;
@@ -267,12 +272,12 @@ static int dsfs_ovl_read_direct(struct dsfs_ovl_file *f, size_t size, off_t off,
 	return dsfs_reply_read_buf(r, buf, done);
 }
 
-int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
-		  struct fuse_file_info *fi, size_t size, off_t off,
-		  struct dsfs_reply_read *r)
+int dsfs_overlay_file_read(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *n, struct fuse_file_info *fi,
+			   size_t size, off_t off, struct dsfs_reply_read *r)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	struct dsfs_ovl_file *f = dsfs_ovl_file_of(fi);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	struct dsfs_overlay_file *f = dsfs_overlay_file_of(fi);
 	struct cache_object obj = {
 		.dataset = st->label,
 		.os = st->os,
@@ -289,7 +294,7 @@ int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 		return -EINVAL;
 	atomic_fetch_add_explicit(&fs->ctr.reads, 1, memory_order_relaxed);
 	if (atomic_load(&f->direct))
-		return dsfs_ovl_read_direct(f, size, off, r);
+		return dsfs_overlay_file_read_direct(f, size, off, r);
 	if (uoff >= f->size || !size)
 		return 0;
 	if (size > f->size - uoff)
@@ -303,14 +308,14 @@ int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
 		log_info("overlay %s: %s: read directly from now on (the cache "
 			 "could not serve it: %s)",
 			 st->dir, f->key, strerror(-ret));
-	return dsfs_ovl_read_direct(f, size, off, r);
+	return dsfs_overlay_file_read_direct(f, size, off, r);
 }
 
-ssize_t dsfs_ovl_write(struct dsfs *fs, struct dsfs_caller *who,
-		       struct dsfs_node *n, struct fuse_file_info *fi,
-		       const char *buf, size_t size, off_t off)
+ssize_t dsfs_overlay_file_write(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, struct fuse_file_info *fi,
+				const char *buf, size_t size, off_t off)
 {
-	struct dsfs_ovl_file *f = dsfs_ovl_file_of(fi);
+	struct dsfs_overlay_file *f = dsfs_overlay_file_of(fi);
 	ssize_t w;
 
 	(void)fs;
@@ -326,7 +331,7 @@ ssize_t dsfs_ovl_write(struct dsfs *fs, struct dsfs_caller *who,
 	return w;
 }
 
-static int dsfs_ovl_sync(struct dsfs_ovl_file *f, int datasync)
+static int dsfs_overlay_file_sync(struct dsfs_overlay_file *f, int datasync)
 {
 	if (!atomic_exchange(&f->dirty, false))
 		return 0;
@@ -336,33 +341,34 @@ static int dsfs_ovl_sync(struct dsfs_ovl_file *f, int datasync)
 	return -errno;
 }
 
-int dsfs_ovl_flush(struct dsfs *fs, struct dsfs_caller *who,
-		   struct dsfs_node *n, struct fuse_file_info *fi)
+int dsfs_overlay_file_flush(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	(void)fs;
 	(void)who;
 	(void)n;
-	return dsfs_ovl_sync(dsfs_ovl_file_of(fi), 0);
+	return dsfs_overlay_file_sync(dsfs_overlay_file_of(fi), 0);
 }
 
-int dsfs_ovl_fsync(struct dsfs *fs, struct dsfs_caller *who,
-		   struct dsfs_node *n, int datasync, struct fuse_file_info *fi)
+int dsfs_overlay_file_fsync(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, int datasync,
+			    struct fuse_file_info *fi)
 {
-	struct dsfs_ovl_file *f = dsfs_ovl_file_of(fi);
+	struct dsfs_overlay_file *f = dsfs_overlay_file_of(fi);
 
 	(void)fs;
 	(void)who;
 	(void)n;
 	/* An fsync asks for the whole file, written here or not. */
 	atomic_store(&f->dirty, true);
-	return dsfs_ovl_sync(f, datasync);
+	return dsfs_overlay_file_sync(f, datasync);
 }
 
-int dsfs_ovl_fallocate(struct dsfs *fs, struct dsfs_caller *who,
-		       struct dsfs_node *n, int mode, off_t off, off_t len,
-		       struct fuse_file_info *fi)
+int dsfs_overlay_file_fallocate(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, int mode, off_t off,
+				off_t len, struct fuse_file_info *fi)
 {
-	struct dsfs_ovl_file *f = dsfs_ovl_file_of(fi);
+	struct dsfs_overlay_file *f = dsfs_overlay_file_of(fi);
 
 	(void)fs;
 	(void)who;
@@ -373,11 +379,11 @@ int dsfs_ovl_fallocate(struct dsfs *fs, struct dsfs_caller *who,
 	return 0;
 }
 
-void dsfs_ovl_release(struct dsfs *fs, struct dsfs_caller *who,
-		      struct dsfs_node *n, struct fuse_file_info *fi)
+void dsfs_overlay_file_release(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, struct fuse_file_info *fi)
 {
-	struct dsfs_ovl_file *f = dsfs_ovl_file_of(fi);
-	struct dsfs_ovl_node *p = n->priv;
+	struct dsfs_overlay_file *f = dsfs_overlay_file_of(fi);
+	struct dsfs_overlay_node *p = n->priv;
 
 	(void)fs;
 	if (!f)

@@ -26,8 +26,8 @@
  * rename; refs counts the node itself and its children's nodes (a parent
  * outlives its children). The root is the state's top (never freed).
  */
-struct dsfs_ovl_node {
-	struct dsfs_ovl_node *parent; /* st->lock */
+struct dsfs_overlay_node {
+	struct dsfs_overlay_node *parent; /* st->lock */
 	char *name; /* st->lock */
 	unsigned refs; /* st->lock */
 	bool gone; /* st->lock: unlinked or replaced by a rename */
@@ -42,7 +42,7 @@ struct dsfs_ovl_node {
  * but for lock and what it protects. lock is a leaf lock: taken under the
  * node table's lock (match callbacks), never the other way round.
  */
-struct dsfs_ovl {
+struct dsfs_overlay {
 	int root_fd; /* O_PATH|O_DIRECTORY: DIR under the mount */
 	char *dir; /* DIR, absolute, for messages */
 	char *label; /* "overlay:DIR": the cache's dataset name */
@@ -54,10 +54,10 @@ struct dsfs_ovl {
 	bool as_caller; /* euid 0: system calls as the caller */
 	uid_t euid;
 	pthread_mutex_t lock;
-	struct dsfs_ovl_node top;
+	struct dsfs_overlay_node top;
 };
 
-static inline struct dsfs_ovl *dsfs_ovl_st(struct dsfs *fs)
+static inline struct dsfs_overlay *dsfs_overlay_st(struct dsfs *fs)
 {
 	return fs->sub_state[DSFS_SUB_ROOT];
 }
@@ -65,58 +65,61 @@ static inline struct dsfs_ovl *dsfs_ovl_st(struct dsfs *fs)
 /* ---- dsfs_overlay_node.c ---- */
 /* n's path relative to the root ("." for the root; with name, n's child
  * name) into buf (PATH_MAX). 0 or -ENAMETOOLONG. */
-int dsfs_ovl_path(struct dsfs_ovl *st, struct dsfs_node *n, const char *name,
-		  char *buf);
+int dsfs_overlay_node_path(struct dsfs_overlay *st, struct dsfs_node *n,
+			   const char *name, char *buf);
 /* The node of name in dir for the attributes st (made if needed), its
  * nlookup raised, and e filled. 0 or -ENOMEM. */
-int dsfs_ovl_entry(struct dsfs *fs, struct dsfs_node *dir, const char *name,
-		   const struct stat *st, struct dsfs_entry *e);
+int dsfs_overlay_node_entry(struct dsfs *fs, struct dsfs_node *dir,
+			    const char *name, const struct stat *st,
+			    struct dsfs_entry *e);
 /* fsync directory path (relative), as dstagefs: best effort, logged. */
-void dsfs_ovl_sync_dir(struct dsfs_ovl *st, const char *path);
+void dsfs_overlay_node_sync_dir(struct dsfs_overlay *st, const char *path);
 /* The parent directory's path of path ("." at the top) into buf. */
-void dsfs_ovl_parent_path(const char *path, char *buf);
+void dsfs_overlay_node_parent_path(const char *path, char *buf);
 /* Release n's place (FORGET, teardown). */
-void dsfs_ovl_node_forget(struct dsfs *fs, struct dsfs_node *n);
+void dsfs_overlay_node_forget(struct dsfs *fs, struct dsfs_node *n);
 /* After a rename or unlink of name in dir: the node the kernel has for it
  * (if any) moves to (newdir, newname), or is marked gone (newdir NULL). */
-void dsfs_ovl_node_moved(struct dsfs *fs, struct dsfs_node *dir,
-			 const char *name, struct dsfs_node *newdir,
-			 const char *newname);
+void dsfs_overlay_node_moved(struct dsfs *fs, struct dsfs_node *dir,
+			     const char *name, struct dsfs_node *newdir,
+			     const char *newname);
 
 /* ---- dsfs_overlay_cred.c ---- */
 /* Act as who for the file-system calls of this thread (fsuid, fsgid,
  * groups; umask 0, per thread). 0, or -EACCES/-EPERM when who may not or
- * cannot be acted for. Undo with dsfs_ovl_cred_drop, also on failure. */
-int dsfs_ovl_cred_take(struct dsfs_ovl *st, struct dsfs_caller *who);
-void dsfs_ovl_cred_drop(struct dsfs_ovl *st);
+ * cannot be acted for. Undo with dsfs_overlay_cred_drop, also on failure. */
+int dsfs_overlay_cred_take(struct dsfs_overlay *st, struct dsfs_caller *who);
+void dsfs_overlay_cred_drop(struct dsfs_overlay *st);
 /* Save dstagefs's own groups (init). 0 or -errno. */
-int dsfs_ovl_cred_init(void);
+int dsfs_overlay_cred_init(void);
 
 /* ---- dsfs_overlay_file.c ---- */
-int dsfs_ovl_open(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
-		  struct fuse_file_info *fi);
-int dsfs_ovl_create(struct dsfs *fs, struct dsfs_caller *who,
-		    struct dsfs_node *dir, const char *name, mode_t mode,
-		    struct fuse_file_info *fi, struct dsfs_entry *e);
-int dsfs_ovl_read(struct dsfs *fs, struct dsfs_caller *who, struct dsfs_node *n,
-		  struct fuse_file_info *fi, size_t size, off_t off,
-		  struct dsfs_reply_read *r);
-ssize_t dsfs_ovl_write(struct dsfs *fs, struct dsfs_caller *who,
-		       struct dsfs_node *n, struct fuse_file_info *fi,
-		       const char *buf, size_t size, off_t off);
-int dsfs_ovl_flush(struct dsfs *fs, struct dsfs_caller *who,
-		   struct dsfs_node *n, struct fuse_file_info *fi);
-int dsfs_ovl_fsync(struct dsfs *fs, struct dsfs_caller *who,
-		   struct dsfs_node *n, int datasync,
-		   struct fuse_file_info *fi);
-int dsfs_ovl_fallocate(struct dsfs *fs, struct dsfs_caller *who,
-		       struct dsfs_node *n, int mode, off_t off, off_t len,
-		       struct fuse_file_info *fi);
-void dsfs_ovl_release(struct dsfs *fs, struct dsfs_caller *who,
-		      struct dsfs_node *n, struct fuse_file_info *fi);
+int dsfs_overlay_file_open(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *n, struct fuse_file_info *fi);
+int dsfs_overlay_file_create(struct dsfs *fs, struct dsfs_caller *who,
+			     struct dsfs_node *dir, const char *name,
+			     mode_t mode, struct fuse_file_info *fi,
+			     struct dsfs_entry *e);
+int dsfs_overlay_file_read(struct dsfs *fs, struct dsfs_caller *who,
+			   struct dsfs_node *n, struct fuse_file_info *fi,
+			   size_t size, off_t off, struct dsfs_reply_read *r);
+ssize_t dsfs_overlay_file_write(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, struct fuse_file_info *fi,
+				const char *buf, size_t size, off_t off);
+int dsfs_overlay_file_flush(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, struct fuse_file_info *fi);
+int dsfs_overlay_file_fsync(struct dsfs *fs, struct dsfs_caller *who,
+			    struct dsfs_node *n, int datasync,
+			    struct fuse_file_info *fi);
+int dsfs_overlay_file_fallocate(struct dsfs *fs, struct dsfs_caller *who,
+				struct dsfs_node *n, int mode, off_t off,
+				off_t len, struct fuse_file_info *fi);
+void dsfs_overlay_file_release(struct dsfs *fs, struct dsfs_caller *who,
+			       struct dsfs_node *n, struct fuse_file_info *fi);
 /* Whether path (relative) matches overlay.no_cache. */
-bool dsfs_ovl_no_cache(const struct dsfs_ovl *st, const char *path);
+bool dsfs_overlay_file_no_cache(const struct dsfs_overlay *st,
+				const char *path);
 /* The descriptor of an open file handle (fi->fh). */
-int dsfs_ovl_file_fd(const struct fuse_file_info *fi);
+int dsfs_overlay_file_fd(const struct fuse_file_info *fi);
 
 #endif

@@ -10,7 +10,7 @@
  * one (a file replaced underneath by one of another type gets a new inode
  * number, which the kernel needs).
  *
- * Locks: st->lock guards every struct dsfs_ovl_node's parent, name, refs,
+ * Locks: st->lock guards every struct dsfs_overlay_node's parent, name, refs,
  * gone and etag; it is a leaf, also taken under the node table's lock (in
  * the match callback).
  */
@@ -23,13 +23,13 @@
 #include "dsfs_overlay_i.h"
 #include "dstage/log.h"
 
-static struct dsfs_ovl_node *dsfs_ovl_node_of(struct dsfs_node *n)
+static struct dsfs_overlay_node *dsfs_overlay_node_of(struct dsfs_node *n)
 {
 	return n->priv;
 }
 
-int dsfs_ovl_path(struct dsfs_ovl *st, struct dsfs_node *n, const char *name,
-		  char *buf)
+int dsfs_overlay_node_path(struct dsfs_overlay *st, struct dsfs_node *n,
+			   const char *name, char *buf)
 {
 	const char *parts[PATH_MAX / 2];
 	size_t np = 0, len = 0;
@@ -38,8 +38,8 @@ int dsfs_ovl_path(struct dsfs_ovl *st, struct dsfs_node *n, const char *name,
 	if (name)
 		parts[np++] = name;
 	pthread_mutex_lock(&st->lock);
-	for (struct dsfs_ovl_node *p = dsfs_ovl_node_of(n); p && p->parent;
-	     p = p->parent) {
+	for (struct dsfs_overlay_node *p = dsfs_overlay_node_of(n);
+	     p && p->parent; p = p->parent) {
 		if (np == sizeof(parts) / sizeof(parts[0])) {
 			ret = -ENAMETOOLONG;
 			goto out;
@@ -66,7 +66,7 @@ out:
 	return ret;
 }
 
-void dsfs_ovl_parent_path(const char *path, char *buf)
+void dsfs_overlay_node_parent_path(const char *path, char *buf)
 {
 	const char *slash = strrchr(path, '/');
 
@@ -78,7 +78,7 @@ void dsfs_ovl_parent_path(const char *path, char *buf)
 	buf[slash - path] = '\0';
 }
 
-void dsfs_ovl_sync_dir(struct dsfs_ovl *st, const char *path)
+void dsfs_overlay_node_sync_dir(struct dsfs_overlay *st, const char *path)
 {
 	int fd = openat(st->root_fd, path,
 			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -91,10 +91,11 @@ void dsfs_ovl_sync_dir(struct dsfs_ovl *st, const char *path)
 }
 
 /* Drop one reference of p and up its chain. Under st->lock. */
-static void dsfs_ovl_unref_locked(struct dsfs_ovl *st, struct dsfs_ovl_node *p)
+static void dsfs_overlay_node_unref_locked(struct dsfs_overlay *st,
+					   struct dsfs_overlay_node *p)
 {
 	while (p && p != &st->top && --p->refs == 0) {
-		struct dsfs_ovl_node *parent = p->parent;
+		struct dsfs_overlay_node *parent = p->parent;
 
 		dsfs_pt_destroy(&p->pt);
 		free(p->name);
@@ -103,30 +104,30 @@ static void dsfs_ovl_unref_locked(struct dsfs_ovl *st, struct dsfs_ovl_node *p)
 	}
 }
 
-void dsfs_ovl_node_forget(struct dsfs *fs, struct dsfs_node *n)
+void dsfs_overlay_node_forget(struct dsfs *fs, struct dsfs_node *n)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 
 	if (!st || n->priv == &st->top)
 		return;
 	pthread_mutex_lock(&st->lock);
-	dsfs_ovl_unref_locked(st, n->priv);
+	dsfs_overlay_node_unref_locked(st, n->priv);
 	pthread_mutex_unlock(&st->lock);
 	n->priv = NULL;
 }
 
-struct dsfs_ovl_match {
-	struct dsfs_ovl *st;
-	struct dsfs_ovl_node *parent;
+struct dsfs_overlay_node_match {
+	struct dsfs_overlay *st;
+	struct dsfs_overlay_node *parent;
 	const char *name;
 	mode_t type; /* 0: any */
 };
 
 /* Called under the node table's lock. */
-static bool dsfs_ovl_match(const struct dsfs_node *n, void *arg)
+static bool dsfs_overlay_node_match(const struct dsfs_node *n, void *arg)
 {
-	struct dsfs_ovl_match *m = arg;
-	struct dsfs_ovl_node *p = n->priv;
+	struct dsfs_overlay_node_match *m = arg;
+	struct dsfs_overlay_node *p = n->priv;
 	bool ok;
 
 	if (!p)
@@ -138,20 +139,21 @@ static bool dsfs_ovl_match(const struct dsfs_node *n, void *arg)
 	return ok;
 }
 
-int dsfs_ovl_entry(struct dsfs *fs, struct dsfs_node *dir, const char *name,
-		   const struct stat *sb, struct dsfs_entry *e)
+int dsfs_overlay_node_entry(struct dsfs *fs, struct dsfs_node *dir,
+			    const char *name, const struct stat *sb,
+			    struct dsfs_entry *e)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	struct dsfs_ovl_match m = { st, dsfs_ovl_node_of(dir), name,
-				    sb->st_mode & S_IFMT };
-	struct dsfs_ovl_node *p;
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	struct dsfs_overlay_node_match m = { st, dsfs_overlay_node_of(dir),
+					     name, sb->st_mode & S_IFMT };
+	struct dsfs_overlay_node *p;
 	struct dsfs_node *n;
 
 	memset(e, 0, sizeof(*e));
 	e->attr = *sb;
 	e->attr_timeout = e->entry_timeout = st->timeout;
 	e->node = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
-					dsfs_ovl_match, &m);
+					dsfs_overlay_node_match, &m);
 	if (e->node)
 		return 0;
 	p = calloc(1, sizeof(*p));
@@ -172,49 +174,51 @@ int dsfs_ovl_entry(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 	if (m.parent != &st->top)
 		m.parent->refs++;
 	pthread_mutex_unlock(&st->lock);
-	if (dsfs_nodes_insert(&fs->nodes, dir->ino, n, dsfs_ovl_match, &m,
-			      &e->node) == 1) {
+	if (dsfs_nodes_insert(&fs->nodes, dir->ino, n, dsfs_overlay_node_match,
+			      &m, &e->node) == 1) {
 		pthread_mutex_lock(&st->lock);
-		dsfs_ovl_unref_locked(st, p);
+		dsfs_overlay_node_unref_locked(st, p);
 		pthread_mutex_unlock(&st->lock);
 		dsfs_node_free(n);
 	}
 	return 0;
 }
 
-void dsfs_ovl_node_moved(struct dsfs *fs, struct dsfs_node *dir,
-			 const char *name, struct dsfs_node *newdir,
-			 const char *newname)
+void dsfs_overlay_node_moved(struct dsfs *fs, struct dsfs_node *dir,
+			     const char *name, struct dsfs_node *newdir,
+			     const char *newname)
 {
-	struct dsfs_ovl *st = dsfs_ovl_st(fs);
-	struct dsfs_ovl_match m = { st, dsfs_ovl_node_of(dir), name, 0 };
-	struct dsfs_ovl_match t = { st, NULL, newname, 0 };
+	struct dsfs_overlay *st = dsfs_overlay_st(fs);
+	struct dsfs_overlay_node_match m = { st, dsfs_overlay_node_of(dir),
+					     name, 0 };
+	struct dsfs_overlay_node_match t = { st, NULL, newname, 0 };
 	struct dsfs_node *n, *old = NULL;
 	char *nn = newname ? strdup(newname) : NULL;
 	struct dsfs_node *gone;
 
 	/* A node at the target is replaced: it is gone. */
 	if (newdir) {
-		t.parent = dsfs_ovl_node_of(newdir);
+		t.parent = dsfs_overlay_node_of(newdir);
 		old = dsfs_nodes_find_child(&fs->nodes, newdir->ino, newname,
-					    dsfs_ovl_match, &t);
+					    dsfs_overlay_node_match, &t);
 	}
-	n = dsfs_nodes_find_child(&fs->nodes, dir->ino, name, dsfs_ovl_match,
-				  &m);
+	n = dsfs_nodes_find_child(&fs->nodes, dir->ino, name,
+				  dsfs_overlay_node_match, &m);
 	pthread_mutex_lock(&st->lock);
 	if (old && old != n)
-		dsfs_ovl_node_of(old)->gone = true;
+		dsfs_overlay_node_of(old)->gone = true;
 	if (n) {
-		struct dsfs_ovl_node *p = dsfs_ovl_node_of(n);
+		struct dsfs_overlay_node *p = dsfs_overlay_node_of(n);
 
 		if (!newdir || !nn) {
 			p->gone = true;
 		} else {
-			struct dsfs_ovl_node *np = dsfs_ovl_node_of(newdir);
+			struct dsfs_overlay_node *np =
+				dsfs_overlay_node_of(newdir);
 
 			if (np != &st->top)
 				np->refs++;
-			dsfs_ovl_unref_locked(st, p->parent);
+			dsfs_overlay_node_unref_locked(st, p->parent);
 			p->parent = np;
 			free(p->name);
 			p->name = nn;
@@ -231,7 +235,7 @@ void dsfs_ovl_node_moved(struct dsfs *fs, struct dsfs_node *dir,
 			continue;
 		gone = dsfs_nodes_forget(&fs->nodes, x->ino, 1);
 		if (gone) {
-			dsfs_ovl_node_forget(fs, gone);
+			dsfs_overlay_node_forget(fs, gone);
 			dsfs_node_free(gone);
 		}
 	}

@@ -431,16 +431,172 @@ int ckpt_file_open(struct ckpt *ck, const char *key, int flags,
 	return ckpt_file_open_as(ck, key, flags, geteuid(), out, created);
 }
 
+/* Open key, which has an open entry e (a reference taken): O_EXCL fails,
+ * O_TRUNC for writing empties it. */
+static int ckpt_file_open_found(struct ckpt *ck, struct ckpt_ent *e, int flags)
+{
+	bool write = (flags & O_ACCMODE) != O_RDONLY;
+
+	if ((flags & O_CREAT) && (flags & O_EXCL))
+		return -EEXIST;
+	if (write && (flags & O_TRUNC))
+		return ckpt_ent_trunc0(ck, e);
+	return 0;
+}
+
+/* Key's local copy as a new entry (*out), emptied for a write with
+ * O_TRUNC. 0; 1 when the lifecycle dropped the copy meanwhile (the store
+ * has it: look again); or -errno. */
+static int ckpt_file_open_local(struct ckpt *ck, const char *key, int flags,
+				struct ckpt_ent **out)
+{
+	bool write = (flags & O_ACCMODE) != O_RDONLY;
+	struct ckpt_ent *e;
+	int fd, ret;
+
+	ret = ckpt_open_local(ck, key, &fd);
+	if (ret <= 0)
+		return ret ? ret : 1;
+	e = ckpt_ent_new(key, fd);
+	if (!e) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (write && (flags & O_TRUNC)) {
+		ret = ckpt_ent_trunc0(ck, e);
+		if (ret) {
+			ckpt_ent_free(e);
+			return ret;
+		}
+	}
+	*out = e;
+	return 0;
+}
+
+/* A private entry (fd -1, never listed) for reading key from the store at
+ * oi's ETag; NULL when out of memory. */
+static struct ckpt_ent *ckpt_ent_private(const char *key,
+					 const struct objstore_info *oi)
+{
+	struct ckpt_ent *e = ckpt_ent_new(key, -1);
+
+	if (!e)
+		return NULL;
+	snprintf(e->etag, sizeof(e->etag), "%s", oi->etag);
+	e->rsize = oi->size;
+	e->rmtime = oi->mtime;
+	return e;
+}
+
+/* Key, which only the store has (oi: its HEAD), opened for writing: a
+ * local copy as a new entry (*out), empty and dirty with O_TRUNC, else the
+ * store's copy fetched into it (its record C at oi's ETag). */
+static int ckpt_file_copy_stored(struct ckpt *ck, const char *key, int flags,
+				 uid_t uid, const struct objstore_info *oi,
+				 struct ckpt_ent **out)
+{
+	struct ckpt_rec rec = { .state = 'C', .size = oi->size };
+	struct ckpt_ent *e;
+	int ret;
+
+	ret = ckpt_tree_create(ck, key, O_TRUNC, uid, &e);
+	if (ret)
+		return ret;
+	if (flags & O_TRUNC) {
+		ckpt_ent_begin_write(ck, e);
+		*out = e;
+		return 0;
+	}
+	ret = ckpt_space(ck, e->uid, (int64_t)oi->size);
+	if (!ret) {
+		ret = ckpt_fetch(ck, key, e->fd, oi->size, oi->etag);
+		if (ret) /* give the reservation back */
+			ckpt_space(ck, e->uid, -(int64_t)oi->size);
+	}
+	if (ret) {
+		ckpt_files(ck, e->uid, -1);
+		log_error("checkpoints: cannot copy %s from %s to write it: %s",
+			  key, ckpt_url(ck), strerror(-ret));
+		ret = ckpt_store_errno(ret);
+		unlinkat(ck->dirs.tree_fd, key, 0);
+		ckpt_ent_free(e);
+		return ret;
+	}
+	snprintf(rec.etag, sizeof(rec.etag), "%s", oi->etag);
+	snprintf(rec.key, sizeof(rec.key), "%s", key);
+	ckpt_journal_write(&ck->dirs, e->ino, &rec, false);
+	*out = e;
+	return 0;
+}
+
+/* Open key, which has no open entry (ck->open_lock held): its local copy,
+ * the store's copy or, with O_CREAT, a new file (*created), as a new
+ * entry (*out) listed in ck->ents; a read of the store's copy gets a
+ * private entry instead. */
+static int ckpt_file_open_new(struct ckpt *ck, const char *key, int flags,
+			      uid_t uid, struct ckpt_ent **out, bool *created)
+{
+	bool write = (flags & O_ACCMODE) != O_RDONLY;
+	bool excl = (flags & O_CREAT) && (flags & O_EXCL);
+	struct ckpt_ent *e = NULL;
+	struct objstore_info oi;
+	struct ckpt_attr a;
+	int ret, tries = 0;
+
+again:
+	/* What the name is now: a stale clean copy is dropped by stat. */
+	ret = ckpt_stat(ck, key, &a);
+	if (ret && ret != -ENOENT)
+		return ret;
+	if (!ret && a.dir)
+		return -EISDIR;
+	if (!ret && excl)
+		return -EEXIST;
+	if (ret == -ENOENT && !(flags & O_CREAT))
+		return ret;
+	if (!ret && a.local) {
+		ret = ckpt_file_open_local(ck, key, flags, &e);
+		if (ret == 1 && tries++ < 3)
+			goto again; /* dropped meanwhile: the store has it */
+		if (ret)
+			return ret == 1 ? -ENOENT : ret;
+	} else if (!ret) {
+		/* Only the store has it. */
+		ret = objstore_head(ck->os, key, &oi);
+		if (ret)
+			return ckpt_store_errno(ret);
+		if (!write) {
+			*out = ckpt_ent_private(key, &oi);
+			return *out ? 0 : -ENOMEM;
+		}
+		ret = ckpt_file_copy_stored(ck, key, flags, uid, &oi, &e);
+		if (ret)
+			return ret;
+	} else {
+		/* A new file (the caller checked the parent). */
+		ret = ckpt_key_new_ok(ck, key);
+		if (!ret)
+			ret = ckpt_tree_create(ck, key, O_EXCL, uid, &e);
+		if (ret)
+			return ret;
+		*created = true;
+		ckpt_ent_begin_write(ck, e);
+	}
+	pthread_mutex_lock(&ck->lock);
+	e->next = ck->ents;
+	ck->ents = e;
+	pthread_mutex_unlock(&ck->lock);
+	*out = e;
+	return 0;
+}
+
 int ckpt_file_open_as(struct ckpt *ck, const char *key, int flags, uid_t uid,
 		      struct ckpt_file **out, bool *created)
 {
 	bool write = (flags & O_ACCMODE) != O_RDONLY;
-	bool excl = (flags & O_CREAT) && (flags & O_EXCL);
 	struct ckpt_file *f = calloc(1, sizeof(*f));
-	struct ckpt_ent *e = NULL;
-	struct objstore_info oi;
-	struct ckpt_attr a;
-	int fd = -1, ret, tries = 0;
+	struct ckpt_ent *e;
+	int ret;
 
 	*created = false;
 	if (!f)
@@ -456,117 +612,21 @@ int ckpt_file_open_as(struct ckpt *ck, const char *key, int flags, uid_t uid,
 	pthread_mutex_lock(&ck->lock);
 	e = ckpt_ent_find_locked(ck, key);
 	pthread_mutex_unlock(&ck->lock);
-	if (e) {
-		if (excl) {
-			ret = -EEXIST;
-			goto err;
-		}
-		if (write && (flags & O_TRUNC)) {
-			ret = ckpt_ent_trunc0(ck, e);
-			if (ret)
-				goto err;
-		}
-		goto done;
+	if (e)
+		ret = ckpt_file_open_found(ck, e, flags);
+	else
+		ret = ckpt_file_open_new(ck, key, flags, uid, &e, created);
+	if (ret) {
+		pthread_mutex_unlock(&ck->open_lock);
+		/* e is the entry found, if any (a new one that failed is
+		 * freed already): give the find's reference back. */
+		if (e && e->refs > 1)
+			ckpt_ent_put(ck, e, false);
+		else
+			ckpt_ent_free(e);
+		free(f);
+		return ret;
 	}
-again:
-	/* What the name is now: a stale clean copy is dropped by stat. */
-	ret = ckpt_stat(ck, key, &a);
-	if (ret && ret != -ENOENT)
-		goto err;
-	if (!ret && a.dir) {
-		ret = -EISDIR;
-		goto err;
-	}
-	if (!ret && excl) {
-		ret = -EEXIST;
-		goto err;
-	}
-	if (ret == -ENOENT && !(flags & O_CREAT))
-		goto err;
-	if (!ret && a.local) {
-		ret = ckpt_open_local(ck, key, &fd);
-		if (ret == 0 && tries++ < 3)
-			goto again; /* dropped meanwhile: the store has it */
-		if (ret <= 0) {
-			ret = ret ? ret : -ENOENT;
-			goto err;
-		}
-		e = ckpt_ent_new(key, fd);
-		if (!e) {
-			ret = -ENOMEM;
-			goto err;
-		}
-		fd = -1;
-		if (write && (flags & O_TRUNC)) {
-			ret = ckpt_ent_trunc0(ck, e);
-			if (ret)
-				goto err;
-		}
-	} else if (!ret) {
-		/* Only the store has it. */
-		ret = objstore_head(ck->os, key, &oi);
-		if (ret) {
-			ret = ckpt_store_errno(ret);
-			goto err;
-		}
-		if (!write) {
-			e = ckpt_ent_new(key, -1);
-			if (!e) {
-				ret = -ENOMEM;
-				goto err;
-			}
-			snprintf(e->etag, sizeof(e->etag), "%s", oi.etag);
-			e->rsize = oi.size;
-			e->rmtime = oi.mtime;
-			goto private;
-		}
-		ret = ckpt_tree_create(ck, key, O_TRUNC, uid, &e);
-		if (ret)
-			goto err;
-		if (flags & O_TRUNC) {
-			ckpt_ent_begin_write(ck, e);
-		} else {
-			struct ckpt_rec rec = { .state = 'C', .size = oi.size };
-
-			ret = ckpt_space(ck, e->uid, (int64_t)oi.size);
-			if (!ret) {
-				ret = ckpt_fetch(ck, key, e->fd, oi.size,
-						 oi.etag);
-				if (ret) /* give the reservation back */
-					ckpt_space(ck, e->uid,
-						   -(int64_t)oi.size);
-			}
-			if (ret) {
-				ckpt_files(ck, e->uid, -1);
-				log_error("checkpoints: cannot copy %s from %s "
-					  "to write it: %s",
-					  key, ckpt_url(ck), strerror(-ret));
-				ret = ckpt_store_errno(ret);
-				unlinkat(ck->dirs.tree_fd, key, 0);
-				goto err;
-			}
-			snprintf(rec.etag, sizeof(rec.etag), "%s", oi.etag);
-			snprintf(rec.key, sizeof(rec.key), "%s", key);
-			ckpt_journal_write(&ck->dirs, e->ino, &rec, false);
-		}
-	} else {
-		/* A new file (the caller checked the parent). */
-		ret = ckpt_key_new_ok(ck, key);
-		if (!ret)
-			ret = ckpt_tree_create(ck, key, O_EXCL, uid, &e);
-		if (ret)
-			goto err;
-		*created = true;
-		ckpt_ent_begin_write(ck, e);
-	}
-	pthread_mutex_lock(&ck->lock);
-	e->next = ck->ents;
-	ck->ents = e;
-	pthread_mutex_unlock(&ck->lock);
-	goto done;
-
-      private:
-done:
 	if (write) {
 		pthread_mutex_lock(&ck->lock);
 		e->writers++;
@@ -578,16 +638,6 @@ done:
 	f->e = e;
 	*out = f;
 	return 0;
-err:
-	pthread_mutex_unlock(&ck->open_lock);
-	if (fd >= 0)
-		close(fd);
-	if (e && e->refs > 1)
-		ckpt_ent_put(ck, e, false);
-	else
-		ckpt_ent_free(e);
-	free(f);
-	return ret;
 }
 
 /* ---- I/O ---- */

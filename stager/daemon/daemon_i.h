@@ -5,17 +5,23 @@
  *   daemon.c       lifecycle: start, signals, stop
  *   daemon_conn.c  the socket: listening, admission, peer credentials, one
  *                  thread per connection reading requests and dispatching
- *                  them through daemon_req's table; replies
+ *                  them through daemon_req's table
  *   daemon_req.c   the request table and its handlers
  *   daemon_admin.c cachectl's handlers in that table, and the audit writer
+ *   daemon_lifecycle.c the checkpoint requests (lifecycle.*), the
+ *                  publish-retry and lifecycle thread
  *   daemon_jobs.c  the dispatcher and the table of running and recent jobs
+ *   daemon_peer.c  the peer (its groups, admin or not, which datasets it
+ *                  may see) and the reply lines (daemon_peer_row,
+ *                  daemon_peer_end)
  *
- * Calls go down only: daemon.c -> daemon_conn.c -> daemon_req.c ->
- * daemon_jobs.c (and daemon.c -> daemon_jobs.c to start the dispatcher).
- * daemon_req.c's replies go through daemon_peer_row/daemon_peer_end, the
- * one call up: the reply helpers are the connection's own, passed down
- * with it. (They could move to a daemon_reply.c below daemon_req.c if a
- * layering check wants it.)
+ * Calls go down only (scripts/check-layers checks it): daemon.c ->
+ * daemon_conn.c -> daemon_req.c -> daemon_admin.c, daemon_lifecycle.c,
+ * daemon_jobs.c -> daemon_peer.c, some skipping a layer (daemon.c starts
+ * the dispatcher and the lifecycle thread itself). The replies are no
+ * call up: daemon_peer.c, which writes them (daemon_peer_row,
+ * daemon_peer_end), is the room's bottom layer, below the connection
+ * thread and every handler.
  */
 #ifndef DSTAGE_STAGER_DAEMON_I_H
 #define DSTAGE_STAGER_DAEMON_I_H
