@@ -359,12 +359,7 @@ void ckpt_free(struct ckpt *ck)
 		free(e);
 	}
 	objstore_free(ck->os);
-	if (ck->dirs.tree_fd >= 0)
-		close(ck->dirs.tree_fd);
-	if (ck->dirs.journal_fd >= 0)
-		close(ck->dirs.journal_fd);
-	if (ck->dirs.abandoned_fd >= 0)
-		close(ck->dirs.abandoned_fd);
+	ckpt_dirs_close(&ck->dirs);
 	pthread_mutex_destroy(&ck->open_lock);
 	pthread_rwlock_destroy(&ck->ns_lock);
 	pthread_mutex_destroy(&ck->lock);
@@ -377,7 +372,6 @@ void ckpt_free(struct ckpt *ck)
 	pthread_mutex_destroy(&ck->owner_lock);
 	free(ck->uids);
 	ckpt_store_free(ck);
-	free(ck->dirs.staging);
 	free(ck);
 }
 

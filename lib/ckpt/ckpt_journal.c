@@ -271,6 +271,19 @@ bad:
 	return -EINVAL;
 }
 
+void ckpt_dirs_close(struct ckpt_dirs *d)
+{
+	int *fds[] = { &d->tree_fd, &d->journal_fd, &d->abandoned_fd };
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+	free(d->staging);
+	d->staging = NULL;
+}
+
 int ckpt_journal_name(const char *name, ino_t *ino)
 {
 	char *end;

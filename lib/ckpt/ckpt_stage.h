@@ -44,6 +44,10 @@ struct ckpt_dirs {
 	int abandoned_fd; /* abandoned/: copies their writers never closed */
 };
 
+/* Close d's descriptors (those not -1) and free its path; d is left
+ * closed (-1, NULL). Accepts one never opened. */
+void ckpt_dirs_close(struct ckpt_dirs *d);
+
 /* A journal record. */
 struct ckpt_rec {
 	char state; /* 'W', 'P', 'C' */

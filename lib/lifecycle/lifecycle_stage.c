@@ -120,13 +120,7 @@ void lifecycle_staging_free(struct lifecycle_staging *s)
 {
 	if (!s)
 		return;
-	if (s->d.tree_fd >= 0)
-		close(s->d.tree_fd);
-	if (s->d.journal_fd >= 0)
-		close(s->d.journal_fd);
-	if (s->d.abandoned_fd >= 0)
-		close(s->d.abandoned_fd);
-	free(s->d.staging);
+	ckpt_dirs_close(&s->d);
 	free(s);
 }
 

@@ -35,7 +35,7 @@ int main(void)
 	log_set_level(LOG_LVL_ERROR);
 	if (!mkdtemp(top))
 		return 77;
-	d.staging = top;
+	d.staging = strdup(top);
 	d.tree_fd = subdir(top, CKPT_TREE);
 	d.journal_fd = subdir(top, CKPT_JOURNAL);
 	CHECK(d.tree_fd >= 0 && d.journal_fd >= 0);
@@ -87,8 +87,10 @@ int main(void)
 	CHECK_INT(ckpt_journal_live(&d, ino, &rec, &st), -ENOENT);
 
 	ckpt_journal_remove(&d, ino);
-	close(d.tree_fd);
-	close(d.journal_fd);
+	ckpt_dirs_close(&d);
+	CHECK(d.tree_fd == -1 && d.journal_fd == -1 && d.abandoned_fd == -1 &&
+	      !d.staging);
+	ckpt_dirs_close(&d); /* closed twice: nothing */
 	{
 		char cmd[128];
 
