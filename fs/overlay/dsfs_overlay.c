@@ -461,22 +461,15 @@ struct dsfs_overlay_dir {
 static int dsfs_overlay_opendir(struct dsfs *fs, struct dsfs_caller *who,
 				struct dsfs_node *n, struct fuse_file_info *fi)
 {
-	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	struct dsfs_overlay_dir *h;
 	char path[PATH_MAX];
-	int fd, ret = dsfs_overlay_node_path(st, n, NULL, path);
+	int ret, fd = dsfs_overlay_node_open(dsfs_overlay_st(fs), who, n, NULL,
+					     O_RDONLY | O_DIRECTORY |
+						     O_NOFOLLOW | O_CLOEXEC,
+					     0, path);
 
-	if (ret)
-		return ret;
-	ret = dsfs_overlay_cred_take(st, who);
-	fd = ret ? -1
-		 : openat(st->root_fd, path,
-			  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (!ret && fd < 0)
-		ret = -errno;
-	dsfs_overlay_cred_drop(st);
-	if (ret)
-		return ret;
+	if (fd < 0)
+		return fd;
 	h = calloc(1, sizeof(*h));
 	if (!h || !(h->d = fdopendir(fd))) {
 		ret = h ? -errno : -ENOMEM;

@@ -175,21 +175,13 @@ static int dsfs_overlay_file_flags(int flags)
 int dsfs_overlay_file_open(struct dsfs *fs, struct dsfs_caller *who,
 			   struct dsfs_node *n, struct fuse_file_info *fi)
 {
-	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX];
-	int fd, ret = dsfs_overlay_node_path(st, n, NULL, path);
+	int ret, fd = dsfs_overlay_node_open(dsfs_overlay_st(fs), who, n, NULL,
+					     dsfs_overlay_file_flags(fi->flags),
+					     0, path);
 
-	if (ret)
-		return ret;
-	ret = dsfs_overlay_cred_take(st, who);
-	fd = ret ? -1
-		 : openat(st->root_fd, path,
-			  dsfs_overlay_file_flags(fi->flags));
-	if (!ret && fd < 0)
-		ret = -errno;
-	dsfs_overlay_cred_drop(st);
-	if (ret)
-		return ret;
+	if (fd < 0)
+		return fd;
 	ret = dsfs_overlay_file_new(fs, who, n, fd, path, fi);
 	if (ret)
 		close(fd);
@@ -204,21 +196,14 @@ int dsfs_overlay_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX], dpath[PATH_MAX];
 	struct stat sb;
-	int fd, ret = dsfs_overlay_node_path(st, dir, name, path);
+	int ret, fd = dsfs_overlay_node_open(
+			 st, who, dir, name,
+			 dsfs_overlay_file_flags(fi->flags) | O_CREAT |
+				 (fi->flags & O_EXCL),
+			 mode & 07777, path);
 
-	if (ret)
-		return ret;
-	ret = dsfs_overlay_cred_take(st, who);
-	fd = ret ? -1
-		 : openat(st->root_fd, path,
-			  dsfs_overlay_file_flags(fi->flags) | O_CREAT |
-				  (fi->flags & O_EXCL),
-			  mode & 07777);
-	if (!ret && fd < 0)
-		ret = -errno;
-	dsfs_overlay_cred_drop(st);
-	if (ret)
-		return ret;
+	if (fd < 0)
+		return fd;
 	if (fstat(fd, &sb)) {
 		ret = -errno;
 		close(fd);

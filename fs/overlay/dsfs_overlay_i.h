@@ -67,6 +67,14 @@ static inline struct dsfs_overlay *dsfs_overlay_st(struct dsfs *fs)
  * name) into buf (PATH_MAX). 0 or -ENAMETOOLONG. */
 int dsfs_overlay_node_path(struct dsfs_overlay *st, struct dsfs_node *n,
 			   const char *name, char *buf);
+/* Open n (or name in the directory n, name not NULL) under DIR as the
+ * caller who (its fsuid and groups: dsfs_overlay_cred_take): openat with
+ * flags and, for O_CREAT, mode; path (PATH_MAX) gets its path below DIR.
+ * Returns the descriptor, or dsfs_overlay_node_path's, the credentials'
+ * or openat's -errno. */
+int dsfs_overlay_node_open(struct dsfs_overlay *st, struct dsfs_caller *who,
+			   struct dsfs_node *n, const char *name, int flags,
+			   mode_t mode, char *path);
 /* The node of name in dir for the attributes st (made if needed), its
  * nlookup raised, and e filled. 0 or -ENOMEM. */
 int dsfs_overlay_node_entry(struct dsfs *fs, struct dsfs_node *dir,

@@ -66,6 +66,24 @@ out:
 	return ret;
 }
 
+int dsfs_overlay_node_open(struct dsfs_overlay *st, struct dsfs_caller *who,
+			   struct dsfs_node *n, const char *name, int flags,
+			   mode_t mode, char *path)
+{
+	int fd, ret = dsfs_overlay_node_path(st, n, name, path);
+
+	if (ret)
+		return ret;
+	/* A take that failed part-way still needs its drop. */
+	ret = dsfs_overlay_cred_take(st, who);
+	if (!ret) {
+		fd = openat(st->root_fd, path, flags, mode);
+		ret = fd < 0 ? -errno : fd;
+	}
+	dsfs_overlay_cred_drop(st);
+	return ret;
+}
+
 void dsfs_overlay_node_parent_path(const char *path, char *buf)
 {
 	const char *slash = strrchr(path, '/');
