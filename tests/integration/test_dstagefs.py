@@ -488,9 +488,18 @@ def kernel_has_passthrough():
         return None
 
 
-def passthrough_lines(m):
-    return [line for line in m.log_text().splitlines()
-            if "passthrough on: " in line or "passthrough off: " in line]
+def passthrough_lines(m, timeout=10.0):
+    """The mount's "passthrough on/off" lines. They are logged at the
+    kernel's INIT, answered after the mount point appears: under load a
+    moment later, so wait for the first (bounded)."""
+    end = time.monotonic() + timeout
+    while True:
+        lines = [line for line in m.log_text().splitlines()
+                 if "passthrough on: " in line or
+                 "passthrough off: " in line]
+        if lines or time.monotonic() > end:
+            return lines
+        time.sleep(0.05)
 
 
 def test_passthrough_mode_line_and_option(denv, tool):

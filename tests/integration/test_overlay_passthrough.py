@@ -25,8 +25,15 @@ MiB = 1 << 20
 
 def start_pt(o):
     o.start()
-    lines = [ln for ln in o.log().splitlines()
-             if "passthrough on: " in ln or "passthrough off: " in ln]
+    # The kernel's INIT (where the line is logged) is answered after the
+    # mount point appears: under load, a moment later.
+    end = time.monotonic() + 10
+    while True:
+        lines = [ln for ln in o.log().splitlines()
+                 if "passthrough on: " in ln or "passthrough off: " in ln]
+        if lines or time.monotonic() > end:
+            break
+        time.sleep(0.05)
     assert len(lines) == 1, o.log()
     if "passthrough on: " not in lines[0]:
         pytest.skip("no FUSE passthrough here: " +
