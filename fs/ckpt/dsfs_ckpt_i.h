@@ -96,8 +96,8 @@ int dsfs_ckpt_pn_node(struct dsfs *fs, struct dsfs_node *dir, const char *name,
 		      bool isdir, struct dsfs_node **out);
 /* Drop one lookup reference of n (freeing it at 0). */
 void dsfs_ckpt_pn_unref_node(struct dsfs *fs, struct dsfs_node *n);
-/* The owner of an object without an owner record: the mount's -o uid,
- * -o gid, modes 0666 / 0777 less -o umask. */
+/* The owner of an object without an owner record (fail closed): the
+ * mount's -o uid, -o gid, modes 0600 / 0700 less -o umask. */
 void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct ckpt_owner *o);
 /* The attributes the kernel sees for a owned as o (NULL: the default of
  * an object without an owner record, dsfs_ckpt_own_default). */

@@ -203,7 +203,8 @@ void dsfs_ckpt_own_default(struct dsfs *fs, bool dir, struct ckpt_owner *o)
 {
 	o->uid = fs->opts->uid;
 	o->gid = fs->opts->gid;
-	o->mode = (dir ? 0777 : 0666) & ~fs->opts->umask & 0777;
+	/* Fail closed: owner-only at the most, whatever -o umask says. */
+	o->mode = (dir ? 0700 : 0600) & ~fs->opts->umask & 0777;
 }
 
 void dsfs_ckpt_pn_attr(struct dsfs *fs, fuse_ino_t ino,

@@ -424,6 +424,28 @@ def test_objects_without_owner_get_the_mount_default(tool, tmp_path,
         m.stop()
 
 
+def test_objects_without_owner_fail_closed(tool, tmp_path, users):
+    """Even a mount with -o umask=000 shows an object without an owner
+    record (another tool's) owner-only: 0600, its directory 0700; a second
+    uid reads nothing of it."""
+    store = DirStore(tmp_path / "store")
+    store.put("tool/out.pt", b"put by another tool")
+    m = Ckpt(tool, tmp_path / "m", store,
+             opts=["-o", "allow_other,uid=0,gid=0,umask=000"])
+    users.reach(m.tmp)
+    m.start()
+    try:
+        b = users.user("ckb")
+        f = m.ck / "tool" / "out.pt"
+        assert owner(f) == (0, 0, 0o600)
+        assert owner(m.ck / "tool") == (0, 0, 0o700)
+        assert op(users, b, "read", f) == "EACCES"
+        assert op(users, b, "list", m.ck / "tool") == "EACCES"
+        assert f.read_bytes() == b"put by another tool"
+    finally:
+        m.stop()
+
+
 def test_owner_kept_while_the_store_is_away(tool, tmp_path, faultproxy,
                                             proxied_store):
     """The store refuses every PUT: mkdir and create still work (they need
