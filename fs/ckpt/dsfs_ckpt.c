@@ -307,17 +307,19 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		had_to = true;
 		ret = dsfs_ckpt_may_remove(fs, who, &dto, to, ta.dir, &oldto);
 	}
-	/* the owners first, so that no moment shows the data without them */
-	if (!ret)
-		ret = ckpt_owner_copy(st->ck, from, to, a.dir, false);
 	if (ret)
 		goto out;
-	ret = ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE);
+	/* the owners first, so that no moment shows the data without them;
+	 * a copy that failed part-way (a key below past the store's limit)
+	 * or a rename refused is undone: no record stays under to but the
+	 * one it had */
+	ret = ckpt_owner_copy(st->ck, from, to, a.dir, false);
+	if (!ret)
+		ret = ckpt_rename(st->ck, from, to, flags & RENAME_NOREPLACE);
 	if (ret) {
+		ckpt_owner_copy(st->ck, to, NULL, a.dir, true);
 		if (had_to)
 			dsfs_ckpt_own_write(fs, NULL, to, &oldto);
-		else
-			ckpt_owner_copy(st->ck, to, NULL, a.dir, true);
 		goto out;
 	}
 	ckpt_owner_copy(st->ck, from, NULL, a.dir, true);

@@ -9,6 +9,7 @@ mounts (the `two` fixture) radosgw as well: on mount 2, with everything
 made through mount 1, another user's 0600 file, 0700 directory and the
 sticky rule, and chmod on one mount in force on the other.
 """
+import errno
 import os
 import stat
 import time
@@ -442,6 +443,42 @@ def test_objects_without_owner_fail_closed(tool, tmp_path, users):
         assert op(users, b, "read", f) == "EACCES"
         assert op(users, b, "list", m.ck / "tool") == "EACCES"
         assert f.read_bytes() == b"put by another tool"
+    finally:
+        m.stop()
+
+
+def test_directory_rename_refused_as_too_long_leaves_no_owner_records(
+        tool, tmp_path, store):
+    """Renaming a directory to a longer name would take a key below it
+    past the store's limit: the rename is refused (ENAMETOOLONG or
+    EINVAL), and no owner record is left under the new name (finding 7:
+    the records were copied before the refusal and never removed)."""
+    m = Ckpt(tool, tmp_path / "m", store)
+    m.start()
+    try:
+        prefix = len(store.prefix) if store.kind == "s3" else 0
+        room = 1024 - prefix - len(".dstage-owner/") - \
+            len("/.dstage-own") - len("j/")
+        j = m.ck / "j"
+        j.mkdir()
+        d = j
+        left = room
+        while left > 255 + 1:                 # directories of 200 bytes
+            d = d / ("d" * 199)
+            d.mkdir()
+            left -= 200
+        (d / ("f" * left)).write_bytes(b"fits")   # the longest key there is
+        top = j / ("d" * 199)
+        with pytest.raises(OSError) as ei:
+            os.rename(top, j / ("e" * 201))       # two bytes longer
+        assert ei.value.errno in (errno.ENAMETOOLONG, errno.EINVAL)
+        left_over = [k for k in store.keys()
+                     if k.startswith(".dstage-owner/j/" + "e" * 201)]
+        assert left_over == []
+        # the old name keeps its records
+        assert any(k.startswith(".dstage-owner/j/" + "d" * 199 + "/")
+                   for k in store.keys())
+        assert (d / ("f" * left)).read_bytes() == b"fits"
     finally:
         m.stop()
 
