@@ -113,6 +113,8 @@ static struct tier_entry *tier_find(struct tierstore *s, const char *key)
 {
 	struct tier_entry k = { .key = (char *)key };
 
+	if (!s->n) /* an empty list has no array (bsearch's base: not NULL) */
+		return NULL;
 	return bsearch(&k, s->v, s->n, sizeof(k), tier_cmp);
 }
 
@@ -489,9 +491,10 @@ static int tier_apply_refs(struct tierstore *s,
 
 	if (o->nrefs && !(r = malloc(o->nrefs * sizeof(*r))))
 		return -ENOMEM;
-	if (o->nrefs)
+	if (o->nrefs) { /* qsort's and memcpy's base: never NULL */
 		memcpy(r, o->refs, o->nrefs * sizeof(*r));
-	qsort(r, o->nrefs, sizeof(*r), tier_ref_cmp_refs);
+		qsort(r, o->nrefs, sizeof(*r), tier_ref_cmp_refs);
+	}
 	for (size_t i = 0; i < s->n; i++) {
 		struct tier_entry *e = &s->v[i];
 		const struct objstore_tier_ref *ref =
@@ -550,7 +553,7 @@ static int tier_load(struct tierstore *s, const char *path)
 			  path, lineno);
 	free(line);
 	fclose(f);
-	if (!ret)
+	if (!ret && s->n)
 		qsort(s->v, s->n, sizeof(s->v[0]), tier_cmp);
 	return ret;
 }

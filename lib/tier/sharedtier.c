@@ -120,7 +120,8 @@ int sharedtier_load(struct catalog *cat, const char *name,
 		if (l->ndirs)
 			dir = l->dirs[--l->ndirs];
 	}
-	qsort(l->v, l->n, sizeof(l->v[0]), sharedtier_cmp);
+	if (l->n) /* qsort's base: never NULL */
+		qsort(l->v, l->n, sizeof(l->v[0]), sharedtier_cmp);
 	ret = sha256_init(&h);
 	if (ret)
 		goto out;
