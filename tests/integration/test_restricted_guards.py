@@ -7,11 +7,14 @@ timeout), and an open straight by path, with no stat before it, by the
 open check alone, with FUSE passthrough and without (mutation
 restricted-open in tests/mutations.txt)."""
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
-from test_passthrough import data_set, mount_on, penv, stage  # noqa: F401
+from test_dstagefs import Env
+from test_passthrough import data_set, mount_on, stage
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -33,6 +36,20 @@ for p in sys.argv[2:]:
     except OSError as e:
         print(errno.errorcode[e.errno])
 """
+
+
+@pytest.fixture
+def penv(tool):
+    # Outside pytest's base directory: a pytest session starting elsewhere
+    # resets /tmp/pytest-of-root to 0700, which would lock the test users
+    # out of the mount midway (as in test_security.py).
+    root = tempfile.mkdtemp(prefix="dstage-guards-")
+    e = Env(tool, root)
+    try:
+        yield e
+    finally:
+        e.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def probe(users, user, what, paths):
