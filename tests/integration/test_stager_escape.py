@@ -1,9 +1,9 @@
 """Control bytes never reach the terminal from any column `stager` prints
 (stager/client.c; issue 42, "guards proven on their own path"): a file://
-source whose directory name holds ESC and CR, staged after the directory
-is gone, so that the job's error message holds them too. jobs, status,
-show, list, stage --wait and the error lines on stderr print them
-escaped as \\xHH."""
+source whose directory name holds ESC and CR, staged after its file was
+removed, so that the job's error message holds them too. stage --wait,
+verify --source, jobs, status, show, list and an error line on stderr
+print them escaped as \\xHH."""
 import re
 
 from test_stager import Stager, make_dataset, stager_dir  # noqa: F401
