@@ -161,14 +161,26 @@ static void dsfs_datasets_attr(struct dsfs *fs, fuse_ino_t ino,
 	st->st_mode = (dir ? S_IFDIR : S_IFREG) | mode;
 }
 
+/* How long the kernel may keep n's attributes: none for a restricted
+ * dataset's nodes, so that each stat reaches getattr's per-caller check
+ * (the mount has no default_permissions: a name a member looked up stays
+ * in the kernel's cache, and a cached attribute would answer anyone's
+ * stat; issue 42, finding 11). Their names stay cached: an open reaches
+ * dsfs_datasets_open's check. */
+static double dsfs_datasets_attr_timeout(const struct dsfs *fs,
+					 const struct dsfs_datasets_node *p)
+{
+	return p && p->ds->restricted ? 0 : fs->opts->entry_timeout;
+}
+
 static void dsfs_datasets_entry(struct dsfs *fs, struct dsfs_node *n,
 				struct dsfs_entry *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->node = n;
 	dsfs_datasets_attr(fs, n->ino, n->priv, &e->attr);
-	e->attr_timeout = fs->opts->entry_timeout;
-	e->entry_timeout = e->attr_timeout;
+	e->attr_timeout = dsfs_datasets_attr_timeout(fs, n->priv);
+	e->entry_timeout = fs->opts->entry_timeout;
 }
 
 /* What a new node is made from. */
@@ -360,7 +372,7 @@ static int dsfs_datasets_getattr(struct dsfs *fs, struct dsfs_caller *who,
 	if (ret)
 		return ret;
 	dsfs_datasets_attr(fs, n->ino, n->priv, st);
-	*timeout = fs->opts->entry_timeout;
+	*timeout = dsfs_datasets_attr_timeout(fs, n->priv);
 	return 0;
 }
 

@@ -79,6 +79,20 @@ static int client_call(struct client *cl, client_row_cb cb, void *arg)
 	return proto_client_call(&cl->pc, cb ? client_row : NULL, &t);
 }
 
+/* s with control bytes escaped for a terminal (cli_safe), in one of
+ * CLIENT_SAFE_N buffers in turn: up to that many in one printf. Every
+ * column printed as text goes through it (issue 42); --json carries the
+ * bytes as they are. */
+#define CLIENT_SAFE_N 8
+static const char *client_safe(const char *s)
+{
+	static char ring[CLIENT_SAFE_N][4 * 1024 + 1];
+	static unsigned next;
+
+	return cli_safe(s ? s : "", ring[next++ % CLIENT_SAFE_N],
+			sizeof(ring[0]));
+}
+
 /* The exit code for a completed call, printing its error: on stderr, and
  * with --json also as {"error": {"errno", "code", "message"}} on stdout. */
 static int client_result(struct client *cl)
@@ -89,10 +103,10 @@ static int client_result(struct client *cl)
 	if (!cl->pc.rc) {
 		if (cl->pc.endwarn[0])
 			fprintf(stderr, "stager: warning: %s\n",
-				cl->pc.endwarn);
+				client_safe(cl->pc.endwarn));
 		return CLI_EXIT_OK;
 	}
-	fprintf(stderr, "stager: %s\n", msg);
+	fprintf(stderr, "stager: %s\n", client_safe(msg));
 	if (cl->o->json) {
 		json_t *doc = json_object(), *e = json_object();
 		const char *name = strerrorname_np(-cl->pc.rc);
@@ -131,6 +145,12 @@ static const char *client_get(struct client *cl, const char *k)
 	return proto_get(&cl->pc.msg, k) ?: "";
 }
 
+/* The value of key k of the row, escaped for a terminal. */
+static const char *client_text(struct client *cl, const char *k)
+{
+	return client_safe(client_get(cl, k));
+}
+
 static uint64_t client_u64(struct client *cl, const char *k)
 {
 	uint64_t v = 0;
@@ -145,11 +165,11 @@ static int client_list_row(struct client *cl, void *arg)
 
 	(void)arg;
 	printf("%-20s %-6s %7s %8" PRIu64 " %11s %4s %4s  %s\n",
-	       client_get(cl, "name"), client_get(cl, "state"),
-	       client_get(cl, "version"), client_u64(cl, "files"),
+	       client_text(cl, "name"), client_text(cl, "state"),
+	       client_text(cl, "version"), client_u64(cl, "files"),
 	       cli_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
 	       client_u64(cl, "pinned") ? "yes" : "no",
-	       client_get(cl, "priority"), client_get(cl, "source"));
+	       client_text(cl, "priority"), client_text(cl, "source"));
 	return 0;
 }
 
@@ -168,17 +188,17 @@ static int client_show_row(struct client *cl, void *arg)
 	char b[32], c[32], tb[64];
 
 	(void)arg;
-	printf("name:       %s\n", client_get(cl, "name"));
-	printf("source:     %s\n", client_get(cl, "source"));
+	printf("name:       %s\n", client_text(cl, "name"));
+	printf("source:     %s\n", client_text(cl, "source"));
 	printf("state:      %s, manifest version %s%s%s\n",
-	       client_get(cl, "state"), client_get(cl, "version"),
+	       client_text(cl, "state"), client_text(cl, "version"),
 	       proto_get(&cl->pc.msg, "label") ? ", label " : "",
-	       proto_get(&cl->pc.msg, "label") ?: "");
+	       client_text(cl, "label"));
 	printf("files:      %" PRIu64 " (%s skipped as bad keys)\n", files,
-	       client_get(cl, "bad_keys"));
+	       client_text(cl, "bad_keys"));
 	printf("bytes:      %s\n", cli_bytes(bytes, b, sizeof(b)));
 	printf("manifest:   %s (the expected SHA-256 list)\n",
-	       client_get(cl, "manifest_key"));
+	       client_text(cl, "manifest_key"));
 	if (client_u64(cl, "cache_available"))
 		printf("cached:     %.1f%% (%s)\n", client_pct(cached, bytes),
 		       cli_bytes(cached, c, sizeof(c)));
@@ -187,9 +207,9 @@ static int client_show_row(struct client *cl, void *arg)
 	printf("verified:   %.1f%% (%" PRIu64 " of %" PRIu64
 	       " files; %s mismatched; %s listed in %s)\n",
 	       client_pct(ver, files), ver, files,
-	       client_get(cl, "mismatched_files"),
-	       client_get(cl, "expected_files"),
-	       client_get(cl, "manifest_key"));
+	       client_text(cl, "mismatched_files"),
+	       client_text(cl, "expected_files"),
+	       client_text(cl, "manifest_key"));
 	if (proto_get(&cl->pc.msg, "last_verify")) {
 		proto_get_i64(&cl->pc.msg, "last_verify_at", &t);
 		cli_time(t, tb, sizeof(tb));
@@ -197,43 +217,40 @@ static int client_show_row(struct client *cl, void *arg)
 			printf("last verify: %s %s: %s damaged blocks, %s "
 			       "missing, %" PRIu64 " file%s, %s blocks "
 			       "repaired\n             %s\n",
-			       client_get(cl, "last_verify"), tb,
-			       client_get(cl, "last_verify_damaged"),
-			       client_get(cl, "last_verify_missing"),
+			       client_text(cl, "last_verify"), tb,
+			       client_text(cl, "last_verify_damaged"),
+			       client_text(cl, "last_verify_missing"),
 			       client_u64(cl, "last_verify_mismatched"),
 			       client_u64(cl, "last_verify_mismatched") == 1
 				       ? " differs"
 				       : "s differ",
-			       client_get(cl, "last_verify_repaired"),
-			       client_get(cl, "last_verify_msg"));
+			       client_text(cl, "last_verify_repaired"),
+			       client_text(cl, "last_verify_msg"));
 		else /* a job from before schema 7 */
 			printf("last verify: %s at %s: %s\n",
-			       client_get(cl, "last_verify"), tb,
-			       client_get(cl, "last_verify_msg"));
+			       client_text(cl, "last_verify"), tb,
+			       client_text(cl, "last_verify_msg"));
 	} else {
 		printf("last verify: never\n");
 	}
 	printf("pinned:     %s, priority %s, group %s\n",
 	       client_u64(cl, "pinned") ? "yes" : "no",
-	       client_get(cl, "priority"),
-	       *client_get(cl, "group") ? client_get(cl, "group") : "-");
+	       client_text(cl, "priority"),
+	       *client_text(cl, "group") ? client_text(cl, "group") : "-");
 	return 0;
 }
 
 static int client_job_row(struct client *cl, void *arg)
 {
 	uint64_t done = client_u64(cl, "done"), total = client_u64(cl, "total");
-	/* Names and messages come from files' names: no raw control byte
-	 * reaches the terminal (issue 34). */
-	char b[32], kind[64], ds[4 * 1024 + 1], state[64], err[4 * 1024 + 1];
+	char b[32];
 
 	(void)arg;
-	printf("%6s  %-6s %-20s %-9s %5.1f%% %10s  %s\n", client_get(cl, "job"),
-	       cli_safe(client_get(cl, "kind"), kind, sizeof(kind)),
-	       cli_safe(client_get(cl, "dataset"), ds, sizeof(ds)),
-	       cli_safe(client_get(cl, "state"), state, sizeof(state)),
+	printf("%6s  %-6s %-20s %-9s %5.1f%% %10s  %s\n",
+	       client_text(cl, "job"), client_text(cl, "kind"),
+	       client_text(cl, "dataset"), client_text(cl, "state"),
 	       client_pct(done, total), cli_bytes(total, b, sizeof(b)),
-	       cli_safe(client_get(cl, "error"), err, sizeof(err)));
+	       client_text(cl, "error"));
 	return 0;
 }
 
@@ -243,10 +260,10 @@ static int client_added_row(struct client *cl, void *arg)
 	char b[32];
 
 	printf("%sed %s: %" PRIu64 " files, %s, manifest version %s\n",
-	       (const char *)arg, client_get(cl, "name"),
+	       (const char *)arg, client_text(cl, "name"),
 	       client_u64(cl, "files"),
 	       cli_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
-	       client_get(cl, "version"));
+	       client_text(cl, "version"));
 	return 0;
 }
 
@@ -257,8 +274,8 @@ static int client_shared_row(struct client *cl, void *arg)
 	(void)arg;
 	printf("shared tier of %s: snapshot %s in %s: %s; %" PRIu64
 	       " files, %s (%" PRIu64 " fetched, %" PRIu64 " kept)\n",
-	       client_get(cl, "name"), client_get(cl, "snapshot"),
-	       client_get(cl, "dir"), client_get(cl, "state"),
+	       client_text(cl, "name"), client_text(cl, "snapshot"),
+	       client_text(cl, "dir"), client_text(cl, "state"),
 	       client_u64(cl, "files"),
 	       cli_bytes(client_u64(cl, "bytes"), b, sizeof(b)),
 	       client_u64(cl, "copied"), client_u64(cl, "kept"));
@@ -353,7 +370,8 @@ static int client_watch_row(struct client *cl, void *arg)
 		if (fill > bar)
 			fill = bar;
 		n = snprintf(line, sizeof(line), "\r%s %s [",
-			     client_get(cl, "kind"), client_get(cl, "dataset"));
+			     client_text(cl, "kind"),
+			     client_text(cl, "dataset"));
 		for (unsigned i = 0; i < bar && n < (int)sizeof(line) - 2; i++)
 			line[n++] = i < fill ? '#' : '-';
 		snprintf(line + n, sizeof(line) - (size_t)n,
@@ -366,8 +384,8 @@ static int client_watch_row(struct client *cl, void *arg)
 	} else if (now - w->last_print >= 2.0) {
 		printf("job %s %s %s: %s, %.1f%%, %s of %s, %" PRIu64
 		       "/%" PRIu64 " files, %s/s, ETA %s\n",
-		       client_get(cl, "job"), client_get(cl, "kind"),
-		       client_get(cl, "dataset"), client_get(cl, "state"),
+		       client_text(cl, "job"), client_text(cl, "kind"),
+		       client_text(cl, "dataset"), client_text(cl, "state"),
 		       client_pct(done, total), a, b, fd, ft, r, eta);
 		fflush(stdout);
 		w->last_print = now;
@@ -456,23 +474,27 @@ static void client_mm_print(const struct client_watch *w, const char *dataset)
 
 		if (!m->kind)
 			printf("MISMATCH %s\n  expected %s\n  actual   %s\n",
-			       m->key, *m->expected ? m->expected : "(none)",
-			       m->actual);
+			       client_safe(m->key),
+			       *m->expected ? client_safe(m->expected)
+					    : "(none)",
+			       client_safe(m->actual));
 		else if (!strcmp(m->kind, "damaged"))
 			printf("DAMAGED %s %s block %" PRIu64
 			       ": cache file %s fails its checksum (not "
 			       "repaired: --repair fetches it again)\n",
-			       dataset, m->key, m->block, m->path);
+			       dataset, client_safe(m->key), m->block,
+			       client_safe(m->path));
 		else if (!strcmp(m->kind, "repaired"))
 			printf("REPAIRED %s %s block %" PRIu64
 			       ": cache file %s failed its checksum; fetched "
 			       "again from the source\n",
-			       dataset, m->key, m->block, m->path);
+			       dataset, client_safe(m->key), m->block,
+			       client_safe(m->path));
 		else if (!strcmp(m->kind, "missing"))
 			printf("MISSING %s %s: %" PRIu64
 			       " block(s) not in the cache (not fetched: "
 			       "--fetch-missing or stage fetches them)\n",
-			       dataset, m->key, m->count);
+			       dataset, client_safe(m->key), m->count);
 		/* "fetched": asked for; counted in the job's message, each
 		 * file only in --json */
 	}
@@ -520,11 +542,12 @@ static int client_watch(struct client *cl, int64_t id)
 		json_decref(doc);
 		goto out;
 	}
-	client_mm_print(&w, proto_get(&fin, "dataset") ?: "");
+	client_mm_print(&w, client_safe(proto_get(&fin, "dataset")));
 	printf("job %" PRId64 " %s %s: %s%s%s\n", id,
-	       proto_get(&fin, "kind") ?: "", proto_get(&fin, "dataset") ?: "",
-	       state, *(proto_get(&fin, "error") ?: "") ? ": " : "",
-	       proto_get(&fin, "error") ?: "");
+	       client_safe(proto_get(&fin, "kind")),
+	       client_safe(proto_get(&fin, "dataset")), client_safe(state),
+	       *(proto_get(&fin, "error") ?: "") ? ": " : "",
+	       client_safe(proto_get(&fin, "error")));
 out:
 	for (size_t i = 0; i < w.n_mm; i++)
 		client_mm_free(&w.mm[i]);

@@ -16,7 +16,9 @@
  * Invariants:
  *   - at most d->lim.max_conns connections are served at once (uid 0 is not
  *     counted against it, so root can always reach a flooded daemon), and
- *     at most d->lim.max_conns_uid per uid;
+ *     at most d->lim.max_conns_uid per uid; the last max_conns / 8 of
+ *     them go only to uids holding none, so however many uids hold their
+ *     most, max_conns / 8 more uids still get one each (issue 42);
  *   - the accept thread never exits before d->stop: out of descriptors
  *     (EMFILE, ENFILE) or memory it backs off and tries again, logging once
  *     per burst;
@@ -54,14 +56,49 @@
 #define DAEMON_CONN_LOG_EVERY 10 /* s between "refusing" lines */
 #define DAEMON_CONN_FDS 8 /* descriptors a serving connection may need */
 #define DAEMON_CONN_STOP_WAIT 5 /* s for connections to end at stop */
+#define DAEMON_CONN_RESERVE_DIV 8 /* --max-conns / 8 kept for new uids */
 
 /* ---- admission ---- */
 
-/* Count a connection of uid in, or say why not (-EAGAIN, *why set). */
-static int daemon_conn_admit(struct daemon *d, uid_t uid, const char **why)
+/* The last connections under --max-conns, kept for uids holding none. */
+static unsigned daemon_conn_reserve(const struct daemon *d)
+{
+	return d->lim.max_conns / DAEMON_CONN_RESERVE_DIV;
+}
+
+/* Whether uid (holding held connections) is over a cap; writes why. */
+static int daemon_conn_over(const struct daemon *d, uid_t uid, unsigned held,
+			    char *why, size_t len)
+{
+	unsigned reserve = daemon_conn_reserve(d);
+
+	if (uid != 0 && d->n_conns >= d->lim.max_conns)
+		snprintf(why, len,
+			 "the daemon serves its most connections, %u "
+			 "(daemon --max-conns)",
+			 d->lim.max_conns);
+	else if (held >= d->lim.max_conns_uid)
+		snprintf(why, len,
+			 "uid %u has its most connections open, %u "
+			 "(daemon --max-conns-per-uid)",
+			 (unsigned)uid, d->lim.max_conns_uid);
+	else if (uid != 0 && held && d->n_conns >= d->lim.max_conns - reserve)
+		snprintf(why, len,
+			 "uid %u holds %u; the daemon's last %u of %u "
+			 "connections are kept for uids holding none "
+			 "(daemon --max-conns / %u)",
+			 (unsigned)uid, held, reserve, d->lim.max_conns,
+			 DAEMON_CONN_RESERVE_DIV);
+	else
+		return 0;
+	return -EAGAIN;
+}
+
+/* Count a connection of uid in, or say why not (-EAGAIN, why written). */
+static int daemon_conn_admit(struct daemon *d, uid_t uid, char *why, size_t len)
 {
 	struct daemon_uidcount *u = NULL, *free_slot = NULL;
-	int ret = 0;
+	int ret;
 
 	pthread_mutex_lock(&d->conn_lock);
 	for (unsigned i = 0; i < d->n_uids; i++) {
@@ -70,18 +107,13 @@ static int daemon_conn_admit(struct daemon *d, uid_t uid, const char **why)
 		else if (!d->uids[i].n && !free_slot)
 			free_slot = &d->uids[i];
 	}
-	if (uid != 0 && d->n_conns >= d->lim.max_conns) {
-		*why = "the daemon serves its most connections "
-		       "(daemon --max-conns)";
+	ret = daemon_conn_over(d, uid, u ? u->n : 0, why, len);
+	if (!ret && !u && !free_slot) {
+		snprintf(why, len,
+			 "the daemon serves its most users (daemon "
+			 "--max-conns)");
 		ret = -EAGAIN;
-	} else if (u && u->n >= d->lim.max_conns_uid) {
-		*why = "this uid has its most connections open "
-		       "(daemon --max-conns-per-uid)";
-		ret = -EAGAIN;
-	} else if (!u && !free_slot) {
-		*why = "the daemon serves its most users (daemon --max-conns)";
-		ret = -EAGAIN;
-	} else {
+	} else if (!ret) {
 		if (!u) {
 			u = free_slot;
 			u->uid = uid;
@@ -314,7 +346,7 @@ void *daemon_conn_accept_thread(void *arg)
 		struct daemon_conn *c;
 		struct ucred cr;
 		socklen_t len = sizeof(cr);
-		const char *why;
+		char why[192];
 		pthread_t t;
 
 		if (fd < 0) {
@@ -335,7 +367,7 @@ void *daemon_conn_accept_thread(void *arg)
 			close(fd);
 			continue;
 		}
-		if (daemon_conn_admit(d, cr.uid, &why)) {
+		if (daemon_conn_admit(d, cr.uid, why, sizeof(why))) {
 			daemon_conn_refuse(d, fd, cr.uid, why);
 			continue;
 		}
