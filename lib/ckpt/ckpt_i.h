@@ -132,6 +132,8 @@ struct ckpt_ent {
 	uid_t uid; /* set at open: the local copy's owner, whose staging
 		    * bounds its bytes count against */
 	bool dirty; /* lock: changed since the last successful publish */
+	uint64_t gen; /* lock: bumped by every change of the local copy
+		       * (ckpt_file_gen, ckpt_file_pread_gen) */
 	/* ck->lock (ckpt_quota.c): charged to uid's wip_bytes since the
 	 * first write or truncate after a publish (store_on): its size then
 	 * store_size, less store_base, the published size of the version it
