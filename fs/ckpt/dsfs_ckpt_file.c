@@ -71,6 +71,11 @@ struct dsfs_ckpt_file_handle {
 	 * off), and how it was answered */
 	struct dsfs_pt *pt;
 	enum dsfs_pt_kind kind;
+	/* A read-only open of another uid's local copy with passthrough on
+	 * (dsfs_ckpt_file_pt_read): read through dstagefs (direct I/O) at
+	 * the version it opened (gen), -ESTALE once its owner changed it. */
+	bool at_gen;
+	uint64_t gen;
 };
 
 /* The start of /proc/<pid>/<what> in buf (size bytes), NUL-terminated;
@@ -234,7 +239,13 @@ static int dsfs_ckpt_file_handle_new(struct dsfs *fs, struct dsfs_caller *who,
  * of the subtree's files is then counted per inode (dsfs_pt.h): one that
  * writes is counted before the file is opened, so that an O_TRUNC never
  * cuts the copy under a reader the kernel serves (it is refused with
- * ETXTBSY while one is there).
+ * ETXTBSY while one is there). Only the copy's owner's opens are passed
+ * through (issue 42): another uid's reader would block the owner's
+ * writes as long as it held the file. Another uid's read-only open reads
+ * through dstagefs with direct I/O (no page cache the owner's writes
+ * would change under it), at the version it opened: -ESTALE once the
+ * owner wrote or truncated the copy, so it reads that version whole or
+ * an error, never a mix (h->at_gen).
  */
 static bool dsfs_ckpt_file_pt_on(struct dsfs *fs)
 {
@@ -250,16 +261,20 @@ static int dsfs_ckpt_file_backing(void *arg, int *fd)
 }
 
 /* Count a read-only open of f (opened) in pt, passed through when f reads
- * a local copy: 0, or -ETXTBSY (dsfs_pt_open). *kind: how. */
+ * a local copy of who's own: 0, or -ETXTBSY (dsfs_pt_open). *kind: how;
+ * *foreign: f reads a local copy of another uid's. */
 static int dsfs_ckpt_file_pt_read(struct dsfs *fs, struct dsfs_caller *who,
 				  struct dsfs_pt *pt, struct ckpt_file *f,
 				  const char *key, struct fuse_file_info *fi,
-				  enum dsfs_pt_kind *kind)
+				  enum dsfs_pt_kind *kind, bool *foreign)
 {
 	char tag[64] = "";
 	struct stat sb;
 	int local = ckpt_file_fd(f);
 	bool may = local >= 0 && !ckpt_file_writable(f) && !fstat(local, &sb);
+
+	*foreign = may && sb.st_uid != who->uid;
+	may = may && !*foreign;
 
 	/* The version the kernel's backing file is: the copy's inode. */
 	if (may)
@@ -430,7 +445,7 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 	bool rdonly =
 		(fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC);
 	enum dsfs_pt_kind kind = DSFS_PT_PLAIN;
-	bool created, held = false, counted = false;
+	bool created, held = false, counted = false, foreign = false;
 	struct dsfs_pt *pt = NULL;
 	struct ckpt_file *f;
 	char *key;
@@ -464,7 +479,8 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 		ret = ckpt_file_open_as(st->ck, key, fi->flags & ~O_CREAT,
 					who->uid, &f, &created);
 	if (!ret && pt && rdonly) {
-		ret = dsfs_ckpt_file_pt_read(fs, who, pt, f, key, fi, &kind);
+		ret = dsfs_ckpt_file_pt_read(fs, who, pt, f, key, fi, &kind,
+					     &foreign);
 		counted = !ret;
 		if (ret)
 			ckpt_file_close(f);
@@ -476,7 +492,13 @@ int dsfs_ckpt_file_open(struct dsfs *fs, struct dsfs_caller *who,
 		dsfs_ckpt_file_unhold(fs, who->uid, held);
 		return ret;
 	}
-	return dsfs_ckpt_file_handle_new(fs, who, f, held, pt, kind, fi);
+	ret = dsfs_ckpt_file_handle_new(fs, who, f, held, pt, kind, fi);
+	if (!ret && foreign) {
+		dsfs_ckpt_file_h(fi)->at_gen = true;
+		dsfs_ckpt_file_h(fi)->gen = ckpt_file_gen(f);
+		fi->direct_io = 1;
+	}
+	return ret;
 }
 
 /*
@@ -523,6 +545,24 @@ static int dsfs_ckpt_file_read_cached(struct dsfs *fs, struct ckpt_file *f,
 	return ret == -ENOMEM ? -ENOMEM : -EIO;
 }
 
+/* A read of h->at_gen (another uid's local copy): the version it opened,
+ * or -ESTALE (ckpt_file_pread_gen). */
+static int dsfs_ckpt_file_read_at_gen(struct dsfs_ckpt_file_handle *h,
+				      size_t size, off_t off,
+				      struct dsfs_reply_read *r)
+{
+	char *buf = malloc(size ? size : 1);
+	ssize_t got;
+
+	if (!buf)
+		return -ENOMEM;
+	got = ckpt_file_pread_gen(h->f, buf, size, off, h->gen);
+	if (got >= 0)
+		dsfs_reply_read_buf(r, buf, (size_t)got);
+	free(buf);
+	return got < 0 ? (int)got : 0;
+}
+
 int dsfs_ckpt_file_read(struct dsfs *fs, struct dsfs_caller *who,
 			struct dsfs_node *n, struct fuse_file_info *fi,
 			size_t size, off_t off, struct dsfs_reply_read *r)
@@ -536,6 +576,9 @@ int dsfs_ckpt_file_read(struct dsfs *fs, struct dsfs_caller *who,
 
 	(void)who;
 	(void)n;
+	if (dsfs_ckpt_file_h(fi)->at_gen)
+		return dsfs_ckpt_file_read_at_gen(dsfs_ckpt_file_h(fi), size,
+						  off, r);
 	if (fd >= 0 && !ckpt_file_attr(f, &a)) {
 		/* A local copy: spliced from it, never past its end. */
 		if ((uint64_t)off >= a.size)

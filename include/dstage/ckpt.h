@@ -260,6 +260,15 @@ int ckpt_file_fd(const struct ckpt_file *f);
 int ckpt_file_reopen(const struct ckpt_file *f);
 /* Whether f was opened for writing. */
 bool ckpt_file_writable(const struct ckpt_file *f);
+/* The version of f's local copy: it changes with every write or truncate
+ * of the copy, through any handle (0 when f is read from the store). */
+uint64_t ckpt_file_gen(struct ckpt_file *f);
+/* ckpt_file_pread of f's local copy as it was at gen (ckpt_file_gen):
+ * -ESTALE once the copy changed, so what a reader gets is all of that
+ * version or an error, never a mix; -EBADF when f is read from the
+ * store. */
+ssize_t ckpt_file_pread_gen(struct ckpt_file *f, void *buf, size_t len,
+			    off_t off, uint64_t gen);
 
 /* A file read from the store (another node's, or one this node no longer
  * holds a copy of): the version it was opened at. The strings are f's:

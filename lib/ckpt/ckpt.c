@@ -249,8 +249,7 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		ck->hooks = *h;
 	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
-	ck->uid_limit = cfg->ckpt_uid_staging_size ? cfg->ckpt_uid_staging_size
-						   : ck->limit / 2;
+	ck->uid_limit = cfg->ckpt_uid_staging_size;
 	ck->uid_files = cfg->ckpt_uid_files;
 	ck->uid_store = cfg->ckpt_uid_store_size;
 	pthread_mutexattr_init(&ma);

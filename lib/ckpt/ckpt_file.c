@@ -312,6 +312,7 @@ static void ckpt_ent_dirty(struct ckpt *ck, struct ckpt_ent *e)
 		e->journal_w = true;
 	}
 	e->dirty = true;
+	e->gen++;
 }
 
 /* Copy key (size bytes, etag) from the store into fd. */
@@ -809,6 +810,42 @@ int ckpt_file_reopen(const struct ckpt_file *f)
 bool ckpt_file_writable(const struct ckpt_file *f)
 {
 	return f->write;
+}
+
+uint64_t ckpt_file_gen(struct ckpt_file *f)
+{
+	uint64_t gen;
+
+	pthread_mutex_lock(&f->e->lock);
+	gen = f->e->gen;
+	pthread_mutex_unlock(&f->e->lock);
+	return gen;
+}
+
+ssize_t ckpt_file_pread_gen(struct ckpt_file *f, void *buf, size_t len,
+			    off_t off, uint64_t gen)
+{
+	struct ckpt_ent *e = f->e;
+	ssize_t r;
+
+	if (e->fd < 0)
+		return -EBADF;
+	if (off < 0)
+		return -EINVAL;
+	/* under e->lock: no write or truncate between the check and the
+	 * read (each bumps gen under it, ckpt_ent_dirty) */
+	pthread_mutex_lock(&e->lock);
+	if (e->gen != gen) {
+		r = -ESTALE;
+	} else {
+		do
+			r = pread(e->fd, buf, len, off);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			r = -errno;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return r;
 }
 
 int ckpt_file_remote(const struct ckpt_file *f, struct ckpt_remote *r)

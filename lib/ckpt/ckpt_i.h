@@ -132,6 +132,8 @@ struct ckpt_ent {
 	uid_t uid; /* set at open: the local copy's owner, whose staging
 		    * bounds its bytes count against */
 	bool dirty; /* lock: changed since the last successful publish */
+	uint64_t gen; /* lock: bumped by every change of the local copy
+		       * (ckpt_file_gen, ckpt_file_pread_gen) */
 	/* ck->lock (ckpt_quota.c): charged to uid's wip_bytes since the
 	 * first write or truncate after a publish (store_on): its size then
 	 * store_size, less store_base, the published size of the version it
@@ -205,7 +207,10 @@ struct ckpt {
 	struct ckpt_ent *ents; /* lock */
 	uint64_t used; /* lock: bytes of local copies */
 	uint64_t ab_used; /* lock: bytes in abandoned/ (they count too) */
-	uint64_t uid_limit; /* checkpoints.uid_staging_size; immutable */
+	/* checkpoints.uid_staging_size (0: only the share,
+	 * ckpt_uid_share_locked);
+	 * immutable */
+	uint64_t uid_limit;
 	unsigned uid_files; /* checkpoints.uid_files (0: none); immutable */
 	struct ckpt_uid_use *uids; /* lock: n_uids of cap_uids */
 	size_t n_uids, cap_uids;
@@ -337,9 +342,10 @@ void ckpt_owner_free_kept(struct ckpt *ck);
 /* ckpt_journal.c */
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */
 struct ckpt_ent *ckpt_ent_find_locked(struct ckpt *ck, const char *key);
-/* Account growth bytes of uid's local copies (negative: freed); evicts
- * clean copies when over the limit. Returns 0, -EDQUOT (uid's
- * uid_staging_size, logged) or -ENOSPC. uid 0 has no per-uid bound. */
+/* Account growth bytes of uid's local copies (negative: freed); when over
+ * the limit, evicts clean copies, then removes abandoned files (oldest
+ * first). Returns 0, -EDQUOT (uid's share, ckpt_uid_share_locked, logged)
+ * or -ENOSPC. uid 0 has no per-uid bound. */
 int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth);
 /* One local copy more (delta 1: -EDQUOT past uid_files, logged) or less
  * (-1) for uid. 0 or -EDQUOT. */
@@ -377,6 +383,21 @@ void ckpt_store_renamed(struct ckpt *ck, const char *from, const char *to);
 void ckpt_store_census(struct ckpt *ck);
 /* Free ck->pubs (ckpt_free). */
 void ckpt_store_free(struct ckpt *ck);
+/* ckpt_journal.c: checkpoints.staging_size shared between uids
+ * (docs/checkpoints.md, "Staging bounds per uid"). */
+/* The most staging bytes u may hold: staging_size / (N + 1), N the
+ * unprivileged uids holding bytes there (local copies or abandoned files),
+ * u counted whether it holds any or not (*holders: N); at most
+ * checkpoints.uid_staging_size when that is set. ck->lock held. */
+uint64_t ckpt_uid_share_locked(struct ckpt *ck, const struct ckpt_uid_use *u,
+			       unsigned *holders);
+/* The EDQUOT line of uid at its share (ckpt_uid_log_what_locked). */
+void ckpt_uid_share_log_locked(struct ckpt *ck, uid_t uid, uint64_t share,
+			       unsigned holders);
+/* Remove files of abandoned/, oldest first, until need bytes are freed or
+ * none is left; each logged (its name, its uid, the uid whose write (uid)
+ * needed the room), and uncounted. ck->lock held. */
+void ckpt_abandoned_reclaim_locked(struct ckpt *ck, uid_t uid, uint64_t need);
 
 /* Recount abandoned/ per uid into ck->uids and ck->ab_used (files there
  * count until removed, by the stager's gc or an operator). */

@@ -13,6 +13,8 @@
  * inode now) are dropped by the scan (ckpt_recover.c).
  *
  * ck->used (the staging bytes) and the entry list are under ck->lock.
+ * Also the staging bounds per uid (ck->uids: uid_staging_size and its
+ * share, uid_files).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -677,11 +679,133 @@ void ckpt_abandoned_count(struct ckpt *ck)
 	free(t);
 }
 
+/* ---- checkpoints.staging_size shared between uids (issue 42) ----
+ *
+ * The share of staging_size one uid may hold falls as more uids hold
+ * staging bytes, so that a few cannot starve the rest, and abandoned files
+ * are removed, oldest first, when a write needs their room
+ * (docs/checkpoints.md, "Staging bounds per uid"). */
+
+uint64_t ckpt_uid_share_locked(struct ckpt *ck, const struct ckpt_uid_use *u,
+			       unsigned *holders)
+{
+	uint64_t share;
+	unsigned n = 1; /* u, holding bytes or about to */
+
+	for (size_t i = 0; i < ck->n_uids; i++) {
+		const struct ckpt_uid_use *o = &ck->uids[i];
+
+		if (o != u && o->uid != 0 && (o->bytes || o->ab_bytes))
+			n++;
+	}
+	*holders = n;
+	share = ck->limit / ((uint64_t)n + 1);
+	return ck->uid_limit && ck->uid_limit < share ? ck->uid_limit : share;
+}
+
+void ckpt_uid_share_log_locked(struct ckpt *ck, uid_t uid, uint64_t share,
+			       unsigned holders)
+{
+	char what[160];
+
+	if (ck->uid_limit && ck->uid_limit <= share)
+		snprintf(what, sizeof(what), "abandoned files included");
+	else
+		snprintf(what, sizeof(what),
+			 "its share of checkpoints.staging_size with %u uids "
+			 "holding staging bytes, abandoned files included",
+			 holders);
+	ckpt_uid_log_what_locked(ck, uid, "uid_staging_size", share, "bytes",
+				 what, ck->dirs.staging);
+}
+
+struct ckpt_ab_file {
+	char name[300];
+	int64_t mtime;
+	uint64_t size;
+	uid_t uid;
+};
+
+static int ckpt_ab_file_cmp(const void *x, const void *y)
+{
+	const struct ckpt_ab_file *a = x, *b = y;
+
+	return (a->mtime > b->mtime) - (a->mtime < b->mtime);
+}
+
+/* Bound on the entries of abandoned/ one reclaim reads. */
+#define CKPT_RECLAIM_MAX (1u << 20)
+
+/* The regular files of abandoned/ into *v (*n of them), oldest first. */
+static void ckpt_ab_list(struct ckpt *ck, struct ckpt_ab_file **v, size_t *n)
+{
+	size_t cap = 0;
+	unsigned seen = 0;
+	struct dirent *de;
+	DIR *d;
+
+	*v = NULL;
+	*n = 0;
+	if (fdutil_opendir(ck->dirs.abandoned_fd, &d))
+		return;
+	while ((de = readdir(d)) && seen++ < CKPT_RECLAIM_MAX) {
+		struct stat st;
+
+		if (strlen(de->d_name) >= sizeof((*v)->name) ||
+		    fstatat(ck->dirs.abandoned_fd, de->d_name, &st,
+			    AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (GROW_ONE(*v, *n, cap, 64))
+			break;
+		snprintf((*v)[*n].name, sizeof((*v)->name), "%s", de->d_name);
+		(*v)[*n].mtime = st.st_mtim.tv_sec;
+		(*v)[*n].size = (uint64_t)st.st_size;
+		(*v)[*n].uid = st.st_uid;
+		(*n)++;
+	}
+	closedir(d);
+	if (*n)
+		qsort(*v, *n, sizeof(**v), ckpt_ab_file_cmp);
+}
+
+void ckpt_abandoned_reclaim_locked(struct ckpt *ck, uid_t uid, uint64_t need)
+{
+	struct ckpt_ab_file *v;
+	uint64_t freed = 0;
+	size_t n;
+
+	ckpt_ab_list(ck, &v, &n);
+	for (size_t i = 0; i < n && freed < need; i++) {
+		struct ckpt_uid_use *o;
+
+		if (unlinkat(ck->dirs.abandoned_fd, v[i].name, 0))
+			continue;
+		freed += v[i].size;
+		o = ckpt_uid_locked(ck, v[i].uid);
+		if (o) {
+			o->ab_bytes -= v[i].size < o->ab_bytes ? v[i].size
+							       : o->ab_bytes;
+			o->ab_files -= o->ab_files ? 1 : 0;
+		}
+		ck->ab_used -=
+			v[i].size < ck->ab_used ? v[i].size : ck->ab_used;
+		log_warn("checkpoints: removed the abandoned file %s/%s/%s of "
+			 "uid %u (%" PRIu64 " bytes, the oldest there) to make "
+			 "room in checkpoints.staging_size for a write of "
+			 "uid %u",
+			 ck->dirs.staging, CKPT_ABANDONED, v[i].name,
+			 (unsigned)v[i].uid, v[i].size, (unsigned)uid);
+	}
+	free(v);
+}
+
 int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth)
 {
 	static int64_t last_log;
-	uint64_t g = (uint64_t)growth, held;
+	uint64_t g = (uint64_t)growth, held, share = 0;
 	struct ckpt_uid_use *u;
+	unsigned holders = 0;
 	int ret = 0;
 
 	pthread_mutex_lock(&ck->lock);
@@ -691,15 +815,19 @@ int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth)
 		ck->used -= g < ck->used ? g : ck->used;
 		if (u)
 			u->bytes -= g < u->bytes ? g : u->bytes;
-	} else if (u && uid != 0 && ck->uid_limit &&
-		   u->bytes + u->ab_bytes + g > ck->uid_limit) {
+	} else if (u && uid != 0 &&
+		   (share = ckpt_uid_share_locked(ck, u, &holders)) &&
+		   u->bytes + u->ab_bytes + g > share) {
 		ret = -EDQUOT;
-		ckpt_uid_log_locked(ck, uid, "uid_staging_size", ck->uid_limit,
-				    "bytes");
+		ckpt_uid_share_log_locked(ck, uid, share, holders);
 	} else {
 		held = ck->used + ck->ab_used;
 		if (held + g > ck->limit)
 			ckpt_journal_evict_locked(ck, held + g - ck->limit);
+		held = ck->used + ck->ab_used;
+		if (held + g > ck->limit)
+			ckpt_abandoned_reclaim_locked(ck, uid,
+						      held + g - ck->limit);
 		held = ck->used + ck->ab_used;
 		if (held + g > ck->limit) {
 			ret = -ENOSPC;
@@ -708,8 +836,9 @@ int ckpt_space(struct ckpt *ck, uid_t uid, int64_t growth)
 				log_warn(
 					"checkpoints: checkpoints.staging_size "
 					"(%" PRIu64 " bytes) reached in %s and "
-					"nothing published to drop: writes "
-					"fail with ENOSPC; raise it",
+					"nothing published nor abandoned to "
+					"drop: writes fail with ENOSPC; raise "
+					"it",
 					ck->limit, ck->dirs.staging);
 			}
 		} else {

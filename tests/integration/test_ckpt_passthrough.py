@@ -167,3 +167,103 @@ def test_off_by_default(tool, tmp_path):
         assert f.read_bytes() == b"again"
     finally:
         m.stop()
+
+
+# B's reader, one command a line on stdin, one answer a line on stdout:
+#   open PATH      open(O_RDONLY), kept
+#   read OFF N     pread: the SHA-256 of what came, or the errno's name
+#   close
+READER = r'''
+import errno, hashlib, os, sys
+fd = None
+for line in sys.stdin:
+    cmd, *a = line.split()
+    try:
+        if cmd == "open":
+            fd = os.open(a[0], os.O_RDONLY)
+            out = "OK"
+        elif cmd == "read":
+            out = hashlib.sha256(os.pread(fd, int(a[1]),
+                                          int(a[0]))).hexdigest()
+        else:
+            os.close(fd)
+            out = "OK"
+    except OSError as e:
+        out = errno.errorcode[e.errno]
+    print(out, flush=True)
+'''
+
+# A's writer: append or rewrite (O_TRUNC, created 0644) PATH with N bytes
+# of BYTE; prints OK or the errno's name.
+WRITER = r'''
+import errno, os, sys
+how, path, n, byte = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+os.umask(0o022)
+try:
+    fd = os.open(path, os.O_WRONLY | (os.O_APPEND if how == "append" else
+                                      os.O_CREAT | os.O_TRUNC), 0o644)
+    try:
+        os.write(fd, byte.encode() * n)
+    finally:
+        os.close(fd)
+    print("OK")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+'''
+
+
+def test_other_uid_reader_does_not_block_the_owner(tool, tmp_path, users):
+    """Issue 42, finding 9: B reading A's 0644 file while A appends and
+    rewrites it: A's writes succeed; B reads the bytes it opened, or
+    ESTALE once A changed them (never a mix), and the new version once it
+    opens again."""
+    m = Ckpt(tool, tmp_path / "m", DirStore(tmp_path / "store"), conf=PT,
+             opts=["-o", "allow_other,umask=000"])
+    users.reach(m.tmp)
+    m.start()
+    r = None
+    try:
+        skip_unless_passthrough(m)
+        a, b = users.user("cpa"), users.user("cpb")
+        (m.ck / "d").mkdir()
+        os.chmod(m.ck / "d", 0o777)
+        f = m.ck / "d" / "a.pt"
+
+        def w(how, n, byte):
+            p = users.run(a, ["/usr/bin/python3", "-c", WRITER, how,
+                              str(f), str(n), byte])
+            assert p.returncode == 0, p.stderr.decode()
+            return p.stdout.decode().strip()
+        old = b"o" * MiB
+        assert w("rewrite", MiB, "o") == "OK"
+        m.wait_published("d/a.pt", sha(old))
+        time.sleep(0.5)  # the create's RELEASE
+        r = users.popen(b, ["/usr/bin/python3", "-c", READER],
+                        stdin=-1, stdout=-1, stderr=-1)
+
+        def ask(*words):
+            r.stdin.write((" ".join(str(x) for x in words) +
+                           "\n").encode())
+            r.stdin.flush()
+            got = r.stdout.readline().decode().strip()
+            assert got, r.stderr.read().decode()
+            return got
+        assert ask("open", f) == "OK"
+        assert ask("read", 0, 2 * MiB) == sha(old)
+        # A appends, then rewrites, beside B's open reader
+        assert w("append", 4096, "p") == "OK"
+        assert ask("read", 0, 2 * MiB) == "ESTALE"
+        assert w("rewrite", 2 * MiB, "n") == "OK"
+        new = b"n" * (2 * MiB)
+        m.wait_published("d/a.pt", sha(new))
+        assert ask("read", 0, 4 * MiB) == "ESTALE"
+        assert ask("read", MiB, 4096) == "ESTALE"
+        assert ask("close") == "OK"
+        # opened again: the new version
+        assert ask("open", f) == "OK"
+        assert ask("read", 0, 4 * MiB) == sha(new)
+    finally:
+        if r:
+            r.kill()
+            r.wait()
+        m.stop()
