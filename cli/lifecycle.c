@@ -251,20 +251,7 @@ static int lifecycle_cli_row(struct proto_client *pc, void *arg)
  * rule already there) is a usage error. */
 static int lifecycle_cli_exit(int err)
 {
-	switch (err) {
-	case 0:
-		return CLI_EXIT_OK;
-	case -EPERM:
-	case -EACCES:
-		return CLI_EXIT_DENIED;
-	case -ENOENT:
-		return CLI_EXIT_NOENT;
-	case -EINVAL:
-	case -EEXIST:
-		return CLI_EXIT_USAGE;
-	default:
-		return CLI_EXIT_FAIL;
-	}
+	return err == -EEXIST ? CLI_EXIT_USAGE : cli_exit_code(err);
 }
 
 /* A day or step count: digits only. */
