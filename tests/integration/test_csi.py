@@ -521,6 +521,10 @@ def test_two_pods_join_one_stage_and_see_progress(node, client):
     assert int(m['dstage_csi_failures_total{cause="invalid_argument"}']) >= 1
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 43, open: a publish that looks after the first stage ended can "
+    "queue a second one (2 stage jobs, seen once in four fresh-clone runs "
+    "at e1917ed); kept running as the reproduction"))
 def test_pods_at_once_start_one_stage(node, client):
     """Eight publishes at the same instant, nothing staged yet: the daemon's
     join=1 queues one stage and one verify for all of them."""
