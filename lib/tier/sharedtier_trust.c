@@ -86,13 +86,32 @@ int sharedtier_trusted(const char *path)
 	return sharedtier_check_stat(path, &st);
 }
 
+/* nftw passes no argument: the walk's first error, per thread. */
+static __thread int sharedtier_walk_err;
+
+/*
+ * An entry that is gone by the time it is looked at (a publisher's
+ * temporary file renamed to its name, an expired lease moved aside) is
+ * skipped: what is no longer there cannot be read, and its replacement is
+ * checked when it is opened (sharedtier_open_file) and against the
+ * reference hash. Anything else that cannot be looked at fails the walk.
+ */
 static int sharedtier_walk_cb(const char *path, const struct stat *st, int type,
 			      struct FTW *ftw)
 {
-	(void)ftw;
-	if (type == FTW_NS || type == FTW_DNR)
-		return errno ? -errno : -EACCES;
-	return sharedtier_check_stat(path, st);
+	int ret;
+
+	if (type == FTW_NS || type == FTW_DNR) {
+		if (errno == ENOENT && ftw->level > 0)
+			return FTW_CONTINUE;
+		ret = errno ? -errno : -EACCES;
+	} else {
+		ret = sharedtier_check_stat(path, st);
+	}
+	if (!ret)
+		return FTW_CONTINUE;
+	sharedtier_walk_err = ret;
+	return FTW_STOP;
 }
 
 int sharedtier_trusted_tree(const char *root, const char *dir)
@@ -115,8 +134,11 @@ int sharedtier_trusted_tree(const char *root, const char *dir)
 	}
 	if (ret)
 		return ret;
-	ret = nftw(dir, sharedtier_walk_cb, 16, FTW_PHYS);
-	return ret > 0 ? -EIO : ret;
+	sharedtier_walk_err = 0;
+	ret = nftw(dir, sharedtier_walk_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
+	if (ret == FTW_STOP)
+		return sharedtier_walk_err;
+	return ret ? -errno : 0; /* nftw's own failure (dir itself) */
 }
 
 int sharedtier_open_file(const char *path)
