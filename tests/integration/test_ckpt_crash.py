@@ -453,7 +453,9 @@ def test_kill9_daemon_mid_retry_publish(tool, tmp_path, request, case):
             j.read_text(errors="replace").startswith("C ")
             for j in (m.staging / "journal").iterdir()
             if not j.name.startswith(".")), 30, "the record C")
-        assert "by the retry job" in d.log.read_text()
+        # the job logs its publish after the record C is written
+        wait_for(lambda: "by the retry job" in d.log.read_text(), 30,
+                 "the retry job's log line")
         no_partials(st)
         # dstagefs's upload is aborted by the daemon's publish. The killed
         # daemon's own multipart upload is in no record (objstore_put_fd
