@@ -137,6 +137,9 @@ struct csi_ds_info {
 	int64_t last_stage_job, last_verify_job;
 	char last_stage_msg[512], last_verify_msg[512];
 	int64_t active_stage, active_verify; /* job ids, 0 when none */
+	/* the newest stage/verify job ids in any state when show looked
+	 * (0: none; -1: a daemon that does not say) */
+	int64_t seen_stage, seen_verify;
 };
 
 /* A job's progress (status job=). */
@@ -172,10 +175,13 @@ enum csi_next csi_stage_next(const struct csi_ds_info *di, bool verify,
 int csi_stage_show(const char *socket, const char *name, struct csi_ds_info *di,
 		   char *msg, size_t len);
 
-/* stage/verify name=NAME join=1 (verify: mode=cache). *job gets its id,
- * *joined whether it was already queued or running. */
+/* stage/verify name=NAME join=1 after=AFTER (verify: mode=cache; after
+ * left out when AFTER < 0). *job gets its id, *joined whether the daemon
+ * answered a job queued since show's seen_* (AFTER) or one already queued
+ * or running instead of queueing one. */
 int csi_stage_submit(const char *socket, const char *kind, const char *name,
-		     int64_t *job, bool *joined, char *msg, size_t len);
+		     int64_t after, int64_t *job, bool *joined, char *msg,
+		     size_t len);
 
 /* status job=ID. */
 int csi_stage_status(const char *socket, int64_t id, struct csi_job *j,

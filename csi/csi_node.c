@@ -261,8 +261,11 @@ static int csi_node_staging(struct csi_node *n, const struct csi_publish_req *r,
 	int ret;
 
 	if (!id) {
-		ret = csi_stage_submit(n->socket, kind, v->name, &id, &joined,
-				       msg, len);
+		ret = csi_stage_submit(n->socket, kind, v->name,
+				       next == CSI_NEXT_START_STAGE
+					       ? di->seen_stage
+					       : di->seen_verify,
+				       &id, &joined, msg, len);
 		if (ret)
 			return ret;
 		if (!joined)

@@ -6,10 +6,13 @@
  * next (csi_stage_next, pure).
  *
  * The daemon keeps the jobs: a publish never remembers a job of its own. It
- * asks `show` each time, and `join=1` makes the daemon answer the queued or
- * running job of the dataset instead of queueing a second one, so any
- * number of publishes (two pods, kubelet's retries, a restarted plugin)
- * follow one stage. No locks: each call has its own connection.
+ * asks `show` each time, and `join=1 after=SEEN` makes the daemon answer
+ * the job of the dataset queued since show looked (SEEN: show's seen_stage
+ * or seen_verify), even one finished since, or the queued or running one,
+ * instead of queueing a second, so any number of publishes (two pods,
+ * kubelet's retries, a restarted plugin) follow one stage: a publish that
+ * saw "nothing staged" just before another's stage ran and ended does not
+ * start it again. No locks: each call has its own connection.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -88,6 +91,9 @@ static int csi_stage_show_row(struct proto_client *pc, void *arg)
 		       proto_get(m, "last_verify_msg"));
 	proto_get_i64(m, "active_stage", &di->active_stage);
 	proto_get_i64(m, "active_verify", &di->active_verify);
+	di->seen_stage = di->seen_verify = -1;
+	proto_get_i64(m, "seen_stage", &di->seen_stage);
+	proto_get_i64(m, "seen_verify", &di->seen_verify);
 	return 0;
 }
 
@@ -128,7 +134,8 @@ static int csi_stage_submit_row(struct proto_client *pc, void *arg)
 }
 
 int csi_stage_submit(const char *socket, const char *kind, const char *name,
-		     int64_t *job, bool *joined, char *msg, size_t len)
+		     int64_t after, int64_t *job, bool *joined, char *msg,
+		     size_t len)
 {
 	struct proto_client pc = { 0 };
 	struct csi_stage_sub s = { 0 };
@@ -141,6 +148,8 @@ int csi_stage_submit(const char *socket, const char *kind, const char *name,
 	proto_add(&pc.out, "cmd", kind);
 	proto_add(&pc.out, "name", name);
 	proto_add(&pc.out, "join", "1");
+	if (after >= 0)
+		proto_add_i64(&pc.out, "after", after);
 	if (!strcmp(kind, "verify"))
 		proto_add(&pc.out, "mode", "cache");
 	snprintf(what, sizeof(what), "%s %s", kind, name);

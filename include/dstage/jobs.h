@@ -185,6 +185,15 @@ int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 	      struct jobs_job *j);
 
 /*
+ * The newest job of kind for dataset (by name), in any state: the job a
+ * request with join=1 and after=N follows when its id is above N (a job
+ * queued, or even finished, since the caller looked). Returns 0, -ENOENT
+ * when there is none, or an error above.
+ */
+int jobs_newest(struct jobs *jq, const char *dataset, const char *kind,
+		struct jobs_job *j);
+
+/*
  * The oldest queued or running job of kind for dataset (by name): the one
  * a request that joins (the stager's `join=1`, dstage-csi's publish)
  * follows instead of queueing another. Returns 0, -ENOENT when there is

@@ -516,6 +516,16 @@ int jobs_last(struct jobs *jq, const char *dataset, const char *kind,
 			j);
 }
 
+int jobs_newest(struct jobs *jq, const char *dataset, const char *kind,
+		struct jobs_job *j)
+{
+	return jobs_one(jq, "jobs newest",
+			"SELECT " JOBS_COLS "WHERE d.name = ? AND j.kind = ?"
+			" ORDER BY j.id DESC LIMIT 1",
+			CATALOG_ARGS(CATALOG_TEXT(dataset), CATALOG_TEXT(kind)),
+			j);
+}
+
 int jobs_active(struct jobs *jq, const char *dataset, const char *kind,
 		struct jobs_job *j)
 {

@@ -8,6 +8,7 @@
  *                  them through daemon_req's table
  *   daemon_req.c   the request table and its handlers
  *   daemon_admin.c cachectl's handlers in that table, and the audit writer
+ *   daemon_submit.c stage, verify (join=1 included) and cancel
  *   daemon_lifecycle.c the checkpoint requests (lifecycle.*), the
  *                  publish-retry and lifecycle thread
  *   daemon_jobs.c  the dispatcher and the table of running and recent jobs
@@ -16,8 +17,8 @@
  *                  daemon_peer_end)
  *
  * Calls go down only (scripts/check-layers checks it): daemon.c ->
- * daemon_conn.c -> daemon_req.c -> daemon_admin.c, daemon_lifecycle.c,
- * daemon_jobs.c -> daemon_peer.c, some skipping a layer (daemon.c starts
+ * daemon_conn.c -> daemon_req.c -> daemon_admin.c, daemon_submit.c,
+ * daemon_lifecycle.c, daemon_jobs.c -> daemon_peer.c, some skipping a layer (daemon.c starts
  * the dispatcher and the lifecycle thread itself). The replies are no
  * call up: daemon_peer.c, which writes them (daemon_peer_row,
  * daemon_peer_end), is the room's bottom layer, below the connection
@@ -198,6 +199,12 @@ uint64_t daemon_admin_capacity(struct daemon_conn *c, bool *from_catalog);
 void daemon_admin_audit(struct daemon_conn *c, const char *action,
 			const char *target, const char *old_value,
 			const char *new_value);
+
+/* daemon_submit.c: stage and verify (queue the job, or with join=1 answer
+ * the one it follows: docs/stager.md, "Protocol") and cancel, each answering
+ * c->msg with rows and an end line. */
+int daemon_submit_job(struct daemon_conn *c);
+int daemon_submit_cancel(struct daemon_conn *c);
 
 /* daemon_req.c: serve the request in c->msg. A non-zero return (a failed
  * send) ends the connection. */

@@ -156,35 +156,50 @@ static void daemon_req_job_fields(struct proto_buf *b, const struct jobs_job *j,
 
 /*
  * show's fields for what dstage-csi decides on: the queued or running stage
- * and verify jobs (active_stage=, active_verify=: their ids, 0 when none)
- * and the namespaces allowed a restricted dataset (csi_namespaces=, set by
- * `cachectl csi-allow`). The active jobs are read before anything else of
- * the answer: a job that ends after that shows in the cache and in the
- * last_* fields read later, so no instant looks like "nothing running,
- * nothing done" to a caller that starts a job when it sees that.
+ * and verify jobs (active_stage=, active_verify=: their ids, 0 when none),
+ * the newest stage and verify jobs in any state (seen_stage=, seen_verify=:
+ * what a later stage or verify with join=1 after=ID compares with) and the
+ * namespaces allowed a restricted dataset (csi_namespaces=, set by
+ * `cachectl csi-allow`). The job ids are read before anything else of the
+ * answer: a job that ends after that shows in the cache and in the last_*
+ * fields read later, and one queued after it is newer than seen_*, so a
+ * caller that starts a job when it sees "nothing running, nothing done"
+ * joins any job queued since instead of queueing a second.
  */
+struct daemon_req_jobids {
+	int64_t active[2], seen[2];
+};
+
 static void daemon_req_active(struct daemon_conn *c, const char *name,
-			      int64_t ids[2])
+			      struct daemon_req_jobids *ids)
 {
 	static const char *const kinds[] = { "stage", "verify" };
 	struct jobs_job j = { 0 };
 
+	/* the newest first: a job queued between the two reads is newer
+	 * than seen and active, so it is joined or waited for */
 	for (size_t i = 0; i < 2; i++) {
-		ids[i] = 0;
+		ids->active[i] = ids->seen[i] = 0;
+		if (!jobs_newest(c->jq, name, kinds[i], &j)) {
+			ids->seen[i] = j.id;
+			jobs_job_release(&j);
+		}
 		if (!jobs_active(c->jq, name, kinds[i], &j)) {
-			ids[i] = j.id;
+			ids->active[i] = j.id;
 			jobs_job_release(&j);
 		}
 	}
 }
 
 static void daemon_req_show_csi(struct daemon_conn *c, const char *name,
-				const int64_t ids[2])
+				const struct daemon_req_jobids *ids)
 {
 	char key[320], val[1024];
 
-	proto_add_i64(&c->out, "active_stage", ids[0]);
-	proto_add_i64(&c->out, "active_verify", ids[1]);
+	proto_add_i64(&c->out, "active_stage", ids->active[0]);
+	proto_add_i64(&c->out, "active_verify", ids->active[1]);
+	proto_add_i64(&c->out, "seen_stage", ids->seen[0]);
+	proto_add_i64(&c->out, "seen_verify", ids->seen[1]);
 	snprintf(key, sizeof(key), "csi.namespaces.%s", name);
 	if (!catalog_policy_get(c->cat, key, val, sizeof(val)))
 		proto_add(&c->out, "csi_namespaces", val);
@@ -196,7 +211,7 @@ static int daemon_req_show(struct daemon_conn *c)
 	struct daemon_req_show s = { .c = c, .dataset = name };
 	struct catalog_dataset ds = { 0 };
 	struct jobs_job j = { 0 };
-	int64_t active[2];
+	struct daemon_req_jobids ids;
 	int ret;
 
 	ret = catalog_dataset_get(c->cat, name, &ds);
@@ -208,7 +223,7 @@ static int daemon_req_show(struct daemon_conn *c)
 		return daemon_peer_end(c, ret, "no dataset named %s", name);
 	if (ret)
 		return daemon_peer_end(c, ret, NULL);
-	daemon_req_active(c, name, active);
+	daemon_req_active(c, name, &ids);
 	if (objstore_open(ds.source, c->d->cfg, &s.os))
 		s.os = NULL;
 	ret = runner_walk(c->cat, name, daemon_req_show_cb, &s);
@@ -246,7 +261,7 @@ static int daemon_req_show(struct daemon_conn *c)
 		proto_add(&c->out, "last_stage_msg", j.error);
 		jobs_job_release(&j);
 	}
-	daemon_req_show_csi(c, name, active);
+	daemon_req_show_csi(c, name, &ids);
 	ret = proto_send(c->fd, &c->out);
 	if (!ret)
 		ret = daemon_peer_end(c, 0, NULL);
@@ -714,160 +729,6 @@ static int daemon_req_remove(struct daemon_conn *c)
 	return daemon_peer_end(c, 0, NULL);
 }
 
-static pthread_mutex_t daemon_req_join_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Queue a stage or verify job with the request's options, or with join=1
- * answer the one already queued or running (joined=1 in the row). */
-static int daemon_req_submit(struct daemon_conn *c)
-{
-	const char *kind = c->cmd, *name = c->name;
-	static const char *const keys[] = { "bandwidth",    "parallel", "mode",
-					    "repair",	    "fit",	"files",
-					    "fetch_missing" };
-	struct proto_buf args = { 0 };
-	struct catalog_dataset ds = { 0 };
-	const char *par = proto_get(&c->msg, "parallel");
-	bool join, joined = false;
-	uint64_t npar;
-	int64_t id = 0;
-	int ret;
-
-	if (par && (proto_get_u64(&c->msg, "parallel", &npar) || npar < 1 ||
-		    npar > STAGER_PARALLEL_MAX))
-		return daemon_peer_end(c, -EINVAL,
-				       "parallel=%.40s: expected a count from "
-				       "1 to %u",
-				       par, STAGER_PARALLEL_MAX);
-	ret = catalog_dataset_get(c->cat, name, &ds);
-	if (ret == -ENOENT)
-		return daemon_peer_end(c, ret, "no dataset named %s", name);
-	if (ret)
-		return daemon_peer_end(c, ret, NULL);
-	if (ds.state != CATALOG_DS_READY) {
-		catalog_dataset_release(&ds);
-		return daemon_peer_end(c, -ENOENT, "%s is not registered",
-				       name);
-	}
-	if (!strcmp(kind, "stage") && !proto_get(&c->msg, "fit")) {
-		const char *files = proto_get(&c->msg, "files");
-		uint64_t total = ds.bytes;
-
-		if (files && *files) {
-			uint64_t sum = 0;
-			char *list = strdup(files), *save = NULL, *k;
-			struct catalog_entry e;
-
-			if (!list) {
-				catalog_dataset_release(&ds);
-				return daemon_peer_end(c, -ENOMEM, NULL);
-			}
-			for (k = strtok_r(list, "\n", &save); k;
-			     k = strtok_r(NULL, "\n", &save)) {
-				ret = catalog_lookup(c->cat, name, k, &e);
-				if (ret || e.is_dir) {
-					ret = daemon_peer_end(c, -ENOENT,
-							      "%s: no file %s",
-							      name, k);
-					free(list);
-					catalog_dataset_release(&ds);
-					return ret;
-				}
-				sum += e.size;
-			}
-			free(list);
-			total = sum;
-		}
-		bool set_by_cachectl;
-		uint64_t cap = daemon_admin_capacity(c, &set_by_cachectl);
-
-		if (total > cap) {
-			char a[32], b[32];
-
-			catalog_dataset_release(&ds);
-			return daemon_peer_end(
-				c, -EFBIG,
-				"%s is %s, larger than the cache (%s, %s): "
-				"stage part of it with --files, or add --fit "
-				"to stage what fits",
-				name, cli_bytes(total, a, sizeof(a)),
-				cli_bytes(cap, b, sizeof(b)),
-				set_by_cachectl ? "cachectl policy"
-						: "cache.size");
-		}
-	}
-	catalog_dataset_release(&ds);
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		const char *v = proto_get(&c->msg, keys[i]);
-
-		if (v)
-			proto_add(&args, keys[i], v);
-	}
-	ret = args.err;
-	if (!ret && args.data)
-		args.data[args.len] = '\0'; /* proto_buf keeps room for it */
-	/* join=1: follow the queued or running job of this kind for the
-	 * dataset instead of queueing a second one (dstage-csi's publishes).
-	 * The look and the submit are one step under daemon_req_join_lock,
-	 * a leaf taken by no one else, so two joins queue one job. */
-	join = proto_get(&c->msg, "join") != NULL;
-	if (join)
-		pthread_mutex_lock(&daemon_req_join_lock);
-	if (!ret && join) {
-		struct jobs_job j = { 0 };
-
-		if (!jobs_active(c->jq, name, kind, &j)) {
-			id = j.id;
-			joined = true;
-			jobs_job_release(&j);
-		}
-	}
-	if (!ret && !joined)
-		ret = jobs_submit(c->jq, kind, name, args.data, &id);
-	if (join)
-		pthread_mutex_unlock(&daemon_req_join_lock);
-	proto_free(&args);
-	if (ret)
-		return daemon_peer_end(c, ret, "queueing the %s job: %s", kind,
-				       strerror(-ret));
-	if (!joined) {
-		daemon_admin_audit(c, kind, name, NULL, NULL);
-		daemon_jobs_wake(c->d);
-	}
-	daemon_peer_row(c, "row");
-	proto_add_i64(&c->out, "job", id);
-	proto_add(&c->out, "kind", kind);
-	proto_add(&c->out, "dataset", name);
-	if (joined)
-		proto_add(&c->out, "joined", "1");
-	ret = proto_send(c->fd, &c->out);
-	return ret ? ret : daemon_peer_end(c, 0, NULL);
-}
-
-static int daemon_req_cancel(struct daemon_conn *c)
-{
-	int64_t id = c->job;
-	struct runner_job *rj;
-	enum jobs_state was;
-	int ret = jobs_cancel(c->jq, id, &was);
-	char sid[24];
-
-	if (ret == -ENOENT)
-		return daemon_peer_end(c, ret, "no job %" PRId64, id);
-	if (ret == -EALREADY)
-		return daemon_peer_end(c, ret, "job %" PRId64 " already %s", id,
-				       jobs_state_name(was));
-	if (ret)
-		return daemon_peer_end(c, ret, NULL);
-	rj = daemon_jobs_find(c->d, id);
-	if (rj)
-		atomic_store(&rj->cancel, true);
-	runner_put(rj);
-	snprintf(sid, sizeof(sid), "%" PRId64, id);
-	daemon_admin_audit(c, "job.cancel", sid, jobs_state_name(was),
-			   "cancelled");
-	return daemon_peer_end(c, 0, NULL);
-}
-
 /* ---- the table ---- */
 
 enum {
@@ -904,11 +765,11 @@ static const struct daemon_req daemon_req_table[] = {
 	{ "add", daemon_req_add, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "refresh", daemon_req_refresh, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "remove", daemon_req_remove, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
-	{ "stage", daemon_req_submit, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "stage", daemon_submit_job, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
 	{ "stage.shared", daemon_req_stage_shared,
 	  DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
-	{ "verify", daemon_req_submit, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
-	{ "cancel", daemon_req_cancel, DAEMON_REQ_ADMIN | DAEMON_REQ_JOB },
+	{ "verify", daemon_submit_job, DAEMON_REQ_ADMIN | DAEMON_REQ_NAME },
+	{ "cancel", daemon_submit_cancel, DAEMON_REQ_ADMIN | DAEMON_REQ_JOB },
 	/* cachectl (daemon_admin.c) */
 	{ "cache.status", daemon_admin_status, 0 },
 	{ "cache.policy", daemon_admin_policy_show, 0 },

@@ -521,13 +521,12 @@ def test_two_pods_join_one_stage_and_see_progress(node, client):
     assert int(m['dstage_csi_failures_total{cause="invalid_argument"}']) >= 1
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 43, open: a publish that looks after the first stage ended can "
-    "queue a second one (2 stage jobs, seen once in four fresh-clone runs "
-    "at e1917ed); kept running as the reproduction"))
 def test_pods_at_once_start_one_stage(node, client):
     """Eight publishes at the same instant, nothing staged yet: the daemon's
-    join=1 queues one stage and one verify for all of them."""
+    join=1 queues one stage and one verify for all of them. (A publish whose
+    show came before the first stage was queued and whose submit came after
+    it ended once queued a second stage: join=1 after=SEEN closes that,
+    shown step by step in the next test.)"""
     node.dataset("set-c", {"c.bin": os.urandom(2 * MiB)})
     targets = [node.target(f"pod-c{i}") for i in range(8)]
     go, errors = threading.Barrier(8), []
@@ -550,6 +549,70 @@ def test_pods_at_once_start_one_stage(node, client):
     for i, t in enumerate(targets):
         assert (t / "c.bin").stat().st_size == 2 * MiB
         client.unpublish(t, volume_id=f"csi-c{i}")
+
+
+def daemon_call(node, **fields):
+    """One request on the stager daemon's socket (docs/stager.md,
+    "Protocol"): its rows and its end line, as dicts."""
+    import socket
+    line = "\t".join(f"{k}={v}" for k, v in fields.items()) + "\n"
+    with socket.socket(socket.AF_UNIX) as c:
+        c.settimeout(30)
+        c.connect(str(node.root / "stager.sock"))
+        c.sendall(line.encode())
+        buf = b""
+        while not buf.endswith(b"\n") or b"type=end" not in buf:
+            got = c.recv(65536)
+            assert got, buf
+            buf += got
+    msgs = [dict(f.split("=", 1) for f in ln.split("\t"))
+            for ln in buf.decode().splitlines()]
+    return msgs[:-1], msgs[-1]
+
+
+def test_a_publish_that_looked_before_a_stage_ended_joins_it(node, client):
+    """The race behind two stage jobs, step by step: a publish's show sees
+    nothing staged (seen_stage=0), another pod's stage then runs and ends,
+    and only then does the first publish ask for a stage. With after=SEEN
+    the daemon answers the ended job (joined=1) rather than queue a second;
+    a caller that saw that job (after=its id) gets a new one; and dstage-csi
+    publishes the volume with the one stage and one verify."""
+    node.dataset("set-j", {"j.bin": os.urandom(1 * MiB)})
+    rows, end = daemon_call(node, cmd="show", name="set-j")
+    assert end["rc"] == "0", end
+    seen = int(rows[0]["seen_stage"])
+    assert seen == 0 and rows[0]["active_stage"] == "0", rows
+    node.run("stage", "set-j", "--wait")          # another pod's, ended
+    first = node.jobs("set-j", "stage")
+    assert [j["state"] for j in first] == ["done"], first
+    rows, end = daemon_call(node, cmd="stage", name="set-j", join=1,
+                            after=seen)
+    assert end["rc"] == "0", end
+    assert rows[0]["job"] == str(first[0]["job"]), rows
+    assert rows[0].get("joined") == "1", rows
+    assert len(node.jobs("set-j", "stage")) == 1
+    # after= the ended job's own id: nothing newer, nothing running, so a
+    # new stage is queued (a dataset evicted since its stage is staged again)
+    rows, end = daemon_call(node, cmd="stage", name="set-j", join=1,
+                            after=first[0]["job"])
+    assert end["rc"] == "0" and "joined" not in rows[0], (rows, end)
+    assert int(rows[0]["job"]) > first[0]["job"]
+    wait_for(lambda: all(j["state"] == "done"
+                         for j in node.jobs("set-j", "stage")),
+             "the second stage", 30)
+    rows, end = daemon_call(node, cmd="show", name="set-j")
+    assert rows[0]["seen_stage"] == rows[0]["last_stage_job"] != "0", rows
+    for bad in ("x", "-1", "9223372036854775808"):
+        rows, end = daemon_call(node, cmd="stage", name="set-j", join=1,
+                                after=bad)
+        assert end["rc"] == "-22" and "after=" in end["msg"], end
+    assert len(node.jobs("set-j", "stage")) == 2
+    t = node.target("pod-j")
+    client.publish_ready(t, {"dataset": "set-j"}, volume_id="csi-j")
+    assert len(node.jobs("set-j", "stage")) == 2     # staged: none started
+    assert len(node.jobs("set-j", "verify")) == 1
+    assert (t / "j.bin").read_bytes() == node.sources["set-j"]["j.bin"]
+    client.unpublish(t, volume_id="csi-j")
 
 
 def test_checkpoint_volume_files_belong_to_their_writer(node, client, users):
