@@ -5,11 +5,27 @@
  * the subtree itself is dsfs_ckpt.c).
  *
  * A handle (struct dsfs_ckpt_file_handle, fi->fh) wraps libdstage's
- * struct ckpt_file. Publishing happens in fsync and in flush (what close(2)
- * returns), and in flush only for the process that opened the file or
- * wrote through it, only at its last descriptor of the file, and not when
- * that process is dying of a signal. Nothing else publishes: not a
- * truncate, fallocate, rename or O_TRUNC (issue 34).
+ * struct ckpt_file. A file is published when its last writer is done
+ * (issue 42; docs/checkpoints.md, "When a file is published"):
+ *
+ *   - fsync or fdatasync of a handle open for writing publishes;
+ *     of a read-only handle, nothing (a reader cannot publish);
+ *   - a close (FLUSH) publishes when it is the writer's: the handle is
+ *     open for writing, the closing process opened it or wrote through
+ *     it, is not dying of a signal, holds the file through no other
+ *     descriptor, no other handle is open for writing on the file
+ *     (ckpt_file_writers), and no other process holds it open for
+ *     writing (a forked or exec'd child's copy of the descriptor:
+ *     dsfs_ckpt_proc_others_write). When only the last conditions fail
+ *     the handle is marked deferred;
+ *   - the kernel's RELEASE of a deferred handle (every copy of the
+ *     descriptor closed) publishes when it is the last handle open for
+ *     writing and no writer of it was killed;
+ *   - otherwise the last writable handle's close or RELEASE publishes.
+ *
+ * Nothing else publishes: not a truncate, fallocate, rename or O_TRUNC
+ * (issue 34). A file whose last writer was killed is never published:
+ * its last handle's close moves it to abandoned/ (lib/ckpt).
  *
  * Each handle counts against its opener's uid (checkpoints.uid_open_files,
  * st->open_uids): an open or create past it fails with EDQUOT, so that one
@@ -17,7 +33,6 @@
  * per-uid bound, as for the staging bounds). dup(2) and fork(2) share one
  * handle; the kernel's RELEASE gives it back.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -25,7 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,12 +61,10 @@
  * close of every copy of the descriptor, also when a forked child execs or
  * exits (close-on-exec, exit): such a close must not publish a file the
  * parent is still writing. So a FLUSH publishes only when it comes from the
- * process that opened the file or one that wrote through it (fsync always
- * publishes). lock guards the pid fields; a leaf.
+ * process that opened the file or one that wrote through it (see the rules
+ * above). lock guards the pid fields and the flags; a leaf.
  */
 #define DSFS_CKPT_FILE_WRITERS 8
-/* Descriptors of the closing process looked at, at most, per FLUSH. */
-#define DSFS_CKPT_FILE_FDS_MAX 65536
 
 struct dsfs_ckpt_file_handle {
 	struct ckpt_file *f;
@@ -63,10 +75,14 @@ struct dsfs_ckpt_file_handle {
 	pid_t writers[DSFS_CKPT_FILE_WRITERS]; /* lock: tgids that wrote */
 	unsigned nwriters; /* lock: above DSFS_CKPT_FILE_WRITERS: anyone */
 	pid_t last_tid; /* lock: the last writing thread (a cache) */
-	/* lock: a writer's close was not published because the process
-	 * still held the file through another descriptor; its next flush
-	 * settles it, else the RELEASE publishes (see ..._flush). */
+	/* lock: a writer's close was not published because the file was
+	 * still held (another descriptor of the process, another handle or
+	 * process open for writing); a later close settles it, else the
+	 * RELEASE publishes if this is the last writable handle */
 	bool deferred;
+	/* lock: a process that opened or wrote through this handle died of
+	 * a signal while holding it: its RELEASE publishes nothing */
+	bool killed;
 	/* checkpoints.passthrough: the inode's opens this one counts in (NULL:
 	 * off), and how it was answered */
 	struct dsfs_pt *pt;
@@ -77,38 +93,6 @@ struct dsfs_ckpt_file_handle {
 	bool at_gen;
 	uint64_t gen;
 };
-
-/* The start of /proc/<pid>/<what> in buf (size bytes), NUL-terminated;
- * false when it cannot be read or is empty. */
-static bool dsfs_ckpt_file_proc(pid_t pid, const char *what, char *buf,
-				size_t size)
-{
-	char path[64];
-	ssize_t len;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	len = read(fd, buf, size - 1);
-	close(fd);
-	if (len <= 0)
-		return false;
-	buf[len] = '\0';
-	return true;
-}
-
-/* The process (thread group) of thread tid; tid when it cannot be read. */
-static pid_t dsfs_ckpt_file_tgid(pid_t tid)
-{
-	char buf[512], *p;
-
-	if (!dsfs_ckpt_file_proc(tid, "status", buf, sizeof(buf)))
-		return tid;
-	p = strstr(buf, "\nTgid:");
-	return p ? (pid_t)strtol(p + 6, NULL, 10) : tid;
-}
 
 static struct dsfs_ckpt_file_handle *dsfs_ckpt_file_h(struct fuse_file_info *fi)
 {
@@ -221,7 +205,7 @@ static int dsfs_ckpt_file_handle_new(struct dsfs *fs, struct dsfs_caller *who,
 	h->f = f;
 	h->pt = pt;
 	h->kind = kind;
-	h->opener = dsfs_ckpt_file_tgid(who->pid);
+	h->opener = dsfs_ckpt_proc_tgid(who->pid);
 	h->uid = who->uid;
 	h->held = held;
 	pthread_mutex_init(&h->lock, NULL);
@@ -311,7 +295,7 @@ static void dsfs_ckpt_file_wrote(struct dsfs_ckpt_file_handle *h,
 	}
 	h->last_tid = who->pid;
 	pthread_mutex_unlock(&h->lock);
-	tg = dsfs_ckpt_file_tgid(who->pid);
+	tg = dsfs_ckpt_proc_tgid(who->pid);
 	pthread_mutex_lock(&h->lock);
 	for (unsigned i = 0; i < h->nwriters && i < DSFS_CKPT_FILE_WRITERS; i++)
 		if (h->writers[i] == tg)
@@ -327,7 +311,7 @@ out:
 static bool dsfs_ckpt_file_owner(struct dsfs_ckpt_file_handle *h,
 				 struct dsfs_caller *who)
 {
-	pid_t tg = dsfs_ckpt_file_tgid(who->pid);
+	pid_t tg = dsfs_ckpt_proc_tgid(who->pid);
 	bool ok = tg == h->opener;
 
 	pthread_mutex_lock(&h->lock);
@@ -612,95 +596,6 @@ ssize_t dsfs_ckpt_file_write(struct dsfs *fs, struct dsfs_caller *who,
 	return ckpt_file_pwrite(dsfs_ckpt_file_fh(fi), buf, size, off);
 }
 
-/*
- * Whether the task closing the file is exiting because a signal killed it
- * (its FLUSH comes from do_exit: PF_EXITING in /proc/<tid>/stat's flags,
- * its exit code a signal number). Then what it wrote is not published.
- */
-static bool dsfs_ckpt_file_killed(pid_t pid, int *sig)
-{
-	char buf[1024], *p, *save = NULL;
-	unsigned long flags = 0;
-	long code = 0;
-	int field = 3;
-
-	if (!dsfs_ckpt_file_proc(pid, "stat", buf, sizeof(buf)))
-		return false;
-	p = strrchr(buf, ')');
-	if (!p)
-		return false;
-	for (p = strtok_r(p + 1, " \n", &save); p;
-	     p = strtok_r(NULL, " \n", &save), field++) {
-		if (field == 9)
-			flags = strtoul(p, NULL, 10);
-		else if (field == 52)
-			code = strtol(p, NULL, 10);
-	}
-	if (!(flags & 0x4) || field < 53) /* PF_EXITING */
-		return false;
-	*sig = (int)(code & 0x7f);
-	return *sig != 0;
-}
-
-/* The mount's device number, read once without a request to this
- * process (AT_STATX_DONT_SYNC: the kernel's cached attributes); 0 when it
- * cannot be read. */
-static dev_t dsfs_ckpt_file_dev(struct dsfs *fs)
-{
-	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
-	unsigned long long dev = atomic_load(&st->mnt_dev);
-	struct statx sx;
-
-	if (dev || !fs->opts || !fs->opts->mountpoint)
-		return (dev_t)dev;
-	if (statx(AT_FDCWD, fs->opts->mountpoint, AT_STATX_DONT_SYNC, STATX_INO,
-		  &sx))
-		return 0;
-	dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
-	atomic_store(&st->mnt_dev, dev);
-	return (dev_t)dev;
-}
-
-/*
- * Whether thread tid still has node ino of the mount open through another
- * descriptor (the one being closed is already out of its table): a shell's
- * redirection or dd opens the file, dup2()s it onto 1 and closes the
- * first descriptor before writing anything, and that close must not
- * publish the empty file. Each descriptor is looked at with
- * AT_STATX_DONT_SYNC, so none asks a file system (this one included).
- * False when /proc cannot say (another user's process, the task exiting:
- * its table is already gone).
- */
-static bool dsfs_ckpt_file_held(struct dsfs *fs, pid_t tid, fuse_ino_t ino)
-{
-	dev_t dev = dsfs_ckpt_file_dev(fs);
-	unsigned seen = 0;
-	bool held = false;
-	struct dirent *d;
-	char path[64];
-	DIR *dir;
-
-	if (!dev)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tid);
-	dir = opendir(path);
-	if (!dir)
-		return false;
-	while (!held && seen++ < DSFS_CKPT_FILE_FDS_MAX &&
-	       (d = readdir(dir)) != NULL) {
-		struct statx sx;
-
-		if (d->d_name[0] == '.' ||
-		    statx(dirfd(dir), d->d_name, AT_STATX_DONT_SYNC, STATX_INO,
-			  &sx))
-			continue;
-		held = makedev(sx.stx_dev_major, sx.stx_dev_minor) == dev &&
-		       sx.stx_ino == (uint64_t)ino;
-	}
-	closedir(dir);
-	return held;
-}
-
 /* Set h->deferred to v; returns what it was. */
 static bool dsfs_ckpt_file_defer(struct dsfs_ckpt_file_handle *h, bool v)
 {
@@ -711,6 +606,28 @@ static bool dsfs_ckpt_file_defer(struct dsfs_ckpt_file_handle *h, bool v)
 	h->deferred = v;
 	pthread_mutex_unlock(&h->lock);
 	return was;
+}
+
+/* Set h->killed (the handle's writer died of a signal). */
+static void dsfs_ckpt_file_kill(struct dsfs_ckpt_file_handle *h)
+{
+	pthread_mutex_lock(&h->lock);
+	h->killed = true;
+	h->deferred = false;
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Whether the file is still held open for writing by someone other than
+ * the closing process (tid), beside h itself. */
+static bool dsfs_ckpt_file_others(struct dsfs *fs,
+				  struct dsfs_ckpt_file_handle *h, pid_t tid,
+				  fuse_ino_t ino)
+{
+	if (dsfs_ckpt_proc_held(fs, tid, ino))
+		return true; /* its last descriptor's close publishes */
+	if (ckpt_file_writers(h->f) > 1)
+		return true; /* the last writable handle's close publishes */
+	return dsfs_ckpt_proc_others_write(fs, dsfs_ckpt_proc_tgid(tid), ino);
 }
 
 int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
@@ -724,19 +641,19 @@ int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
 	 * is still writing). */
 	if (!ckpt_file_writable(h->f))
 		return 0;
-	if (dsfs_ckpt_file_killed(who->pid, &sig)) {
-		dsfs_ckpt_file_defer(h, false);
+	if (!dsfs_ckpt_file_owner(h, who))
+		return 0; /* a forked child's copy closing */
+	if (dsfs_ckpt_proc_killed(who->pid, &sig)) {
+		dsfs_ckpt_file_kill(h);
 		log_warn("checkpoints: the writer (pid %d) of a file was "
 			 "killed by signal %d before closing it: not "
 			 "published",
 			 (int)who->pid, sig);
 		return 0;
 	}
-	if (!dsfs_ckpt_file_owner(h, who))
-		return 0; /* a forked child's copy closing */
-	if (dsfs_ckpt_file_held(fs, who->pid, n->ino)) {
+	if (dsfs_ckpt_file_others(fs, h, who->pid, n->ino)) {
 		dsfs_ckpt_file_defer(h, true);
-		return 0; /* its last descriptor's close publishes */
+		return 0;
 	}
 	dsfs_ckpt_file_defer(h, false);
 	return ckpt_file_sync(h->f);
@@ -750,6 +667,10 @@ int dsfs_ckpt_file_fsync(struct dsfs *fs, struct dsfs_caller *who,
 	(void)who;
 	(void)n;
 	(void)datasync;
+	/* a reader's fsync (any uid's) publishes nothing: only a process
+	 * holding the file open for writing says it is durable now */
+	if (!ckpt_file_writable(dsfs_ckpt_file_fh(fi)))
+		return 0;
 	return ckpt_file_sync(dsfs_ckpt_file_fh(fi));
 }
 
@@ -776,19 +697,25 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt_file_handle *h = dsfs_ckpt_file_h(fi);
+	bool killed;
 	int ret;
 
 	(void)n;
 	if (h->pt)
 		dsfs_pt_release(who, h->pt, h->kind);
-	/* A writer's close deferred to another descriptor of the same
-	 * process that was an independent open of the file, not a dup (its
-	 * close never comes back to this handle): publish now, as that
-	 * close would have. Only on the kernel's RELEASE, which this may
-	 * run after on another request's thread (a FLUSH answered just
-	 * before: then without a request); never at teardown (dstagefs is
-	 * stopping under a writer that may still be writing). */
-	if (who->released && dsfs_ckpt_file_defer(h, false)) {
+	/* A writer's close deferred while the file was held otherwise:
+	 * every copy of this descriptor is closed now. Publish, as that
+	 * close would have, when no other handle is open for writing (its
+	 * close publishes) and no writer of this one was killed. Only on
+	 * the kernel's RELEASE, which this may run after on another
+	 * request's thread (a FLUSH answered just before: then without a
+	 * request); never at teardown (dstagefs is stopping under a writer
+	 * that may still be writing). */
+	pthread_mutex_lock(&h->lock);
+	killed = h->killed;
+	pthread_mutex_unlock(&h->lock);
+	if (who->released && dsfs_ckpt_file_defer(h, false) && !killed &&
+	    ckpt_file_writers(h->f) == 1) {
 		ret = ckpt_file_sync(h->f);
 		if (ret)
 			log_warn("checkpoints: a file closed by its writer "

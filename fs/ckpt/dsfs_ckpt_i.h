@@ -3,8 +3,10 @@
  * dsfs_ckpt_i: what the checkpoint subtree's files share: dsfs_ckpt.c (the
  * hook table, life, names, directories) calls dsfs_ckpt_file.c (open
  * files), both call dsfs_ckpt_own.c (owners, modes, access checks), which
- * calls dsfs_ckpt_pn.c (nodes, keys, attributes). The state and the locks
- * are described in dsfs_ckpt.c and dsfs_ckpt_pn.c.
+ * calls dsfs_ckpt_pn.c (nodes, keys, attributes). dsfs_ckpt_file.c also
+ * asks dsfs_ckpt_proc.c what /proc says of the processes that close a
+ * file. The state and the locks are described in dsfs_ckpt.c and
+ * dsfs_ckpt_pn.c.
  */
 #ifndef DSFS_CKPT_I_H
 #define DSFS_CKPT_I_H
@@ -54,7 +56,7 @@ struct dsfs_ckpt {
 	struct catalog_ckpt_log *record;
 	pthread_mutex_t lock;
 	struct dsfs_ckpt_pn top;
-	/* The mount's device number (dsfs_ckpt_file.c), read at the first
+	/* The mount's device number (dsfs_ckpt_proc.c), read at the first
 	 * writer's close; 0 until then. Atomic. */
 	atomic_ullong mnt_dev;
 	/* Open files per uid, bounded by checkpoints.uid_open_files
@@ -216,5 +218,26 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, struct fuse_file_info *fi);
 /* The file behind fi->fh (getattr of an open file). */
 struct ckpt_file *dsfs_ckpt_file_of(struct fuse_file_info *fi);
+
+/* dsfs_ckpt_proc.c: what /proc says of the processes closing a file. */
+
+/* The start of /proc/<pid>/<what> in buf (size bytes), NUL-terminated;
+ * false when it cannot be read or is empty. */
+bool dsfs_ckpt_proc_read(pid_t pid, const char *what, char *buf, size_t size);
+/* The process (thread group) of thread tid; tid when it cannot be read. */
+pid_t dsfs_ckpt_proc_tgid(pid_t tid);
+/* Whether the task is exiting because a signal killed it (its FLUSH comes
+ * from do_exit: PF_EXITING, its exit code a signal number, put in *sig). */
+bool dsfs_ckpt_proc_killed(pid_t pid, int *sig);
+/* Whether thread tid still has node ino of the mount open through another
+ * descriptor (the one being closed is already out of its table): a
+ * shell's redirection or dd opens the file, dup2()s it onto 1 and closes
+ * the first descriptor before writing anything. */
+bool dsfs_ckpt_proc_held(struct dsfs *fs, pid_t tid, fuse_ino_t ino);
+/* Whether a process other than tgid (and dstagefs) has node ino of the
+ * mount open for writing: a forked or exec'd child's copy of a writer's
+ * descriptor, or another process's open. Bounded (1 Mi descriptors in
+ * all): past the bound, true. */
+bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino);
 
 #endif

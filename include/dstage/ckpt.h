@@ -260,6 +260,9 @@ int ckpt_file_fd(const struct ckpt_file *f);
 int ckpt_file_reopen(const struct ckpt_file *f);
 /* Whether f was opened for writing. */
 bool ckpt_file_writable(const struct ckpt_file *f);
+/* How many handles of f's file are open for writing now, f's included
+ * (0 for a file read from the store). */
+unsigned ckpt_file_writers(const struct ckpt_file *f);
 /* The version of f's local copy: it changes with every write or truncate
  * of the copy, through any handle (0 when f is read from the store). */
 uint64_t ckpt_file_gen(struct ckpt_file *f);

@@ -812,6 +812,16 @@ bool ckpt_file_writable(const struct ckpt_file *f)
 	return f->write;
 }
 
+unsigned ckpt_file_writers(const struct ckpt_file *f)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&f->ck->lock);
+	n = f->e->writers;
+	pthread_mutex_unlock(&f->ck->lock);
+	return n;
+}
+
 uint64_t ckpt_file_gen(struct ckpt_file *f)
 {
 	uint64_t gen;

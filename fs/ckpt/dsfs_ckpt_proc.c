@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+/*
+ * dsfs_ckpt_proc: what /proc says about the processes that close a
+ * checkpoint file, for the decision whether a close publishes it
+ * (dsfs_ckpt_file.c, docs/checkpoints.md "When a file is published"):
+ * the thread group of a thread, whether a task is dying of a signal,
+ * whether a process still has the file open through another descriptor,
+ * and whether any other process holds it open for writing (a forked or
+ * exec'd child's copy of the writer's descriptor, which FUSE never
+ * announces).
+ *
+ * Every descriptor is looked at with AT_STATX_DONT_SYNC (the kernel's
+ * cached attributes), so no look asks a file system, this one included.
+ * Stateless but for the mount's device number, read once (st->mnt_dev,
+ * atomic). What /proc cannot show (another user's process when dstagefs
+ * is not root, a task whose table is already gone) counts as not holding.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "dsfs_ckpt_i.h"
+#include "dsfs_opts.h"
+
+/* Descriptors of one process looked at, at most, per question. */
+#define DSFS_CKPT_PROC_FDS_MAX 65536
+/* Descriptors looked at in all, at most, when every process is asked:
+ * past it the answer is "held" (the publish waits for the RELEASE). */
+#define DSFS_CKPT_PROC_ALL_FDS_MAX (1u << 20)
+
+bool dsfs_ckpt_proc_read(pid_t pid, const char *what, char *buf, size_t size)
+{
+	char path[320];
+	ssize_t len;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	len = read(fd, buf, size - 1);
+	close(fd);
+	if (len <= 0)
+		return false;
+	buf[len] = '\0';
+	return true;
+}
+
+pid_t dsfs_ckpt_proc_tgid(pid_t tid)
+{
+	char buf[512], *p;
+
+	if (!dsfs_ckpt_proc_read(tid, "status", buf, sizeof(buf)))
+		return tid;
+	p = strstr(buf, "\nTgid:");
+	return p ? (pid_t)strtol(p + 6, NULL, 10) : tid;
+}
+
+bool dsfs_ckpt_proc_killed(pid_t pid, int *sig)
+{
+	char buf[1024], *p, *save = NULL;
+	unsigned long flags = 0;
+	long code = 0;
+	int field = 3;
+
+	if (!dsfs_ckpt_proc_read(pid, "stat", buf, sizeof(buf)))
+		return false;
+	p = strrchr(buf, ')');
+	if (!p)
+		return false;
+	for (p = strtok_r(p + 1, " \n", &save); p;
+	     p = strtok_r(NULL, " \n", &save), field++) {
+		if (field == 9)
+			flags = strtoul(p, NULL, 10);
+		else if (field == 52)
+			code = strtol(p, NULL, 10);
+	}
+	if (!(flags & 0x4) || field < 53) /* PF_EXITING */
+		return false;
+	*sig = (int)(code & 0x7f);
+	return *sig != 0;
+}
+
+/* The mount's device number, read once without a request to this
+ * process; 0 when it cannot be read. */
+static dev_t dsfs_ckpt_proc_dev(struct dsfs *fs)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+	unsigned long long dev = atomic_load(&st->mnt_dev);
+	struct statx sx;
+
+	if (dev || !fs->opts || !fs->opts->mountpoint)
+		return (dev_t)dev;
+	if (statx(AT_FDCWD, fs->opts->mountpoint, AT_STATX_DONT_SYNC, STATX_INO,
+		  &sx))
+		return 0;
+	dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+	atomic_store(&st->mnt_dev, dev);
+	return (dev_t)dev;
+}
+
+/* Whether descriptor name of process pid was opened for writing (its
+ * fdinfo's flags); true when that cannot be read (a descriptor that was
+ * seen on the file counts until shown read-only). */
+static bool dsfs_ckpt_proc_fd_writes(pid_t pid, const char *name)
+{
+	char what[300], buf[256], *p;
+	unsigned long flags;
+
+	snprintf(what, sizeof(what), "fdinfo/%s", name);
+	if (!dsfs_ckpt_proc_read(pid, what, buf, sizeof(buf)))
+		return true;
+	p = strstr(buf, "flags:");
+	if (!p)
+		return true;
+	flags = strtoul(p + 6, NULL, 8);
+	return (flags & O_ACCMODE) != O_RDONLY;
+}
+
+/*
+ * Look at pid's descriptors (at most *budget, which is spent) for node
+ * ino of the mount (dev): 1 when one is on it (and, with writing, open for
+ * writing), 0 when none, -errno when the table cannot be read.
+ */
+static int dsfs_ckpt_proc_scan(pid_t pid, dev_t dev, fuse_ino_t ino,
+			       bool writing, unsigned *budget)
+{
+	struct dirent *d;
+	char path[64];
+	int found = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return -errno;
+	while (!found && *budget && (d = readdir(dir)) != NULL) {
+		struct statx sx;
+
+		(*budget)--;
+		if (d->d_name[0] == '.' ||
+		    statx(dirfd(dir), d->d_name, AT_STATX_DONT_SYNC, STATX_INO,
+			  &sx))
+			continue;
+		if (makedev(sx.stx_dev_major, sx.stx_dev_minor) != dev ||
+		    sx.stx_ino != (uint64_t)ino)
+			continue;
+		found = !writing || dsfs_ckpt_proc_fd_writes(pid, d->d_name);
+	}
+	closedir(dir);
+	return found;
+}
+
+bool dsfs_ckpt_proc_held(struct dsfs *fs, pid_t tid, fuse_ino_t ino)
+{
+	dev_t dev = dsfs_ckpt_proc_dev(fs);
+	unsigned budget = DSFS_CKPT_PROC_FDS_MAX;
+
+	return dev && dsfs_ckpt_proc_scan(tid, dev, ino, false, &budget) > 0;
+}
+
+bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino)
+{
+	dev_t dev = dsfs_ckpt_proc_dev(fs);
+	unsigned budget = DSFS_CKPT_PROC_ALL_FDS_MAX;
+	pid_t self = getpid();
+	bool found = false;
+	struct dirent *d;
+	DIR *dir;
+
+	if (!dev)
+		return false;
+	dir = opendir("/proc");
+	if (!dir)
+		return false;
+	while (!found && (d = readdir(dir)) != NULL) {
+		unsigned each = DSFS_CKPT_PROC_FDS_MAX;
+		pid_t pid;
+
+		if (!isdigit((unsigned char)d->d_name[0]))
+			continue;
+		pid = (pid_t)strtol(d->d_name, NULL, 10);
+		if (pid == tgid || pid == self)
+			continue;
+		if (!budget) {
+			found = true; /* not all seen: the RELEASE decides */
+			break;
+		}
+		if (each > budget)
+			each = budget;
+		budget -= each;
+		found = dsfs_ckpt_proc_scan(pid, dev, ino, true, &each) > 0;
+		budget += each; /* what the process left unspent */
+	}
+	closedir(dir);
+	return found;
+}
