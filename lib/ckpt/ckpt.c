@@ -219,7 +219,8 @@ out:
 		close(ck->dirs.tree_fd);
 	if (ck->dirs.abandoned_fd >= 0)
 		close(ck->dirs.abandoned_fd);
-	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd = -1;
+	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd =
+		ck->dirs.owners_fd = -1;
 	return ret;
 }
 
@@ -247,7 +248,8 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	ck->cfg = cfg;
 	if (h)
 		ck->hooks = *h;
-	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd = -1;
+	ck->dirs.tree_fd = ck->dirs.journal_fd = ck->dirs.abandoned_fd =
+		ck->dirs.owners_fd = -1;
 	ck->limit = cfg->ckpt_staging_size;
 	ck->uid_limit = cfg->ckpt_uid_staging_size;
 	ck->uid_files = cfg->ckpt_uid_files;
@@ -263,7 +265,6 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 	pthread_mutex_init(&ck->upq_lock, NULL);
 	pthread_cond_init(&ck->upq_cond, NULL);
 	pthread_mutex_init(&ck->neg_lock, NULL);
-	pthread_mutex_init(&ck->owner_lock, NULL);
 	ck->dirs.staging = strdup(cfg->ckpt_staging_dir);
 	if (!ck->dirs.staging) {
 		ret = -ENOMEM;
@@ -304,6 +305,8 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		ret = ckpt_subdir(sfd, CKPT_JOURNAL, &ck->dirs.journal_fd);
 	if (!ret)
 		ret = ckpt_subdir(sfd, CKPT_ABANDONED, &ck->dirs.abandoned_fd);
+	if (!ret)
+		ret = ckpt_subdir(sfd, CKPT_OWNERS, &ck->dirs.owners_fd);
 	if (ret) {
 		if (ret != -EACCES && ret != -EINVAL)
 			log_error("checkpoints: %s: %s", ck->dirs.staging,
@@ -367,8 +370,6 @@ void ckpt_free(struct ckpt *ck)
 	pthread_cond_destroy(&ck->upq_cond);
 	ckpt_neg_clear(ck);
 	pthread_mutex_destroy(&ck->neg_lock);
-	ckpt_owner_free_kept(ck);
-	pthread_mutex_destroy(&ck->owner_lock);
 	free(ck->uids);
 	ckpt_store_free(ck);
 	free(ck);

@@ -331,7 +331,8 @@ static int drill_unfinished(const struct dstage_config *cfg, const char *ckpt,
 	struct ckpt_dirs dirs = { .staging = cfg->ckpt_staging_dir,
 				  .tree_fd = -1,
 				  .journal_fd = -1,
-				  .abandoned_fd = -1 };
+				  .abandoned_fd = -1,
+				  .owners_fd = -1 };
 	size_t cl = strlen(ckpt);
 	unsigned seen = 0;
 	struct dirent *d;

@@ -200,6 +200,12 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		ret = -EIO;
 		goto err;
 	}
+	/* its owners, kept here, outlive what follows as its P record does
+	 * (a failed publish is retried by the daemon or a restart) */
+	what = "making its kept owner records durable";
+	ret = ckpt_ownrec_sync(&ck->dirs, key);
+	if (ret)
+		goto err;
 	what = "storing what must precede it (its owner record)";
 	ret = ckpt_owner_publishing(ck, key);
 	if (ret)

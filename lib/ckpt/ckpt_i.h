@@ -44,9 +44,9 @@
  * lock and write on its SQLite connection under it (at most the busy
  * timeout). Under the same locks as published, before the bytes go up, a
  * publish stores the owner records still kept on this node
- * (ckpt_owner_publishing: owner_lock, a leaf, never across a store call),
- * so a publish may wait on the store for them as it does for its own
- * bytes.
+ * (ckpt_owner_publishing: each record's flock in owners/, a leaf, held
+ * across the store's PUT of that record), so a publish may wait on the
+ * store for them as it does for its own bytes.
  */
 #ifndef DSTAGE_CKPT_I_H
 #define DSTAGE_CKPT_I_H
@@ -240,10 +240,6 @@ struct ckpt {
 	} neg[CKPT_NEG_MAX];
 	unsigned neg_next; /* neg_lock: the slot replaced next */
 	uint64_t neg_gen; /* neg_lock: bumped when this node adds a name */
-	/* Owner records not in the store yet (ckpt_owner.c); owner_lock is
-	 * a leaf lock, never held across a store call. */
-	pthread_mutex_t owner_lock;
-	struct ckpt_owner_kept *owners; /* owner_lock */
 };
 
 /* ckpt_base.c */
@@ -332,12 +328,10 @@ void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
 /* ckpt_owner.c */
 
 /* Store the records kept on this node for key and the directories above
- * it, shallowest first, before key's bytes go up (a publish or a retry).
- * 0 or the store's -errno (logged): the publish fails and is retried. */
+ * it, shallowest first, before key's bytes go up (a publish or a retry):
+ * ckpt_owner_store_kept. 0 or the store's -errno (logged): the publish
+ * fails and is retried. */
 int ckpt_owner_publishing(struct ckpt *ck, const char *key);
-
-/* Drop every kept record (ckpt_free). */
-void ckpt_owner_free_kept(struct ckpt *ck);
 
 /* ckpt_journal.c */
 /* The open entry for key, with refs raised, or NULL (ck->lock held). */

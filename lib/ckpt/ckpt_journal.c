@@ -275,7 +275,8 @@ bad:
 
 void ckpt_dirs_close(struct ckpt_dirs *d)
 {
-	int *fds[] = { &d->tree_fd, &d->journal_fd, &d->abandoned_fd };
+	int *fds[] = { &d->tree_fd, &d->journal_fd, &d->abandoned_fd,
+		       &d->owners_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
 		if (*fds[i] >= 0)

@@ -12,19 +12,22 @@
  * those of the names in it never meet, in a directory store either).
  *
  * A record's states:
- *   kept     made by a create on this node (ckpt_owner_keep), in
- *            ck->owners only: this node's truth for the key;
+ *   kept     made by a create on this node (ckpt_owner_keep), in the
+ *            staging directory's owners/ only (ckpt_ownrec.c, which says
+ *            how it is locked): this node's truth for the key, and what
+ *            any publisher of the key (dstagefs, its restart, the stager
+ *            daemon's retry job) stores before the key's bytes;
  *   stored   PUT to the store: just before the first publish of the file,
  *            or of the first file below the directory
- *            (ckpt_owner_publishing, shallowest first, on the publishing
+ *            (ckpt_owner_store_kept, shallowest first, on the publishing
  *            thread), or at once by ckpt_owner_write for a key not kept;
  *   moved    with a rename (ckpt_owner_copy before the data moves, with
  *            drop after; ckpt_owner_move_kept for the kept ones);
  *   gone     with its key (ckpt_owner_remove, ckpt_owner_move_kept to
  *            NULL).
  *
- * Locks: ck->owner_lock, a leaf, protects ck->owners; it is never held
- * across a call to the store.
+ * No lock of its own: a kept record's flock orders a change of it after a
+ * publisher storing it (the change then finds it gone and stores itself).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt_i.h"
 #include "dstage/grow.h"
@@ -39,13 +43,6 @@
 #include "dstage/objstore.h"
 
 #define CKPT_OWNER_MAX 64 /* bytes of a record */
-
-/* A record kept here until the store takes it (ck->owners). */
-struct ckpt_owner_kept {
-	struct ckpt_owner_kept *next;
-	struct ckpt_owner own;
-	char key[];
-};
 
 /* ".dstage-owner/<key>/.dstage-own" (leaf) or ".dstage-owner/<key>/"
  * (the prefix of every record at or below key), malloc'd, or NULL. */
@@ -61,30 +58,6 @@ static char *ckpt_owner_rkey(const char *key, bool leaf)
 	return rk;
 }
 
-/* "<uid> <gid> <mode>\n", each in range. 0 or -EINVAL. */
-static int ckpt_owner_parse(const char *s, struct ckpt_owner *o)
-{
-	unsigned long v[3];
-	char *end;
-
-	for (int i = 0; i < 3; i++) {
-		if (*s < '0' || *s > '9')
-			return -EINVAL;
-		errno = 0;
-		v[i] = strtoul(s, &end, i == 2 ? 8 : 10);
-		if (errno || end == s || *end != (i == 2 ? '\n' : ' '))
-			return -EINVAL;
-		s = end + 1;
-	}
-	if (*s || v[0] >= UINT32_MAX || v[1] >= UINT32_MAX || v[2] > 07777)
-		return -EINVAL;
-	o->uid = (uid_t)v[0];
-	o->gid = (gid_t)v[1];
-	o->mode = (mode_t)v[2];
-	return 0;
-}
-
-/* Whether a is key or a directory above it. */
 static bool ckpt_owner_at_or_above(const char *a, const char *key)
 {
 	size_t al = strlen(a);
@@ -92,128 +65,164 @@ static bool ckpt_owner_at_or_above(const char *a, const char *key)
 	return !strncmp(a, key, al) && (key[al] == '\0' || key[al] == '/');
 }
 
-/* Rename (to NULL: drop) the kept records of from and below it
- * (owner_lock held). */
-static void ckpt_owner_move_locked(struct ckpt *ck, const char *from,
-				   const char *to)
+struct ckpt_owner_moves {
+	const char *from;
+	size_t n, cap;
+	char **v;
+};
+
+static int ckpt_owner_moves_add(void *arg, const char *key)
 {
-	struct ckpt_owner_kept **pp = &ck->owners, *p;
-	size_t fl = strlen(from);
+	struct ckpt_owner_moves *m = arg;
 
-	while ((p = *pp)) {
-		struct ckpt_owner_kept *q;
-		size_t rest;
+	if (!ckpt_owner_at_or_above(m->from, key))
+		return 0;
+	if (GROW_ONE(m->v, m->n, m->cap, 16))
+		return -ENOMEM;
+	m->v[m->n] = strdup(key);
+	return m->v[m->n++] ? 0 : -ENOMEM;
+}
 
-		if (!ckpt_owner_at_or_above(from, p->key)) {
-			pp = &p->next;
-			continue;
+/* One kept record: to key to (NULL: dropped). */
+static void ckpt_owner_move1_kept(struct ckpt *ck, const char *key,
+				  const char *to)
+{
+	struct ckpt_owner o;
+	int fd, nfd, ret;
+
+	if (ckpt_ownrec_open(&ck->dirs, key, false, &fd))
+		return;
+	ret = to ? ckpt_ownrec_read(fd, key, &o) : 0;
+	if (!ret && to) {
+		ret = ckpt_ownrec_open(&ck->dirs, to, true, &nfd);
+		if (!ret) {
+			ret = ckpt_ownrec_write(nfd, to, &o);
+			close(nfd);
 		}
-		*pp = p->next;
-		rest = strlen(p->key + fl);
-		q = to ? malloc(sizeof(*q) + strlen(to) + rest + 1) : NULL;
-		if (q) { /* out of memory: the record goes, logged below */
-			q->own = p->own;
-			memcpy(q->key, to, strlen(to));
-			memcpy(q->key + strlen(to), p->key + fl, rest + 1);
-			q->next = *pp;
-			*pp = q;
-			pp = &q->next;
-		} else if (to) {
-			log_warn("checkpoints: out of memory: the owner of %s "
-				 "is not kept",
-				 p->key);
-		}
-		free(p);
+		if (ret)
+			log_warn("checkpoints: the kept owner of %s is not "
+				 "moved to %s: %s",
+				 key, to, strerror(-ret));
 	}
+	ckpt_ownrec_unlink(&ck->dirs, key);
+	close(fd);
 }
 
 void ckpt_owner_move_kept(struct ckpt *ck, const char *from, const char *to)
 {
-	pthread_mutex_lock(&ck->owner_lock);
-	ckpt_owner_move_locked(ck, from, to);
-	pthread_mutex_unlock(&ck->owner_lock);
-}
+	struct ckpt_owner_moves m = { .from = from };
+	size_t fl = strlen(from);
+	int ret = ckpt_ownrec_each(&ck->dirs, ckpt_owner_moves_add, &m);
 
-void ckpt_owner_free_kept(struct ckpt *ck)
-{
-	while (ck->owners) {
-		struct ckpt_owner_kept *p = ck->owners;
+	if (ret)
+		log_warn("checkpoints: reading the kept owners of %s in %s/%s: "
+			 "%s",
+			 from, ck->dirs.staging, CKPT_OWNERS, strerror(-ret));
+	for (size_t i = 0; i < m.n; i++) {
+		char *dst = NULL;
 
-		ck->owners = p->next;
-		free(p);
+		if (to && asprintf(&dst, "%s%s", to, m.v[i] + fl) < 0)
+			dst = NULL;
+		if (!to || dst)
+			ckpt_owner_move1_kept(ck, m.v[i], dst);
+		free(dst);
+		free(m.v[i]);
 	}
+	free(m.v);
 }
 
 int ckpt_owner_keep(struct ckpt *ck, const char *key,
 		    const struct ckpt_owner *o)
 {
-	size_t len = strlen(key) + 1;
-	struct ckpt_owner_kept *p = malloc(sizeof(*p) + len);
+	int fd, ret = ckpt_ownrec_open(&ck->dirs, key, true, &fd);
 
-	if (!p)
-		return -ENOMEM;
-	p->own = *o;
-	memcpy(p->key, key, len);
-	pthread_mutex_lock(&ck->owner_lock);
-	ckpt_owner_move_locked(ck, key, NULL);
-	p->next = ck->owners;
-	ck->owners = p;
-	pthread_mutex_unlock(&ck->owner_lock);
-	return 0;
+	if (!ret) {
+		ret = ckpt_ownrec_write(fd, key, o);
+		close(fd);
+	}
+	if (ret)
+		log_error("checkpoints: cannot keep the owner of %s in %s/%s: "
+			  "%s",
+			  key, ck->dirs.staging, CKPT_OWNERS, strerror(-ret));
+	return ret;
 }
 
-/* Put o as key's record in the store (logged when it cannot). */
-static int ckpt_owner_store(struct ckpt *ck, const char *key,
-			    const struct ckpt_owner *o)
+/* Put o as key's record in os (logged when it cannot). */
+static int ckpt_owner_put(struct objstore *os, const char *key,
+			  const struct ckpt_owner *o)
 {
 	char buf[CKPT_OWNER_MAX], *rk = ckpt_owner_rkey(key, true);
 	int len, ret;
 
 	if (!rk)
 		return -ENOMEM;
-	len = snprintf(buf, sizeof(buf), "%u %u %04o\n", (unsigned)o->uid,
-		       (unsigned)o->gid, (unsigned)(o->mode & 07777));
-	ret = objstore_put_buf(ck->os, rk, buf, (size_t)len);
+	len = ckpt_ownrec_format(o, buf, sizeof(buf));
+	ret = len < 0 ? len : objstore_put_buf(os, rk, buf, (size_t)len);
 	if (ret)
 		log_warn("checkpoints: cannot store the owner of %s in %s: %s",
-			 key, ckpt_url(ck), strerror(-ret));
+			 key, objstore_url(os), strerror(-ret));
 	free(rk);
+	return ret;
+}
+
+static int ckpt_owner_store(struct ckpt *ck, const char *key,
+			    const struct ckpt_owner *o)
+{
+	return ckpt_owner_put(ck->os, key, o);
+}
+
+/* Store key's kept record, if there is one, and remove it. */
+static int ckpt_owner_store_one(const struct ckpt_dirs *d, struct objstore *os,
+				const char *key)
+{
+	struct ckpt_owner o;
+	int fd, ret = ckpt_ownrec_open(d, key, false, &fd);
+
+	if (ret == -ENOENT)
+		return 0;
+	if (ret)
+		return ret;
+	ret = ckpt_ownrec_read(fd, key, &o);
+	if (ret) {
+		/* torn by a crash while written: fail closed, root's 0000
+		 * (ckpt_owner_read's rule for a record it cannot read) */
+		log_warn("checkpoints: %s/%s: the kept owner of %s cannot be "
+			 "read; it is stored as root's with mode 0000",
+			 d->staging, CKPT_OWNERS, key);
+		o = (struct ckpt_owner){ 0 };
+	}
+	ret = ckpt_owner_put(os, key, &o);
+	if (!ret)
+		ckpt_ownrec_unlink(d, key); /* still locked: no change lost */
+	close(fd);
+	return ret;
+}
+
+int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
+			  const char *key)
+{
+	size_t len = strlen(key);
+	char *k = strdup(key);
+	int ret = 0;
+
+	if (!k)
+		return -ENOMEM;
+	/* the shallowest first: a directory's before its files' */
+	for (size_t i = 1; !ret && i <= len; i++) {
+		if (i < len && key[i] != '/')
+			continue;
+		k[i] = '\0';
+		ret = ckpt_owner_store_one(d, os, k);
+		if (i < len)
+			k[i] = '/';
+	}
+	free(k);
 	return ret;
 }
 
 int ckpt_owner_publishing(struct ckpt *ck, const char *key)
 {
-	for (;;) {
-		struct ckpt_owner_kept *p, **pp;
-		struct ckpt_owner o;
-		char *k = NULL;
-		int ret;
-
-		/* the shallowest first: a directory's before its files' */
-		pthread_mutex_lock(&ck->owner_lock);
-		for (p = ck->owners; p; p = p->next)
-			if (ckpt_owner_at_or_above(p->key, key) &&
-			    (!k || strlen(p->key) < strlen(k))) {
-				k = p->key;
-				o = p->own;
-			}
-		k = k ? strdup(k) : NULL;
-		pthread_mutex_unlock(&ck->owner_lock);
-		if (!k)
-			return 0;
-		ret = ckpt_owner_store(ck, k, &o);
-		pthread_mutex_lock(&ck->owner_lock);
-		for (pp = &ck->owners; !ret && (p = *pp); pp = &p->next)
-			if (!strcmp(p->key, k)) {
-				*pp = p->next;
-				free(p);
-				break;
-			}
-		pthread_mutex_unlock(&ck->owner_lock);
-		free(k);
-		if (ret)
-			return ret;
-	}
+	return ckpt_owner_store_kept(&ck->dirs, ck->os, key);
 }
 
 int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o)
@@ -227,15 +236,15 @@ int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o)
 	size_t got = 0;
 	int ret;
 
-	pthread_mutex_lock(&ck->owner_lock);
-	for (struct ckpt_owner_kept *p = ck->owners; p; p = p->next)
-		if (!strcmp(p->key, key)) {
-			/* not in the store yet: this node's is the truth */
-			*o = p->own;
-			pthread_mutex_unlock(&ck->owner_lock);
+	int fd;
+
+	if (!ckpt_ownrec_open(&ck->dirs, key, false, &fd)) {
+		/* not in the store yet: this node's is the truth */
+		ret = ckpt_ownrec_read(fd, key, o);
+		close(fd);
+		if (!ret)
 			return 0;
-		}
-	pthread_mutex_unlock(&ck->owner_lock);
+	}
 	rk = ckpt_owner_rkey(key, true);
 	if (!rk)
 		return -ENOMEM;
@@ -249,7 +258,7 @@ int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o)
 	if (ret)
 		goto out;
 	buf[got] = '\0';
-	if (ckpt_owner_parse(buf, o)) {
+	if (ckpt_ownrec_parse(buf, o)) {
 		log_warn("checkpoints: the owner record %s in %s is not "
 			 "\"UID GID MODE\"; %s is root's with mode 0000 until "
 			 "root sets its owner and mode",
@@ -266,19 +275,18 @@ out:
 int ckpt_owner_write(struct ckpt *ck, const char *key,
 		     const struct ckpt_owner *o)
 {
-	bool kept = false;
+	int fd, ret;
 
 	/* A record kept here (the store was away) is changed here: the
-	 * first publish stores it. */
-	pthread_mutex_lock(&ck->owner_lock);
-	for (struct ckpt_owner_kept *p = ck->owners; p; p = p->next)
-		if (!strcmp(p->key, key)) {
-			p->own = *o;
-			kept = true;
-			break;
-		}
-	pthread_mutex_unlock(&ck->owner_lock);
-	return kept ? 0 : ckpt_owner_store(ck, key, o);
+	 * first publish stores it. One a publisher stored meanwhile is gone
+	 * by the time its lock is ours: then this change goes to the store
+	 * itself, after the publisher's. */
+	ret = ckpt_ownrec_open(&ck->dirs, key, false, &fd);
+	if (ret)
+		return ckpt_owner_store(ck, key, o);
+	ret = ckpt_ownrec_write(fd, key, o);
+	close(fd);
+	return ret;
 }
 
 void ckpt_owner_remove(struct ckpt *ck, const char *key)

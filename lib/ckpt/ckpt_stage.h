@@ -21,10 +21,13 @@
 
 #include "dstage/objstore.h"
 
+struct ckpt_owner; /* dstage/ckpt.h */
+
 #define CKPT_SHA_HEX 65 /* 64 hex digits and a NUL */
 #define CKPT_TREE "tree"
 #define CKPT_JOURNAL "journal"
 #define CKPT_ABANDONED "abandoned"
+#define CKPT_OWNERS "owners" /* the kept owner records (ckpt_ownrec.c) */
 #define CKPT_DIR_MODE 0700
 /* One subdirectory of staging_dir per store (issue 34): stores/<the first
  * CKPT_STORE_HASH_BYTES of the SHA-256 of the store's URL, in hex>/ holds
@@ -42,6 +45,7 @@ struct ckpt_dirs {
 	int tree_fd; /* tree/: the local copies, by key */
 	int journal_fd; /* journal/: one record per local copy, by inode */
 	int abandoned_fd; /* abandoned/: copies their writers never closed */
+	int owners_fd; /* owners/: owner records not in the store yet */
 };
 
 /* Close d's descriptors (those not -1) and free its path; d is left
@@ -110,6 +114,41 @@ int ckpt_lock_use(int fd);
 int ckpt_lock_drop(int fd);
 int ckpt_lock_publish(int fd, bool wait);
 void ckpt_unlock_publish(int fd);
+
+/*
+ * The owner records kept on this node until a publish stores them
+ * (ckpt_ownrec.c: the journal's format, states and locks). A record is a
+ * file of owners/ locked (flock LOCK_EX) by whoever holds it open.
+ */
+/* "<uid> <gid> <mode in octal>\n" into buf: its length, or -ENAMETOOLONG. */
+int ckpt_ownrec_format(const struct ckpt_owner *o, char *buf, size_t size);
+/* Exactly that text, each field in range: 0 or -EINVAL. */
+int ckpt_ownrec_parse(const char *s, struct ckpt_owner *o);
+/* Open and lock key's kept record into *out (create: making it empty if
+ * absent). 0, -ENOENT (absent, or stored and removed while we waited for
+ * its lock; no owners/ directory) or -errno. Close *out to unlock. */
+int ckpt_ownrec_open(const struct ckpt_dirs *d, const char *key, bool create,
+		     int *out);
+/* The record in fd: 0, or -EINVAL (not a record, or key's when key is not
+ * NULL: another key's). */
+int ckpt_ownrec_read(int fd, const char *key, struct ckpt_owner *o);
+/* Replace the record in fd with o for key. 0 or -errno. */
+int ckpt_ownrec_write(int fd, const char *key, const struct ckpt_owner *o);
+/* Remove key's record (held locked by the caller, or not there). */
+void ckpt_ownrec_unlink(const struct ckpt_dirs *d, const char *key);
+/* fsync the kept records of key and of the directories above it, and
+ * owners/: durable before key's P record. 0 or -errno. */
+int ckpt_ownrec_sync(const struct ckpt_dirs *d, const char *key);
+/* fn(arg, key) for each kept record (at most 1 Mi), stopping at a
+ * non-zero return, which is returned. */
+typedef int (*ckpt_ownrec_fn)(void *arg, const char *key);
+int ckpt_ownrec_each(const struct ckpt_dirs *d, ckpt_ownrec_fn fn, void *arg);
+/* Store the kept records of key and of the directories above it in os,
+ * shallowest first, each removed once stored (ckpt_owner.c): what every
+ * publisher of key does before key's bytes go up. 0 or the store's
+ * -errno (logged; the records stay). */
+int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
+			  const char *key);
 
 /* Write (durable: and fsync) the record of the local copy ino, replacing
  * the one there atomically. 0 or -errno (logged). */

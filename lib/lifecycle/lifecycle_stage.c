@@ -66,7 +66,8 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->d.tree_fd = s->d.journal_fd = s->d.abandoned_fd = -1;
+	s->d.tree_fd = s->d.journal_fd = s->d.abandoned_fd = s->d.owners_fd =
+		-1;
 	s->d.staging = strdup(cfg->ckpt_staging_dir);
 	if (!s->d.staging) {
 		ret = -ENOMEM;
@@ -99,6 +100,12 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 	s->d.tree_fd = stage_subdir(sfd, CKPT_TREE);
 	s->d.journal_fd = stage_subdir(sfd, CKPT_JOURNAL);
 	s->d.abandoned_fd = stage_subdir(sfd, CKPT_ABANDONED);
+	/* made here too: a daemon started before dstagefs made it must
+	 * still find the owners dstagefs keeps there */
+	if (mkdirat(sfd, CKPT_OWNERS, CKPT_DIR_MODE) && errno != EEXIST)
+		log_warn("lifecycle: %s/%s: %s", s->d.staging, CKPT_OWNERS,
+			 strerror(errno));
+	s->d.owners_fd = stage_subdir(sfd, CKPT_OWNERS);
 	if (s->d.tree_fd < 0 || s->d.journal_fd < 0) {
 		ret = -ENOENT;
 		goto err;
@@ -266,7 +273,11 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		goto out;
 	}
 	ckpt_test_crash("upload"); /* tests: as dstagefs's publish */
-	ret = objstore_put_fd(os, key, cfd, rec.size);
+	/* the owners dstagefs kept for it (and its directories) first: no
+	 * object without its owner record */
+	ret = ckpt_owner_store_kept(&s->d, os, key);
+	if (!ret)
+		ret = objstore_put_fd(os, key, cfd, rec.size);
 	side = ckpt_sidecar_key(key);
 	if (!ret && !side)
 		ret = -ENOMEM;

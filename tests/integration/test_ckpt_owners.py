@@ -513,3 +513,72 @@ def test_owner_kept_while_the_store_is_away(tool, tmp_path, faultproxy,
         assert drec is not None and drec.split()[2] == b"0750", drec
     finally:
         m.stop()
+
+
+@pytest.mark.parametrize("publisher", ["daemon", "restart"])
+@pytest.mark.parametrize("kind", ["dir", "s3"])
+def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
+                                         kind, publisher):
+    """Issue 42, finding 2: a user's new 0700 directory and 0600 file are
+    created while the store refuses them (a directory store whose owner
+    tree is blocked, radosgw answering 503 to every PUT), so the first
+    publish fails and dstagefs stops. The file is published later by the
+    stager daemon's retry job, or by dstagefs's restart: the owners go to
+    the store first (kept in the staging directory's owners/, not in
+    dstagefs's memory), so another user can neither list nor read what
+    the writer made private, on a fresh mount."""
+    from test_checkpoints import S3Store
+    from test_lifecycle import Daemon
+    if kind == "dir":
+        st = DirStore(tmp_path / "store")
+        blocker = st.root / ".dstage-owner"
+        block, unblock = (lambda: blocker.write_bytes(b"in the way"),
+                          blocker.unlink)
+    else:
+        fp = request.getfixturevalue("faultproxy")
+        st = S3Store(fp.rgw, env=fp.env())
+        block = lambda: fp.add_fault("503", count=100000,  # noqa: E731
+                                     match="PUT")
+        unblock = fp.clear_faults
+    a, b = users.user("cko"), users.user("ckp")
+    ua, ga = users.uid(a), users.gid(a)
+    m = start(tool, tmp_path, st, users, "m1")
+    d = None
+    try:
+        d_, f = m.ck / "jobo", m.ck / "jobo" / "model.pt"
+        block()
+        assert op(users, a, "mkdir", d_, "700") == "OK"
+        assert op(users, a, "create", f, "077") != "OK"  # its publish
+        kept = list((m.staging / "owners").iterdir())
+        assert len(kept) == 2, kept          # the directory's and the file's
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in kept)
+        m.stop()
+        unblock()
+        want = b"written by %d" % ua
+        if publisher == "daemon":
+            d = Daemon(tool, tmp_path / "daemon", m).start()
+        else:
+            m.start()
+        wait_for(lambda: st.get("jobo/model.pt") == want, 60,
+                 "the %s's publish" % publisher)
+        assert st.get(".dstage-owner/jobo/model.pt/.dstage-own") == \
+            b"%d %d 0600\n" % (ua, ga)
+        assert st.get(".dstage-owner/jobo/.dstage-own") == \
+            b"%d %d 0700\n" % (ua, ga)
+        assert list((m.staging / "owners").iterdir()) == []
+        if d:
+            d.stop()
+            d = None
+        m.stop()
+        m.start()                            # a fresh mount reads the store
+        assert owner(f) == (ua, ga, 0o600)
+        assert owner(d_) == (ua, ga, 0o700)
+        for args in [("list", d_), ("read", f), ("stat", f)]:
+            assert op(users, b, *args) == "EACCES", args
+        assert op(users, a, "read", f) == "OK"
+    finally:
+        if d:
+            d.stop()
+        m.stop()
+        if kind == "s3":
+            st.cleanup()

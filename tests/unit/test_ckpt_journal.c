@@ -26,7 +26,7 @@ static int subdir(const char *top, const char *name)
 int main(void)
 {
 	char top[] = "/tmp/test_ckpt_journal.XXXXXX";
-	struct ckpt_dirs d = { .abandoned_fd = -1 };
+	struct ckpt_dirs d = { .abandoned_fd = -1, .owners_fd = -1 };
 	struct ckpt_rec rec = { .state = 'P', .size = 3 };
 	struct stat st;
 	ino_t ino;
