@@ -49,6 +49,12 @@ struct objstore_info {
 	/* objstore_head only: the object's x-amz-meta-sha256 (64 lowercase
 	 * hex digits), "" when it has none (always for file://). */
 	char sha256[65];
+	/* objstore_list_tree only: NULL for an object or a directory;
+	 * else the key names an entry that cannot be an object (a symbolic
+	 * link not followed, a FIFO, a directory the process may not
+	 * read...) and this says why (static text, or valid during the
+	 * call); size, etag and mtime are 0. */
+	const char *skipped;
 };
 
 /* One ranged GET of objstore_get_many. len bytes from off into buf;
@@ -170,6 +176,18 @@ const char *objstore_url(const struct objstore *os);
 typedef int (*objstore_list_cb)(void *arg, const struct objstore_info *oi);
 int objstore_list(struct objstore *os, const char *prefix, objstore_list_cb cb,
 		  void *arg);
+
+/*
+ * objstore_list for a snapshot of a tree (the catalog's registration): as
+ * objstore_list, and, from a file:// store, also every directory under the
+ * prefix as its key and a '/' (the form of an S3 folder marker) before what
+ * it holds, so that an empty directory is seen, and every entry that cannot
+ * be an object with oi->skipped set to why (in place of the store's own log
+ * line: the caller logs and counts it). Other stores list as
+ * objstore_list: their folder markers are keys already.
+ */
+int objstore_list_tree(struct objstore *os, const char *prefix,
+		       objstore_list_cb cb, void *arg);
 
 /* Size, ETag and mtime of one object. info->key points at key. */
 int objstore_head(struct objstore *os, const char *key,

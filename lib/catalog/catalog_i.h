@@ -27,8 +27,9 @@
 
 /* Where registration gets its keys and the bytes of its sums key from. */
 struct catalog_source {
-	/* List every key in byte order, calling cb as objstore_list does
-	 * (stop and return cb's value when it returns non-zero). */
+	/* List every key in byte order, calling cb as objstore_list_tree
+	 * does (directories as "KEY/", skipped entries with oi->skipped;
+	 * stop and return cb's value when it returns non-zero). */
 	int (*list)(void *arg, objstore_list_cb cb, void *cb_arg);
 	/* Feed the whole object oi->key (as listed) to p with
 	 * sha256sums_feed; the caller calls sha256sums_finish. */

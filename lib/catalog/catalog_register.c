@@ -301,6 +301,10 @@ static int catalog_reg_key(void *arg, const struct objstore_info *oi)
 	struct catalog_reg_row *w;
 	int ret;
 
+	if (oi->skipped) { /* an entry the source cannot serve as a file */
+		catalog_reg_bad(r, key, len, oi->skipped);
+		return 0;
+	}
 	if (keypath_dir_marker(key, len)) {
 		ret = catalog_reg_room(r, len, &w);
 		if (ret)
@@ -653,10 +657,11 @@ out:
 	return ret;
 }
 
-/* A catalog_source over an objstore. */
+/* A catalog_source over an objstore: its tree listing, so that a file://
+ * source's directories (empty ones too) and skipped entries are seen. */
 static int catalog_os_list(void *arg, objstore_list_cb cb, void *cb_arg)
 {
-	return objstore_list(arg, "", cb, cb_arg);
+	return objstore_list_tree(arg, "", cb, cb_arg);
 }
 
 static int catalog_os_read(void *arg, const struct objstore_info *oi,

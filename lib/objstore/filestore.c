@@ -4,12 +4,15 @@
  * (a parallel filesystem, NFS, or a local directory).
  *
  * Keys map to paths under the root. Objects are regular files; directories
- * exist only as key prefixes (listing never reports them, deleting the last
- * object of a directory removes the directory). Semantics match s3store:
+ * exist as key prefixes (objstore_list never reports them; objstore_list_tree
+ * reports each as "KEY/", an S3 folder marker's form, so that a snapshot
+ * keeps empty ones; deleting the last object of a directory removes the
+ * directory). Semantics match s3store:
  *
  *   list   all regular files under the root whose key starts with the prefix,
  *          in byte order of the key (a directory sorts as "name/", so the
- *          walk yields keys in exactly the order S3 would).
+ *          walk yields keys in exactly the order S3 would); the walk is in
+ *          filestore_list.c.
  *   ETag   "<size>-<mtime ns>-<inode>" in hex, quoted: it changes whenever the
  *          file is replaced or rewritten.
  *   get    pread; If-Match is compared with the ETag of the opened file, so a
@@ -32,12 +35,12 @@
  * -EINVAL (a directory -ENOENT), logged with its key. Writes (put, delete)
  * never pass through a symlink at all. Temporary files of interrupted puts
  * are never listed (objstore_upload_list lists only them). The resolution
- * itself is in filestore_path.c.
+ * itself is in filestore_path.c; what a snapshot shows of each kind of
+ * entry is in docs/catalog.md ("What a POSIX source's snapshot shows").
  *
  * The handle is immutable after open; every call is independent and
  * thread-safe.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -50,334 +53,15 @@
 #include <unistd.h>
 
 #include "dstage/config.h"
-#include "dstage/grow.h"
 #include "dstage/keypath.h"
 #include "dstage/log.h"
 #include "dstage/metrics.h"
 #include "filestore_i.h"
 #include "filestore_io.h"
-#include "util/fdutil.h"
 
 static struct filestore *fs_of(struct objstore *os)
 {
 	return (struct filestore *)os;
-}
-
-static void filestore_etag(const struct stat *st, char *out, size_t len)
-{
-	snprintf(out, len, "\"%llx-%llx-%llx\"",
-		 (unsigned long long)st->st_size,
-		 (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL +
-			 (unsigned long long)st->st_mtim.tv_nsec,
-		 (unsigned long long)st->st_ino);
-}
-
-static void filestore_fill_info(const struct stat *st,
-				struct objstore_info *info)
-{
-	info->size = (uint64_t)st->st_size;
-	info->mtime = st->st_mtim.tv_sec;
-	filestore_etag(st, info->etag, sizeof(info->etag));
-}
-
-/* ---- list ---- */
-
-enum fs_dirent_type { FS_DT_REG, FS_DT_DIR, FS_DT_LNK, FS_DT_OTHER };
-
-struct fs_dirent {
-	char *name;
-	enum fs_dirent_type type;
-	mode_t mode; /* FS_DT_OTHER: what it is, for the message */
-};
-
-/* The i-th byte of an entry's key form: a directory ends in "/". -1 past
- * the end, which sorts first. */
-static int fs_dirent_byte(const struct fs_dirent *e, size_t i, size_t len)
-{
-	if (i < len)
-		return (unsigned char)e->name[i];
-	if (i == len && e->type == FS_DT_DIR)
-		return '/';
-	return -1;
-}
-
-/* Byte order of keys, so that the walk lists in the order S3 does. */
-static int fs_dirent_cmp(const void *a, const void *b)
-{
-	const struct fs_dirent *x = a, *y = b;
-	size_t lx = strlen(x->name), ly = strlen(y->name);
-
-	for (size_t i = 0;; i++) {
-		int c1 = fs_dirent_byte(x, i, lx);
-		int c2 = fs_dirent_byte(y, i, ly);
-
-		if (c1 != c2)
-			return c1 < c2 ? -1 : 1;
-		if (c1 < 0)
-			return 0;
-	}
-}
-
-struct fs_walk {
-	struct filestore *fs;
-	const char *prefix;
-	size_t prefix_len;
-	objstore_list_cb cb;
-	/* objstore_upload_list: only temporary files, through ucb */
-	objstore_upload_list_cb ucb;
-	void *arg;
-	char key[PATH_MAX];
-	unsigned depth;
-};
-
-/* Could a key starting with key[0..keylen) match the prefix? */
-static bool fs_may_match(const struct fs_walk *w, size_t keylen)
-{
-	size_t n = keylen < w->prefix_len ? keylen : w->prefix_len;
-
-	return memcmp(w->key, w->prefix, n) == 0;
-}
-
-/* Read the entries of directory d, unsorted, classified without following
- * anything. */
-static int fs_read_dir(DIR *d, bool tmp, struct fs_dirent **out, size_t *nout)
-{
-	struct fs_dirent *ents = NULL;
-	size_t n = 0, cap = 0;
-	struct dirent *de;
-	int ret = 0;
-
-	while ((errno = 0, de = readdir(d))) {
-		enum fs_dirent_type type = FS_DT_OTHER;
-		mode_t mode = 0;
-		struct stat st;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (!tmp && !strncmp(de->d_name, FILESTORE_TMP_PREFIX,
-				     sizeof(FILESTORE_TMP_PREFIX) - 1))
-			continue;
-		if (de->d_type == DT_UNKNOWN) {
-			if (fstatat(dirfd(d), de->d_name, &st,
-				    AT_SYMLINK_NOFOLLOW))
-				continue; /* vanished */
-			mode = st.st_mode;
-		} else {
-			mode = (mode_t)DTTOIF(de->d_type);
-		}
-		if (S_ISREG(mode))
-			type = FS_DT_REG;
-		else if (S_ISDIR(mode))
-			type = FS_DT_DIR;
-		else if (S_ISLNK(mode))
-			type = FS_DT_LNK;
-		if (GROW_ONE(ents, n, cap, 64)) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		ents[n].name = strdup(de->d_name);
-		if (!ents[n].name) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		ents[n].type = type;
-		ents[n++].mode = mode;
-	}
-	if (errno)
-		ret = -errno;
-out:
-	*out = ents;
-	*nout = n;
-	return ret;
-}
-
-/*
- * The stat of a listed non-directory entry w->key (name in directory dfd),
- * or non-zero when it is skipped (each skip of a link or special file is
- * logged with its key).
- */
-static int fs_walk_stat(struct fs_walk *w, int dfd, const struct fs_dirent *e,
-			struct stat *st)
-{
-	struct filestore *fs = w->fs;
-	int fd = -1, ret;
-
-	if (e->type == FS_DT_REG) {
-		/* Not following: a file swapped for a link since readdir
-		 * is skipped, never followed. */
-		if (fstatat(dfd, e->name, st, AT_SYMLINK_NOFOLLOW) ||
-		    !S_ISREG(st->st_mode))
-			return -ENOENT;
-		return 0;
-	}
-	if (e->type == FS_DT_OTHER) {
-		log_warn("%s: '%s' is %s, not a regular file: skipped",
-			 fs->base.url, w->key,
-			 filestore_path_type_name(e->mode));
-		return -EINVAL;
-	}
-	/* A symbolic link. */
-	if (!fs->follow_inside) {
-		filestore_path_msg(fs, w->key, -ELOOP, "skipped");
-		return -ELOOP;
-	}
-	ret = filestore_path_resolve(fs, w->key, O_PATH, &fd);
-	if (ret == -ELOOP || ret == -EXDEV) {
-		filestore_path_msg(fs, w->key, ret, "skipped");
-		return ret;
-	}
-	if (ret)
-		return ret; /* dangling or vanished */
-	if (fstat(fd, st))
-		ret = -errno;
-	else if (S_ISDIR(st->st_mode))
-		ret = -EISDIR; /* links to directories: never (no loops) */
-	else if (!S_ISREG(st->st_mode))
-		ret = -EINVAL;
-	if (ret == -EISDIR || ret == -EINVAL)
-		log_warn("%s: '%s' is a symbolic link to %s: skipped",
-			 fs->base.url, w->key,
-			 filestore_path_type_name(st->st_mode));
-	close(fd);
-	return ret;
-}
-
-/* objstore_upload_list: report e (named w->key, in directory dfd) when it
- * is a temporary file, never following a link. */
-static int fs_walk_tmp(struct fs_walk *w, int dfd, const struct fs_dirent *e)
-{
-	struct objstore_upload_info ui = { .key = w->key, .id = e->name };
-	struct stat st;
-
-	if (strncmp(e->name, FILESTORE_TMP_PREFIX,
-		    sizeof(FILESTORE_TMP_PREFIX) - 1) ||
-	    e->type != FS_DT_REG ||
-	    fstatat(dfd, e->name, &st, AT_SYMLINK_NOFOLLOW) ||
-	    !S_ISREG(st.st_mode))
-		return 0;
-	ui.initiated = st.st_mtim.tv_sec;
-	return w->ucb(w->arg, &ui);
-}
-
-/* List directory dfd (opened by the caller, closed here), whose key form is
- * w->key[0..keylen). */
-static int fs_walk_dir(struct fs_walk *w, int dfd, size_t keylen)
-{
-	struct fs_dirent *ents = NULL;
-	size_t n = 0;
-	DIR *d = NULL;
-	int ret = 0;
-
-	if (++w->depth > 256) {
-		log_warn("%s: directory nesting deeper than 256 under '%.*s', "
-			 "skipped",
-			 w->fs->base.url, (int)keylen, w->key);
-		close(dfd);
-		goto out;
-	}
-	ret = fdutil_fdopendir(dfd, &d);
-	if (ret)
-		goto out;
-	ret = fs_read_dir(d, w->ucb != NULL, &ents, &n);
-	if (ret)
-		goto out;
-	if (n)
-		qsort(ents, n, sizeof(*ents), fs_dirent_cmp);
-	for (size_t i = 0; i < n && !ret; i++) {
-		size_t nl = strlen(ents[i].name);
-		size_t klen = keylen + nl;
-		struct objstore_info oi = { .key = w->key };
-		struct stat st;
-
-		if (klen + 2 > sizeof(w->key)) {
-			log_warn("%s: path under '%.*s' too long, skipped",
-				 w->fs->base.url, (int)keylen, w->key);
-			continue;
-		}
-		memcpy(w->key + keylen, ents[i].name, nl + 1);
-		if (ents[i].type == FS_DT_DIR) {
-			int sub;
-
-			w->key[klen] = '/';
-			w->key[klen + 1] = '\0';
-			if (!fs_may_match(w, klen + 1))
-				continue;
-			sub = openat(dirfd(d), ents[i].name,
-				     O_RDONLY | O_DIRECTORY | O_CLOEXEC |
-					     O_NOFOLLOW);
-			if (sub < 0) {
-				ret = -errno;
-				log_error("%s: cannot open directory '%s': %s",
-					  w->fs->base.url, w->key,
-					  strerror(-ret));
-				continue;
-			}
-			ret = fs_walk_dir(w, sub, klen + 1);
-			continue;
-		}
-		if (klen < w->prefix_len ||
-		    memcmp(w->key, w->prefix, w->prefix_len))
-			continue;
-		if (w->ucb) {
-			ret = fs_walk_tmp(w, dirfd(d), &ents[i]);
-			continue;
-		}
-		if (fs_walk_stat(w, dirfd(d), &ents[i], &st))
-			continue;
-		filestore_fill_info(&st, &oi);
-		ret = w->cb(w->arg, &oi);
-	}
-out:
-	for (size_t i = 0; i < n; i++)
-		free(ents[i].name);
-	free(ents);
-	if (d)
-		closedir(d);
-	w->key[keylen] = '\0';
-	w->depth--;
-	return ret;
-}
-
-static int filestore_walk(struct objstore *os, const char *prefix,
-			  objstore_list_cb cb, objstore_upload_list_cb ucb,
-			  void *arg)
-{
-	struct fs_walk *w = calloc(1, sizeof(*w));
-	int dfd, ret;
-
-	if (!w)
-		return -ENOMEM;
-	w->fs = fs_of(os);
-	w->prefix = prefix;
-	w->prefix_len = strlen(prefix);
-	w->cb = cb;
-	w->ucb = ucb;
-	w->arg = arg;
-	objstore_count(&os->n_requests, 1);
-	dfd = openat(w->fs->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		ret = -errno;
-		log_error("%s: cannot open directory %s: %s", os->url,
-			  w->fs->root[0] ? w->fs->root : "/", strerror(errno));
-	} else {
-		ret = fs_walk_dir(w, dfd, 0);
-	}
-	free(w);
-	return ret;
-}
-
-static int filestore_list(struct objstore *os, const char *prefix,
-			  objstore_list_cb cb, void *arg)
-{
-	return filestore_walk(os, prefix, cb, NULL, arg);
-}
-
-/* The temporary files (an upload's, or a put's) under prefix: the
- * uploads a process that died left open. */
-static int filestore_up_list(struct objstore *os, const char *prefix,
-			     objstore_upload_list_cb cb, void *arg)
-{
-	return filestore_walk(os, prefix, NULL, cb, arg);
 }
 
 /* ---- head, get ---- */
@@ -396,7 +80,7 @@ static int filestore_head(struct objstore *os, const char *key,
 	if (ret)
 		return ret;
 	close(fd);
-	filestore_fill_info(&st, info);
+	filestore_list_info(&st, info);
 	return 0;
 }
 
@@ -416,7 +100,7 @@ static int filestore_get_one(struct filestore *fs, struct objstore_get_req *rq)
 	if (ret)
 		return ret;
 	if (rq->if_match) {
-		filestore_etag(&st, etag, sizeof(etag));
+		filestore_list_etag(&st, etag, sizeof(etag));
 		if (strcmp(etag, rq->if_match)) {
 			log_error("%s: '%s' changed under the snapshot "
 				  "(ETag %s, expected %s)",
@@ -910,6 +594,7 @@ static void filestore_free(struct objstore *os)
 
 static const struct objstore_ops filestore_ops = {
 	.list = filestore_list,
+	.list_tree = filestore_list_tree,
 	.head = filestore_head,
 	.get_many = filestore_get_many,
 	.put_fd = filestore_put_fd,
@@ -923,7 +608,7 @@ static const struct objstore_ops filestore_ops = {
 	.up_commit = filestore_up_commit,
 	.up_abort = filestore_up_abort,
 	.up_abort_id = filestore_up_abort_id,
-	.up_list = filestore_up_list,
+	.up_list = filestore_list_uploads,
 };
 
 int filestore_open(const char *url, const char *rest,

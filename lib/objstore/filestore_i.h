@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * filestore_i: what the file:// backend's two files share. filestore.c has
- * the operations (list, head, get, put, delete, copy) and open;
- * filestore_path.c resolves keys beneath the root (the confinement rules
- * are at the top of filestore.c). Calls go one way: filestore.c calls
- * filestore_path.c. Not a public header.
+ * filestore_i: what the file:// backend's files share. filestore.c has
+ * the operations (head, get, put, delete, copy) and open; filestore_list.c
+ * the listings; filestore_path.c resolves keys beneath the root (the
+ * confinement rules are at the top of filestore.c); filestore_sweep.c
+ * removes stale temporaries. Calls go one way: filestore.c calls
+ * filestore_list.c, both call filestore_path.c. Not a public header.
  */
 #ifndef DSTAGE_FILESTORE_I_H
 #define DSTAGE_FILESTORE_I_H
@@ -37,6 +38,20 @@ struct filestore {
 	uint64_t tmp_max_age_ms; /* store.tmp_max_age, 0: no sweep */
 	int64_t next_sweep_ms; /* CLOCK_MONOTONIC; 0: at the first write */
 };
+
+/* Directories a listing goes down at most (the root is the first). */
+#define FILESTORE_LIST_DEPTH_MAX 256
+
+/* filestore_list.c: the listings (objstore_list, objstore_list_tree,
+ * objstore_upload_list), and an object's ETag and info from its stat. */
+int filestore_list(struct objstore *os, const char *prefix, objstore_list_cb cb,
+		   void *arg);
+int filestore_list_tree(struct objstore *os, const char *prefix,
+			objstore_list_cb cb, void *arg);
+int filestore_list_uploads(struct objstore *os, const char *prefix,
+			   objstore_upload_list_cb cb, void *arg);
+void filestore_list_etag(const struct stat *st, char *out, size_t len);
+void filestore_list_info(const struct stat *st, struct objstore_info *info);
 
 /*
  * 0 when key is safe as a path (no empty, "." or ".." segment, no leading

@@ -201,6 +201,17 @@ int objstore_list(struct objstore *os, const char *prefix, objstore_list_cb cb,
 		os, os->ops->list(os, prefix ? prefix : "", cb, arg));
 }
 
+int objstore_list_tree(struct objstore *os, const char *prefix,
+		       objstore_list_cb cb, void *arg)
+{
+	if (!cb)
+		return -EINVAL;
+	if (!os->ops->list_tree)
+		return objstore_list(os, prefix, cb, arg);
+	return objstore_result(
+		os, os->ops->list_tree(os, prefix ? prefix : "", cb, arg));
+}
+
 int objstore_head(struct objstore *os, const char *key,
 		  struct objstore_info *info)
 {

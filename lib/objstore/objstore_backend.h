@@ -18,6 +18,9 @@
 struct objstore_ops {
 	int (*list)(struct objstore *os, const char *prefix,
 		    objstore_list_cb cb, void *arg);
+	/* objstore_list_tree; NULL: list. */
+	int (*list_tree)(struct objstore *os, const char *prefix,
+			 objstore_list_cb cb, void *arg);
 	int (*head)(struct objstore *os, const char *key,
 		    struct objstore_info *info);
 	int (*get_many)(struct objstore *os, struct objstore_get_req *reqs,

@@ -59,6 +59,7 @@ static int sharedtier_walk_cb(void *arg, const char *name,
 	if (!path)
 		return -ENOMEM;
 	snprintf(path, len, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
+	l->seen++;
 	if (e->is_dir) {
 		if (GROW_ONE(l->dirs, l->ndirs, l->dcap, 16))
 			goto oom;
@@ -86,42 +87,45 @@ static int sharedtier_cmp(const void *a, const void *b)
 		      ((const struct sharedtier_file *)b)->key);
 }
 
-void sharedtier_list_free(struct sharedtier_list *l)
+static int sharedtier_cmp_str(const void *a, const void *b)
 {
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i].key);
-	while (l->ndirs)
-		free(l->dirs[--l->ndirs]);
-	free(l->v);
-	free(l->dirs);
-	memset(l, 0, sizeof(*l));
+	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every file of the current manifest, sorted by key; the snapshot id. */
-int sharedtier_load(struct catalog *cat, const char *name,
-		    struct sharedtier_list *l,
-		    char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
+/* Read directory dir (taken) of the manifest into l: its files, its
+ * directories to read next, or dir into l->empty when it holds nothing. */
+static int sharedtier_load_dir(struct catalog *cat, const char *name,
+			       struct sharedtier_list *l, char *dir)
+{
+	int ret;
+
+	l->dir = dir;
+	l->seen = 0;
+	ret = catalog_readdir(cat, name, dir, NULL, sharedtier_walk_cb, l);
+	if (ret || l->seen || !*dir)
+		goto out;
+	if (GROW_ONE(l->empty, l->nempty, l->ecap, 16)) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	l->empty[l->nempty++] = dir;
+	return 0;
+out:
+	free(dir);
+	return ret;
+}
+
+/* The snapshot id: a hash over the files' keys, sizes and ETags, and the
+ * empty directories (none: the id of a listing of files alone, as before
+ * directories were kept). */
+static int sharedtier_snapshot_id(const struct sharedtier_list *l,
+				  char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
 {
 	unsigned char md[SHA256_LEN];
-	char *dir = strdup(""), num[32];
 	struct sha256 h = { 0 };
-	int ret = 0;
+	char num[32];
+	int ret;
 
-	if (!dir)
-		return -ENOMEM;
-	while (dir) {
-		l->dir = dir;
-		ret = catalog_readdir(cat, name, dir, NULL, sharedtier_walk_cb,
-				      l);
-		free(dir);
-		dir = NULL;
-		if (ret)
-			goto out;
-		if (l->ndirs)
-			dir = l->dirs[--l->ndirs];
-	}
-	if (l->n) /* qsort's base: never NULL */
-		qsort(l->v, l->n, sizeof(l->v[0]), sharedtier_cmp);
 	ret = sha256_init(&h);
 	if (ret)
 		goto out;
@@ -133,12 +137,58 @@ int sharedtier_load(struct catalog *cat, const char *name,
 		sha256_update(&h, l->v[i].etag, strlen(l->v[i].etag));
 		sha256_update(&h, "\n", 1);
 	}
+	/* "DIR/": no file's key ends in '/' */
+	for (size_t i = 0; i < l->nempty; i++) {
+		sha256_update(&h, l->empty[i], strlen(l->empty[i]));
+		sha256_update(&h, "/\n", 2);
+	}
 	ret = sha256_final(&h, md);
 	if (!ret)
 		strutil_hex(md, SHAREDTIER_SNAPSHOT_LEN / 2, snapshot);
 out:
 	sha256_release(&h);
 	return ret;
+}
+
+void sharedtier_list_free(struct sharedtier_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i].key);
+	while (l->ndirs)
+		free(l->dirs[--l->ndirs]);
+	while (l->nempty)
+		free(l->empty[--l->nempty]);
+	free(l->v);
+	free(l->dirs);
+	free(l->empty);
+	memset(l, 0, sizeof(*l));
+}
+
+/* Every file of the current manifest, sorted by key, and the empty
+ * directories, sorted; the snapshot id. */
+int sharedtier_load(struct catalog *cat, const char *name,
+		    struct sharedtier_list *l,
+		    char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1])
+{
+	char *dir = strdup("");
+	int ret = 0;
+
+	if (!dir)
+		return -ENOMEM;
+	while (dir) {
+		ret = sharedtier_load_dir(cat, name, l, dir);
+		dir = NULL;
+		if (ret)
+			return ret;
+		if (l->ndirs)
+			dir = l->dirs[--l->ndirs];
+	}
+	if (l->n) /* qsort's base: never NULL */
+		qsort(l->v, l->n, sizeof(l->v[0]), sharedtier_cmp);
+	if (l->nempty)
+		qsort(l->empty, l->nempty, sizeof(l->empty[0]),
+		      sharedtier_cmp_str);
+	return sharedtier_snapshot_id(l, snapshot);
 }
 
 /* The tier's base directory of ds: its own setting or ROOT/NAME. */
@@ -565,6 +615,32 @@ static int sharedtier_one(struct sharedtier_pub *p, struct sharedtier_file *f)
 	return sharedtier_fetch(p, f, final);
 }
 
+/* The snapshot's empty directories, made under data/, each directory from
+ * them up to data/ synced (the files' renames sync only their own). */
+static int sharedtier_make_empty(struct sharedtier_pub *p,
+				 const struct sharedtier_list *l)
+{
+	size_t dlen = strlen(p->data);
+	char path[PATH_MAX];
+	int ret = 0;
+
+	for (size_t i = 0; !ret && i < l->nempty; i++) {
+		ret = sharedtier_join(path, sizeof(path), p->data, l->empty[i]);
+		if (!ret)
+			ret = sharedtier_mkdirs(path, dlen);
+		while (!ret && strlen(path) > dlen) {
+			ret = sharedtier_fsync_dir_of(path);
+			*strrchr(path, '/') = '\0';
+		}
+		if (ret)
+			log_error("shared tier: %s: making the empty directory "
+				  "%s under %s: %s",
+				  p->name, l->empty[i], p->data,
+				  strerror(-ret));
+	}
+	return ret;
+}
+
 static int sharedtier_write_manifest(struct sharedtier_pub *p, const char *dir,
 				     const struct sharedtier_list *l)
 {
@@ -768,6 +844,8 @@ int sharedtier_publish(struct catalog *cat, const struct dstage_config *cfg,
 	ret = p.buf ? objstore_open(ds.source, cfg, &p.os) : -ENOMEM;
 	for (size_t i = 0; !ret && i < l.n; i++)
 		ret = sharedtier_one(&p, &l.v[i]);
+	if (!ret)
+		ret = sharedtier_make_empty(&p, &l);
 	if (!ret)
 		ret = sharedtier_write_manifest(&p, res->dir, &l);
 	if (!ret)

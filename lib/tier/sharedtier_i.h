@@ -33,10 +33,14 @@ struct sharedtier_list {
 	char **dirs; /* directories still to read */
 	size_t ndirs, dcap;
 	const char *dir; /* the one being read ("" for the root) */
+	size_t seen; /* entries of dir so far */
+	char **empty; /* directories holding nothing, sorted */
+	size_t nempty, ecap;
 };
 
 int sharedtier_join(char *buf, size_t len, const char *a, const char *b);
-/* Every file of name's current manifest, sorted by key; the snapshot id. */
+/* Every file of name's current manifest, sorted by key, and its empty
+ * directories; the snapshot id (over both). */
 int sharedtier_load(struct catalog *cat, const char *name,
 		    struct sharedtier_list *l,
 		    char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1]);

@@ -35,8 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_KEYS 256
 
 /* catalog_register's source; this target registers through its own. */
-int objstore_list(struct objstore *os, const char *prefix, objstore_list_cb cb,
-		  void *arg)
+int objstore_list_tree(struct objstore *os, const char *prefix,
+		       objstore_list_cb cb, void *arg)
 {
 	(void)os, (void)prefix, (void)cb, (void)arg;
 	abort();

@@ -510,7 +510,7 @@ static void test_register_file(struct catalog *cat)
 	catalog_dataset_release(&ds);
 
 	CHECK_STR(ls(cat, "files", "", NULL, &nm),
-		  "SHA256SUMS,caf\xc3\xa9/,empty,hello.txt,nested/");
+		  "SHA256SUMS,caf\xc3\xa9/,empty,emptydir/,hello.txt,nested/");
 	CHECK_STR(ls(cat, "files", "nested", NULL, &nm), "dir/");
 	CHECK_INT(catalog_lookup(cat, "files", "hello.txt", &e), 0);
 	CHECK_INT(e.size, 5);
@@ -528,8 +528,12 @@ static void test_register_file(struct catalog *cat)
 		  0);
 	CHECK(e.has_expected);
 	CHECK_INT(catalog_lookup(cat, "files", "bad\nname", &e), -ENOENT);
-	/* Directories holding no file are not objects: not in the manifest. */
-	CHECK_INT(catalog_lookup(cat, "files", "emptydir", &e), -ENOENT);
+	/* A directory holding no file is a directory of the manifest, as
+	 * in the source (docs/catalog.md, "What a POSIX source's snapshot
+	 * shows"), and nothing is under it. */
+	CHECK_INT(catalog_lookup(cat, "files", "emptydir", &e), 0);
+	CHECK(e.is_dir);
+	CHECK_STR(ls(cat, "files", "emptydir", NULL, &nm), "");
 out:
 	objstore_free(os);
 	config_free(cfg);
