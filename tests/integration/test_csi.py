@@ -15,7 +15,8 @@ stage job, one verify job); a checkpoint volume written by a second uid
 (files keep its uid); a restricted dataset refused to a namespace not
 allowed and served to one allowed (cachectl csi-allow, audited); kill -9
 of the plugin between publish and unpublish; a dstagefs restart under a
-published volume (re-bound, also seen through a HostToContainer copy).
+published volume (re-bound, also seen through a HostToContainer copy); a
+stagingTimeout whose clock goes on across kill -9 of the plugin.
 
 Needs root (mounts), grpcio and protoc with grpc_python_plugin; skips
 otherwise. About 30-60 s.
@@ -23,8 +24,10 @@ otherwise. About 30-60 s.
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -554,7 +557,6 @@ def test_pods_at_once_start_one_stage(node, client):
 def daemon_call(node, **fields):
     """One request on the stager daemon's socket (docs/stager.md,
     "Protocol"): its rows and its end line, as dicts."""
-    import socket
     line = "\t".join(f"{k}={v}" for k, v in fields.items()) + "\n"
     with socket.socket(socket.AF_UNIX) as c:
         c.settimeout(30)
@@ -659,14 +661,20 @@ def test_restricted_dataset_only_to_allowed_namespaces(node, client):
     assert "csi.allow" in audit.stdout and "team-a,team-c" in audit.stdout
 
 
-def test_kill9_of_the_plugin_between_publish_and_unpublish(node, client, pb):
-    t = node.target("pod-k")
-    client.publish_ready(t, {"dataset": "train-set-a"})
+def restart_plugin(node, pb):
+    """kill -9 the node's plugin and start another on the same state
+    directory; a client of the new one."""
     node.plugin.send_signal(signal.SIGKILL)
     node.plugin.wait(10)
     node.sock.unlink()
     node.start_csi()
-    c = Client(pb, node.sock)
+    return Client(pb, node.sock)
+
+
+def test_kill9_of_the_plugin_between_publish_and_unpublish(node, client, pb):
+    t = node.target("pod-k")
+    client.publish_ready(t, {"dataset": "train-set-a"})
+    c = restart_plugin(node, pb)
     try:
         c.publish(t, {"dataset": "train-set-a"})  # still published: OK
         assert mounts_at(t) == 1
@@ -758,8 +766,62 @@ def test_staging_timeout_is_deadline_exceeded(node, client):
     client.unpublish(t)
 
 
+def test_staging_timeout_survives_a_restart_of_the_plugin(node, client, pb):
+    """The first wait's time is kept in the state directory: a plugin killed
+    while a pod waits for staging, and started again, answers
+    DEADLINE_EXCEEDED at the original deadline, not stagingTimeout after
+    its own start (or never, restarted often enough). An unpublish drops the
+    clock, and so does the publish that succeeds."""
+    node.dataset("set-slow2", {"s.bin": os.urandom(10 * MiB)})
+    node.run("stage", "set-slow2", "--bandwidth", "1M")      # about 10 s
+    t = node.target("pod-slow2")
+    ctx = {"dataset": "set-slow2", "stagingTimeout": "4s"}
+    t0 = time.time()
+    code, msg = code_of(client.publish, t, ctx)
+    assert code == grpc.StatusCode.UNAVAILABLE and "waited 0s" in msg, msg
+    waits = list(node.state.glob("*.wait"))
+    assert [f"target={t}" in w.read_text() for w in waits] == [True], waits
+    time.sleep(2.5)
+    c = restart_plugin(node, pb)
+    try:
+        # counting on from the first wait, not from the restart
+        seen = []
+        while not seen or "waited" not in seen[-1]:
+            code, msg = code_of(c.publish, t, ctx)
+            assert code == grpc.StatusCode.UNAVAILABLE, msg
+            seen.append(msg)
+            assert len(seen) < 5, seen
+        assert int(re.search(r"waited (\d+)s", msg).group(1)) >= 2, seen
+
+        # DEADLINE_EXCEEDED at the first wait's deadline: more than 4 whole
+        # seconds after it, by t0 + 5.5; a clock restarted with the plugin
+        # (after t0 + 2.5, floored) would not pass it before t0 + 6.5
+        def deadline():
+            code, msg = code_of(c.publish, t, ctx)
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return msg
+            assert code == grpc.StatusCode.UNAVAILABLE, msg
+            assert time.time() < t0 + 6.3, msg
+            return None
+        msg = wait_for(deadline, "DEADLINE_EXCEEDED", 10, 0.2)
+        assert time.time() >= t0 + 4, msg
+        assert "stagingTimeout of 4s" in msg and "set-slow2" in msg, msg
+        assert node.jobs("set-slow2", "stage")[0]["state"] == "running"
+        # the pod is gone: its clock with it; a new pod's starts at 0
+        c.unpublish(t)
+        assert not list(node.state.glob("*.wait"))
+        code, msg = code_of(c.publish, t, ctx)
+        assert code == grpc.StatusCode.UNAVAILABLE and "waited 0s" in msg
+        wait_for(lambda: node.jobs("set-slow2", "stage")[0]["state"] ==
+                 "done", "the slow stage", 30, 0.5)
+        c.publish_ready(t, ctx, retry=("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+        assert not list(node.state.glob("*.wait"))
+        c.unpublish(t)
+    finally:
+        c.ch.close()
+
+
 def test_man_page_matches_help(node):
-    import re
     text = subprocess.run([node.csi, "--help"], capture_output=True,
                           text=True, check=True).stdout
     page = (REPO / "man" / "dstage-csi.8").read_text().replace("\\-", "-")
