@@ -16,7 +16,8 @@ stage job, one verify job); a checkpoint volume written by a second uid
 allowed and served to one allowed (cachectl csi-allow, audited); kill -9
 of the plugin between publish and unpublish; a dstagefs restart under a
 published volume (re-bound, also seen through a HostToContainer copy); a
-stagingTimeout whose clock goes on across kill -9 of the plugin.
+second call on a target while one is in flight (ABORTED); a stagingTimeout
+whose clock goes on across kill -9 of the plugin.
 
 Needs root (mounts), grpcio and protoc with grpc_python_plugin; skips
 otherwise. About 30-60 s.
@@ -25,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -819,6 +821,111 @@ def test_staging_timeout_survives_a_restart_of_the_plugin(node, client, pb):
         c.unpublish(t)
     finally:
         c.ch.close()
+
+
+class HeldDaemon:
+    """A stager daemon socket that holds the first request made on it until
+    released, then relays it, and every later one at once, to the node's
+    daemon: a daemon stuck for a while, as under load."""
+
+    def __init__(self, path, real):
+        self.path, self.real = path, str(real)
+        self.held = threading.Event()    # the first request has come
+        self.go = threading.Event()
+        self.srv = socket.socket(socket.AF_UNIX)
+        self.srv.bind(str(path))
+        self.srv.listen(16)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        first = True
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return       # closed
+            threading.Thread(target=self._relay, args=(c, first),
+                             daemon=True).start()
+            first = False
+
+    def _relay(self, c, hold):
+        with c, socket.socket(socket.AF_UNIX) as d:
+            if hold:
+                c.recv(1, socket.MSG_PEEK)
+                self.held.set()
+                self.go.wait(60)
+            d.connect(self.real)
+            while True:
+                ready, _, _ = select.select([c, d], [], [], 60)
+                for s in ready:
+                    got = s.recv(65536)
+                    if not got:
+                        return
+                    (d if s is c else c).sendall(got)
+                if not ready:
+                    return
+
+    def close(self):
+        self.go.set()
+        self.srv.close()
+
+
+def outcome(fn, *a, **kw):
+    """The call's status code: OK or its error's."""
+    try:
+        fn(*a, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def test_a_second_call_on_a_target_in_flight_is_aborted(node, pb):
+    """Two calls on one target at once (a CO that lost track of its first
+    one, as a restarted kubelet may): the second, a publish or an
+    unpublish, is answered ABORTED naming the target, and once the first is
+    done the next call goes through. The first is held for real, in the
+    plugin's request to its stager daemon (a second plugin whose daemon
+    socket holds the first request). The same volume at another target is
+    not held up: calls are serialized per target."""
+    gate = HeldDaemon(node.root / "held-daemon.sock",
+                      node.root / "stager.sock")
+    sock = node.root / "csi-abort.sock"
+    p = node.start_csi(sock=sock, env=dict(
+        node.env, DSTAGE_DAEMON_SOCKET=str(gate.path)))
+    c = Client(pb, sock)
+    t, other = node.target("pod-ab"), node.target("pod-ab2")
+    ctx = {"dataset": "train-set-a"}
+    first = []
+    th = threading.Thread(
+        target=lambda: first.append(outcome(c.publish, t, ctx)))
+    try:
+        th.start()
+        assert gate.held.wait(20), "the first publish never asked the daemon"
+        code, msg = code_of(c.publish, t, ctx)
+        assert code == grpc.StatusCode.ABORTED, msg
+        assert f"another call on {t} is in progress" in msg, msg
+        code, msg = code_of(c.unpublish, t)
+        assert code == grpc.StatusCode.ABORTED, msg
+        assert f"another call on {t} is in progress" in msg, msg
+        assert outcome(c.publish, other, ctx) in (
+            grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE)
+        assert th.is_alive() and not first
+        gate.go.set()
+        th.join(30)
+        assert first and first[0] in (
+            grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE), first
+        c.publish_ready(t, ctx)
+        assert mounts_at(t) == 1
+        assert (t / "labels.csv").read_bytes() == b"label,count\n"
+        c.unpublish(t)
+        c.unpublish(other)
+        assert mounts_at(t) == 0 and mounts_at(other) == 0
+    finally:
+        gate.close()
+        th.join(30)
+        c.ch.close()
+        p.terminate()
+        p.wait(10)
 
 
 def test_man_page_matches_help(node):
