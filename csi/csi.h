@@ -216,6 +216,16 @@ int csi_state_each(const char *dir,
 		   int (*fn)(void *arg, const struct csi_record *rec),
 		   void *arg);
 
+/* A target's first wait for staging (the clock of its stagingTimeout),
+ * kept so that a restart of the plugin does not restart it: written
+ * durably as a record is, removed (-ENOENT is not an error), and each
+ * one passed to fn (a file that holds none is removed). */
+int csi_state_wait_put(const char *dir, const char *target, int64_t since);
+int csi_state_wait_del(const char *dir, const char *target);
+int csi_state_wait_each(const char *dir,
+			int (*fn)(void *arg, const char *target, int64_t since),
+			void *arg);
+
 /* Is path a mount point (its own entry in /proc/self/mountinfo)? When
  * fstype is not NULL it gets the mount's type (size 64). 1, 0 or -errno. */
 int csi_state_mounted(const char *path, char *fstype);

@@ -19,10 +19,23 @@
  * binds the mount's source again over a target found stale (ENOTCONN:
  * dstagefs restarted under it).
  *
+ * The stagingTimeout clock: a target's first wait for staging is kept in
+ * memory and in the state directory (csi_state_wait_put), loaded again by
+ * csi_node_open, so a plugin restarted while a pod waits answers
+ * DEADLINE_EXCEEDED at the original deadline. A target's first wait goes
+ * when its publish succeeds, fails with a code kubelet does not retry as
+ * a wait (anything but UNAVAILABLE and DEADLINE_EXCEEDED), or it is
+ * unpublished; at most CSI_WAITS_MAX are kept, the oldest dropped first.
+ *
  * Locks: n->lock guards the table of targets in flight (one call at a
- * time on a target; a second gets ABORTED), the first-wait times
- * (stagingTimeout) and the counters; it is never held across a daemon
- * request or a mount. The re-binder claims a target like a call does.
+ * time on a target; a second gets ABORTED), the first-wait times and
+ * their files (one small write when a wait starts) and the counters; it
+ * is never held across a daemon request or a mount. The re-binder claims
+ * a target like a call does. ABORTED is per target, not per volume_id:
+ * kubelet publishes one volume at several targets at once (a PVC shared
+ * by pods of the node), which are independent bind mounts, and serializes
+ * its calls per target itself; two calls on one target at once mean a CO
+ * that lost track of one (docs/deployment.md, "Errors").
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -133,13 +146,44 @@ static void csi_node_release(struct csi_node *n, const char *target)
 	pthread_mutex_unlock(&n->lock);
 }
 
-/* Seconds target has waited for staging (0 at its first wait). */
+/* Add target's first wait at since (n->lock held); when the table is
+ * full the oldest one goes (most likely a pod deleted while it waited,
+ * whose target kubelet never unpublished), file and all. */
+static struct csi_wait *csi_node_wait_add(struct csi_node *n,
+					  const char *target, int64_t since)
+{
+	size_t len = strlen(target);
+	struct csi_wait *w, **oldest = NULL;
+
+	if (n->nwaits >= CSI_WAITS_MAX) {
+		for (struct csi_wait **p = &n->waits; *p; p = &(*p)->next)
+			if (!oldest || (*p)->since < (*oldest)->since)
+				oldest = p;
+		w = *oldest;
+		*oldest = w->next;
+		csi_state_wait_del(n->state_dir, w->target);
+		free(w);
+		n->nwaits--;
+	}
+	w = malloc(sizeof(*w) + len + 1);
+	if (!w)
+		return NULL;
+	memcpy(w->target, target, len + 1);
+	w->since = since;
+	w->next = n->waits;
+	n->waits = w;
+	n->nwaits++;
+	return w;
+}
+
+/* Seconds target has waited for staging (0 at its first wait, which is
+ * written to the state directory: a restart goes on counting from it). */
 static int64_t csi_node_waited(struct csi_node *n, const char *target,
 			       int64_t now)
 {
-	size_t len = strlen(target);
 	struct csi_wait *w;
 	int64_t ret = 0;
+	int err;
 
 	pthread_mutex_lock(&n->lock);
 	for (w = n->waits; w; w = w->next)
@@ -147,13 +191,13 @@ static int64_t csi_node_waited(struct csi_node *n, const char *target,
 			break;
 	if (w) {
 		ret = now - w->since;
-	} else if (n->nwaits < CSI_WAITS_MAX &&
-		   (w = malloc(sizeof(*w) + len + 1))) {
-		memcpy(w->target, target, len + 1);
-		w->since = now;
-		w->next = n->waits;
-		n->waits = w;
-		n->nwaits++;
+	} else if (csi_node_wait_add(n, target, now)) {
+		err = csi_state_wait_put(n->state_dir, target, now);
+		if (err)
+			log_warn("dstage-csi: recording the first wait of %s "
+				 "in %s: %s (a restart restarts its "
+				 "stagingTimeout)",
+				 target, n->state_dir, strerror(-err));
 	}
 	n->waiting++;
 	pthread_mutex_unlock(&n->lock);
@@ -168,11 +212,25 @@ static void csi_node_unwait(struct csi_node *n, const char *target)
 			struct csi_wait *w = *p;
 
 			*p = w->next;
+			csi_state_wait_del(n->state_dir, w->target);
 			free(w);
 			n->nwaits--;
 			break;
 		}
 	pthread_mutex_unlock(&n->lock);
+}
+
+/* The first waits a plugin before this one recorded (csi_node_open). */
+static int csi_node_load_wait_cb(void *arg, const char *target, int64_t since)
+{
+	struct csi_node *n = arg;
+
+	pthread_mutex_lock(&n->lock);
+	if (!csi_node_wait_add(n, target, since))
+		log_warn("dstage-csi: no memory for the first wait of %s",
+			 target);
+	pthread_mutex_unlock(&n->lock);
+	return 0;
 }
 
 /* ---- the mount ---- */
@@ -521,6 +579,16 @@ static int csi_node_check_req(const struct csi_publish_req *r,
 	return 0;
 }
 
+/* Does a publish that answered err still wait (its clock going on)? The
+ * codes kubelet retries as a wait: staging, the daemon restarting, the
+ * stagingTimeout passed (until the job is done). */
+static bool csi_node_waiting(int err)
+{
+	enum csi_code c = csi_status_code(err);
+
+	return err && (c == CSI_UNAVAILABLE || c == CSI_DEADLINE_EXCEEDED);
+}
+
 static void csi_node_count(struct csi_node *n, int ret, uint64_t *ok)
 {
 	enum csi_code c = csi_status_code(ret);
@@ -551,7 +619,7 @@ int csi_node_publish(struct csi_node *n, const struct csi_publish_req *r,
 	if (!ret) {
 		ret = csi_node_publish_1(n, r, &v, msg, len);
 		csi_node_release(n, r->target_path);
-		if (ret != -EINPROGRESS && ret != -ETIMEDOUT)
+		if (!csi_node_waiting(ret))
 			csi_node_unwait(n, r->target_path);
 	}
 	if (ret == -EINPROGRESS)
@@ -797,6 +865,7 @@ int csi_node_open(const struct csi_node_opts *o, struct csi_node **out,
 		return ret;
 	}
 	csi_state_each(n->state_dir, csi_node_drop_cb, n);
+	csi_state_wait_each(n->state_dir, csi_node_load_wait_cb, n);
 	*out = n;
 	return 0;
 }

@@ -12,6 +12,12 @@
  * plugin re-binds when dstagefs restarted under them; unpublishing needs
  * none (it looks at /proc/self/mountinfo).
  *
+ * Beside them, one ".wait" file per target whose publish waits for
+ * staging: its first wait's time (target, since), the clock of the
+ * volume's stagingTimeout, so that a restarted plugin goes on counting
+ * from it instead of from zero. csi_node.c keeps them bounded and removes
+ * one when its publish succeeds, fails for good or is unpublished.
+ *
  * Stateless functions over the file system; callers serialize work on one
  * target (csi_node.c's table of targets in flight).
  */
@@ -32,14 +38,16 @@
 #include "dstage/proto.h"
 
 #define CSI_STATE_SUFFIX ".vol"
+#define CSI_WAIT_SUFFIX ".wait"
 
-static void csi_state_path(const char *dir, const char *target, char *out,
-			   size_t len)
+static void csi_state_path(const char *dir, const char *target,
+			   const char *suffix, char *out, size_t len)
 {
 	XXH128_hash_t h = XXH3_128bits(target, strlen(target));
 
-	snprintf(out, len, "%s/%016llx%016llx" CSI_STATE_SUFFIX, dir,
-		 (unsigned long long)h.high64, (unsigned long long)h.low64);
+	snprintf(out, len, "%s/%016llx%016llx%s", dir,
+		 (unsigned long long)h.high64, (unsigned long long)h.low64,
+		 suffix);
 }
 
 int csi_state_init(const char *dir)
@@ -57,11 +65,35 @@ int csi_state_init(const char *dir)
 	return 0;
 }
 
+/* Write b's line (ended) at path durably: a temporary file renamed over
+ * it, so a reader sees the old file or the new one, never a part. */
+static int csi_state_write(const char *path, const struct proto_buf *b)
+{
+	char tmp[4300];
+	int fd, ret = 0;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+		  0600);
+	if (fd < 0)
+		return -errno;
+	errno = 0; /* a short write sets none */
+	if (write(fd, b->data, b->len) != (ssize_t)b->len || fsync(fd))
+		ret = errno ? -errno : -EIO;
+	if (close(fd) && !ret)
+		ret = -errno;
+	if (!ret && rename(tmp, path))
+		ret = -errno;
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
 int csi_state_put(const char *dir, const struct csi_record *rec)
 {
-	char path[4200], tmp[4300];
+	char path[4200];
 	struct proto_buf b = { 0 };
-	int fd, ret = 0;
+	int ret;
 
 	proto_add(&b, "target", rec->target);
 	proto_add(&b, "volume_id", rec->volume_id);
@@ -71,34 +103,19 @@ int csi_state_put(const char *dir, const struct csi_record *rec)
 	proto_add(&b, "subpath", rec->subpath);
 	proto_add(&b, "readonly", rec->readonly ? "1" : "0");
 	ret = proto_end(&b);
-	if (ret)
-		goto out;
-	csi_state_path(dir, rec->target, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0600);
-	if (fd < 0) {
-		ret = -errno;
-		goto out;
+	if (!ret) {
+		csi_state_path(dir, rec->target, CSI_STATE_SUFFIX, path,
+			       sizeof(path));
+		ret = csi_state_write(path, &b);
 	}
-	if (write(fd, b.data, b.len) != (ssize_t)b.len || fsync(fd))
-		ret = errno ? -errno : -EIO;
-	if (close(fd) && !ret)
-		ret = -errno;
-	if (!ret && rename(tmp, path))
-		ret = -errno;
-	if (ret)
-		unlink(tmp);
-out:
 	proto_free(&b);
 	return ret;
 }
 
-static int csi_state_read(const char *path, struct csi_record *rec)
+/* Read the one line of the file at path into m. */
+static int csi_state_load(const char *path, struct proto_msg *m)
 {
-	static __thread struct proto_msg m;
 	char buf[8192];
-	const char *v;
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
@@ -108,8 +125,19 @@ static int csi_state_read(const char *path, struct csi_record *rec)
 	close(fd);
 	if (n <= 0 || buf[n - 1] != '\n')
 		return n < 0 ? -errno : -EINVAL;
-	if (proto_parse(&m, buf, (size_t)n - 1))
+	if (proto_parse(m, buf, (size_t)n - 1))
 		return -EINVAL;
+	return 0;
+}
+
+static int csi_state_read(const char *path, struct csi_record *rec)
+{
+	static __thread struct proto_msg m;
+	const char *v;
+	int ret = csi_state_load(path, &m);
+
+	if (ret)
+		return ret;
 	memset(rec, 0, sizeof(*rec));
 	v = proto_get(&m, "target");
 	if (!v || !*v)
@@ -136,49 +164,130 @@ int csi_state_get(const char *dir, const char *target, struct csi_record *rec)
 	char path[4200];
 	int ret;
 
-	csi_state_path(dir, target, path, sizeof(path));
+	csi_state_path(dir, target, CSI_STATE_SUFFIX, path, sizeof(path));
 	ret = csi_state_read(path, rec);
 	if (!ret && strcmp(rec->target, target))
 		ret = -ENOENT; /* another target with the same hash */
 	return ret;
 }
 
-int csi_state_del(const char *dir, const char *target)
+static int csi_state_unlink(const char *dir, const char *target,
+			    const char *suffix)
 {
 	char path[4200];
 
-	csi_state_path(dir, target, path, sizeof(path));
+	csi_state_path(dir, target, suffix, path, sizeof(path));
 	if (unlink(path) && errno != ENOENT)
 		return -errno;
 	return 0;
 }
 
-int csi_state_each(const char *dir,
-		   int (*fn)(void *arg, const struct csi_record *rec),
-		   void *arg)
+int csi_state_del(const char *dir, const char *target)
+{
+	return csi_state_unlink(dir, target, CSI_STATE_SUFFIX);
+}
+
+/* Call fn with the path of each file of dir named *suffix. */
+static int csi_state_walk(const char *dir, const char *suffix,
+			  int (*fn)(void *arg, const char *path), void *arg)
 {
 	DIR *d = opendir(dir);
+	size_t sn = strlen(suffix);
 	struct dirent *e;
 	int ret = 0;
 
 	if (!d)
 		return -errno;
 	while (!ret && (e = readdir(d))) {
-		size_t n = strlen(e->d_name), sn = strlen(CSI_STATE_SUFFIX);
-		struct csi_record rec;
+		size_t n = strlen(e->d_name);
 		char path[4200];
 
-		if (n <= sn || strcmp(e->d_name + n - sn, CSI_STATE_SUFFIX))
+		if (n <= sn || strcmp(e->d_name + n - sn, suffix))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		if (csi_state_read(path, &rec)) {
-			log_warn("dstage-csi: %s: not a record, skipped", path);
-			continue;
-		}
-		ret = fn(arg, &rec);
+		ret = fn(arg, path);
 	}
 	closedir(d);
 	return ret;
+}
+
+struct csi_state_cb {
+	int (*rec_fn)(void *arg, const struct csi_record *rec);
+	int (*wait_fn)(void *arg, const char *target, int64_t since);
+	void *arg;
+};
+
+static int csi_state_each_cb(void *arg, const char *path)
+{
+	struct csi_state_cb *cb = arg;
+	struct csi_record rec;
+
+	if (csi_state_read(path, &rec)) {
+		log_warn("dstage-csi: %s: not a record, skipped", path);
+		return 0;
+	}
+	return cb->rec_fn(cb->arg, &rec);
+}
+
+int csi_state_each(const char *dir,
+		   int (*fn)(void *arg, const struct csi_record *rec),
+		   void *arg)
+{
+	struct csi_state_cb cb = { .rec_fn = fn, .arg = arg };
+
+	return csi_state_walk(dir, CSI_STATE_SUFFIX, csi_state_each_cb, &cb);
+}
+
+/* ---- first waits ---- */
+
+int csi_state_wait_put(const char *dir, const char *target, int64_t since)
+{
+	char path[4200];
+	struct proto_buf b = { 0 };
+	int ret;
+
+	proto_add(&b, "target", target);
+	proto_add_i64(&b, "since", since);
+	ret = proto_end(&b);
+	if (!ret) {
+		csi_state_path(dir, target, CSI_WAIT_SUFFIX, path,
+			       sizeof(path));
+		ret = csi_state_write(path, &b);
+	}
+	proto_free(&b);
+	return ret;
+}
+
+int csi_state_wait_del(const char *dir, const char *target)
+{
+	return csi_state_unlink(dir, target, CSI_WAIT_SUFFIX);
+}
+
+static int csi_state_wait_cb(void *arg, const char *path)
+{
+	static __thread struct proto_msg m;
+	struct csi_state_cb *cb = arg;
+	const char *target;
+	int64_t since;
+
+	if (csi_state_load(path, &m) || !(target = proto_get(&m, "target")) ||
+	    target[0] != '/' || proto_get_i64(&m, "since", &since)) {
+		/* ours, and of no use to anyone: a clock lost */
+		log_warn("dstage-csi: %s: not a first-wait time, removed",
+			 path);
+		unlink(path);
+		return 0;
+	}
+	return cb->wait_fn(cb->arg, target, since);
+}
+
+int csi_state_wait_each(const char *dir,
+			int (*fn)(void *arg, const char *target, int64_t since),
+			void *arg)
+{
+	struct csi_state_cb cb = { .wait_fn = fn, .arg = arg };
+
+	return csi_state_walk(dir, CSI_WAIT_SUFFIX, csi_state_wait_cb, &cb);
 }
 
 /* Undo mountinfo's octal escapes (\040 for a space) in place. */

@@ -15,7 +15,9 @@ stage job, one verify job); a checkpoint volume written by a second uid
 (files keep its uid); a restricted dataset refused to a namespace not
 allowed and served to one allowed (cachectl csi-allow, audited); kill -9
 of the plugin between publish and unpublish; a dstagefs restart under a
-published volume (re-bound, also seen through a HostToContainer copy).
+published volume (re-bound, also seen through a HostToContainer copy); a
+second call on a target while one is in flight (ABORTED); a stagingTimeout
+whose clock goes on across kill -9 of the plugin.
 
 Needs root (mounts), grpcio and protoc with grpc_python_plugin; skips
 otherwise. About 30-60 s.
@@ -23,8 +25,11 @@ otherwise. About 30-60 s.
 import hashlib
 import json
 import os
+import re
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -554,7 +559,6 @@ def test_pods_at_once_start_one_stage(node, client):
 def daemon_call(node, **fields):
     """One request on the stager daemon's socket (docs/stager.md,
     "Protocol"): its rows and its end line, as dicts."""
-    import socket
     line = "\t".join(f"{k}={v}" for k, v in fields.items()) + "\n"
     with socket.socket(socket.AF_UNIX) as c:
         c.settimeout(30)
@@ -659,14 +663,20 @@ def test_restricted_dataset_only_to_allowed_namespaces(node, client):
     assert "csi.allow" in audit.stdout and "team-a,team-c" in audit.stdout
 
 
-def test_kill9_of_the_plugin_between_publish_and_unpublish(node, client, pb):
-    t = node.target("pod-k")
-    client.publish_ready(t, {"dataset": "train-set-a"})
+def restart_plugin(node, pb):
+    """kill -9 the node's plugin and start another on the same state
+    directory; a client of the new one."""
     node.plugin.send_signal(signal.SIGKILL)
     node.plugin.wait(10)
     node.sock.unlink()
     node.start_csi()
-    c = Client(pb, node.sock)
+    return Client(pb, node.sock)
+
+
+def test_kill9_of_the_plugin_between_publish_and_unpublish(node, client, pb):
+    t = node.target("pod-k")
+    client.publish_ready(t, {"dataset": "train-set-a"})
+    c = restart_plugin(node, pb)
     try:
         c.publish(t, {"dataset": "train-set-a"})  # still published: OK
         assert mounts_at(t) == 1
@@ -758,8 +768,167 @@ def test_staging_timeout_is_deadline_exceeded(node, client):
     client.unpublish(t)
 
 
+def test_staging_timeout_survives_a_restart_of_the_plugin(node, client, pb):
+    """The first wait's time is kept in the state directory: a plugin killed
+    while a pod waits for staging, and started again, answers
+    DEADLINE_EXCEEDED at the original deadline, not stagingTimeout after
+    its own start (or never, restarted often enough). An unpublish drops the
+    clock, and so does the publish that succeeds."""
+    node.dataset("set-slow2", {"s.bin": os.urandom(10 * MiB)})
+    node.run("stage", "set-slow2", "--bandwidth", "1M")      # about 10 s
+    t = node.target("pod-slow2")
+    ctx = {"dataset": "set-slow2", "stagingTimeout": "4s"}
+    t0 = time.time()
+    code, msg = code_of(client.publish, t, ctx)
+    assert code == grpc.StatusCode.UNAVAILABLE and "waited 0s" in msg, msg
+    waits = list(node.state.glob("*.wait"))
+    assert [f"target={t}" in w.read_text() for w in waits] == [True], waits
+    time.sleep(2.5)
+    c = restart_plugin(node, pb)
+    try:
+        # counting on from the first wait, not from the restart
+        seen = []
+        while not seen or "waited" not in seen[-1]:
+            code, msg = code_of(c.publish, t, ctx)
+            assert code == grpc.StatusCode.UNAVAILABLE, msg
+            seen.append(msg)
+            assert len(seen) < 5, seen
+        assert int(re.search(r"waited (\d+)s", msg).group(1)) >= 2, seen
+
+        # DEADLINE_EXCEEDED at the first wait's deadline: more than 4 whole
+        # seconds after it, by t0 + 5.5; a clock restarted with the plugin
+        # (after t0 + 2.5, floored) would not pass it before t0 + 6.5
+        def deadline():
+            code, msg = code_of(c.publish, t, ctx)
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return msg
+            assert code == grpc.StatusCode.UNAVAILABLE, msg
+            assert time.time() < t0 + 6.3, msg
+            return None
+        msg = wait_for(deadline, "DEADLINE_EXCEEDED", 10, 0.2)
+        assert time.time() >= t0 + 4, msg
+        assert "stagingTimeout of 4s" in msg and "set-slow2" in msg, msg
+        assert node.jobs("set-slow2", "stage")[0]["state"] == "running"
+        # the pod is gone: its clock with it; a new pod's starts at 0
+        c.unpublish(t)
+        assert not list(node.state.glob("*.wait"))
+        code, msg = code_of(c.publish, t, ctx)
+        assert code == grpc.StatusCode.UNAVAILABLE and "waited 0s" in msg
+        wait_for(lambda: node.jobs("set-slow2", "stage")[0]["state"] ==
+                 "done", "the slow stage", 30, 0.5)
+        c.publish_ready(t, ctx, retry=("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+        assert not list(node.state.glob("*.wait"))
+        c.unpublish(t)
+    finally:
+        c.ch.close()
+
+
+class HeldDaemon:
+    """A stager daemon socket that holds the first request made on it until
+    released, then relays it, and every later one at once, to the node's
+    daemon: a daemon stuck for a while, as under load."""
+
+    def __init__(self, path, real):
+        self.path, self.real = path, str(real)
+        self.held = threading.Event()    # the first request has come
+        self.go = threading.Event()
+        self.srv = socket.socket(socket.AF_UNIX)
+        self.srv.bind(str(path))
+        self.srv.listen(16)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        first = True
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return       # closed
+            threading.Thread(target=self._relay, args=(c, first),
+                             daemon=True).start()
+            first = False
+
+    def _relay(self, c, hold):
+        with c, socket.socket(socket.AF_UNIX) as d:
+            if hold:
+                c.recv(1, socket.MSG_PEEK)
+                self.held.set()
+                self.go.wait(60)
+            d.connect(self.real)
+            while True:
+                ready, _, _ = select.select([c, d], [], [], 60)
+                for s in ready:
+                    got = s.recv(65536)
+                    if not got:
+                        return
+                    (d if s is c else c).sendall(got)
+                if not ready:
+                    return
+
+    def close(self):
+        self.go.set()
+        self.srv.close()
+
+
+def outcome(fn, *a, **kw):
+    """The call's status code: OK or its error's."""
+    try:
+        fn(*a, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def test_a_second_call_on_a_target_in_flight_is_aborted(node, pb):
+    """Two calls on one target at once (a CO that lost track of its first
+    one, as a restarted kubelet may): the second, a publish or an
+    unpublish, is answered ABORTED naming the target, and once the first is
+    done the next call goes through. The first is held for real, in the
+    plugin's request to its stager daemon (a second plugin whose daemon
+    socket holds the first request). The same volume at another target is
+    not held up: calls are serialized per target."""
+    gate = HeldDaemon(node.root / "held-daemon.sock",
+                      node.root / "stager.sock")
+    sock = node.root / "csi-abort.sock"
+    p = node.start_csi(sock=sock, env=dict(
+        node.env, DSTAGE_DAEMON_SOCKET=str(gate.path)))
+    c = Client(pb, sock)
+    t, other = node.target("pod-ab"), node.target("pod-ab2")
+    ctx = {"dataset": "train-set-a"}
+    first = []
+    th = threading.Thread(
+        target=lambda: first.append(outcome(c.publish, t, ctx)))
+    try:
+        th.start()
+        assert gate.held.wait(20), "the first publish never asked the daemon"
+        code, msg = code_of(c.publish, t, ctx)
+        assert code == grpc.StatusCode.ABORTED, msg
+        assert f"another call on {t} is in progress" in msg, msg
+        code, msg = code_of(c.unpublish, t)
+        assert code == grpc.StatusCode.ABORTED, msg
+        assert f"another call on {t} is in progress" in msg, msg
+        assert outcome(c.publish, other, ctx) in (
+            grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE)
+        assert th.is_alive() and not first
+        gate.go.set()
+        th.join(30)
+        assert first and first[0] in (
+            grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE), first
+        c.publish_ready(t, ctx)
+        assert mounts_at(t) == 1
+        assert (t / "labels.csv").read_bytes() == b"label,count\n"
+        c.unpublish(t)
+        c.unpublish(other)
+        assert mounts_at(t) == 0 and mounts_at(other) == 0
+    finally:
+        gate.close()
+        th.join(30)
+        c.ch.close()
+        p.terminate()
+        p.wait(10)
+
+
 def test_man_page_matches_help(node):
-    import re
     text = subprocess.run([node.csi, "--help"], capture_output=True,
                           text=True, check=True).stdout
     page = (REPO / "man" / "dstage-csi.8").read_text().replace("\\-", "-")

@@ -2,11 +2,16 @@
 /*
  * dstage-csi's pure decisions (csi/csi_volume.c, csi_stage_next in
  * csi/csi_stage.c): volume attributes, namespaces, errno -> gRPC code, and
- * what a dataset publish does next from the daemon's `show`. The calls
- * themselves are tests/integration/test_csi.py's.
+ * what a dataset publish does next from the daemon's `show`; and the
+ * state directory's first-wait files (csi/csi_state.c), in a temporary
+ * directory. The calls themselves are tests/integration/test_csi.py's.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "csi.h"
@@ -146,11 +151,89 @@ static void check_next(void)
 	CHECK_INT(csi_stage_next(&di, false, 2000, 30), CSI_NEXT_READY);
 }
 
+struct waits {
+	unsigned n;
+	char target[4][64];
+	int64_t since[4];
+};
+
+static int collect_wait(void *arg, const char *target, int64_t since)
+{
+	struct waits *w = arg;
+
+	if (w->n < 4) {
+		snprintf(w->target[w->n], sizeof(w->target[0]), "%s", target);
+		w->since[w->n] = since;
+	}
+	w->n++;
+	return 0;
+}
+
+static int count_record(void *arg, const struct csi_record *rec)
+{
+	(void)rec;
+	++*(unsigned *)arg;
+	return 0;
+}
+
+static void check_waits(void)
+{
+	char dir[] = "/tmp/test_csi_core.XXXXXX", bad[64];
+	struct csi_record rec = { .target = "/k/pods/p3/mount",
+				  .volume_id = "pv",
+				  .kind = CSI_VOL_DATASET,
+				  .name = "d" };
+	struct waits w = { 0 };
+	unsigned nrec = 0;
+	int fd;
+
+	if (!mkdtemp(dir)) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	CHECK_INT(csi_state_init(dir), 0);
+	CHECK_INT(csi_state_wait_put(dir, "/k/pods/p1/mount", 100), 0);
+	CHECK_INT(csi_state_wait_put(dir, "/k/pods/p2/mount", 200), 0);
+	/* a second put replaces the first */
+	CHECK_INT(csi_state_wait_put(dir, "/k/pods/p1/mount", 150), 0);
+	CHECK_INT(csi_state_put(dir, &rec), 0);
+	/* a torn or foreign file is removed, not passed on */
+	snprintf(bad, sizeof(bad), "%s/0123.wait", dir);
+	fd = open(bad, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	if (fd >= 0) {
+		static const char torn[] = "target=/x\tsin";
+
+		CHECK_INT((int)write(fd, torn, sizeof(torn) - 1),
+			  (int)sizeof(torn) - 1);
+		close(fd);
+	}
+	CHECK_INT(csi_state_wait_each(dir, collect_wait, &w), 0);
+	CHECK_INT(w.n, 2);
+	for (unsigned i = 0; i < 2 && w.n == 2; i++)
+		CHECK_INT(w.since[i],
+			  !strcmp(w.target[i], "/k/pods/p1/mount") ? 150 : 200);
+	CHECK(access(bad, F_OK) && errno == ENOENT);
+	/* records and first waits do not see each other's files */
+	CHECK_INT(csi_state_each(dir, count_record, &nrec), 0);
+	CHECK_INT(nrec, 1);
+	CHECK_INT(csi_state_wait_del(dir, "/k/pods/p1/mount"), 0);
+	CHECK_INT(csi_state_wait_del(dir, "/k/pods/p1/mount"), 0);
+	memset(&w, 0, sizeof(w));
+	CHECK_INT(csi_state_wait_each(dir, collect_wait, &w), 0);
+	CHECK_INT(w.n, 1);
+	CHECK_STR(w.target[0], "/k/pods/p2/mount");
+	CHECK_INT(csi_state_wait_del(dir, "/k/pods/p2/mount"), 0);
+	CHECK_INT(csi_state_del(dir, rec.target), 0);
+	CHECK_INT(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	check_attributes();
 	check_namespaces();
 	check_codes();
 	check_next();
+	check_waits();
 	return check_result();
 }
