@@ -91,8 +91,10 @@ def define_rows(b, warm_rounds):
         lmin("cache_disk_direct_write_MBps", "sha256_all_cores_MBps"),
         f"min(dd oflag=direct into the cache disk, SHA-256 all cores) "
         f"(medians of {warm_rounds}, alternated)", 0.9)
-    for r in getattr(b, "ckpt_rows", []):
+    for r in getattr(b, "ckpt_rows", []) + getattr(b, "mlperf_rows", []):
         row(r["id"], r["what"], r["unit"], r["limit"], r["limit_what"], r["target"])
+        if r.get("scale") and r["id"] in b.rows:
+            b.rows[r["id"]]["scale"] = r["scale"]
     row("verify_cache", "stager verify --cache (large files)", "MB/s", verify_lim,
         f"min(fio read, SHA-256 all cores) (medians of {warm_rounds}, alternated)", 0.9)
     for r in million_bench.row_defs(L):

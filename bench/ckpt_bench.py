@@ -56,6 +56,7 @@ PART = 16 * MiB   # s3.part_size's default: the part the close may wait for
 WRITER = r"""
 import json, os, sys, time
 path, size = sys.argv[1], int(sys.argv[2])
+sync = sys.argv[3:] == ["fsync"]  # fsync before the close (MLPerf's shape)
 buf = os.urandom(%d)
 t0 = time.monotonic()
 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -65,10 +66,13 @@ while left:
     os.write(fd, buf[:n])
     left -= n
 t1 = time.monotonic()
+if sync:
+    os.fsync(fd)
+tf = time.monotonic()
 os.close(fd)
 t2 = time.monotonic()
 print(json.dumps({"open_to_close": t2 - t0, "write": t1 - t0,
-                  "close": t2 - t1}))
+                  "fsync": tf - t1, "close": t2 - tf}))
 """ % CHUNK
 
 
