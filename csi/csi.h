@@ -171,6 +171,12 @@ enum csi_next {
 enum csi_next csi_stage_next(const struct csi_ds_info *di, bool verify,
 			     int64_t now, unsigned retry_s);
 
+/* Each request to the stager daemon (a connection of its own) fails after
+ * this many seconds without an answer (-EHOSTUNREACH, "did not answer"):
+ * --daemon-timeout, set once before serving. */
+#define CSI_DAEMON_TIMEOUT_S 30
+void csi_stage_set_timeout(unsigned s);
+
 /* show name=NAME. -ENOENT (no such dataset), -EHOSTUNREACH (no daemon). */
 int csi_stage_show(const char *socket, const char *name, struct csi_ds_info *di,
 		   char *msg, size_t len);

@@ -19,9 +19,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include "csi.h"
 #include "dstage/proto_client.h"
+
+/* Seconds a request to the daemon may take (--daemon-timeout); set once
+ * before the server starts, read-only after. */
+static unsigned csi_stage_timeout_s = CSI_DAEMON_TIMEOUT_S;
+
+void csi_stage_set_timeout(unsigned s)
+{
+	csi_stage_timeout_s = s;
+}
 
 static void csi_stage_copy(char *dst, size_t size, const char *s)
 {
@@ -32,7 +43,13 @@ static int csi_stage_open(struct proto_client *pc, const char *socket,
 			  char *msg, size_t len)
 {
 	int ret = proto_client_open(pc, "dstage-csi", socket);
+	struct timeval tv = { .tv_sec = csi_stage_timeout_s };
 
+	/* a stuck daemon must not hold a publish (and its target) forever */
+	if (!ret &&
+	    (setsockopt(pc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	     setsockopt(pc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv))))
+		ret = -errno;
 	if (ret) {
 		csi_msgf(msg, len,
 			 "the node's stager daemon does not answer at %s: %s "
@@ -50,6 +67,14 @@ static int csi_stage_call(struct proto_client *pc, proto_client_row_fn fn,
 {
 	int ret = proto_client_call(pc, fn, arg);
 
+	if (ret == -EAGAIN || ret == -EWOULDBLOCK || ret == -ETIMEDOUT) {
+		csi_msgf(msg, len,
+			 "%s: the node's stager daemon did not answer within "
+			 "%u s (--daemon-timeout): is it stuck or overloaded? "
+			 "(stager status on the node)",
+			 what, csi_stage_timeout_s);
+		return -EHOSTUNREACH;
+	}
 	if (ret) {
 		csi_msgf(msg, len, "%s: the stager daemon's connection: %s",
 			 what, strerror(ret < 0 ? -ret : EIO));

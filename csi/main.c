@@ -30,7 +30,8 @@ static void csi_usage(FILE *f)
 		"                  [--state-dir DIR] [--node-id ID] "
 		"[--config FILE]\n"
 		"                  [--recheck MS] [--retry-after S] "
-		"[--metrics-textfile PATH]\n"
+		"[--daemon-timeout S]\n"
+		"                  [--metrics-textfile PATH]\n"
 		"\n"
 		"The dstage CSI node plugin: serves the CSI Identity and Node "
 		"services on a\n"
@@ -59,6 +60,10 @@ static void csi_usage(FILE *f)
 		"  --retry-after S          a failed stage is reported this "
 		"long "
 		"before the next (default 30)\n"
+		"  --daemon-timeout S       a request to the stager daemon "
+		"fails (UNAVAILABLE) after\n"
+		"                           this long without an answer "
+		"(default 30)\n"
 		"  --metrics-textfile PATH  write the counters there every "
 		"--recheck (node exporter's\n"
 		"                           textfile format)\n"
@@ -95,6 +100,7 @@ int main(int argc, char **argv)
 		{ "config", required_argument, NULL, 'c' },
 		{ "recheck", required_argument, NULL, 'r' },
 		{ "retry-after", required_argument, NULL, 'a' },
+		{ "daemon-timeout", required_argument, NULL, 'T' },
 		{ "metrics-textfile", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -135,20 +141,25 @@ int main(int argc, char **argv)
 			break;
 		case 'r':
 		case 'a':
+		case 'T':
 			errno = 0;
 			v = strtoul(optarg, &end, 10);
 			if (errno || *end || !*optarg || !v || v > 86400000) {
 				fprintf(stderr,
 					"dstage-csi: --%s %s: expected a "
 					"positive number\n",
-					c == 'r' ? "recheck" : "retry-after",
+					c == 'r'   ? "recheck"
+					: c == 'a' ? "retry-after"
+						   : "daemon-timeout",
 					optarg);
 				return 2;
 			}
 			if (c == 'r')
 				o.recheck_ms = (unsigned)v;
-			else
+			else if (c == 'a')
 				o.retry_s = (unsigned)v;
+			else
+				csi_stage_set_timeout((unsigned)v);
 			break;
 		case 'M':
 			metrics = optarg;

@@ -928,6 +928,41 @@ def test_a_second_call_on_a_target_in_flight_is_aborted(node, pb):
         p.wait(10)
 
 
+def test_a_stuck_daemon_fails_the_publish_after_daemon_timeout(node, pb):
+    """A stager daemon that never answers (its socket accepts and holds the
+    request) does not hold a publish, or its target, for good: after
+    --daemon-timeout the publish answers UNAVAILABLE naming the timeout,
+    the target is free again (no ABORTED), and once the daemon answers the
+    next publish goes through."""
+    gate = HeldDaemon(node.root / "stuck-daemon.sock",
+                      node.root / "stager.sock")
+    sock = node.root / "csi-stuck.sock"
+    p = node.start_csi("--daemon-timeout", "2", sock=sock, env=dict(
+        node.env, DSTAGE_DAEMON_SOCKET=str(gate.path)))
+    c = Client(pb, sock)
+    t = node.target("pod-stuck")
+    ctx = {"dataset": "train-set-a"}
+    try:
+        t0 = time.monotonic()
+        code, msg = code_of(c.publish, t, ctx)
+        took = time.monotonic() - t0
+        assert code == grpc.StatusCode.UNAVAILABLE, msg
+        assert "did not answer within 2 s (--daemon-timeout)" in msg, msg
+        assert 1.5 < took < 20, took
+        assert gate.held.is_set()
+        gate.go.set()
+        c.publish_ready(t, ctx)
+        assert (t / "labels.csv").read_bytes() == b"label,count\n"
+        c.unpublish(t)
+        assert mounts_at(t) == 0
+    finally:
+        gate.go.set()
+        gate.close()
+        c.ch.close()
+        p.terminate()
+        p.wait(10)
+
+
 def test_man_page_matches_help(node):
     text = subprocess.run([node.csi, "--help"], capture_output=True,
                           text=True, check=True).stdout
