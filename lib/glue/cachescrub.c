@@ -58,7 +58,10 @@
 #define CACHESCRUB_LOCK_FILE "scrub.lock"
 #define CACHESCRUB_NICE 10 /* the thread's CPU share: below the readers' */
 
-/* A dataset's store, opened for the scrub's repairs. */
+/* A dataset's store, opened for the scrub's repairs: once a pass (each
+ * pass opens its stores anew, so a source moved or changed since the last
+ * pass is read where the catalog says it is now). Only the scrub's
+ * thread touches them. */
 struct cachescrub_store {
 	struct cachescrub_store *next;
 	char *dataset, *source;
@@ -198,6 +201,20 @@ static struct objstore *cachescrub_store(struct cachescrub *s,
 	found->pass = s->pass;
 	catalog_dataset_release(&ds);
 	return found->os;
+}
+
+static void cachescrub_stores_free(struct cachescrub *s)
+{
+	struct cachescrub_store *st, *next;
+
+	for (st = s->stores; st; st = next) {
+		next = st->next;
+		objstore_free(st->os);
+		free(st->dataset);
+		free(st->source);
+		free(st);
+	}
+	s->stores = NULL;
 }
 
 static void cachescrub_bad(void *arg, uint64_t block, const char *path)
@@ -378,6 +395,7 @@ static int cachescrub_pass(struct cachescrub *s)
 	}
 	start = timeutil_real_s();
 	s->pass++;
+	cachescrub_stores_free(s);
 	pthread_mutex_lock(&s->lock);
 	s->p.waiting_lock = false;
 	s->p.running = true;
@@ -533,8 +551,6 @@ int cachescrub_start(const struct dstage_config *cfg, struct cache *c,
 
 void cachescrub_stop(struct cachescrub *s)
 {
-	struct cachescrub_store *st, *next;
-
 	if (!s)
 		return;
 	pthread_mutex_lock(&s->lock);
@@ -543,13 +559,7 @@ void cachescrub_stop(struct cachescrub *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->started)
 		pthread_join(s->thread, NULL);
-	for (st = s->stores; st; st = next) {
-		next = st->next;
-		objstore_free(st->os);
-		free(st->dataset);
-		free(st->source);
-		free(st);
-	}
+	cachescrub_stores_free(s);
 	catalog_close(s->cat);
 	free(s->bad);
 	pthread_cond_destroy(&s->cond);
