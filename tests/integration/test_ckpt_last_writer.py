@@ -32,7 +32,6 @@ The agent (AGENT) is a small program driven line by line on its stdin, so
 a test orders the opens, writes and closes of several processes exactly.
 """
 import os
-import signal
 import subprocess
 import time
 
@@ -182,25 +181,41 @@ def start(tool, tmp, store, users):
     return m
 
 
-def begin(m, users):
-    """W creates KEY (0666) and writes 1 MiB; the second uid's agent."""
-    w = Agent()
-    w.do("open", "f", "w", m.ck / KEY)
-    w.do("write", "f", 0, MB, 0x41)
-    u = users.user("lw")
-    other = Agent(users.prefix(u))
-    return w, other, {"want": b"\x41" * MB}
+class Session:
+    """W creates KEY (0666) and writes 1 MiB; a second uid's agent beside
+    it; then the pattern, after which nothing may be in the store. Used as
+    a context: every agent is killed and the mount stopped at the end."""
+
+    def __init__(self, tool, tmp, store, users, pattern):
+        self.m = start(tool, tmp, store, users)
+        self.w = self.other = None
+        try:
+            self.w = Agent()
+            self.w.do("open", "f", "w", self.m.ck / KEY)
+            self.w.do("write", "f", 0, MB, 0x41)
+            self.other = Agent(users.prefix(users.user("lw")))
+            self.ctx = {"want": b"\x41" * MB}
+            pattern(self.m, self.w, self.other, self.ctx)
+            expect_none(self.m, pattern.__name__)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for a in (self.w, self.other):
+            if a:
+                a.kill()
+        self.m.stop()
 
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.__name__)
 def test_published_only_when_the_last_writer_is_done(tool, tmp_path, store,
                                                      users, pattern):
-    m = start(tool, tmp_path / "m", store, users)
-    w = other = None
-    try:
-        w, other, ctx = begin(m, users)
-        pattern(m, w, other, ctx)
-        expect_none(m, pattern.__name__)
+    with Session(tool, tmp_path / "m", store, users, pattern) as s:
+        m, w, ctx = s.m, s.w, s.ctx
         if "later" in ctx:
             w.do("write", "f", *ctx["later"])
         else:
@@ -215,11 +230,6 @@ def test_published_only_when_the_last_writer_is_done(tool, tmp_path, store,
             "%d bytes published, %d written" % (len(got), len(ctx["want"]))
         m.check_published(KEY, sha(ctx["want"]))
         no_partials(m.store)
-    finally:
-        for a in (w, other):
-            if a:
-                a.kill()
-        m.stop()
 
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.__name__)
@@ -230,51 +240,35 @@ def test_killed_after_the_pattern_publishes_nothing(tool, tmp_path, store,
                                                forked_child_writes):
         pytest.skip("on radosgw a covering subset (the directory store "
                     "runs every pattern)")
-    m = start(tool, tmp_path / "m", store, users)
-    w = other = None
-    try:
-        w, other, ctx = begin(m, users)
-        pattern(m, w, other, ctx)
-        expect_none(m, pattern.__name__)
+    with Session(tool, tmp_path / "m", store, users, pattern) as s:
+        m = s.m
         if killed == "writer":
-            w.kill()
+            s.w.kill()
             expect_none(m, "W killed")
             # its RELEASE came and went: a remount publishes nothing
-            other.kill()
+            s.other.kill()
             m.stop()
             m.start()
         else:
             m.kill9()
-            w.kill()
-            other.kill()
+            s.w.kill()
+            s.other.kill()
             m.start()
         wait_for(lambda: any((m.staging / "abandoned").rglob("*")), 30,
                  "the unfinished file in abandoned/")
         time.sleep(1.5)          # one retry_interval: no publish after all
         assert published(m) is None, m.log_text()[-2000:]
         no_partials(m.store)
-    finally:
-        for a in (w, other):
-            if a:
-                a.kill()
-        m.stop()
 
 
 def test_the_writers_own_fsync_publishes(tool, tmp_path, store, users):
     """The positive control: W's fsync publishes what it wrote so far;
     its later writes and close publish the rest."""
-    m = start(tool, tmp_path / "m", store, users)
-    w = other = None
-    try:
-        w, other, ctx = begin(m, users)
-        w.do("fsync", "f")
-        m.check_published(KEY, sha(b"\x41" * MB))
-        w.do("write", "f", MB, MB, 0x46)
-        w.do("fdatasync", "f")
-        m.check_published(KEY, sha(b"\x41" * MB + b"\x46" * MB))
-        w.do("close", "f")
-    finally:
-        for a in (w, other):
-            if a:
-                a.kill()
-        m.stop()
+    with Session(tool, tmp_path / "m", store, users,
+                 lambda *a: None) as s:
+        s.w.do("fsync", "f")
+        s.m.check_published(KEY, sha(b"\x41" * MB))
+        s.w.do("write", "f", MB, MB, 0x46)
+        s.w.do("fdatasync", "f")
+        s.m.check_published(KEY, sha(b"\x41" * MB + b"\x46" * MB))
+        s.w.do("close", "f")
