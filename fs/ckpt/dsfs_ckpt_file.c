@@ -623,11 +623,20 @@ static bool dsfs_ckpt_file_others(struct dsfs *fs,
 				  struct dsfs_ckpt_file_handle *h, pid_t tid,
 				  fuse_ino_t ino)
 {
+	pid_t known[DSFS_CKPT_FILE_WRITERS + 1];
+	size_t n = 0;
+
 	if (dsfs_ckpt_proc_held(fs, tid, ino))
 		return true; /* its last descriptor's close publishes */
 	if (ckpt_file_writers(h->f) > 1)
 		return true; /* the last writable handle's close publishes */
-	return dsfs_ckpt_proc_others_write(fs, dsfs_ckpt_proc_tgid(tid), ino);
+	pthread_mutex_lock(&h->lock);
+	known[n++] = h->opener;
+	for (unsigned i = 0; i < h->nwriters && i < DSFS_CKPT_FILE_WRITERS; i++)
+		known[n++] = h->writers[i];
+	pthread_mutex_unlock(&h->lock);
+	return dsfs_ckpt_proc_others_write(fs, dsfs_ckpt_proc_tgid(tid), ino,
+					   known, n);
 }
 
 int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,

@@ -235,9 +235,12 @@ bool dsfs_ckpt_proc_killed(pid_t pid, int *sig);
  * the first descriptor before writing anything. */
 bool dsfs_ckpt_proc_held(struct dsfs *fs, pid_t tid, fuse_ino_t ino);
 /* Whether a process other than tgid (and dstagefs) has node ino of the
- * mount open for writing: a forked or exec'd child's copy of a writer's
- * descriptor, or another process's open. Bounded (1 Mi descriptors in
- * all): past the bound, true. */
-bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino);
+ * mount open for writing, among the processes known[0..nknown) (those that
+ * opened or wrote the handle) and every descendant of theirs and of tgid:
+ * a forked or exec'd child's copy of a writer's descriptor. Every process
+ * when the kernel lists no children or the tree passes 1,024 processes;
+ * bounded (1 Mi descriptors in all): past the bound, true. */
+bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino,
+				 const pid_t *known, size_t nknown);
 
 #endif

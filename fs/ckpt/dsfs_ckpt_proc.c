@@ -5,9 +5,11 @@
  * (dsfs_ckpt_file.c, docs/checkpoints.md "When a file is published"):
  * the thread group of a thread, whether a task is dying of a signal,
  * whether a process still has the file open through another descriptor,
- * and whether any other process holds it open for writing (a forked or
+ * and whether another process holds it open for writing (a forked or
  * exec'd child's copy of the writer's descriptor, which FUSE never
- * announces).
+ * announces: looked for in the tree of the processes that opened or wrote
+ * the handle, through /proc/PID/task/TID/children, or in every process
+ * when the kernel does not list children).
  *
  * Every descriptor is looked at with AT_STATX_DONT_SYNC (the kernel's
  * cached attributes), so no look asks a file system, this one included.
@@ -35,6 +37,8 @@
 /* Descriptors looked at in all, at most, when every process is asked:
  * past it the answer is "held" (the publish waits for the RELEASE). */
 #define DSFS_CKPT_PROC_ALL_FDS_MAX (1u << 20)
+/* Processes of a handle's tree looked at, at most (more: every process). */
+#define DSFS_CKPT_PROC_TREE_MAX 1024
 
 bool dsfs_ckpt_proc_read(pid_t pid, const char *what, char *buf, size_t size)
 {
@@ -167,18 +171,76 @@ bool dsfs_ckpt_proc_held(struct dsfs *fs, pid_t tid, fuse_ino_t ino)
 	return dev && dsfs_ckpt_proc_scan(tid, dev, ino, false, &budget) > 0;
 }
 
-bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino)
+/* Whether the kernel lists a task's children (CONFIG_PROC_CHILDREN):
+ * 1 yes, 0 no, -1 not asked yet. */
+static atomic_int dsfs_ckpt_proc_has_children = -1;
+
+static bool dsfs_ckpt_proc_children_ok(void)
 {
-	dev_t dev = dsfs_ckpt_proc_dev(fs);
+	int v = atomic_load(&dsfs_ckpt_proc_has_children);
+	char path[64];
+
+	if (v < 0) {
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children",
+			 (int)getpid(), (int)getpid());
+		v = access(path, R_OK) == 0;
+		atomic_store(&dsfs_ckpt_proc_has_children, v);
+	}
+	return v;
+}
+
+/* Add pid to the set (v, *n of max) unless it is there: false when full. */
+static bool dsfs_ckpt_proc_add(pid_t *v, size_t *n, size_t max, pid_t pid)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (v[i] == pid)
+			return true;
+	if (*n == max)
+		return false;
+	v[(*n)++] = pid;
+	return true;
+}
+
+/* Add the children of every thread of process pid to the set; false when
+ * the set is full. */
+static bool dsfs_ckpt_proc_children(pid_t pid, pid_t *v, size_t *n, size_t max)
+{
+	char path[64], buf[4096], *p, *end;
+	struct dirent *d;
+	bool ok = true;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return true; /* gone: no children to hold anything */
+	while (ok && (d = readdir(dir)) != NULL) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "task/%.20s/children", d->d_name);
+		if (!dsfs_ckpt_proc_read(pid, path, buf, sizeof(buf)))
+			continue;
+		for (p = buf; ok && *p; p = end) {
+			long c = strtol(p, &end, 10);
+
+			if (end == p)
+				break;
+			ok = c <= 0 || dsfs_ckpt_proc_add(v, n, max, (pid_t)c);
+		}
+	}
+	closedir(dir);
+	return ok;
+}
+
+/* Every process of /proc but tgid and dstagefs: the fallback. */
+static bool dsfs_ckpt_proc_all_write(dev_t dev, pid_t tgid, fuse_ino_t ino)
+{
 	unsigned budget = DSFS_CKPT_PROC_ALL_FDS_MAX;
 	pid_t self = getpid();
 	bool found = false;
 	struct dirent *d;
-	DIR *dir;
+	DIR *dir = opendir("/proc");
 
-	if (!dev)
-		return false;
-	dir = opendir("/proc");
 	if (!dir)
 		return false;
 	while (!found && (d = readdir(dir)) != NULL) {
@@ -201,5 +263,39 @@ bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino)
 		budget += each; /* what the process left unspent */
 	}
 	closedir(dir);
+	return found;
+}
+
+bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino,
+				 const pid_t *known, size_t nknown)
+{
+	pid_t set[DSFS_CKPT_PROC_TREE_MAX];
+	dev_t dev = dsfs_ckpt_proc_dev(fs);
+	size_t n = 0;
+	bool found = false;
+
+	if (!dev)
+		return false;
+	if (!dsfs_ckpt_proc_children_ok())
+		return dsfs_ckpt_proc_all_write(dev, tgid, ino);
+	/* a copy of a descriptor reaches another process by fork: the
+	 * processes that opened or wrote the handle, the closing one, and
+	 * every descendant of theirs (a child a dying parent left to init
+	 * is no longer one, nor is a descriptor sent over a socket) */
+	dsfs_ckpt_proc_add(set, &n, DSFS_CKPT_PROC_TREE_MAX, tgid);
+	for (size_t i = 0; i < nknown; i++)
+		if (known[i] > 0)
+			dsfs_ckpt_proc_add(set, &n, DSFS_CKPT_PROC_TREE_MAX,
+					   known[i]);
+	for (size_t i = 0; i < n && !found; i++) {
+		unsigned each = DSFS_CKPT_PROC_FDS_MAX;
+
+		if (!dsfs_ckpt_proc_children(set[i], set, &n,
+					     DSFS_CKPT_PROC_TREE_MAX))
+			return dsfs_ckpt_proc_all_write(dev, tgid, ino);
+		if (set[i] != tgid && set[i] != getpid())
+			found = dsfs_ckpt_proc_scan(set[i], dev, ino, true,
+						    &each) > 0;
+	}
 	return found;
 }

@@ -15,7 +15,7 @@ write more:
 * fsync and fdatasync of a read-only descriptor (W's own, and the second
   uid's);
 * a forked child of W that writes through the inherited descriptor and
-  exits;
+  exits, and a child W runs (fork and exec) that does the same;
 * a second rank (its own process and open) writing its half at an offset
   and closing first;
 * W's own second open of the file, closed.
@@ -74,6 +74,13 @@ for line in sys.stdin:
                 os.pwrite(fds[a[1]], pat(a[4], int(a[3])), int(a[2]))
                 os._exit(0)
             os.waitpid(pid, 0)
+        elif a[0] == "execwrite":
+            import subprocess
+            fd = fds[a[1]]
+            subprocess.run([sys.executable, "-c",
+                            "import os, sys; os.pwrite(%d, bytes([%d]) * %d,"
+                            " %d)" % (fd, int(a[4]), int(a[3]), int(a[2]))],
+                           pass_fds=[fd], check=True)
         elif a[0] == "exit":
             break
         print("ok", flush=True)
@@ -152,6 +159,11 @@ def forked_child_writes(m, w, other, ctx):
     ctx["want"] += b"\x42" * MB
 
 
+def exec_child_writes(m, w, other, ctx):
+    w.do("execwrite", "f", MB, MB, 0x47)
+    ctx["want"] += b"\x47" * MB
+
+
 def second_rank_closes_first(m, w, other, ctx):
     r = Agent()
     r.do("open", "o", "w", m.ck / KEY)
@@ -169,7 +181,8 @@ def own_second_open(m, w, other, ctx):
 
 
 PATTERNS = [other_uid_opens_for_writing, reader_rdwr, fsync_read_only,
-            forked_child_writes, second_rank_closes_first, own_second_open]
+            forked_child_writes, exec_child_writes, second_rank_closes_first,
+            own_second_open]
 
 
 def start(tool, tmp, store, users):
