@@ -8,6 +8,7 @@ and fall back to the store when the tier fails; FIFOs and empty leases in
 the tier never hang a node. Each runs on a local directory and on a real
 CephFS (ceph-fuse), the forger being a second, unprivileged uid."""
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -301,3 +302,107 @@ def test_fifo_and_empty_lease_expire(tool, stager_dir, pfs):
         assert r["took_over"] in ("1", 1, True), r
     finally:
         s.stop()
+
+
+# ---- issue 42: status names a tier not used; reference hashes ----
+
+def tier_status(s, tool):
+    """stager show ds and cachectl status, text and --json."""
+    show = s.run("show", "ds", check=True).stdout.decode()
+    js = s.json("show", "ds")
+    ctl = [tool("cachectl"), "--config", str(s.cfg), "status"]
+    ctext = subprocess.run(ctl, env=s.env, capture_output=True,
+                           timeout=BOUND, check=True).stdout.decode()
+    cjs = json.loads(subprocess.run(ctl + ["--json"], env=s.env,
+                                    capture_output=True, timeout=BOUND,
+                                    check=True).stdout)
+    row = [r for r in cjs["datasets"] if r["name"] == "ds"][0]
+    return show, js, ctext, row
+
+
+def test_status_names_an_untrusted_tier(tool, stager_dir, pfs, mallory):
+    """dstagefs's and the daemon's refusals of a group-writable tier are
+    counted per dataset and named by stager show and cachectl status."""
+    users, mal, g = mallory
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        show, js, ctext, row = tier_status(s, tool)
+        assert "not used" not in show + ctext, (show, ctext)
+        assert "tier_untrusted" not in js and "tier_untrusted" not in row
+        shutil.chown(tier, group=g)
+        os.chmod(tier, 0o775)
+        users.reach(tier)
+        forge(users, mal, d)
+        m = mount(s, tool)
+        try:
+            read_all(m)
+        finally:
+            m.cleanup()
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        why = "%s is writable by group" % tier
+        # the mount, the stage and verify --cache (verify --source reads
+        # no tier)
+        assert js["tier_untrusted"] >= 3, js
+        assert js["tier_untrusted_what"] == why, js
+        assert js["tier_untrusted_first"] <= js["tier_untrusted_last"]
+        assert row["tier_untrusted"] == js["tier_untrusted"], row
+        assert row["tier_untrusted_what"] == why, row
+        line = "not used (untrusted): %s (%d times since" % (
+            why, js["tier_untrusted"])
+        assert "shared tier: " + line in show, show
+        assert "ds: shared tier " + line in ctext, ctext
+        # put right: the next reader's open forgets it
+        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
+        os.chmod(tier, 0o755)
+        shutil.rmtree(d)
+        os.rename(d + ".old", d)
+        time.sleep(2.1)  # the trust walk's memo
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        assert "tier_untrusted" not in js, js
+        assert "not used" not in show + ctext, (show, ctext)
+    finally:
+        s.stop()
+
+
+def test_status_names_a_mismatch(tool, stager_dir, pfs, mallory):
+    users, mal, g = mallory
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        shutil.chown(tier, group=g)
+        os.chmod(tier, 0o775)
+        users.reach(tier)
+        forge(users, mal, d)
+        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
+        os.chmod(tier, 0o755)
+        shutil.rmtree(d + ".old")
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        why = "%s/data/a.bin differs from its reference hash" % d
+        assert js.get("tier_mismatch", 0) >= 1, js
+        assert js["tier_mismatch_what"] == why, js
+        assert row["tier_mismatch_what"] == why, row
+        assert "not used (mismatch): " + why in show, show
+        assert "tier_untrusted" not in js, js
+    finally:
+        s.stop()
+
+
+def test_status_names_a_fifo_manifest(tool, stager_dir, pfs):
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        man = os.path.join(d, "MANIFEST")
+        os.unlink(man)
+        os.mkfifo(man)
+        stage_verify(s)
+        _, js, _, row = tier_status(s, tool)
+        assert js.get("tier_not_regular", 0) >= 1, js
+        assert man in js["tier_not_regular_what"], js
+        assert row["tier_not_regular"] == js["tier_not_regular"], row
+    finally:
+        s.stop()
+
