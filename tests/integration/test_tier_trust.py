@@ -406,3 +406,42 @@ def test_status_names_a_fifo_manifest(tool, stager_dir, pfs):
     finally:
         s.stop()
 
+
+def test_unlisted_file_read_and_hashed_from_the_store(tool, stager_dir, pfs,
+                                                     mallory):
+    """dir/b.bin has no line in SHA256SUMS: its copy in a trusted tier,
+    changed with its MANIFEST line by the service uid's own hand, is never
+    read; the stage records the store's hash, so verify --cache and
+    --source agree with the source's bytes."""
+    users, mal, g = mallory
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        shutil.chown(tier, group=g)
+        os.chmod(tier, 0o775)
+        users.reach(tier)
+        forge(users, mal, d, key="dir/b.bin")
+        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
+        os.chmod(tier, 0o755)
+        shutil.rmtree(d + ".old")
+        before = tier_metrics(s)
+        stage_verify(s)
+        mt = tier_metrics(s)
+        k = 'dstage_shared_tier_fallbacks_total{cause="unchecked"}'
+        assert mt[k] > before.get(k, 0), mt
+        # the hash the stage recorded is the store's: a forged one would
+        # fail verify --source (stage_verify) and show as a mismatch here
+        js = s.json("show", "ds")
+        assert js["mismatched_files"] == 0, js
+        assert js["verified_files"] == js["files"], js
+        m = mount(s, tool)
+        try:
+            read_all(m)
+        finally:
+            m.cleanup()
+        # the cache holds the store's bytes (a reread through a second
+        # verify --cache, after the mount read them too)
+        p = s.run("verify", "ds", timeout=BOUND)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+    finally:
+        s.stop()
