@@ -109,6 +109,20 @@ def stage_verify(s):
     assert source.returncode == 0, (source.stdout, source.stderr)
 
 
+def forged_by_service(mallory, tier, d, *keys):
+    """keys forged (forge) by a group member, then the copy taken over
+    by the service uid as its own: a trusted tier with forged files."""
+    users, mal, g = mallory
+    shutil.chown(tier, group=g)
+    os.chmod(tier, 0o775)
+    users.reach(tier)
+    for k in keys:
+        forge(users, mal, d, key=k)
+    subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
+    os.chmod(tier, 0o755)
+    shutil.rmtree(d + ".old")
+
+
 def read_all(m):
     root = m.mnt / "datasets" / "ds"
     for k, v in FILES.items():
@@ -183,19 +197,10 @@ def test_forged_copy_in_a_trusted_tier_checked_by_reference(
         tool, stager_dir, pfs, mallory):
     """Forged by the service uid's hand (a bad tool, a restore): the
     tier's MANIFEST agrees with the forged bytes, the catalog does not."""
-    users, mal, g = mallory
     s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
-        shutil.chown(tier, group=g)
-        os.chmod(tier, 0o775)
-        users.reach(tier)
-        forge(users, mal, d)
-        forge(users, mal, d, key="dir/b.bin")
-        # the service uid takes the forged copy over as its own
-        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
-        os.chmod(tier, 0o755)
-        shutil.rmtree(d + ".old")
+        forged_by_service(mallory, tier, d, "a.bin", "dir/b.bin")
         stage_verify(s)
         log = s.log.read_text()
         assert "a.bin: SHA-256 mismatch" in log, log[-3000:]
@@ -368,17 +373,10 @@ def test_status_names_an_untrusted_tier(tool, stager_dir, pfs, mallory):
 
 
 def test_status_names_a_mismatch(tool, stager_dir, pfs, mallory):
-    users, mal, g = mallory
     s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
-        shutil.chown(tier, group=g)
-        os.chmod(tier, 0o775)
-        users.reach(tier)
-        forge(users, mal, d)
-        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
-        os.chmod(tier, 0o755)
-        shutil.rmtree(d + ".old")
+        forged_by_service(mallory, tier, d, "a.bin")
         stage_verify(s)
         show, js, ctext, row = tier_status(s, tool)
         why = "%s/data/a.bin differs from its reference hash" % d
@@ -413,17 +411,10 @@ def test_unlisted_file_read_and_hashed_from_the_store(tool, stager_dir, pfs,
     changed with its MANIFEST line by the service uid's own hand, is never
     read; the stage records the store's hash, so verify --cache and
     --source agree with the source's bytes."""
-    users, mal, g = mallory
     s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
-        shutil.chown(tier, group=g)
-        os.chmod(tier, 0o775)
-        users.reach(tier)
-        forge(users, mal, d, key="dir/b.bin")
-        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
-        os.chmod(tier, 0o755)
-        shutil.rmtree(d + ".old")
+        forged_by_service(mallory, tier, d, "dir/b.bin")
         before = tier_metrics(s)
         stage_verify(s)
         mt = tier_metrics(s)
