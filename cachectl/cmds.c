@@ -15,13 +15,30 @@
 #include <time.h>
 
 #include "cachectl.h"
+#include "dstage/sharedtier.h"
 #include "jsonout.h"
 
 /* Fields that are strings in --json, whatever they look like. */
 static const char *const cmds_strs[] = {
-	"name",		 "group",     "kind",	  "dataset",	  "state",
-	"user",		 "action",    "target",	  "old",	  "new",
-	"capacity_from", "high_from", "low_from", "verify_reads", NULL,
+	"name",
+	"group",
+	"kind",
+	"dataset",
+	"state",
+	"user",
+	"action",
+	"target",
+	"old",
+	"new",
+	"capacity_from",
+	"high_from",
+	"low_from",
+	"verify_reads",
+	"tier_untrusted_what",
+	"tier_not_regular_what",
+	"tier_mismatch_what",
+	"tier_unreadable_what",
+	NULL,
 };
 
 /* Rows kept for --json or for printing after the end line. */
@@ -226,6 +243,27 @@ static void cmds_status_text(struct cmds_doc *d)
 		       cmds_ju(r, "pinned") ? "yes" : "no",
 		       quota ? cli_bytes(quota, e, sizeof(e)) : "none",
 		       json_integer_value(json_object_get(r, "priority")), t);
+	}
+	json_array_foreach(d->rows, i, r)
+	{
+		char k[64], p[300];
+
+		for (int j = 0; j < SHAREDTIER_CAUSES; j++) {
+			const char *cause = sharedtier_cause_name(j);
+			uint64_t n;
+			int64_t first, last;
+
+			snprintf(k, sizeof(k), "tier_%s", cause);
+			n = cmds_ju(r, k);
+			snprintf(k, sizeof(k), "tier_%s_first", cause);
+			first = (int64_t)cmds_ju(r, k);
+			snprintf(k, sizeof(k), "tier_%s_last", cause);
+			last = (int64_t)cmds_ju(r, k);
+			snprintf(k, sizeof(k), "tier_%s_what", cause);
+			snprintf(p, sizeof(p), "%s: shared tier ",
+				 cmds_js(r, "name"));
+			cli_tier_line(p, cause, n, first, last, cmds_js(r, k));
+		}
 	}
 	json_array_foreach(d->jobs, i, r)
 	{

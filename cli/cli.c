@@ -135,3 +135,17 @@ const void *cli_cmd_find(const void *table, size_t n, size_t row_size,
 	}
 	return NULL;
 }
+
+void cli_tier_line(const char *prefix, const char *cause, uint64_t count,
+		   int64_t first, int64_t last, const char *what)
+{
+	char f[64], l[64], safe[1024];
+
+	if (!count)
+		return;
+	cli_time(first, f, sizeof(f));
+	cli_time(last, l, sizeof(l));
+	printf("%snot used (%s): %s (%" PRIu64 " time%s since %s, last %s)\n",
+	       prefix, cause, cli_safe(what ? what : "", safe, sizeof(safe)),
+	       count, count == 1 ? "" : "s", f, l);
+}

@@ -55,4 +55,10 @@ const void *cli_cmd_find(const void *table, size_t n, size_t row_size,
 /* Unix time t as local "YYYY-MM-DD HH:MM:SS" in buf ("never" for 0). */
 void cli_time(int64_t t, char *buf, size_t len);
 
+/* One cause of a shared tier not used on the node (the daemon's tier_CAUSE
+ * fields), on stdout: "PREFIXnot used (CAUSE): WHAT (N times since FIRST,
+ * last LAST)", WHAT through cli_safe; nothing when count is 0. */
+void cli_tier_line(const char *prefix, const char *cause, uint64_t count,
+		   int64_t first, int64_t last, const char *what);
+
 #endif

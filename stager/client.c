@@ -30,6 +30,7 @@
 
 #include "dstage/grow.h"
 #include "dstage/proto_client.h"
+#include "dstage/sharedtier.h"
 #include "jsonout.h"
 #include "stager.h"
 
@@ -237,6 +238,22 @@ static int client_show_row(struct client *cl, void *arg)
 	       client_u64(cl, "pinned") ? "yes" : "no",
 	       client_text(cl, "priority"),
 	       *client_text(cl, "group") ? client_text(cl, "group") : "-");
+	for (int i = 0; i < SHAREDTIER_CAUSES; i++) {
+		const char *cause = sharedtier_cause_name(i);
+		char k[64];
+		int64_t first = 0, last = 0;
+		uint64_t n;
+
+		snprintf(k, sizeof(k), "tier_%s", cause);
+		n = client_u64(cl, k);
+		snprintf(k, sizeof(k), "tier_%s_first", cause);
+		proto_get_i64(&cl->pc.msg, k, &first);
+		snprintf(k, sizeof(k), "tier_%s_last", cause);
+		proto_get_i64(&cl->pc.msg, k, &last);
+		snprintf(k, sizeof(k), "tier_%s_what", cause);
+		cli_tier_line("shared tier: ", cause, n, first, last,
+			      proto_get(&cl->pc.msg, k));
+	}
 	return 0;
 }
 

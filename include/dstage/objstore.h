@@ -138,6 +138,12 @@ struct objstore_tier_opts {
 	size_t nrefs;
 	int refused; /* -1, or a cause: every read goes to the origin,
 		      * counted under it, and dir is not read at all */
+	/* Called (from any thread) when a cause is first logged for the
+	 * handle, with report_tag (copied at open), dir and the key; NULL:
+	 * nothing called. */
+	void (*report)(const struct dstage_config *cfg, const char *tag,
+		       const char *dir, int cause, const char *key, int err);
+	const char *report_tag;
 };
 
 /*

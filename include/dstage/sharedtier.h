@@ -117,4 +117,44 @@ int sharedtier_copy_open(const struct sharedtier_copy *c,
 			 struct objstore *origin, struct objstore **out);
 void sharedtier_copy_free(struct sharedtier_copy *c); /* accepts NULL */
 
+/*
+ * Why this node did not use a dataset's shared tier, kept per dataset and
+ * cause in <cache.dir>/tier-health, which every process of the node's
+ * cache (dstagefs, the daemon's stage and verify jobs) writes and the
+ * daemon's status reads (lib/tier/sharedtier_health.c). Counted once per
+ * reader's open of the copy and cause: untrusted (the trust rule),
+ * not_regular (a FIFO, link or device where a file or directory belongs,
+ * or a MANIFEST that is not one), mismatch (a file or its MANIFEST line
+ * differs from the reference hash), unreadable (a read or look that
+ * failed). what: the last message (e.g. "/x/ds is writable by group").
+ */
+enum {
+	SHAREDTIER_UNTRUSTED,
+	SHAREDTIER_NOT_REGULAR,
+	SHAREDTIER_MISMATCH,
+	SHAREDTIER_UNREADABLE,
+	SHAREDTIER_CAUSES
+};
+
+struct sharedtier_health {
+	uint64_t count; /* 0: never */
+	int64_t first, last; /* seconds since the epoch */
+	char what[512];
+};
+
+/* "untrusted", "not_regular", "mismatch", "unreadable"; "?" otherwise. */
+const char *sharedtier_cause_name(int cause);
+/* Count one more of cause for dataset name, now, with its message. 0,
+ * -EINVAL, -ENOENT (no cache.dir), or the file's -errno (logged). */
+int sharedtier_health_note(const struct dstage_config *cfg, const char *name,
+			   int cause, const char *what);
+/* Forget name's rows of the causes in mask (1u << cause each): 0 or
+ * -errno. */
+int sharedtier_health_clear(const struct dstage_config *cfg, const char *name,
+			    unsigned mask);
+/* name's rows into h (may be NULL), indexed by cause, count 0 where none:
+ * how many there are, -ENOENT (no file yet), or -errno. */
+int sharedtier_health_get(const struct dstage_config *cfg, const char *name,
+			  struct sharedtier_health h[SHAREDTIER_CAUSES]);
+
 #endif

@@ -54,6 +54,9 @@ struct tierstore {
 	struct tier_entry *v; /* sorted by key */
 	size_t n;
 	int refused; /* -1, or the cause every read goes to the origin by */
+	void (*report)(const struct dstage_config *, const char *, const char *,
+		       int, const char *, int);
+	char *tag; /* report's */
 	_Atomic bool logged[OBJSTORE_TIER_CAUSES];
 };
 
@@ -101,6 +104,8 @@ static void tier_fallback(struct tierstore *s, int cause, const char *key,
 		 "counts them)",
 		 s->dir, key, tier_cause_names[cause], err ? ": " : "",
 		 err ? strerror(-err) : "", s->origin->url);
+	if (s->report)
+		s->report(s->origin->cfg, s->tag, s->dir, cause, key, err);
 }
 
 static int tier_cmp(const void *a, const void *b)
@@ -387,6 +392,7 @@ static void tierstore_free(struct objstore *os)
 		free(s->v[i].key);
 	free(s->v);
 	free(s->dir);
+	free(s->tag);
 	free(s);
 }
 
@@ -571,7 +577,10 @@ int tierstore_open(const char *dir, const struct objstore_tier_opts *o,
 		return -ENOMEM;
 	s->base.ops = &tierstore_ops;
 	s->dir = strdup(dir);
-	if (!s->dir) {
+	s->report = o->report;
+	if (o->report_tag)
+		s->tag = strdup(o->report_tag);
+	if (!s->dir || (o->report_tag && !s->tag)) {
 		ret = -ENOMEM;
 		goto err;
 	}
@@ -594,6 +603,7 @@ err:
 		free(s->v[i].key);
 	free(s->v);
 	free(s->dir);
+	free(s->tag);
 	free(s);
 	return ret;
 }

@@ -61,6 +61,12 @@ int sharedtier_trusted(const char *path);
 /* root, each directory from root down to dir, and everything below dir
  * (not followed): sharedtier_trusted's answer for the first that fails. */
 int sharedtier_trusted_tree(const char *root, const char *dir);
+/* sharedtier_trusted_tree for the readers, its answer remembered: used
+ * again for SHAREDTIER_MEMO_MS while root and dir look the same (inode,
+ * mode, owner, ctime, mtime); 16 copies at most, under a mutex. why: the
+ * rule broken ("" when none), as logged. */
+int sharedtier_trusted_copy(const char *root, const char *dir, char *why,
+			    size_t len);
 /* Open path read-only with O_NOFOLLOW | O_NONBLOCK, a regular file only
  * (then blocking again): the fd, or -EINVAL (another type; logged),
  * -ENOENT, -ELOOP (a symlink), -errno. */

@@ -3,7 +3,9 @@
  * sharedtier_read: the shared tier's readers (include/dstage/sharedtier.h:
  * sharedtier_copy_*, sharedtier_wrap): a snapshot's copy with the
  * catalog's reference hashes, opened in front of the source after the
- * trust rule (sharedtier_trust.c). Keeps no state between calls.
+ * trust rule (sharedtier_trust.c), and why a copy was not used, noted in
+ * the node's status (sharedtier_health.c). Keeps no state between calls
+ * but the trust rule's memo (sharedtier_trusted_copy).
  */
 #include <errno.h>
 #include <limits.h>
@@ -18,6 +20,8 @@
 #include "sharedtier_i.h"
 
 struct sharedtier_copy {
+	const struct dstage_config *cfg; /* the caller's, outlives c */
+	char *name;
 	char root[PATH_MAX], dir[PATH_MAX];
 	char snapshot[SHAREDTIER_SNAPSHOT_LEN + 1];
 	struct objstore_tier_ref *refs; /* sorted by key */
@@ -30,6 +34,7 @@ void sharedtier_copy_free(struct sharedtier_copy *c)
 	if (!c)
 		return;
 	free(c->refs);
+	free(c->name);
 	sharedtier_list_free(&c->l);
 	free(c);
 }
@@ -42,11 +47,14 @@ int sharedtier_copy_load(struct catalog *cat, const struct dstage_config *cfg,
 	int ret;
 
 	*out = NULL;
-	if (!c)
+	if (!c || !(c->name = strdup(name))) {
+		free(c);
 		return -ENOMEM;
+	}
+	c->cfg = cfg;
 	ret = catalog_dataset_get(cat, name, &ds);
 	if (ret) {
-		free(c);
+		sharedtier_copy_free(c);
 		return ret;
 	}
 	ret = sharedtier_base(cfg, &ds, c->root, sizeof(c->root));
@@ -79,22 +87,80 @@ const char *sharedtier_copy_dir(const struct sharedtier_copy *c)
 	return c->dir;
 }
 
+/* objstore_tier_opts.report: a file of the copy that failed its check
+ * or its read, for the node's status (the rest are not the tier's
+ * fault, or noted at open). */
+static void sharedtier_report(const struct dstage_config *cfg, const char *name,
+			      const char *dir, int cause, const char *key,
+			      int err)
+{
+	char what[512];
+
+	if (cause == OBJSTORE_TIER_DAMAGED) {
+		snprintf(what, sizeof(what),
+			 "%s/" SHAREDTIER_DATA "/%s differs from its "
+			 "reference hash",
+			 dir, key);
+		(void)sharedtier_health_note(cfg, name, SHAREDTIER_MISMATCH,
+					     what);
+	} else if (cause == OBJSTORE_TIER_UNREACHABLE) {
+		snprintf(what, sizeof(what),
+			 "%s/" SHAREDTIER_DATA "/%s cannot be read: %s", dir,
+			 key, strerror(err ? -err : EIO));
+		(void)sharedtier_health_note(cfg, name, SHAREDTIER_UNREADABLE,
+					     what);
+	}
+}
+
+/* The status's cause of a trust rule's or an open's failure. */
+static int sharedtier_cause_of(int err)
+{
+	return err == -EACCES	? SHAREDTIER_UNTRUSTED
+	       : err == -EINVAL ? SHAREDTIER_NOT_REGULAR
+				: SHAREDTIER_UNREADABLE;
+}
+
 int sharedtier_copy_open(const struct sharedtier_copy *c,
 			 struct objstore *origin, struct objstore **out)
 {
 	struct objstore_tier_opts o = { .refs = c->refs,
 					.nrefs = c->nrefs,
-					.refused = -1 };
-	char man[PATH_MAX + 16];
+					.refused = -1,
+					.report = sharedtier_report,
+					.report_tag = c->name };
+	char man[PATH_MAX + 16], why[PATH_MAX + 64];
+	int ret;
 
 	snprintf(man, sizeof(man), "%s/" SHAREDTIER_MANIFEST, c->dir);
 	if (access(man, F_OK))
 		return -errno;
 	/* a tier that fails the rule is not read: every read goes to the
 	 * source, counted as untrusted */
-	if (sharedtier_trusted_tree(c->root, c->dir))
+	ret = sharedtier_trusted_copy(c->root, c->dir, why, sizeof(why));
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret) {
 		o.refused = OBJSTORE_TIER_UNTRUSTED;
-	return objstore_open_tiered(c->dir, &o, origin, out);
+		(void)sharedtier_health_note(c->cfg, c->name,
+					     sharedtier_cause_of(ret), why);
+	}
+	ret = objstore_open_tiered(c->dir, &o, origin, out);
+	if (ret && ret != -ENOMEM && ret != -ENOENT) {
+		snprintf(why, sizeof(why),
+			 "%.4000s is not a regular file holding a shared-tier "
+			 "MANIFEST%s%s",
+			 man, ret == -EINVAL ? "" : ": ",
+			 ret == -EINVAL ? "" : strerror(-ret));
+		(void)sharedtier_health_note(c->cfg, c->name,
+					     sharedtier_cause_of(ret), why);
+	} else if (!ret && o.refused < 0) {
+		/* the rule holds again: what it found is history */
+		(void)sharedtier_health_clear(
+			c->cfg, c->name,
+			1u << SHAREDTIER_UNTRUSTED |
+				1u << SHAREDTIER_NOT_REGULAR);
+	}
+	return ret;
 }
 
 int sharedtier_wrap(struct catalog *cat, const struct dstage_config *cfg,

@@ -335,6 +335,7 @@ static int daemon_admin_status_ds(void *arg, const struct catalog_dataset *ds)
 	proto_add_i64(&c->out, "priority", ds->priority);
 	proto_add(&c->out, "group", ds->group ? ds->group : "");
 	proto_add_u64(&c->out, "last_access", w.last_access);
+	daemon_peer_tier_fields(c, ds->name);
 	return proto_send(c->fd, &c->out);
 }
 

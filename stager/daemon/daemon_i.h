@@ -174,6 +174,10 @@ bool daemon_peer_in_group(const struct daemon_conn *c, gid_t gid);
 bool daemon_peer_may_read(const struct daemon_conn *c, const char *group);
 /* Start a reply row of type (the fields follow in c->out). */
 void daemon_peer_row(struct daemon_conn *c, const char *type);
+/* Why this node did not use name's shared tier, as fields of the row being
+ * built: tier_CAUSE (a count), tier_CAUSE_first, _last, _what for each
+ * cause seen (sharedtier_health_get; docs/stager.md). */
+void daemon_peer_tier_fields(struct daemon_conn *c, const char *name);
 /* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */
 int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dstage/log.h"
+#include "dstage/sharedtier.h"
 
 #include "daemon_i.h"
 
@@ -141,4 +142,27 @@ bool daemon_peer_admin(const struct daemon_conn *c)
 	if (c->uid == 0)
 		return true;
 	return d->has_admin_gid && daemon_peer_in_group(c, d->admin_gid);
+}
+
+void daemon_peer_tier_fields(struct daemon_conn *c, const char *name)
+{
+	struct sharedtier_health h[SHAREDTIER_CAUSES];
+	char k[64];
+
+	if (sharedtier_health_get(c->d->cfg, name, h) <= 0)
+		return;
+	for (int i = 0; i < SHAREDTIER_CAUSES; i++) {
+		const char *cause = sharedtier_cause_name(i);
+
+		if (!h[i].count)
+			continue;
+		snprintf(k, sizeof(k), "tier_%s", cause);
+		proto_add_u64(&c->out, k, h[i].count);
+		snprintf(k, sizeof(k), "tier_%s_first", cause);
+		proto_add_i64(&c->out, k, h[i].first);
+		snprintf(k, sizeof(k), "tier_%s_last", cause);
+		proto_add_i64(&c->out, k, h[i].last);
+		snprintf(k, sizeof(k), "tier_%s_what", cause);
+		proto_add(&c->out, k, h[i].what);
+	}
 }

@@ -262,6 +262,7 @@ static int daemon_req_show(struct daemon_conn *c)
 		jobs_job_release(&j);
 	}
 	daemon_req_show_csi(c, name, &ids);
+	daemon_peer_tier_fields(c, name);
 	ret = proto_send(c->fd, &c->out);
 	if (!ret)
 		ret = daemon_peer_end(c, 0, NULL);

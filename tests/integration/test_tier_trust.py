@@ -8,6 +8,7 @@ and fall back to the store when the tier fails; FIFOs and empty leases in
 the tier never hang a node. Each runs on a local directory and on a real
 CephFS (ceph-fuse), the forger being a second, unprivileged uid."""
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -108,6 +109,20 @@ def stage_verify(s):
     assert source.returncode == 0, (source.stdout, source.stderr)
 
 
+def forged_by_service(mallory, tier, d, *keys):
+    """keys forged (forge) by a group member, then the copy taken over
+    by the service uid as its own: a trusted tier with forged files."""
+    users, mal, g = mallory
+    shutil.chown(tier, group=g)
+    os.chmod(tier, 0o775)
+    users.reach(tier)
+    for k in keys:
+        forge(users, mal, d, key=k)
+    subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
+    os.chmod(tier, 0o755)
+    shutil.rmtree(d + ".old")
+
+
 def read_all(m):
     root = m.mnt / "datasets" / "ds"
     for k, v in FILES.items():
@@ -182,19 +197,10 @@ def test_forged_copy_in_a_trusted_tier_checked_by_reference(
         tool, stager_dir, pfs, mallory):
     """Forged by the service uid's hand (a bad tool, a restore): the
     tier's MANIFEST agrees with the forged bytes, the catalog does not."""
-    users, mal, g = mallory
     s, tier = tier_node(tool, stager_dir, pfs)
     try:
         d = publish(s)
-        shutil.chown(tier, group=g)
-        os.chmod(tier, 0o775)
-        users.reach(tier)
-        forge(users, mal, d)
-        forge(users, mal, d, key="dir/b.bin")
-        # the service uid takes the forged copy over as its own
-        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
-        os.chmod(tier, 0o755)
-        shutil.rmtree(d + ".old")
+        forged_by_service(mallory, tier, d, "a.bin", "dir/b.bin")
         stage_verify(s)
         log = s.log.read_text()
         assert "a.bin: SHA-256 mismatch" in log, log[-3000:]
@@ -299,5 +305,134 @@ def test_fifo_and_empty_lease_expire(tool, stager_dir, pfs):
         p, r = shared(s)
         assert p.returncode == 0, (p.stderr, s.log.read_text()[-2000:])
         assert r["took_over"] in ("1", 1, True), r
+    finally:
+        s.stop()
+
+
+# ---- issue 42: status names a tier not used; reference hashes ----
+
+def tier_status(s, tool):
+    """stager show ds and cachectl status, text and --json."""
+    show = s.run("show", "ds", check=True).stdout.decode()
+    js = s.json("show", "ds")
+    ctl = [tool("cachectl"), "--config", str(s.cfg), "status"]
+    ctext = subprocess.run(ctl, env=s.env, capture_output=True,
+                           timeout=BOUND, check=True).stdout.decode()
+    cjs = json.loads(subprocess.run(ctl + ["--json"], env=s.env,
+                                    capture_output=True, timeout=BOUND,
+                                    check=True).stdout)
+    row = [r for r in cjs["datasets"] if r["name"] == "ds"][0]
+    return show, js, ctext, row
+
+
+def test_status_names_an_untrusted_tier(tool, stager_dir, pfs, mallory):
+    """dstagefs's and the daemon's refusals of a group-writable tier are
+    counted per dataset and named by stager show and cachectl status."""
+    users, mal, g = mallory
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        show, js, ctext, row = tier_status(s, tool)
+        assert "not used" not in show + ctext, (show, ctext)
+        assert "tier_untrusted" not in js and "tier_untrusted" not in row
+        shutil.chown(tier, group=g)
+        os.chmod(tier, 0o775)
+        users.reach(tier)
+        forge(users, mal, d)
+        m = mount(s, tool)
+        try:
+            read_all(m)
+        finally:
+            m.cleanup()
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        why = "%s is writable by group" % tier
+        # the mount, the stage and verify --cache (verify --source reads
+        # no tier)
+        assert js["tier_untrusted"] >= 3, js
+        assert js["tier_untrusted_what"] == why, js
+        assert js["tier_untrusted_first"] <= js["tier_untrusted_last"]
+        assert row["tier_untrusted"] == js["tier_untrusted"], row
+        assert row["tier_untrusted_what"] == why, row
+        line = "not used (untrusted): %s (%d times since" % (
+            why, js["tier_untrusted"])
+        assert "shared tier: " + line in show, show
+        assert "ds: shared tier " + line in ctext, ctext
+        # put right: the next reader's open forgets it
+        subprocess.run(["chown", "-R", "root:root", str(tier)], check=True)
+        os.chmod(tier, 0o755)
+        shutil.rmtree(d)
+        os.rename(d + ".old", d)
+        time.sleep(2.1)  # the trust walk's memo
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        assert "tier_untrusted" not in js, js
+        assert "not used" not in show + ctext, (show, ctext)
+    finally:
+        s.stop()
+
+
+def test_status_names_a_mismatch(tool, stager_dir, pfs, mallory):
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        forged_by_service(mallory, tier, d, "a.bin")
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        why = "%s/data/a.bin differs from its reference hash" % d
+        assert js.get("tier_mismatch", 0) >= 1, js
+        assert js["tier_mismatch_what"] == why, js
+        assert row["tier_mismatch_what"] == why, row
+        assert "not used (mismatch): " + why in show, show
+        assert "tier_untrusted" not in js, js
+    finally:
+        s.stop()
+
+
+def test_status_names_a_fifo_manifest(tool, stager_dir, pfs):
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        man = os.path.join(d, "MANIFEST")
+        os.unlink(man)
+        os.mkfifo(man)
+        stage_verify(s)
+        _, js, _, row = tier_status(s, tool)
+        assert js.get("tier_not_regular", 0) >= 1, js
+        assert man in js["tier_not_regular_what"], js
+        assert row["tier_not_regular"] == js["tier_not_regular"], row
+    finally:
+        s.stop()
+
+
+def test_unlisted_file_read_and_hashed_from_the_store(tool, stager_dir, pfs,
+                                                     mallory):
+    """dir/b.bin has no line in SHA256SUMS: its copy in a trusted tier,
+    changed with its MANIFEST line by the service uid's own hand, is never
+    read; the stage records the store's hash, so verify --cache and
+    --source agree with the source's bytes."""
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        d = publish(s)
+        forged_by_service(mallory, tier, d, "dir/b.bin")
+        before = tier_metrics(s)
+        stage_verify(s)
+        mt = tier_metrics(s)
+        k = 'dstage_shared_tier_fallbacks_total{cause="unchecked"}'
+        assert mt[k] > before.get(k, 0), mt
+        # the hash the stage recorded is the store's: a forged one would
+        # fail verify --source (stage_verify) and show as a mismatch here
+        js = s.json("show", "ds")
+        assert js["mismatched_files"] == 0, js
+        assert js["verified_files"] == js["files"], js
+        m = mount(s, tool)
+        try:
+            read_all(m)
+        finally:
+            m.cleanup()
+        # the cache holds the store's bytes (a reread through a second
+        # verify --cache, after the mount read them too)
+        p = s.run("verify", "ds", timeout=BOUND)
+        assert p.returncode == 0, (p.stdout, p.stderr)
     finally:
         s.stop()

@@ -8,6 +8,7 @@
  * churning child for a bounded count and time and must never fail. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,44 @@ static void test_rules(const char *snap)
 	snprintf(p, sizeof(p), "%s/none", root);
 	CHECK_INT(sharedtier_trusted_tree(root, p), -ENOENT);
 	CHECK_INT(sharedtier_trusted_tree(root, snap), 0);
+}
+
+/* sharedtier_trusted_copy: the walk's answer is used again for its
+ * 2 s, unless root or the snapshot's directory changed, and names the rule
+ * broken. */
+static void test_memo(const char *snap)
+{
+	char p[512], why[PATH_MAX + 64];
+
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)), 0);
+	CHECK_STR(why, "");
+	/* deep below: not seen until the memo's time is up */
+	snprintf(p, sizeof(p), "%s/data/a", snap);
+	CHECK(chmod(p, 0664) == 0);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)), 0);
+	usleep(2100 * 1000);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)),
+		  -EACCES);
+	CHECK(strstr(why, "/data/a is writable by group") != NULL);
+	/* remembered failing, too */
+	CHECK(chmod(p, 0644) == 0);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)),
+		  -EACCES);
+	CHECK(strstr(why, "/data/a is writable by group") != NULL);
+	/* a change to the snapshot's directory is seen at once */
+	CHECK(chmod(snap, 0775) == 0);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)),
+		  -EACCES);
+	CHECK(strstr(why, "snap1 is writable by group") != NULL);
+	CHECK(chmod(snap, 0755) == 0);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)), 0);
+	/* and to the root */
+	CHECK(chmod(root, 0757) == 0);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)),
+		  -EACCES);
+	CHECK(strstr(why, "is writable by others") != NULL);
+	CHECK(chmod(root, 0755) == 0);
+	CHECK_INT(sharedtier_trusted_copy(root, snap, why, sizeof(why)), 0);
 }
 
 /* The child: temporary files renamed over their final names and leases
@@ -147,6 +186,7 @@ int main(void)
 	put(snap, "MANIFEST", 0644);
 
 	test_rules(snap);
+	test_memo(snap);
 	test_race(snap);
 
 	snprintf(p, sizeof(p), "rm -rf '%s'", root);
