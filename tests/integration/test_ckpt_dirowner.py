@@ -17,9 +17,9 @@ import subprocess
 
 import pytest
 
-from test_checkpoints import DirStore, S3Store, store, \
+from test_checkpoints import S3Store, store, \
     wait_for  # noqa: F401 (fixtures)
-from test_ckpt_owners import expect, op, owner, start, \
+from test_ckpt_owners import expect, op, owner, refusing_store, start, \
     two  # noqa: F401 (fixtures)
 
 
@@ -110,17 +110,7 @@ def test_kept_directory_does_not_overwrite_the_stores(tool, tmp_path, users,
     node 2 is refused and leaves A's record alone; node 2 takes the store's
     owner within about a second (B no longer lists, creates, removes or
     renames there), and A still creates files in its directory."""
-    if kind == "dir":
-        st = DirStore(tmp_path / "store")
-        blocker = st.root / ".dstage-owner"
-        block, unblock = (lambda: blocker.write_bytes(b"in the way"),
-                          blocker.unlink)
-    else:
-        fp = request.getfixturevalue("faultproxy")
-        st = S3Store(fp.rgw, env=fp.env())
-        block = lambda: fp.add_fault("503", count=100000,  # noqa: E731
-                                     match="PUT")
-        unblock = fp.clear_faults
+    st, block, unblock = refusing_store(request, tmp_path, kind)
     a, b = users.user("cka"), users.user("ckb")
     m1 = start(tool, tmp_path, st, users, "m1")
     m2 = None
