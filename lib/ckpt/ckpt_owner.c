@@ -12,11 +12,17 @@
  * those of the names in it never meet, in a directory store either).
  *
  * A record's states:
- *   kept     made by a create on this node (ckpt_owner_keep), in the
- *            staging directory's owners/ only (ckpt_ownrec.c, which says
- *            how it is locked): this node's truth for the key, and what
- *            any publisher of the key (dstagefs, its restart, the stager
- *            daemon's retry job) stores before the key's bytes;
+ *   kept     made by a create on this node (ckpt_owner_keep), or a
+ *            mkdir while the store was away, in the staging directory's
+ *            owners/ only (ckpt_ownrec.c, which says how it is locked):
+ *            this node's truth for the key unless the store holds
+ *            another uid's, and what any publisher of the key (dstagefs,
+ *            its restart, the stager daemon's retry job) stores before
+ *            the key's bytes;
+ *   claimed  a directory's, created in the store only if absent, so the
+ *            first of several nodes making the name owns it
+ *            (ckpt_owner_claim at mkdir; a kept one at its first publish,
+ *            which refuses rather than store over another uid's);
  *   stored   PUT to the store: just before the first publish of the file,
  *            or of the first file below the directory
  *            (ckpt_owner_store_kept, shallowest first, on the publishing
