@@ -202,12 +202,13 @@ static int dsfs_ckpt_mkdir(struct dsfs *fs, struct dsfs_caller *who,
 		ret = dsfs_ckpt_may_dir(fs, who, dir, W_OK | X_OK, &downer);
 	if (!ret)
 		ret = ckpt_mkdir(st->ck, key);
-	/* the owner goes to the store before the first file under it (the
-	 * store has no directories: other nodes see it with its first file) */
+	/* the name is claimed in the store (other nodes see the directory
+	 * with its first file); another uid's claim: it exists elsewhere,
+	 * and is shown here as the store's */
 	if (!ret) {
 		dsfs_ckpt_own_new(who, &downer, true, mode, &o);
-		ret = ckpt_owner_keep(st->ck, key, &o);
-		if (ret)
+		ret = dsfs_ckpt_own_claim(fs, key, &o);
+		if (ret && ret != -EEXIST)
 			ckpt_rmdir(st->ck, key);
 	}
 	if (!ret)

@@ -127,6 +127,11 @@ int dsfs_ckpt_own_read(struct dsfs *fs, const char *key, bool dir,
 /* Store o as key's owner record, and remember it on pn (may be NULL). */
 int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
 			const char *key, const struct ckpt_owner *o);
+/* A new directory key made on this node for o: claim its name in the
+ * store (ckpt_owner_claim), or keep o on the node while the store is
+ * away. *o becomes the store's record: 0 (claimed, or already the same
+ * uid's) or -EEXIST (another uid's: the directory exists elsewhere). */
+int dsfs_ckpt_own_claim(struct dsfs *fs, const char *key, struct ckpt_owner *o);
 /* Remember o as pn's owner (just written to the store). */
 void dsfs_ckpt_own_remember(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
 			    const struct ckpt_owner *o);

@@ -11,6 +11,8 @@
  * decides who may, from what they say. An object without a record
  * (published before owners existed, or by another tool) gets
  * dsfs_ckpt_own_default: the mount's -o uid, -o gid, -o umask, as before.
+ * A directory's name is claimed in the store by its mkdir
+ * (dsfs_ckpt_own_claim), so every node agrees on one owner: the first.
  *
  * The top, checkpoints/ itself, is the mount owner's and 1777, as /tmp:
  * anyone makes a job directory there; only its owner or root removes or
@@ -64,6 +66,22 @@ int dsfs_ckpt_own_write(struct dsfs *fs, struct dsfs_ckpt_pn *pn,
 	if (!ret && pn)
 		dsfs_ckpt_own_remember(fs, pn, o);
 	return ret;
+}
+
+int dsfs_ckpt_own_claim(struct dsfs *fs, const char *key, struct ckpt_owner *o)
+{
+	struct ckpt *ck = dsfs_ckpt_st(fs)->ck;
+	struct ckpt_owner theirs;
+	int ret = ckpt_owner_claim(ck, key, o, &theirs);
+
+	if (!ret || ret == -EEXIST) {
+		*o = theirs;
+		return ret;
+	}
+	if (ret == -ENOMEM)
+		return ret;
+	/* the store is away: kept here, claimed by the first publish below */
+	return ckpt_owner_keep(ck, key, o);
 }
 
 void dsfs_ckpt_own_remember(struct dsfs *fs, struct dsfs_ckpt_pn *pn,

@@ -135,8 +135,9 @@ struct ckpt_owner {
 	mode_t mode; /* permission bits only (07777) */
 };
 
-/* key's record: the one kept on this node (ckpt_owner_keep) if any, else
- * the store's. A record that does not parse reads as root's with mode 0000
+/* key's record: the one kept on this node (ckpt_owner_keep) if any and
+ * the store holds none of another uid's (a record kept here never
+ * overrides another owner's in the store), else the store's. A record that does not parse reads as root's with mode 0000
  * (only root may use the key, and fix it), with a warning. Returns 0,
  * -ENOENT (no record: published before owners existed, or by another
  * tool), -ENOMEM or the store's -errno. */
@@ -144,10 +145,22 @@ int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o);
 
 /* Keep o as the record of key, made new on this node, until the first
  * publish of key or of a file below it stores it (before that file's
- * bytes go up, shallowest first). Replaces the kept records of key and
+ * bytes go up, shallowest first; a directory's is claimed then, as
+ * ckpt_owner_claim: never stored over another uid's record, the publish
+ * fails instead with -EEXIST). Replaces the kept records of key and
  * below. Returns 0 or -ENOMEM. */
 int ckpt_owner_keep(struct ckpt *ck, const char *key,
 		    const struct ckpt_owner *o);
+
+/* Claim key, a directory made on this node, for o in the store: its
+ * record is created only if the store has none, atomically against other
+ * nodes. *theirs: the store's record after the call. Returns 0 (claimed,
+ * or the store's record is o's uid's already: the same user made it on
+ * another node), -EEXIST (another uid's: the directory exists elsewhere),
+ * -ENOMEM or the store's -errno (logged: the caller keeps o with
+ * ckpt_owner_keep, and the first publish below key claims it). */
+int ckpt_owner_claim(struct ckpt *ck, const char *key,
+		     const struct ckpt_owner *o, struct ckpt_owner *theirs);
 
 /* Set key's record: the kept one when there is one, else the store's.
  * Returns 0, -ENOMEM or the store's -errno (logged). */

@@ -388,6 +388,19 @@ int objstore_upload_part_ex(struct objstore_upload *up, unsigned partno,
 			    const void *buf, size_t len,
 			    const struct objstore_digests *dig);
 
+/*
+ * Store len bytes from buf as key only if key does not exist, atomically
+ * against every other writer of the store: a directory store links a
+ * temporary file as key (link() fails on an existing name), S3 sends
+ * If-None-Match: * (radosgw and AWS answer 412 over an existing key).
+ * Returns 0, -EEXIST (key exists: another writer's, or this call's own
+ * when a retry followed an answer that was lost: read it back to tell),
+ * -EOPNOTSUPP (a backend without it: tiered and overlay stores), or
+ * objstore_put_buf's errors.
+ */
+int objstore_put_buf_new(struct objstore *os, const char *key, const void *buf,
+			 size_t len);
+
 /* Delete key. Deleting a missing key succeeds (as S3 does). */
 int objstore_delete(struct objstore *os, const char *key);
 

@@ -329,8 +329,9 @@ void ckpt_upload_drain(struct ckpt *ck, struct ckpt_ent *e);
 
 /* Store the records kept on this node for key and the directories above
  * it, shallowest first, before key's bytes go up (a publish or a retry):
- * ckpt_owner_store_kept. 0 or the store's -errno (logged): the publish
- * fails and is retried. */
+ * ckpt_owner_store_kept. 0, -EEXIST (a directory above key is another
+ * uid's in the store, logged: refused, and so is every retry) or the
+ * store's -errno (logged): the publish fails and is retried. */
 int ckpt_owner_publishing(struct ckpt *ck, const char *key);
 
 /* ckpt_journal.c */

@@ -12,11 +12,17 @@
  * those of the names in it never meet, in a directory store either).
  *
  * A record's states:
- *   kept     made by a create on this node (ckpt_owner_keep), in the
- *            staging directory's owners/ only (ckpt_ownrec.c, which says
- *            how it is locked): this node's truth for the key, and what
- *            any publisher of the key (dstagefs, its restart, the stager
- *            daemon's retry job) stores before the key's bytes;
+ *   kept     made by a create on this node (ckpt_owner_keep), or a
+ *            mkdir while the store was away, in the staging directory's
+ *            owners/ only (ckpt_ownrec.c, which says how it is locked):
+ *            this node's truth for the key unless the store holds
+ *            another uid's, and what any publisher of the key (dstagefs,
+ *            its restart, the stager daemon's retry job) stores before
+ *            the key's bytes;
+ *   claimed  a directory's, created in the store only if absent, so the
+ *            first of several nodes making the name owns it
+ *            (ckpt_owner_claim at mkdir; a kept one at its first publish,
+ *            which refuses rather than store over another uid's);
  *   stored   PUT to the store: just before the first publish of the file,
  *            or of the first file below the directory
  *            (ckpt_owner_store_kept, shallowest first, on the publishing
@@ -165,15 +171,113 @@ static int ckpt_owner_put(struct objstore *os, const char *key,
 	return ret;
 }
 
+/* key's record in os: 0, -ENOENT (none), -ENOMEM or the store's -errno.
+ * One that does not parse reads as root's with mode 0000 (a warning). */
+static int ckpt_owner_get(struct objstore *os, const char *key,
+			  struct ckpt_owner *o)
+{
+	char buf[CKPT_OWNER_MAX + 1], *rk = ckpt_owner_rkey(key, true);
+	struct objstore_get_req rq = {
+		.len = CKPT_OWNER_MAX,
+		.buf = buf,
+		.missing_ok = true,
+	};
+	int ret;
+
+	if (!rk)
+		return -ENOMEM;
+	rq.key = rk;
+	/* most objects made through a mount have one; those that do not
+	 * (other tools) would fill the log with a line per lookup */
+	ret = objstore_get_many(os, &rq, 1);
+	if (ret == -ERANGE) /* an empty record */
+		rq.got = 0, ret = 0;
+	if (!ret) {
+		buf[rq.got] = '\0';
+		if (ckpt_ownrec_parse(buf, o)) {
+			log_warn(
+				"checkpoints: the owner record %s in %s is not "
+				"\"UID GID MODE\"; %s is root's with mode 0000 "
+				"until root sets its owner and mode",
+				rk, objstore_url(os), key);
+			*o = (struct ckpt_owner){ 0 };
+		}
+	}
+	free(rk);
+	return ret;
+}
+
+/*
+ * Claim key, a directory, for o: create its record in os only if there is
+ * none (objstore_put_buf_new: atomic on both kinds of store), so that two
+ * nodes making or publishing the same name agree on one owner, the first.
+ * *theirs: the record the store holds after the call. 0 when it is o's
+ * uid's (claimed now, or already: the same user's directory made on
+ * another node, or this claim's own PUT retried after a lost answer);
+ * -EEXIST when it is another uid's; else the store's -errno.
+ */
+static int ckpt_owner_put_new(struct objstore *os, const char *key,
+			      const struct ckpt_owner *o,
+			      struct ckpt_owner *theirs)
+{
+	char buf[CKPT_OWNER_MAX], *rk = ckpt_owner_rkey(key, true);
+	int len = ckpt_ownrec_format(o, buf, sizeof(buf));
+	int ret = !rk ? -ENOMEM : len < 0 ? len : -EAGAIN;
+
+	/* a record found and then deleted (an rmdir between): again */
+	for (int tries = 0; ret == -EAGAIN && tries < 3; tries++) {
+		ret = objstore_put_buf_new(os, rk, buf, (size_t)len);
+		if (ret == -EOPNOTSUPP) {
+			/* a store without create-if-absent (tiered, overlay):
+			 * read, then put; two claims at the same instant may
+			 * both see none (docs/checkpoints.md) */
+			ret = ckpt_owner_get(os, key, theirs);
+			if (ret == -ENOENT)
+				ret = objstore_put_buf(os, rk, buf,
+						       (size_t)len);
+			else if (!ret)
+				ret = -EEXIST;
+		}
+		if (!ret) {
+			*theirs = *o;
+			break;
+		}
+		if (ret != -EEXIST)
+			break;
+		ret = ckpt_owner_get(os, key, theirs);
+		if (!ret)
+			ret = theirs->uid == o->uid ? 0 : -EEXIST;
+		else if (ret == -ENOENT)
+			ret = -EAGAIN;
+	}
+	if (ret && ret != -EEXIST)
+		log_warn(
+			"checkpoints: cannot claim %s (store its owner record) "
+			"in %s: %s",
+			key, objstore_url(os), strerror(-ret));
+	free(rk);
+	return ret == -EAGAIN ? -EBUSY : ret;
+}
+
+int ckpt_owner_claim(struct ckpt *ck, const char *key,
+		     const struct ckpt_owner *o, struct ckpt_owner *theirs)
+{
+	return ckpt_owner_put_new(ck->os, key, o, theirs);
+}
+
 static int ckpt_owner_store(struct ckpt *ck, const char *key,
 			    const struct ckpt_owner *o)
 {
 	return ckpt_owner_put(ck->os, key, o);
 }
 
-/* Store key's kept record, if there is one, and remove it. */
+/* Store key's kept record, if there is one, and remove it. A directory's
+ * (dir) is claimed: never stored over another uid's record (-EEXIST,
+ * *mine the kept one and *theirs the store's; the kept one stays). */
 static int ckpt_owner_store_one(const struct ckpt_dirs *d, struct objstore *os,
-				const char *key)
+				const char *key, bool dir,
+				struct ckpt_owner *mine,
+				struct ckpt_owner *theirs)
 {
 	struct ckpt_owner o;
 	int fd, ret = ckpt_ownrec_open(d, key, false, &fd);
@@ -191,16 +295,51 @@ static int ckpt_owner_store_one(const struct ckpt_dirs *d, struct objstore *os,
 			 d->staging, CKPT_OWNERS, key);
 		o = (struct ckpt_owner){ 0 };
 	}
-	ret = ckpt_owner_put(os, key, &o);
+	*mine = o;
+	ret = dir ? ckpt_owner_put_new(os, key, &o, theirs) : 0;
+	/* the same user's: this node's record (its chmod) is the newer */
+	if (!ret && (!dir || o.gid != theirs->gid || o.mode != theirs->mode))
+		ret = ckpt_owner_put(os, key, &o);
 	if (!ret)
 		ckpt_ownrec_unlink(d, key); /* still locked: no change lost */
 	close(fd);
 	return ret;
 }
 
+/*
+ * The directory dkey above file was made on this node while the store was
+ * away, and claimed meanwhile by another uid on another node (theirs). The
+ * file is published only if it is that owner's (or root's): this node
+ * checked every other file made there against its own record, which
+ * loses. The kept record stays, so that the others never are.
+ */
+static int ckpt_owner_conflict(const struct ckpt_dirs *d, struct objstore *os,
+			       const char *dkey, const char *file,
+			       const struct ckpt_owner *mine,
+			       const struct ckpt_owner *theirs)
+{
+	struct ckpt_owner f;
+	int fd, ret = ckpt_ownrec_open(d, file, false, &fd);
+
+	if (!ret) {
+		ret = ckpt_ownrec_read(fd, file, &f);
+		close(fd);
+	}
+	if (!ret && (f.uid == theirs->uid || f.uid == 0))
+		return 0;
+	log_error("checkpoints: %s is not published: its directory %s is uid "
+		  "%u's in %s (claimed on another node first), not uid %u's "
+		  "as this node kept it while the store was away; nothing "
+		  "but uid %u's goes there from here (root may move it out)",
+		  file, dkey, (unsigned)theirs->uid, objstore_url(os),
+		  (unsigned)mine->uid, (unsigned)theirs->uid);
+	return -EEXIST;
+}
+
 int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
 			  const char *key)
 {
+	struct ckpt_owner mine = { 0 }, theirs = { 0 };
 	size_t len = strlen(key);
 	char *k = strdup(key);
 	int ret = 0;
@@ -212,7 +351,10 @@ int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
 		if (i < len && key[i] != '/')
 			continue;
 		k[i] = '\0';
-		ret = ckpt_owner_store_one(d, os, k);
+		ret = ckpt_owner_store_one(d, os, k, i < len, &mine, &theirs);
+		if (ret == -EEXIST)
+			ret = ckpt_owner_conflict(d, os, k, key, &mine,
+						  &theirs);
 		if (i < len)
 			k[i] = '/';
 	}
@@ -227,48 +369,19 @@ int ckpt_owner_publishing(struct ckpt *ck, const char *key)
 
 int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o)
 {
-	char buf[CKPT_OWNER_MAX + 1], *rk;
-	struct objstore_get_req rq = {
-		.len = CKPT_OWNER_MAX,
-		.buf = buf,
-		.missing_ok = true,
-	};
-	size_t got = 0;
-	int ret;
-
-	int fd;
+	struct ckpt_owner kept;
+	int fd, ret, kret = -ENOENT;
 
 	if (!ckpt_ownrec_open(&ck->dirs, key, false, &fd)) {
-		/* not in the store yet: this node's is the truth */
-		ret = ckpt_ownrec_read(fd, key, o);
+		kret = ckpt_ownrec_read(fd, key, &kept);
 		close(fd);
-		if (!ret)
-			return 0;
 	}
-	rk = ckpt_owner_rkey(key, true);
-	if (!rk)
-		return -ENOMEM;
-	rq.key = rk;
-	/* most objects made through a mount have one; those that do not
-	 * (other tools) would fill the log with a line per lookup */
-	ret = objstore_get_many(ck->os, &rq, 1);
-	got = rq.got;
-	if (ret == -ERANGE) /* an empty record */
-		got = 0, ret = 0;
-	if (ret)
-		goto out;
-	buf[got] = '\0';
-	if (ckpt_ownrec_parse(buf, o)) {
-		log_warn("checkpoints: the owner record %s in %s is not "
-			 "\"UID GID MODE\"; %s is root's with mode 0000 until "
-			 "root sets its owner and mode",
-			 rk, ckpt_url(ck), key);
-		o->uid = 0;
-		o->gid = 0;
-		o->mode = 0;
-	}
-out:
-	free(rk);
+	ret = ckpt_owner_get(ck->os, key, o);
+	/* Kept here and not yet stored: this node's truth, unless the store
+	 * holds another uid's (a name claimed on another node while this
+	 * one's store was away): never overrides the store's. */
+	if (!kret && (ret || o->uid == kept.uid))
+		*o = kept, ret = 0;
 	return ret;
 }
 

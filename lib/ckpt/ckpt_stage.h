@@ -145,8 +145,9 @@ typedef int (*ckpt_ownrec_fn)(void *arg, const char *key);
 int ckpt_ownrec_each(const struct ckpt_dirs *d, ckpt_ownrec_fn fn, void *arg);
 /* Store the kept records of key and of the directories above it in os,
  * shallowest first, each removed once stored (ckpt_owner.c): what every
- * publisher of key does before key's bytes go up. 0 or the store's
- * -errno (logged; the records stay). */
+ * publisher of key does before key's bytes go up; a directory's is
+ * claimed (ckpt_owner_claim). 0, -EEXIST (a directory above key is another
+ * uid's in the store) or the store's -errno (logged; the records stay). */
 int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
 			  const char *key);
 

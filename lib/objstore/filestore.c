@@ -21,7 +21,9 @@
  *          directory, fsync, rename over the key, fsync of the directory:
  *          whole or not at all. Temporaries a dead writer left are removed
  *          by the first write of a handle, then every so often, once
- *          older than store.tmp_max_age (filestore_sweep.c).
+ *          older than store.tmp_max_age (filestore_sweep.c). put_new
+ *          links the temporary file as the key instead (link() fails if
+ *          the key exists, atomically, NFS included) and unlinks it.
  *
  * Confinement: the source tree is not trusted (any user who can write in it
  * may plant links, FIFOs or devices). Every path is resolved beneath the
@@ -226,19 +228,25 @@ static int filestore_tmp_open(struct filestore *fs, const char *key, int *dfd,
 	return ret;
 }
 
-/* fsync the temporary file fd, rename it over key, fsync the directory. fd
- * is closed; on failure tmp stays for the caller to unlink. */
+/* fsync the temporary file fd, rename it over key (excl: link it as key
+ * only if key is absent, -EEXIST if not, and unlink tmp), fsync the
+ * directory. fd is closed; on failure tmp stays for the caller to unlink. */
 static int filestore_tmp_publish(const char *key, int dfd, int fd,
-				 const char *tmp)
+				 const char *tmp, bool excl)
 {
 	const char *slash = strrchr(key, '/');
+	const char *name = slash ? slash + 1 : key;
 	int ret = 0;
 
 	if (fsync(fd))
 		ret = -errno;
 	if (close(fd) && !ret)
 		ret = -errno;
-	if (!ret && renameat(dfd, tmp, dfd, slash ? slash + 1 : key))
+	if (!ret && excl && linkat(dfd, tmp, dfd, name, 0))
+		ret = -errno;
+	else if (!ret && excl)
+		unlinkat(dfd, tmp, 0); /* a leftover is swept */
+	else if (!ret && renameat(dfd, tmp, dfd, name))
 		ret = -errno;
 	if (!ret && fsync(dfd))
 		ret = -errno;
@@ -247,10 +255,11 @@ static int filestore_tmp_publish(const char *key, int dfd, int fd,
 
 /*
  * Write an object through a temporary file. Exactly one of src_fd (read from
- * offset 0 with pread) and buf is used. size bytes are written.
+ * offset 0 with pread) and buf is used. size bytes are written. excl: only
+ * if key is absent (-EEXIST, not logged, when it is there).
  */
 static int filestore_put(struct filestore *fs, const char *key, int src_fd,
-			 const void *buf, uint64_t size)
+			 const void *buf, uint64_t size, bool excl)
 {
 	char tmp[NAME_MAX + 1] = "";
 	int dfd = -1, fd = -1, ret;
@@ -265,7 +274,7 @@ static int filestore_put(struct filestore *fs, const char *key, int src_fd,
 	ret = filestore_write_all(fd, src_fd, buf, size);
 	if (ret)
 		goto out;
-	ret = filestore_tmp_publish(key, dfd, fd, tmp);
+	ret = filestore_tmp_publish(key, dfd, fd, tmp, excl);
 	fd = -1;
 	if (!ret)
 		tmp[0] = '\0';
@@ -277,7 +286,7 @@ out:
 		unlinkat(dfd, tmp, 0);
 	if (dfd >= 0)
 		close(dfd);
-	if (ret)
+	if (ret && !(excl && ret == -EEXIST))
 		log_error("%s: cannot store '%s': %s", fs->base.url, key,
 			  strerror(-ret));
 	return ret;
@@ -444,7 +453,8 @@ static int filestore_up_commit(struct objstore_upload *up, unsigned nparts,
 	if (ftruncate(fu->fd, (off_t)size))
 		ret = -errno;
 	if (!ret) {
-		ret = filestore_tmp_publish(up->key, fu->dfd, fu->fd, up->id);
+		ret = filestore_tmp_publish(up->key, fu->dfd, fu->fd, up->id,
+					    false);
 		fu->fd = -1;
 	}
 	if (!ret) {
@@ -497,7 +507,7 @@ static int filestore_put_fd(struct objstore *os, const char *key, int fd,
 			    uint64_t size, const char *sha256)
 {
 	(void)sha256; /* the checkpoint code keeps its sidecar line */
-	return filestore_put(fs_of(os), key, fd, NULL, size);
+	return filestore_put(fs_of(os), key, fd, NULL, size, false);
 }
 
 static int filestore_put_buf(struct objstore *os, const char *key,
@@ -507,7 +517,15 @@ static int filestore_put_buf(struct objstore *os, const char *key,
 	static const char empty[1];
 
 	(void)dig; /* a file is written as given: nothing to send them with */
-	return filestore_put(fs_of(os), key, -1, buf ? buf : empty, len);
+	return filestore_put(fs_of(os), key, -1, buf ? buf : empty, len, false);
+}
+
+static int filestore_put_new(struct objstore *os, const char *key,
+			     const void *buf, size_t len)
+{
+	static const char empty[1];
+
+	return filestore_put(fs_of(os), key, -1, buf ? buf : empty, len, true);
 }
 
 static int filestore_delete(struct objstore *os, const char *key)
@@ -556,7 +574,7 @@ static int filestore_copy(struct objstore *os, const char *src, const char *dst)
 				       &st);
 	if (ret)
 		return ret;
-	ret = filestore_put(fs, dst, fd, NULL, (uint64_t)st.st_size);
+	ret = filestore_put(fs, dst, fd, NULL, (uint64_t)st.st_size, false);
 	close(fd);
 	return ret;
 }
@@ -599,6 +617,7 @@ static const struct objstore_ops filestore_ops = {
 	.get_many = filestore_get_many,
 	.put_fd = filestore_put_fd,
 	.put_buf = filestore_put_buf,
+	.put_new = filestore_put_new,
 	.del = filestore_delete,
 	.copy = filestore_copy,
 	.set_sha256 = filestore_set_sha256,

@@ -501,6 +501,21 @@ int objstore_put_buf_ex(struct objstore *os, const char *key, const void *buf,
 	return objstore_result(os, os->ops->put_buf(os, key, buf, len, dig));
 }
 
+int objstore_put_buf_new(struct objstore *os, const char *key, const void *buf,
+			 size_t len)
+{
+	int ret = objstore_check_key(os, key);
+
+	if (ret)
+		return ret;
+	if (len && !buf)
+		return -EINVAL;
+	if (!os->ops->put_new)
+		return -EOPNOTSUPP;
+	ret = os->ops->put_new(os, key, buf, len);
+	return ret == -EEXIST ? ret : objstore_result(os, ret);
+}
+
 int objstore_delete(struct objstore *os, const char *key)
 {
 	int ret = objstore_check_key(os, key);

@@ -32,6 +32,9 @@ struct objstore_ops {
 	/* dig: the body's digests (objstore_put_buf_ex), or NULL. */
 	int (*put_buf)(struct objstore *os, const char *key, const void *buf,
 		       size_t len, const struct objstore_digests *dig);
+	/* objstore_put_buf_new; NULL: the front end answers -EOPNOTSUPP. */
+	int (*put_new)(struct objstore *os, const char *key, const void *buf,
+		       size_t len);
 	int (*del)(struct objstore *os, const char *key);
 	int (*copy)(struct objstore *os, const char *src, const char *dst);
 	/* objstore_set_sha256: new_etag is never NULL (the front end's

@@ -393,10 +393,12 @@ static int s3store_etag_check(const struct s3store *st, const char *key,
 	return -EBADMSG;
 }
 
+/* excl: only if key is absent (If-None-Match: *; a 412 is -EEXIST). */
 static int s3store_put_single(struct s3store *st, const char *key, int fd,
 			      const void *buf, uint64_t size,
-			      const struct objstore_digests *dig)
+			      const struct objstore_digests *dig, bool excl)
 {
+	static const char *const if_absent[] = { "if-none-match:*" };
 	struct s3req rq;
 	unsigned lack;
 	char *sha, *md5;
@@ -407,6 +409,11 @@ static int s3store_put_single(struct s3store *st, const char *key, int fd,
 	rq.body = buf;
 	rq.body_fd = fd;
 	rq.body_len = size;
+	if (excl) {
+		rq.xhdrs = if_absent;
+		rq.nxhdrs = 1;
+		rq.flags |= REQ_QUIET_412;
+	}
 	/* Only what the caller did not hash already. */
 	lack = s3store_digests_use(&rq, dig);
 	sha = lack & OBJSTORE_DIG_SHA256 ? rq.payload_hash : NULL;
@@ -419,6 +426,8 @@ static int s3store_put_single(struct s3store *st, const char *key, int fd,
 	rq.meta_sha256 = rq.payload_hash;
 	if (!ret)
 		ret = s3req_run(st, &rq, 1);
+	if (excl && ret == -ESTALE)
+		ret = -EEXIST;
 	if (!ret)
 		ret = s3store_etag_check(st, key, 0, rq.etag, dig);
 	s3req_release(&rq);
@@ -538,7 +547,8 @@ static int s3store_up_commit(struct objstore_upload *up, unsigned nparts,
 		/* S3 completes no upload of zero parts: an empty PUT. */
 		static const char empty[1];
 
-		ret = s3store_put_single(st, up->key, -1, empty, 0, NULL);
+		ret = s3store_put_single(st, up->key, -1, empty, 0, NULL,
+					 false);
 		s3store_up_abort(up);
 		return ret;
 	}
@@ -703,7 +713,7 @@ static int s3store_put_fd(struct objstore *os, const char *key, int fd,
 
 	if (size >= os->cfg->s3_multipart_threshold)
 		return s3store_put_multipart(st, key, fd, size, sha);
-	return s3store_put_single(st, key, fd, NULL, size, NULL);
+	return s3store_put_single(st, key, fd, NULL, size, NULL, false);
 }
 
 static int s3store_put_buf(struct objstore *os, const char *key,
@@ -713,7 +723,16 @@ static int s3store_put_buf(struct objstore *os, const char *key,
 	static const char empty[1];
 
 	return s3store_put_single(s3store_of(os), key, -1, buf ? buf : empty,
-				  len, dig);
+				  len, dig, false);
+}
+
+static int s3store_put_new(struct objstore *os, const char *key,
+			   const void *buf, size_t len)
+{
+	static const char empty[1];
+
+	return s3store_put_single(s3store_of(os), key, -1, buf ? buf : empty,
+				  len, NULL, true);
 }
 
 static int s3store_delete(struct objstore *os, const char *key)
@@ -753,6 +772,7 @@ static const struct objstore_ops s3store_ops = {
 	.get_many = s3store_get_many,
 	.put_fd = s3store_put_fd,
 	.put_buf = s3store_put_buf,
+	.put_new = s3store_put_new,
 	.del = s3store_delete,
 	.copy = s3copy_object,
 	.set_sha256 = s3copy_set_sha256,

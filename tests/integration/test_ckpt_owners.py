@@ -515,6 +515,22 @@ def test_owner_kept_while_the_store_is_away(tool, tmp_path, faultproxy,
         m.stop()
 
 
+def refusing_store(request, tmp_path, kind):
+    """A store ("dir" or "s3") and (block, unblock): while blocked it
+    refuses every owner record's write (a directory store whose owner tree
+    is blocked by a file; radosgw answering 503 to every PUT)."""
+    from test_checkpoints import S3Store
+    if kind == "dir":
+        st = DirStore(tmp_path / "store")
+        blocker = st.root / ".dstage-owner"
+        return (st, lambda: blocker.write_bytes(b"in the way"),
+                blocker.unlink)
+    fp = request.getfixturevalue("faultproxy")
+    st = S3Store(fp.rgw, env=fp.env())
+    return (st, lambda: fp.add_fault("503", count=100000, match="PUT"),
+            fp.clear_faults)
+
+
 @pytest.mark.parametrize("publisher", ["daemon", "restart"])
 @pytest.mark.parametrize("kind", ["dir", "s3"])
 def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
@@ -527,19 +543,8 @@ def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
     the store first (kept in the staging directory's owners/, not in
     dstagefs's memory), so another user can neither list nor read what
     the writer made private, on a fresh mount."""
-    from test_checkpoints import S3Store
     from test_lifecycle import Daemon
-    if kind == "dir":
-        st = DirStore(tmp_path / "store")
-        blocker = st.root / ".dstage-owner"
-        block, unblock = (lambda: blocker.write_bytes(b"in the way"),
-                          blocker.unlink)
-    else:
-        fp = request.getfixturevalue("faultproxy")
-        st = S3Store(fp.rgw, env=fp.env())
-        block = lambda: fp.add_fault("503", count=100000,  # noqa: E731
-                                     match="PUT")
-        unblock = fp.clear_faults
+    st, block, unblock = refusing_store(request, tmp_path, kind)
     a, b = users.user("cko"), users.user("ckp")
     ua, ga = users.uid(a), users.gid(a)
     m = start(tool, tmp_path, st, users, "m1")
