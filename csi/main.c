@@ -90,7 +90,14 @@ static void csi_write_metrics(struct csi_node *n, const char *path)
 		unlink(tmp);
 }
 
-int main(int argc, char **argv)
+/* The command line's options (the rest comes from dstage.conf). */
+struct csi_args {
+	const char *endpoint, *config, *metrics;
+	struct csi_node_opts o;
+};
+
+/* Parse argv into a: -1 to go on, else the exit code. */
+static int csi_args_parse(int argc, char **argv, struct csi_args *a)
 {
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
@@ -105,19 +112,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *endpoint = getenv("CSI_ENDPOINT"), *config = NULL;
-	const char *metrics = NULL;
-	struct csi_node_opts o = {
-		.mount = "/data",
-		.state_dir = "/run/dstage-csi",
-		.node_id = getenv("NODE_NAME"),
-	};
-	struct dstage_config *cfg = NULL;
-	struct csi_node *n = NULL;
-	struct csi_grpc *g = NULL;
-	char err[CSI_MSG_MAX];
-	sigset_t set;
-	int c, ret, sig;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		char *end;
@@ -125,19 +120,19 @@ int main(int argc, char **argv)
 
 		switch (c) {
 		case 'e':
-			endpoint = optarg;
+			a->endpoint = optarg;
 			break;
 		case 'm':
-			o.mount = optarg;
+			a->o.mount = optarg;
 			break;
 		case 's':
-			o.state_dir = optarg;
+			a->o.state_dir = optarg;
 			break;
 		case 'n':
-			o.node_id = optarg;
+			a->o.node_id = optarg;
 			break;
 		case 'c':
-			config = optarg;
+			a->config = optarg;
 			break;
 		case 'r':
 		case 'a':
@@ -155,14 +150,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			if (c == 'r')
-				o.recheck_ms = (unsigned)v;
+				a->o.recheck_ms = (unsigned)v;
 			else if (c == 'a')
-				o.retry_s = (unsigned)v;
+				a->o.retry_s = (unsigned)v;
 			else
 				csi_stage_set_timeout((unsigned)v);
 			break;
 		case 'M':
-			metrics = optarg;
+			a->metrics = optarg;
 			break;
 		case 'h':
 			csi_usage(stdout);
@@ -172,27 +167,50 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct csi_args a = {
+		.endpoint = getenv("CSI_ENDPOINT"),
+		.o = {
+			.mount = "/data",
+			.state_dir = "/run/dstage-csi",
+			.node_id = getenv("NODE_NAME"),
+		},
+	};
+	struct dstage_config *cfg = NULL;
+	struct csi_node *n = NULL;
+	struct csi_grpc *g = NULL;
+	char err[CSI_MSG_MAX];
+	sigset_t set;
+	int ret, sig;
+
+	ret = csi_args_parse(argc, argv, &a);
+	if (ret >= 0)
+		return ret;
 	if (optind < argc) {
 		fprintf(stderr, "dstage-csi: unexpected argument '%s'\n",
 			argv[optind]);
 		csi_usage(stderr);
 		return 2;
 	}
-	if (!endpoint)
-		endpoint = "unix:///csi/csi.sock";
-	if (strncmp(endpoint, "unix://", 7) || endpoint[7] != '/') {
+	if (!a.endpoint)
+		a.endpoint = "unix:///csi/csi.sock";
+	if (strncmp(a.endpoint, "unix://", 7) || a.endpoint[7] != '/') {
 		fprintf(stderr,
 			"dstage-csi: --endpoint %s: expected unix:///PATH\n",
-			endpoint);
+			a.endpoint);
 		return 2;
 	}
-	ret = config_load(config, &cfg, err, sizeof(err));
+	ret = config_load(a.config, &cfg, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "dstage-csi: %s\n", err);
 		return 2;
 	}
 	log_set_level((enum log_level)cfg->log_level);
-	o.socket = cfg->daemon_socket;
+	a.o.socket = cfg->daemon_socket;
 	/* The server's threads inherit the mask: signals come to sigwait. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -203,7 +221,7 @@ int main(int argc, char **argv)
 	/* The socket (connect needs write permission: root, kubelet, only),
 	 * the state directory's files and the targets made: the service's. */
 	umask(077);
-	ret = csi_node_open(&o, &n, err, sizeof(err));
+	ret = csi_node_open(&a.o, &n, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "dstage-csi: %s\n", err);
 		config_free(cfg);
@@ -215,9 +233,9 @@ int main(int argc, char **argv)
 			 strerror(-ret));
 	ret = csi_node_start_rebinder(n);
 	if (!ret)
-		ret = csi_grpc_start(n, endpoint + 7, &g);
+		ret = csi_grpc_start(n, a.endpoint + 7, &g);
 	if (ret) {
-		fprintf(stderr, "dstage-csi: %s: %s\n", endpoint,
+		fprintf(stderr, "dstage-csi: %s: %s\n", a.endpoint,
 			strerror(-ret));
 		csi_node_close(n);
 		config_free(cfg);
@@ -225,14 +243,15 @@ int main(int argc, char **argv)
 	}
 	log_info("dstage-csi: serving %s on %s for node %s (mount %s, daemon "
 		 "%s)",
-		 CSI_DRIVER_NAME, endpoint, csi_node_id(n), o.mount, o.socket);
+		 CSI_DRIVER_NAME, a.endpoint, csi_node_id(n), a.o.mount,
+		 a.o.socket);
 	for (;;) {
-		unsigned ms = o.recheck_ms ? o.recheck_ms : 5000;
+		unsigned ms = a.o.recheck_ms ? a.o.recheck_ms : 5000;
 		struct timespec ts = { .tv_sec = ms / 1000,
 				       .tv_nsec =
 					       (long)(ms % 1000) * 1000000L };
 
-		csi_write_metrics(n, metrics);
+		csi_write_metrics(n, a.metrics);
 		sig = sigtimedwait(&set, NULL, &ts);
 		if (sig == SIGTERM || sig == SIGINT)
 			break;
@@ -240,7 +259,7 @@ int main(int argc, char **argv)
 	log_info("dstage-csi: signal %d: stopping (published volumes stay)",
 		 sig);
 	csi_grpc_stop(g);
-	csi_write_metrics(n, metrics);
+	csi_write_metrics(n, a.metrics);
 	csi_node_close(n);
 	config_free(cfg);
 	return 0;
