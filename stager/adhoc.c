@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "dstage/grow.h"
 #include "dstage/sha256.h"
 #include "dstage/sha256sums.h"
@@ -248,6 +249,11 @@ static struct adhoc_sum *adhoc_sum_find(struct adhoc *a, const char *name)
 static void adhoc_note(struct adhoc *a, const char *kind, const char *rel,
 		       const char *why)
 {
+	char safe[4 * PATH_MAX + 1];
+
+	/* a name under PATH may hold any byte but '/': none reaches the
+	 * terminal raw */
+	rel = cli_safe(rel, safe, sizeof(safe));
 	pthread_mutex_lock(&a->lock);
 	if (a->n_report < ADHOC_MAX_REPORT) {
 		char *line = NULL;

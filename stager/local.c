@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "dstage/cache.h"
 #include "dstage/cachepol.h"
 #include "dstage/catalog.h"
@@ -56,7 +57,10 @@ static int local_ls_cb(void *arg, const struct objstore_info *oi)
 		}
 		json_decref(o);
 	} else {
-		printf("%12" PRIu64 "  %s\n", oi->size, oi->key);
+		char safe[4 * 1024 + 1]; /* a key: at most 1,024 bytes */
+
+		printf("%12" PRIu64 "  %s\n", oi->size,
+		       cli_safe(oi->key, safe, sizeof(safe)));
 	}
 	l->n++;
 	l->bytes += oi->size;

@@ -3,7 +3,9 @@
 source whose directory name holds ESC and CR, staged after its file was
 removed, so that the job's error message holds them too. stage --wait,
 verify --source, jobs, status, show, list and an error line on stderr
-print them escaped as \\xHH."""
+print them escaped as \\xHH. So do the commands that need no daemon:
+`ls` of a store holding such a name, and `verify PATH` of a tree holding
+one (its report lines)."""
 import re
 
 from test_stager import Stager, make_dataset, stager_dir  # noqa: F401
@@ -50,3 +52,35 @@ def test_control_bytes_escaped_in_every_column(tool, stager_dir):
         assert b"\\x1b" in outs["show ds"], outs["show ds"]
     finally:
         s.stop()
+
+
+def test_control_bytes_escaped_without_the_daemon(tool, stager_dir,
+                                                  tmp_path):
+    """`stager ls URL` prints a store's keys, `stager verify PATH` (a tree
+    read through an overlay mount) its report lines naming files: names
+    with ESC, CR and BEL come out as \\xHH."""
+    from test_overlay import Overlay, adhoc
+    s = Stager(tool("stager"), stager_dir)
+    src = stager_dir / "tree"
+    make_dataset(src, {"ok.bin": b"o" * 100, "x\x1b[2J\rbad.bin": b"b" * 100})
+    outs = {}
+    p = s.run("ls", "file://%s/" % src)
+    assert p.returncode == 0, p.stderr
+    assert b"\\x1b" in p.stdout, p.stdout
+    outs["ls"] = p.stdout + p.stderr
+    (tmp_path / "ov").mkdir()
+    ov = Overlay(tool, tmp_path / "ov")
+    try:
+        ds = ov.pfs / "ds"
+        make_dataset(ds, {"ok.bin": b"o" * 100,
+                          "y\x1b]0;t\x07.bin": b"y" * 10})
+        # changed after SHA256SUMS was written: named in verify's report
+        (ds / "y\x1b]0;t\x07.bin").write_bytes(b"z" * 10)
+        ov.start()
+        p = adhoc(ov, "verify", ds)
+        outs["verify PATH"] = p.stdout + p.stderr
+        assert b"\\x1b" in outs["verify PATH"], outs["verify PATH"]
+    finally:
+        ov.close()
+    bad = raw_bytes(outs)
+    assert not bad, "raw control bytes printed:\n" + "\n".join(bad)
