@@ -144,6 +144,13 @@ struct objstore_tier_opts {
 	void (*report)(const struct dstage_config *cfg, const char *tag,
 		       const char *dir, int cause, const char *key, int err);
 	const char *report_tag;
+	/* Asked (from any thread) before each read the tier would serve,
+	 * with trust_root (copied at open) and dir: non-zero when the tier no
+	 * longer keeps its trust rule (a tier made writable by others after
+	 * the open), and the read goes to the origin, counted untrusted. NULL:
+	 * asked at open only (refused). Must be cheap: a memo of the walk. */
+	int (*trusted)(const char *root, const char *dir);
+	const char *trust_root;
 };
 
 /*

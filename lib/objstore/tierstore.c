@@ -57,6 +57,8 @@ struct tierstore {
 	void (*report)(const struct dstage_config *, const char *, const char *,
 		       int, const char *, int);
 	char *tag; /* report's */
+	int (*trusted)(const char *root, const char *dir); /* may be NULL */
+	char *trust_root; /* trusted's */
 	_Atomic bool logged[OBJSTORE_TIER_CAUSES];
 };
 
@@ -191,6 +193,12 @@ static int tier_route(struct tierstore *s, const struct objstore_get_req *r,
 		return s->refused;
 	if (!e)
 		return OBJSTORE_TIER_MISSING;
+	/* the rule held at open; a tier made writable by others since is
+	 * not read (a file checked before could have been replaced) */
+	if (s->trusted && s->trusted(s->trust_root, s->dir)) {
+		*err = -EACCES; /* told from a tier refused at open (0) */
+		return OBJSTORE_TIER_UNTRUSTED;
+	}
 	if (r->if_match && strcmp(r->if_match, e->etag) != 0)
 		return OBJSTORE_TIER_CHANGED;
 	st = atomic_load(&e->state);
@@ -393,6 +401,7 @@ static void tierstore_free(struct objstore *os)
 	free(s->v);
 	free(s->dir);
 	free(s->tag);
+	free(s->trust_root);
 	free(s);
 }
 
@@ -580,7 +589,11 @@ int tierstore_open(const char *dir, const struct objstore_tier_opts *o,
 	s->report = o->report;
 	if (o->report_tag)
 		s->tag = strdup(o->report_tag);
-	if (!s->dir || (o->report_tag && !s->tag)) {
+	s->trusted = o->trust_root ? o->trusted : NULL;
+	if (s->trusted)
+		s->trust_root = strdup(o->trust_root);
+	if (!s->dir || (o->report_tag && !s->tag) ||
+	    (s->trusted && !s->trust_root)) {
 		ret = -ENOMEM;
 		goto err;
 	}
@@ -604,6 +617,7 @@ err:
 	free(s->v);
 	free(s->dir);
 	free(s->tag);
+	free(s->trust_root);
 	free(s);
 	return ret;
 }

@@ -109,6 +109,15 @@ static void sharedtier_report(const struct dstage_config *cfg, const char *name,
 			 key, strerror(err ? -err : EIO));
 		(void)sharedtier_health_note(cfg, name, SHAREDTIER_UNREADABLE,
 					     what);
+	} else if (cause == OBJSTORE_TIER_UNTRUSTED && err) {
+		/* the rule broke after the copy was opened (one refused at
+		 * open was noted then, with the rule it broke) */
+		snprintf(what, sizeof(what),
+			 "%s no longer keeps the trust rule (only the service "
+			 "uid may write a shared tier)",
+			 dir);
+		(void)sharedtier_health_note(cfg, name, SHAREDTIER_UNTRUSTED,
+					     what);
 	}
 }
 
@@ -120,6 +129,15 @@ static int sharedtier_cause_of(int err)
 				: SHAREDTIER_UNREADABLE;
 }
 
+/* objstore_tier_opts.trusted: the rule still holds (the walk's memo,
+ * sharedtier_trusted_copy: at most one walk each 2 s). */
+static int sharedtier_still_trusted(const char *root, const char *dir)
+{
+	char why[PATH_MAX + 64];
+
+	return sharedtier_trusted_copy(root, dir, why, sizeof(why));
+}
+
 int sharedtier_copy_open(const struct sharedtier_copy *c,
 			 struct objstore *origin, struct objstore **out)
 {
@@ -127,7 +145,9 @@ int sharedtier_copy_open(const struct sharedtier_copy *c,
 					.nrefs = c->nrefs,
 					.refused = -1,
 					.report = sharedtier_report,
-					.report_tag = c->name };
+					.report_tag = c->name,
+					.trusted = sharedtier_still_trusted,
+					.trust_root = c->root };
 	char man[PATH_MAX + 16], why[PATH_MAX + 64];
 	int ret;
 

@@ -436,3 +436,38 @@ def test_unlisted_file_read_and_hashed_from_the_store(tool, stager_dir, pfs,
         assert p.returncode == 0, (p.stdout, p.stderr)
     finally:
         s.stop()
+
+
+def test_tier_made_writable_after_the_mount_opened_it(tool, stager_dir, pfs,
+                                                      mallory):
+    """The rule held when dstagefs opened the copy and read a file from it;
+    then the tier is made the group's (writable by a second uid). A file
+    read after that comes from the store, counted untrusted and named by
+    status: the rule is asked again before each read the tier would serve
+    (the walk's memo, at most 2 s old), not only at open."""
+    users, mal, g = mallory
+    s, tier = tier_node(tool, stager_dir, pfs)
+    try:
+        publish(s)
+        m = mount(s, tool)
+        try:
+            root = m.mnt / "datasets" / "ds"
+            assert (root / "dir/sub/c.txt").read_bytes() == \
+                FILES["dir/sub/c.txt"]
+            st = m.stats()
+            served = st["tier_bytes"]
+            assert served > 0 and not st.get("tier_fallbacks_untrusted"), st
+            shutil.chown(tier, group=g)
+            os.chmod(tier, 0o775)
+            time.sleep(2.1)  # the trust walk's memo
+            assert (root / "a.bin").read_bytes() == FILES["a.bin"]
+            st = m.stats()
+            assert st.get("tier_fallbacks_untrusted", 0) >= 1, st
+            assert st["tier_bytes"] == served, st
+        finally:
+            m.cleanup()
+        show, js, _, _ = tier_status(s, tool)
+        assert js.get("tier_untrusted", 0) >= 1, js
+        assert "no longer keeps the trust rule" in js["tier_untrusted_what"]
+    finally:
+        s.stop()
