@@ -10,8 +10,14 @@ store elsewhere), `--trials` times each, interleaved, so that the load
 of a shared machine falls on every system alike. Per system: the AU,
 the per-file time of the loader's workers split into open, reads and
 close (mean ms), and for dstage the mount's .dstage/stats over the trial
-(FUSE reads and their mean size, passthrough opens, GETs). Prints one
-JSON object; the ratios in bench/README.md come from it.
+(FUSE reads and their mean size, passthrough opens, GETs). --probe N:
+afterwards one thread's stat, open, first 1 MiB read and close of N
+files, page cache dropped (local and staged: the last N files; cold:
+the first N, beside one curl stream's GETs of them), --strace FILE with
+it: `strace -f -T` of dstagefs meanwhile. --base DSTAGEFS: another
+build's dstagefs runs its own staged and cold trials (and cold probes)
+interleaved with this one's. Prints one JSON object; the figures of
+bench/results/history/issue45-mlperf-profile-2026-12-07.md come from it.
 """
 import argparse
 import importlib.machinery
