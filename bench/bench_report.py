@@ -111,6 +111,23 @@ def fmt_cell(row, system):
     return fmt_num(v) + ("\\*" if s.get("truncated") else "")
 
 
+CAP_NOTE = "the phase hit its time cap: the rate over what it read before it"
+SEARCH_NOTE = ("the search for the most accelerators ran out of its time budget: "
+               "the figure is the most shown to hold the floor, a lower bound")
+
+
+def star_notes(rows):
+    """The footnotes of the "*" marks in rows' cells: an MLPerf row's
+    (mlperf_*) means its search's budget ran out, any other's that the
+    phase hit its time cap. Returns the notes, "\\* ..." each, or []."""
+    kinds = set()
+    for row in rows:
+        for e in row["systems"].values():
+            if (e or {}).get("truncated"):
+                kinds.add(SEARCH_NOTE if row.get("id", "").startswith("mlperf_") else CAP_NOTE)
+    return [f"\\* {k}." for k in (CAP_NOTE, SEARCH_NOTE) if k in kinds]
+
+
 def fmt_ratio(r, target=None):
     if r is None:
         return "n/a"
@@ -139,8 +156,7 @@ def markdown(res):
             fmt_cell(row, "dstage"), fmt_cell(row, "s3fs"), fmt_cell(row, "rclone"),
             lim_txt, peer_txt]) + " |")
     out.append("")
-    out.append("\\* the phase hit its time cap: the figure is the rate over the part "
-               "read before the cap. n/a: not measured (see notes).")
+    out.append(" ".join(star_notes(res["rows"]) + ["n/a: not measured (see notes)."]))
     lims = res.get("limits") or {}
     if lims:
         out.append("")
@@ -700,8 +716,7 @@ def section_markdown(page, s):
             cells.append(str(src))
         out.append("| " + " | ".join(cells) + " |")
     notes = []
-    if any((e or {}).get("truncated") for _, row, _ in rows for e in row["systems"].values()):
-        notes.append("\\* the phase hit its time cap: the rate over what it read before it.")
+    notes += star_notes([row for _, row, _ in rows])
     if metric == "value" and show_limit:
         notes.append("In brackets: the figure / the limit of the same run.")
     out += ["", " ".join(notes)] if notes else []

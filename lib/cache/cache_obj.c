@@ -91,6 +91,71 @@ void cache_lands_drop(struct cache_obj *o)
 }
 
 /*
+ * Land buf, which holds blocks [b0, b0 + n) of o, each fetched or verified;
+ * used: bytes of them the filling thread copied out itself. Returns the
+ * land, which took buf, holding a reference of the caller's (dropped with
+ * cache_land_unref under o->lock once it no longer reads buf), or NULL.
+ */
+struct cache_land *cache_land_publish(struct cache_obj *o, uint64_t b0,
+				      uint64_t n, char *buf, uint64_t used)
+{
+	struct cache *c = o->c;
+	uint64_t bytes = 0, cost = (uint64_t)c->batch * c->bs, held;
+	struct cache_land *l;
+
+	for (uint64_t i = 0; i < n; i++)
+		bytes += cache_block_len(o, b0 + i);
+	if (used >= bytes)
+		return NULL;
+	held = atomic_fetch_add(&c->land_bytes, cost) + cost;
+	if (held > CACHE_LAND_BYTES) {
+		cache_count(&c->lands_refused, 1);
+		goto no;
+	}
+	cache_count_max(&c->land_peak, held);
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		goto no;
+	l->refs = 2; /* listed, and the caller's */
+	l->b0 = b0;
+	l->n = n;
+	l->left = bytes - used;
+	l->buf = buf;
+	pthread_mutex_lock(&o->lock);
+	if (o->nlands == CACHE_LAND_MAX) {
+		struct cache_land *old = o->lands;
+
+		while (old->next)
+			old = old->next;
+		cache_land_unlist(o, old);
+		cache_count(&c->lands_displaced, 1);
+	}
+	l->next = o->lands;
+	o->lands = l;
+	o->nlands++;
+	/* Readers waiting for the claims (cache_wait_fills) look again. */
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+	return l;
+no:
+	atomic_fetch_sub(&c->land_bytes, cost);
+	return NULL;
+}
+
+int cache_sink_copy(void *arg, const struct iovec *iov, int n)
+{
+	struct cache_sink *k = arg;
+
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_base != k->dst + k->got)
+			memcpy(k->dst + k->got, iov[i].iov_base,
+			       iov[i].iov_len);
+		k->got += iov[i].iov_len;
+	}
+	return 0;
+}
+
+/*
  * Create obj's pair of files: the sidecar (header) and the data file, each
  * an O_TMPFILE (0600). The data file is linked first, holding its
  * exclusive in-use lock, then the sidecar (cache_meta_replace): an opener

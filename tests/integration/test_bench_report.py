@@ -148,3 +148,17 @@ def test_page_file_without_page_prints_the_tables(page):
     assert out.returncode == 0, out.stderr
     assert out.stdout == bench_report.page_markdown(page)
     assert out.stdout.startswith("## ") and "## Targets not met" in out.stdout
+
+
+def test_star_says_what_was_cut():
+    """A "*" on an MLPerf row is a search whose budget ran out (a lower
+    bound), elsewhere a phase that hit its time cap: each with its note."""
+    cut = {"systems": {"dstage": {"value": 6, "truncated": True}}}
+    whole = {"systems": {"dstage": {"value": 2}}}
+    mlperf = bench_report.star_notes([dict(cut, id="mlperf_resnet50")])
+    assert len(mlperf) == 1 and "lower bound" in mlperf[0] and "time cap" not in mlperf[0]
+    phase = bench_report.star_notes([dict(cut, id="large_cold")])
+    assert len(phase) == 1 and "time cap" in phase[0]
+    assert bench_report.star_notes([dict(whole, id="mlperf_unet3d")]) == []
+    both = bench_report.star_notes([dict(cut, id="large_cold"), dict(cut, id="mlperf_x")])
+    assert len(both) == 2
