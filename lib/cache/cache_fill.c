@@ -923,11 +923,8 @@ int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e, bool wait,
 	while (b < e) {
 		uint64_t n = e - b, k = 0;
 
-		/* A landed fill has b: an early reader (dstagefs's reply)
-		 * takes it stored or not yet (cache_fill_hand); any other
-		 * only once its record is written (below), so that what it
-		 * was served is present when it returns (a stage checks). */
-		if (out && out->early && cache_land_copy(o, b, out)) {
+		/* A landed fill has b, stored or not yet (cache_fill_hand). */
+		if (out && cache_land_copy(o, b, out)) {
 			b++;
 			continue;
 		}
@@ -937,10 +934,6 @@ int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e, bool wait,
 		if (ret)
 			return ret;
 		if (cache_rec_valid(o, &recs[0], b)) {
-			if (out && !out->early && cache_land_copy(o, b, out)) {
-				b++;
-				continue;
-			}
 			while (k < n && cache_rec_valid(o, &recs[k], b + k))
 				k++;
 			if (!out) { /* prewarm: present is enough */
