@@ -90,9 +90,7 @@ int dsfs_cacheread_reply(struct dsfs *fs, const struct cache_object *obj,
 	buf = dsfs_cacheread_buf(size);
 	if (!buf)
 		return -ENOMEM;
-	/* The reply does not block: it may leave before the bytes are
-	 * stored (CACHE_READ_EARLY). */
-	ret = cache_read_iov(fs->cache, obj, off, size, buf, CACHE_READ_EARLY,
+	ret = cache_read_iov(fs->cache, obj, off, size, buf, 0,
 			     dsfs_cacheread_iov, &rd);
 	if (!r->sent)
 		return ret ? ret : -EIO;

@@ -175,13 +175,6 @@ enum {
 	 * extent rather than dozens (cache_obj_prealloc, docs/cache.md).
 	 */
 	CACHE_READ_WHOLE = 1u << 1,
-	/*
-	 * fn does not block (a FUSE reply): when one fill fetches every
-	 * byte of the read, it calls fn as soon as they arrive, before it
-	 * stores them (the disk's write and fdatasync, on a cold read's
-	 * path otherwise), while it still claims their blocks.
-	 */
-	CACHE_READ_EARLY = 1u << 2,
 };
 
 /*

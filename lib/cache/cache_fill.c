@@ -10,18 +10,12 @@
  *   claim b0 (waiting, bounded), try-claim the next ones -> re-read their
  *   records (filled meanwhile? serve those) -> one objstore_get_many, each
  *   block hashed as it arrives -> reserve space (layer 2; none: stream) ->
- *   copy out (sent at once when the fill holds the whole read) -> land
- *   the buffer for waiting readers -> write the blocks (O_DIRECT where
- *   possible), fdatasync -> write the records -> mark verified -> unclaim.
- *
- * Readers get fetched bytes before they are durable (the disk's write and
- * fdatasync were on a cold read's path, issue 45): they are the store's,
- * checked against the ETag, and a block stays ABSENT to every other path
- * until its record is written.
+ *   write the blocks (O_DIRECT where possible), fdatasync -> write the
+ *   records -> mark verified -> copy out -> land the buffer for waiting
+ *   readers -> unclaim.
  *
  * Invariants: a record is written only after its block's data is durable;
- * nothing is copied out or landed that is neither fetched nor verified;
- * a fill that cannot
+ * nothing unverified is ever copied out or landed; a fill that cannot
  * store its blocks (no room, disk full) still hands the fetched bytes to
  * its reader (*no_space) and leaves the blocks ABSENT. Locks: o->lock only,
  * never across I/O.
@@ -152,6 +146,55 @@ static int cache_fetch_error(struct cache_obj *o, uint64_t b, int ret)
 }
 
 /*
+ * Land buf, which holds blocks [b0, b0 + n) of o, all PRESENT and verified;
+ * used: bytes of them the filling thread copied out itself. Returns true
+ * when the land took buf (the caller must not free it).
+ */
+static bool cache_land_publish(struct cache_obj *o, uint64_t b0, uint64_t n,
+			       char *buf, uint64_t used)
+{
+	struct cache *c = o->c;
+	uint64_t bytes = 0, cost = (uint64_t)c->batch * c->bs, held;
+	struct cache_land *l;
+
+	for (uint64_t i = 0; i < n; i++)
+		bytes += cache_block_len(o, b0 + i);
+	if (used >= bytes)
+		return false;
+	held = atomic_fetch_add(&c->land_bytes, cost) + cost;
+	if (held > CACHE_LAND_BYTES) {
+		cache_count(&c->lands_refused, 1);
+		goto no;
+	}
+	cache_count_max(&c->land_peak, held);
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		goto no;
+	l->refs = 1;
+	l->b0 = b0;
+	l->n = n;
+	l->left = bytes - used;
+	l->buf = buf;
+	pthread_mutex_lock(&o->lock);
+	if (o->nlands == CACHE_LAND_MAX) {
+		struct cache_land *old = o->lands;
+
+		while (old->next)
+			old = old->next;
+		cache_land_unlist(o, old);
+		cache_count(&c->lands_displaced, 1);
+	}
+	l->next = o->lands;
+	o->lands = l;
+	o->nlands++;
+	pthread_mutex_unlock(&o->lock);
+	return true;
+no:
+	atomic_fetch_sub(&c->land_bytes, cost);
+	return false;
+}
+
+/*
  * If every block of [off, off + len) is in a landed fill, call fn with
  * iovecs pointing into them (the lands referenced meanwhile) and return its
  * result; -EAGAIN when some block is not.
@@ -214,6 +257,19 @@ int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 	cache_count_hits(o, (uint64_t)n);
 	cache_count(&c->bytes_from_cache, len);
 	return ret;
+}
+
+int cache_sink_copy(void *arg, const struct iovec *iov, int n)
+{
+	struct cache_sink *k = arg;
+
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_base != k->dst + k->got)
+			memcpy(k->dst + k->got, iov[i].iov_base,
+			       iov[i].iov_len);
+		k->got += iov[i].iov_len;
+	}
+	return 0;
 }
 
 /* Copy what out wants of block b from a landed fill holding it. Returns
@@ -557,69 +613,44 @@ static int cache_fill_store(struct cache_obj *o, uint64_t b0, uint64_t n,
 	return ret;
 }
 
-/* The n blocks in buf are fetched (or verified): count them, copy what the
- * read wants to out, send it when the fill holds the whole read
- * (out->early), and land buf for readers waiting on these blocks, all
- * before the blocks are stored. Returns the land (see cache_land_publish)
- * or NULL. */
-static struct cache_land *cache_fill_hand(struct cache_obj *o, uint64_t b0,
-					  uint64_t n, const bool *fetch,
-					  char *buf,
-					  const struct cache_out *out)
+/* The n blocks in buf are filled: mark them verified (the stored ones),
+ * copy what the read wants to out, count them and, when stored, land buf
+ * for readers waiting on these blocks. Returns true when buf was handed
+ * over (landed). */
+static bool cache_fill_done(struct cache_obj *o, uint64_t b0, uint64_t n,
+			    const bool *fetch, char *buf,
+			    const struct cache_out *out, bool no_space)
 {
 	struct cache *c = o->c;
 	uint64_t s = b0 * c->bs, e = s, used = 0, os, oe;
-	struct cache_early *early = out ? out->early : NULL;
-	struct cache_land *l;
-	struct iovec v;
-
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t len = cache_block_len(o, b0 + i);
-
-		if (out)
-			cache_copy_out(o, b0 + i, buf + i * c->bs, out);
-		e += len;
-		cache_count(fetch[i] ? &c->bytes_from_source
-				     : &c->bytes_from_cache,
-			    len);
-		if (!fetch[i])
-			cache_count_hits(o, 1);
-	}
-	if (out && out->len && cache_span(s, e, out->off, out->len, &os, &oe))
-		used = oe - os;
-	/* Landed first: readers waiting for these blocks are not held up
-	 * by this read's reply (which may be slow to go out); without a
-	 * land (refused), only a read that wants every byte of them sends
-	 * before the claims go. */
-	l = cache_land_publish(o, b0, n, buf, used);
-	if (early && early->fn && !early->sent && (l || used == e - s) &&
-	    out->len && s <= out->off && out->off + out->len <= e) {
-		v = (struct iovec){ out->buf, out->len };
-		early->ret = early->fn(early->arg, &v, 1);
-		early->sent = true;
-	}
-	return l;
-}
-
-/* The n blocks are stored (unless no_space): mark them verified, drop the
- * file's pages of what the read took. */
-static void cache_fill_done(struct cache_obj *o, uint64_t b0, uint64_t n,
-			    const bool *fetch, const struct cache_out *out,
-			    bool no_space)
-{
-	struct cache *c = o->c;
-	uint64_t s = b0 * c->bs, e = s, os, oe;
 
 	pthread_mutex_lock(&o->lock);
 	for (uint64_t i = 0; i < n; i++)
 		if (!no_space || !fetch[i])
 			cache_set_verified(o, b0 + i, true);
 	pthread_mutex_unlock(&o->lock);
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t len = cache_block_len(o, b0 + i);
+
+		if (out)
+			cache_copy_out(o, b0 + i, buf + i * c->bs, out);
+		cache_count(fetch[i] ? &c->bytes_from_source
+				     : &c->bytes_from_cache,
+			    len);
+		if (!fetch[i])
+			cache_count_hits(o, 1);
+	}
+	if (no_space)
+		return false;
+	/* Readers waiting for these blocks take them from memory
+	 * (landed before the claims go, so that they find it). */
 	for (uint64_t i = 0; i < n; i++)
 		e += cache_block_len(o, b0 + i);
-	if (!no_space && out && out->len &&
-	    cache_span(s, e, out->off, out->len, &os, &oe))
-		cache_drop_pages(o, os, oe - os);
+	if (out && out->len && cache_span(s, e, out->off, out->len, &os, &oe)) {
+		used = oe - os;
+		cache_drop_pages(o, os, used);
+	}
+	return cache_land_publish(o, b0, n, buf, used);
 }
 
 /*
@@ -638,7 +669,6 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 	struct cache *c = o->c;
 	struct cache_rec recs[CACHE_MAX_BATCH];
 	struct cache_rx *rx = NULL; /* per block (not per request) */
-	struct cache_land *land;
 	bool fetch[CACHE_MAX_BATCH];
 	uint64_t n = 0, nfetch = 0, cost = 0;
 	char *buf = NULL;
@@ -668,21 +698,13 @@ static int cache_fill(struct cache_obj *o, uint64_t b0, uint64_t max, bool wait,
 	/* Without it (no memory) each block is hashed after it arrives. */
 	rx = aligned_alloc(64, ((n * sizeof(*rx)) + 63) & ~(size_t)63);
 	ret = cache_fill_fetch(o, b0, n, fetch, buf, rx, &nfetch, &cost);
-	if (ret)
-		goto out;
-	land = cache_fill_hand(o, b0, n, fetch, buf, out);
-	if (nfetch)
+	if (!ret && nfetch)
 		ret = cache_fill_store(o, b0, n, fetch, recs, buf, rx, cost,
 				       no_space);
-	if (land) { /* buf is the land's now */
-		pthread_mutex_lock(&o->lock);
-		cache_land_unref(o, land);
-		pthread_mutex_unlock(&o->lock);
-		buf = NULL;
-	}
 	if (ret)
 		goto out;
-	cache_fill_done(o, b0, n, fetch, out, *no_space);
+	if (cache_fill_done(o, b0, n, fetch, buf, out, *no_space))
+		buf = NULL;
 	ret = (int)n;
 out:
 	for (uint64_t i = 0; i < n; i++)
@@ -923,17 +945,16 @@ int cache_obj_range(struct cache_obj *o, uint64_t b, uint64_t e, bool wait,
 	while (b < e) {
 		uint64_t n = e - b, k = 0;
 
-		/* A landed fill has b, stored or not yet (cache_fill_hand). */
-		if (out && cache_land_copy(o, b, out)) {
-			b++;
-			continue;
-		}
 		if (n > CACHE_MAX_BATCH)
 			n = CACHE_MAX_BATCH;
 		ret = cache_read_recs(o, b, n, recs);
 		if (ret)
 			return ret;
 		if (cache_rec_valid(o, &recs[0], b)) {
+			if (out && cache_land_copy(o, b, out)) {
+				b++;
+				continue;
+			}
 			while (k < n && cache_rec_valid(o, &recs[k], b + k))
 				k++;
 			if (!out) { /* prewarm: present is enough */

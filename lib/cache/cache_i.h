@@ -9,11 +9,10 @@
  *   6  cache_read.c   the public read paths: read, read_iov, read_fd,
  *                     fetch, present, verify, drop
  *   5  cache_ahead.c  readahead and known-order prefetch: the workers
- *   4  cache_fill.c   the fill engine: claim, fetch, hash, commit; fills
- *                     handed to readers; serving present blocks
+ *   4  cache_fill.c   the fill engine: claim, fetch, hash, commit; landed
+ *                     fills handed to readers; serving present blocks
  *   3  cache_obj.c    the open-object table, object files, claims and the
- *                     verified-block bitmap, landed fills (their lifecycle,
- *                     publishing one)
+ *                     verified-block bitmap, the lifecycle of landed fills
  *      cache_whole.c  beside it: the objects found whole, remembered
  *                     without their descriptors
  *   2  cache_space.c  datasets (policy, usage), reservations, eviction,
@@ -438,23 +437,11 @@ struct cache {
 	_Atomic bool last_nospace_disk; /* see cache_disk_full */
 };
 
-/* A read's sender (cache_read_iov's fn), called by the fill that fetched
- * every byte of the read as soon as they are in memory, before they are
- * stored: the reply leaves without waiting for the disk. */
-struct cache_early {
-	cache_iov_fn fn;
-	void *arg;
-	bool sent; /* fn was called; ret is its result */
-	int ret;
-};
-
-/* Where a read wants its bytes (len 0: nowhere); early: NULL, or where
- * the fill may send them (struct cache_early). */
+/* Where a read wants its bytes (len 0: nowhere). */
 struct cache_out {
 	uint64_t off;
 	size_t len;
 	char *buf;
-	struct cache_early *early;
 };
 
 /* A cache_iov_fn that copies into dst (nothing to do for bytes already
@@ -657,9 +644,6 @@ void cache_land_unref(struct cache_obj *o, struct cache_land *l);
 void cache_land_unlist(struct cache_obj *o, struct cache_land *l);
 bool cache_landed(const struct cache_obj *o, uint64_t b0, uint64_t b1);
 void cache_lands_drop(struct cache_obj *o);
-struct cache_land *cache_land_publish(struct cache_obj *o, uint64_t b0,
-				      uint64_t n, char *buf, uint64_t used);
-int cache_sink_copy(void *arg, const struct iovec *iov, int n);
 
 /* Write record r as block b's, then bump the damage generation and clear
  * b's verified bit (whatever the write did: a passthrough open that read
@@ -687,6 +671,7 @@ void cache_whole_free(struct cache *c);
 /* ---- layer 4: cache_fill.c ---- */
 int cache_land_send(struct cache_obj *o, uint64_t off, size_t len,
 		    cache_iov_fn fn, void *arg);
+int cache_sink_copy(void *arg, const struct iovec *iov, int n);
 int cache_obj_dfd(struct cache_obj *o);
 void cache_log_corrupt(struct cache_obj *o, uint64_t b);
 int cache_mark_damaged(struct cache_obj *o, uint64_t b,

@@ -72,19 +72,16 @@ ssize_t cache_read(struct cache *c, const struct cache_object *obj,
 	return ret ? ret : (ssize_t)k.got;
 }
 
-/* Wait, once, while a thread of this process fills a block of [off, off +
- * len) that is not landed yet. Returns true if it waited (the caller
- * looks for a land again). */
+/* Wait while a thread of this process fills a block of [off, off + len).
+ * Returns true if it waited. */
 static bool cache_wait_fills(struct cache_obj *o, uint64_t off, size_t len)
 {
 	uint64_t b0 = off / o->c->bs, b1 = (off + len - 1) / o->c->bs;
 	bool waited = false;
 
 	pthread_mutex_lock(&o->lock);
-	for (uint64_t b = b0; b <= b1 && !waited; b++)
-		if (cache_claimed(o, b) && !cache_landed(o, b, b + 1)) {
-			/* Woken by an unclaim or a land (published before its
-			 * blocks are stored): the caller looks again. */
+	for (uint64_t b = b0; b <= b1; b++)
+		while (cache_claimed(o, b)) {
 			pthread_cond_wait(&o->cond, &o->lock);
 			waited = true;
 		}
@@ -176,10 +173,6 @@ static int cache_read_iov_timed(struct cache *c, const struct cache_object *obj,
 				unsigned flags, cache_iov_fn fn, void *arg)
 {
 	struct cache_obj *o = NULL;
-	struct cache_early early = {
-		.fn = (flags & CACHE_READ_EARLY) ? fn : NULL,
-		.arg = arg,
-	};
 	struct cache_out out;
 	struct iovec v;
 	bool no_space = false;
@@ -218,14 +211,10 @@ static int cache_read_iov_timed(struct cache *c, const struct cache_object *obj,
 		if (ret != -EAGAIN)
 			goto out;
 	} while (cache_wait_fills(o, off, len));
-	out = (struct cache_out){
-		.off = off, .len = len, .buf = buf, .early = &early
-	};
+	out = (struct cache_out){ .off = off, .len = len, .buf = buf };
 	ret = cache_obj_range(o, off / c->bs, (off + len - 1) / c->bs + 1, true,
 			      false, &out, &no_space);
-	if (early.sent) { /* a fill sent the bytes before storing them */
-		ret = early.ret;
-	} else if (ret == 0) {
+	if (ret == 0) {
 		v = (struct iovec){ buf, len };
 		ret = fn(arg, &v, 1);
 	}

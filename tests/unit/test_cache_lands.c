@@ -8,9 +8,8 @@
  *  - one_object: 12 threads read disjoint parts of one cold object of
  *    200 MiB at once in pieces of about 100 KiB, half with cache_read, half
  *    with cache_read_iov (holding some iovecs into landed fills a while,
- *    then checking them again; half of those with CACHE_READ_EARLY, whose
- *    fills send the bytes before storing them), so more than 8 fills land
- *    on the object at a time;
+ *    then checking them again), so more than 8 fills land on the object at
+ *    a time;
  *  - many_objects: 20 threads read 20 cold objects of 16 MiB at once, so
  *    more than 256 MiB of lands are wanted in all.
  * An object nobody reads drops its lands, so each object is kept in use
@@ -147,7 +146,6 @@ struct reader {
 	uint64_t from, to;
 	size_t piece;
 	bool iov; /* cache_read_iov, else cache_read */
-	unsigned flags; /* cache_read_iov's */
 	char *buf, *scratch;
 	/* cache_read_iov's sink: */
 	uint64_t at; /* object offset of the next byte handed over */
@@ -216,7 +214,7 @@ static void *reader_main(void *arg)
 
 			r->at = off;
 			ret = cache_read_iov(r->c, &r->s->obj, off, len, r->buf,
-					     r->flags, sink, r);
+					     0, sink, r);
 			if (ret)
 				r->err = ret;
 			else if (r->at != off + len)
@@ -458,7 +456,6 @@ static int setup_one_object(const struct src *s, struct reader *r)
 			.from = size * (uint64_t)i / BIG_THREADS,
 			.to = size * (uint64_t)(i + 1) / BIG_THREADS,
 			.iov = i % 2,
-			.flags = i % 4 == 1 ? CACHE_READ_EARLY : 0,
 			.piece = i % 2 ? 100 * KIB + 7 : 128 * KIB,
 		};
 	return BIG_THREADS;
@@ -473,7 +470,6 @@ static int setup_many_objects(const struct src *s, struct reader *r)
 			.from = 0,
 			.to = s[i].obj.size,
 			.iov = i % 2,
-			.flags = i % 4 == 1 ? CACHE_READ_EARLY : 0,
 			.piece = i % 2 ? 100 * KIB + 7 : 128 * KIB,
 		};
 	return SMALL_N;
