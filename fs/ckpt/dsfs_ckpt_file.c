@@ -307,11 +307,10 @@ out:
 	pthread_mutex_unlock(&h->lock);
 }
 
-/* Whether a close by who may publish h (see struct dsfs_ckpt_file_handle). */
-static bool dsfs_ckpt_file_owner(struct dsfs_ckpt_file_handle *h,
-				 struct dsfs_caller *who)
+/* Whether a close by process tg may publish h (see struct
+ * dsfs_ckpt_file_handle). */
+static bool dsfs_ckpt_file_owner(struct dsfs_ckpt_file_handle *h, pid_t tg)
 {
-	pid_t tg = dsfs_ckpt_proc_tgid(who->pid);
 	bool ok = tg == h->opener;
 
 	pthread_mutex_lock(&h->lock);
@@ -621,7 +620,7 @@ static void dsfs_ckpt_file_kill(struct dsfs_ckpt_file_handle *h)
  * the closing process (tid), beside h itself. */
 static bool dsfs_ckpt_file_others(struct dsfs *fs,
 				  struct dsfs_ckpt_file_handle *h, pid_t tid,
-				  fuse_ino_t ino)
+				  pid_t tg, fuse_ino_t ino)
 {
 	pid_t known[DSFS_CKPT_FILE_WRITERS + 1];
 	size_t n = 0;
@@ -635,14 +634,14 @@ static bool dsfs_ckpt_file_others(struct dsfs *fs,
 	for (unsigned i = 0; i < h->nwriters && i < DSFS_CKPT_FILE_WRITERS; i++)
 		known[n++] = h->writers[i];
 	pthread_mutex_unlock(&h->lock);
-	return dsfs_ckpt_proc_others_write(fs, dsfs_ckpt_proc_tgid(tid), ino,
-					   known, n);
+	return dsfs_ckpt_proc_others_write(fs, tg, ino, known, n);
 }
 
 int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
 			 struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt_file_handle *h = dsfs_ckpt_file_h(fi);
+	pid_t tg;
 	int sig;
 
 	/* FLUSH carries no open flags: the handle knows. Only a writer's
@@ -650,7 +649,8 @@ int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
 	 * is still writing). */
 	if (!ckpt_file_writable(h->f))
 		return 0;
-	if (!dsfs_ckpt_file_owner(h, who))
+	tg = dsfs_ckpt_proc_tgid(who->pid); /* read once: /proc */
+	if (!dsfs_ckpt_file_owner(h, tg))
 		return 0; /* a forked child's copy closing */
 	if (dsfs_ckpt_proc_killed(who->pid, &sig)) {
 		dsfs_ckpt_file_kill(h);
@@ -660,7 +660,7 @@ int dsfs_ckpt_file_flush(struct dsfs *fs, struct dsfs_caller *who,
 			 (int)who->pid, sig);
 		return 0;
 	}
-	if (dsfs_ckpt_file_others(fs, h, who->pid, n->ino)) {
+	if (dsfs_ckpt_file_others(fs, h, who->pid, tg, n->ino)) {
 		dsfs_ckpt_file_defer(h, true);
 		return 0;
 	}
