@@ -446,6 +446,21 @@ class Soak:
                     self.count("read a flip under an open object "
                                "(verified before the flip)")
                     return
+                if len(got) < len(want) and want.startswith(got):
+                    # A read that the kernel split into several FUSE
+                    # requests returns the pages it already had when the
+                    # connection dies under a later one (kill -9 of
+                    # dstagefs). The rest, read again on the same
+                    # descriptor, then fails; the reader counts that
+                    # error against the mount's restart window. A rest
+                    # that reads is a short reply from a live server.
+                    rest = os.pread(f.fileno(), len(want) - len(got),
+                                    off + len(got))
+                    self.count("BYTES DIFFER")
+                    self.fail("%s/%s: a read of %d bytes at %d returned %d; "
+                              "the rest read again gave %d" %
+                              (name, key, n, off, len(got), len(rest)))
+                    return
                 if got != want:
                     self.count("BYTES DIFFER")
                     self.fail("%s/%s: %d bytes at %d differ from the "
