@@ -45,12 +45,12 @@
 #define DL_KEEP_DONE 3600 /* seconds a published entry stays listed */
 #define DL_BACKOFF_MAX 64 /* times retry_interval */
 
-enum dl_state { DL_WAITING, DL_RETRYING, DL_PUBLISHED };
+enum daemon_lifecycle_state { DL_WAITING, DL_RETRYING, DL_PUBLISHED };
 
-struct dl_ent {
+struct daemon_lifecycle_ent {
 	char key[1024];
 	ino_t ino;
-	enum dl_state state;
+	enum daemon_lifecycle_state state;
 	unsigned attempts;
 	int64_t next_ms; /* the next try, CLOCK_REALTIME ms */
 	int64_t done; /* published at, seconds */
@@ -66,23 +66,23 @@ struct daemon_lifecycle {
 	bool stop;
 	pthread_t thread;
 	bool started;
-	struct dl_ent *ents;
+	struct daemon_lifecycle_ent *ents;
 	size_t n;
 };
 
 /* ---- the retry job ---- */
 
-struct dl_scan {
+struct daemon_lifecycle_scan {
 	struct daemon_lifecycle *dl;
 	int64_t now;
 	unsigned interval;
 };
 
-static int dl_scan_cb(void *arg, const struct lifecycle_local *l)
+static int daemon_lifecycle_scan_cb(void *arg, const struct lifecycle_local *l)
 {
-	struct dl_scan *s = arg;
+	struct daemon_lifecycle_scan *s = arg;
 	struct daemon_lifecycle *dl = s->dl;
-	struct dl_ent *e = NULL;
+	struct daemon_lifecycle_ent *e = NULL;
 
 	if (l->state != 'P' || strlen(l->key) >= sizeof(e->key))
 		return 0;
@@ -112,25 +112,26 @@ static int dl_scan_cb(void *arg, const struct lifecycle_local *l)
 }
 
 /* One pass: scan, drop entries that are gone, try those that are due. */
-static void dl_retry_pass(struct daemon_lifecycle *dl,
-			  struct lifecycle_staging *stg, struct objstore *os,
-			  struct catalog *cat)
+static void daemon_lifecycle_retry_pass(struct daemon_lifecycle *dl,
+					struct lifecycle_staging *stg,
+					struct objstore *os,
+					struct catalog *cat)
 {
 	unsigned interval = dl->d->cfg->ckpt_retry_ms;
-	struct dl_scan s = { .dl = dl,
-			     .now = timeutil_real_ms(),
-			     .interval = interval };
+	struct daemon_lifecycle_scan s = { .dl = dl,
+					   .now = timeutil_real_ms(),
+					   .interval = interval };
 	size_t i;
 
 	pthread_mutex_lock(&dl->lock);
 	for (i = 0; i < dl->n; i++)
 		dl->ents[i].seen = false;
 	pthread_mutex_unlock(&dl->lock);
-	if (lifecycle_staging_scan(stg, dl_scan_cb, &s))
+	if (lifecycle_staging_scan(stg, daemon_lifecycle_scan_cb, &s))
 		return;
 	pthread_mutex_lock(&dl->lock);
 	for (i = 0; i < dl->n;) {
-		struct dl_ent *e = &dl->ents[i];
+		struct daemon_lifecycle_ent *e = &dl->ents[i];
 		bool gone = e->state == DL_PUBLISHED
 				    ? s.now / 1000 - e->done > DL_KEEP_DONE
 				    : !e->seen;
@@ -141,7 +142,7 @@ static void dl_retry_pass(struct daemon_lifecycle *dl,
 			i++;
 	}
 	for (i = 0; i < dl->n && !dl->stop; i++) {
-		struct dl_ent *e = &dl->ents[i], copy;
+		struct daemon_lifecycle_ent *e = &dl->ents[i], copy;
 		int ret;
 
 		if (e->state == DL_PUBLISHED || e->next_ms > s.now)
@@ -193,13 +194,13 @@ static void dl_retry_pass(struct daemon_lifecycle *dl,
 
 /* ---- lifecycle passes ---- */
 
-struct dl_run {
+struct daemon_lifecycle_run {
 	struct daemon_conn *c; /* NULL: the schedule */
 };
 
-static void dl_event(void *arg, const struct lifecycle_event *ev)
+static void daemon_lifecycle_event(void *arg, const struct lifecycle_event *ev)
 {
-	struct dl_run *r = arg;
+	struct daemon_lifecycle_run *r = arg;
 	char target[600], rule[32] = "";
 
 	if (!r->c)
@@ -225,22 +226,24 @@ static void dl_event(void *arg, const struct lifecycle_event *ev)
 	proto_send(r->c->fd, &r->c->out); /* a gone client stops nothing */
 }
 
-static int dl_pass(struct daemon_lifecycle *dl, struct catalog *cat,
-		   const struct lifecycle_run_opts *o, struct daemon_conn *c,
-		   struct lifecycle_run_stats *st)
+static int daemon_lifecycle_pass(struct daemon_lifecycle *dl,
+				 struct catalog *cat,
+				 const struct lifecycle_run_opts *o,
+				 struct daemon_conn *c,
+				 struct lifecycle_run_stats *st)
 {
-	struct dl_run r = { .c = c };
+	struct daemon_lifecycle_run r = { .c = c };
 	int ret;
 
 	pthread_mutex_lock(&dl->run_lock);
-	ret = lifecycle_run(dl->d->cfg, cat, o, dl_event, &r, st);
+	ret = lifecycle_run(dl->d->cfg, cat, o, daemon_lifecycle_event, &r, st);
 	pthread_mutex_unlock(&dl->run_lock);
 	return ret;
 }
 
 /* ---- the thread ---- */
 
-static void *dl_thread(void *arg)
+static void *daemon_lifecycle_thread(void *arg)
 {
 	struct daemon_lifecycle *dl = arg;
 	const struct dstage_config *cfg = dl->d->cfg;
@@ -267,7 +270,7 @@ static void *dl_thread(void *arg)
 			    catalog_open(cfg->catalog_path, 0, &cat))
 				cat = NULL;
 			if (stg)
-				dl_retry_pass(dl, stg, os, cat);
+				daemon_lifecycle_retry_pass(dl, stg, os, cat);
 		}
 		if (cfg->ckpt_lifecycle_ms && now >= next_lc) {
 			struct lifecycle_run_opts o = {
@@ -279,7 +282,7 @@ static void *dl_thread(void *arg)
 
 			next_lc = now + cfg->ckpt_lifecycle_ms;
 			if (cat || !catalog_open(cfg->catalog_path, 0, &cat))
-				dl_pass(dl, cat, &o, NULL, NULL);
+				daemon_lifecycle_pass(dl, cat, &o, NULL, NULL);
 		}
 		wake = next_retry;
 		if (cfg->ckpt_lifecycle_ms && next_lc < wake)
@@ -311,7 +314,8 @@ int daemon_lifecycle_start(struct daemon *d)
 	pthread_mutex_init(&dl->lock, NULL);
 	pthread_cond_init(&dl->cond, NULL);
 	dl->ents = calloc(DL_MAX_ENTS, sizeof(*dl->ents));
-	if (!dl->ents || pthread_create(&dl->thread, NULL, dl_thread, dl)) {
+	if (!dl->ents ||
+	    pthread_create(&dl->thread, NULL, daemon_lifecycle_thread, dl)) {
 		free(dl->ents);
 		free(dl);
 		return -EAGAIN;
@@ -352,14 +356,15 @@ void daemon_lifecycle_free(struct daemon *d)
 
 /* ---- `stager jobs` rows ---- */
 
-struct dl_jobs {
+struct daemon_lifecycle_jobs {
 	struct daemon_conn *c;
 	int ret;
 };
 
-static int dl_abandoned_row(void *arg, const struct lifecycle_abandoned *a)
+static int daemon_lifecycle_abandoned_row(void *arg,
+					  const struct lifecycle_abandoned *a)
 {
-	struct dl_jobs *j = arg;
+	struct daemon_lifecycle_jobs *j = arg;
 
 	daemon_peer_row(j->c, "row");
 	proto_add(&j->c->out, "job", "-");
@@ -382,8 +387,8 @@ int daemon_lifecycle_jobs(struct daemon_conn *c)
 	static const char *const states[] = { "waiting", "retrying",
 					      "published" };
 	struct lifecycle_staging *stg = NULL;
-	struct dl_jobs j = { .c = c };
-	struct dl_ent *copy;
+	struct daemon_lifecycle_jobs j = { .c = c };
+	struct daemon_lifecycle_ent *copy;
 	size_t n;
 
 	if (!dl || !c->admin)
@@ -410,25 +415,28 @@ int daemon_lifecycle_jobs(struct daemon_conn *c)
 	}
 	free(copy);
 	if (!j.ret && !lifecycle_staging_open(c->d->cfg, &stg))
-		lifecycle_abandoned_list(stg, dl_abandoned_row, &j);
+		lifecycle_abandoned_list(stg, daemon_lifecycle_abandoned_row,
+					 &j);
 	lifecycle_staging_free(stg);
 	return j.ret;
 }
 
 /* ---- `stager unpublished` ---- */
 
-struct dl_unpub {
+struct daemon_lifecycle_unpub {
 	struct daemon_conn *c;
-	const struct dl_ent *ents; /* a copy of the retry entries */
+	const struct daemon_lifecycle_ent
+		*ents; /* a copy of the retry entries */
 	size_t n;
 	int64_t since; /* only files changed at or after (seconds) */
 	const char *staging;
 	int ret;
 };
 
-static int dl_unpub_send(struct dl_unpub *u, const char *key, const char *state,
-			 uint64_t size, int64_t mtime, unsigned attempts,
-			 const char *cause)
+static int daemon_lifecycle_unpub_send(struct daemon_lifecycle_unpub *u,
+				       const char *key, const char *state,
+				       uint64_t size, int64_t mtime,
+				       unsigned attempts, const char *cause)
 {
 	daemon_peer_row(u->c, "row");
 	proto_add(&u->c->out, "key", key);
@@ -443,19 +451,21 @@ static int dl_unpub_send(struct dl_unpub *u, const char *key, const char *state,
 
 /* A local copy whose record is not C: being written, or closed and not
  * in the store (with the retry job's last error when it tried). */
-static int dl_unpub_local(void *arg, const struct lifecycle_local *l)
+static int daemon_lifecycle_unpub_local(void *arg,
+					const struct lifecycle_local *l)
 {
-	struct dl_unpub *u = arg;
-	const struct dl_ent *e = NULL;
+	struct daemon_lifecycle_unpub *u = arg;
+	const struct daemon_lifecycle_ent *e = NULL;
 	char cause[320];
 
 	if (l->state == 'C' || l->mtime < u->since)
 		return 0;
 	if (l->state == 'W')
-		return dl_unpub_send(u, l->key, "open", l->size, l->mtime, 0,
-				     "still open by a writer: not closed or "
-				     "fsynced, so this version is not in the "
-				     "store");
+		return daemon_lifecycle_unpub_send(
+			u, l->key, "open", l->size, l->mtime, 0,
+			"still open by a writer: not closed or "
+			"fsynced, so this version is not in the "
+			"store");
 	for (size_t i = 0; i < u->n && !e; i++)
 		if (u->ents[i].ino == l->ino && !strcmp(u->ents[i].key, l->key))
 			e = &u->ents[i];
@@ -469,13 +479,15 @@ static int dl_unpub_local(void *arg, const struct lifecycle_local *l)
 			 "closed, not in the store yet: its publish at close "
 			 "failed or is under way, and the retry job has not "
 			 "tried it yet");
-	return dl_unpub_send(u, l->key, "unpublished", l->size, l->mtime,
-			     e ? e->attempts : 0, cause);
+	return daemon_lifecycle_unpub_send(u, l->key, "unpublished", l->size,
+					   l->mtime, e ? e->attempts : 0,
+					   cause);
 }
 
-static int dl_unpub_abandoned(void *arg, const struct lifecycle_abandoned *a)
+static int daemon_lifecycle_unpub_abandoned(void *arg,
+					    const struct lifecycle_abandoned *a)
 {
-	struct dl_unpub *u = arg;
+	struct daemon_lifecycle_unpub *u = arg;
 	char key[600], cause[700];
 
 	if (a->mtime < u->since)
@@ -486,16 +498,17 @@ static int dl_unpub_abandoned(void *arg, const struct lifecycle_abandoned *a)
 		 "before closing it, so it is never published; the partial "
 		 "file is %s/abandoned/%s",
 		 u->staging, a->name);
-	return dl_unpub_send(u, key, "abandoned", a->size, a->mtime, 0, cause);
+	return daemon_lifecycle_unpub_send(u, key, "abandoned", a->size,
+					   a->mtime, 0, cause);
 }
 
 int daemon_lifecycle_unpublished(struct daemon_conn *c)
 {
 	struct daemon_lifecycle *dl = c->d->lifecycle;
 	struct lifecycle_staging *stg = NULL;
-	struct dl_unpub u = { .c = c };
+	struct daemon_lifecycle_unpub u = { .c = c };
 	const char *since = proto_get(&c->msg, "since");
-	struct dl_ent *copy = NULL;
+	struct daemon_lifecycle_ent *copy = NULL;
 	int ret;
 
 	/* Admins only (every user's file names): the table's check. */
@@ -531,9 +544,10 @@ int daemon_lifecycle_unpublished(struct daemon_conn *c)
 	pthread_mutex_unlock(&dl->lock);
 	u.ents = copy;
 	u.staging = lifecycle_staging_path(stg);
-	ret = lifecycle_staging_scan(stg, dl_unpub_local, &u);
+	ret = lifecycle_staging_scan(stg, daemon_lifecycle_unpub_local, &u);
 	if (!ret && !u.ret)
-		ret = lifecycle_abandoned_list(stg, dl_unpub_abandoned, &u);
+		ret = lifecycle_abandoned_list(
+			stg, daemon_lifecycle_unpub_abandoned, &u);
 	free(copy);
 	lifecycle_staging_free(stg);
 	if (u.ret)
@@ -549,7 +563,8 @@ int daemon_lifecycle_unpublished(struct daemon_conn *c)
 
 /* ---- requests ---- */
 
-static void dl_rule_fields(struct proto_buf *b, const struct lifecycle_rule *r)
+static void daemon_lifecycle_rule_fields(struct proto_buf *b,
+					 const struct lifecycle_rule *r)
 {
 	proto_add_i64(b, "id", r->id);
 	proto_add(b, "pattern", r->pattern);
@@ -569,7 +584,7 @@ int daemon_lifecycle_list(struct daemon_conn *c)
 
 	for (size_t i = 0; !ret && i < n; i++) {
 		daemon_peer_row(c, "rule");
-		dl_rule_fields(&c->out, &v[i]);
+		daemon_lifecycle_rule_fields(&c->out, &v[i]);
 		ret = proto_send(c->fd, &c->out);
 	}
 	free(v);
@@ -577,7 +592,8 @@ int daemon_lifecycle_list(struct daemon_conn *c)
 }
 
 /* An unsigned field of the request, 0 when absent. */
-static int dl_uint(struct daemon_conn *c, const char *k, unsigned *v)
+static int daemon_lifecycle_uint(struct daemon_conn *c, const char *k,
+				 unsigned *v)
 {
 	const char *s = proto_get(&c->msg, k);
 	uint64_t u;
@@ -598,7 +614,8 @@ static int dl_uint(struct daemon_conn *c, const char *k, unsigned *v)
 	return 0;
 }
 
-static int dl_str(struct daemon_conn *c, const char *k, char *buf, size_t len)
+static int daemon_lifecycle_str(struct daemon_conn *c, const char *k, char *buf,
+				size_t len)
 {
 	const char *s = proto_get(&c->msg, k);
 
@@ -633,21 +650,22 @@ int daemon_lifecycle_add(struct daemon_conn *c)
 	snprintf(r.pattern, sizeof(r.pattern), "%s", c->name);
 	if (proto_get(&c->msg, "keep_local") == NULL)
 		r.keep_local = 1;
-	else if ((ret = dl_uint(c, "keep_local", &r.keep_local)))
+	else if ((ret = daemon_lifecycle_uint(c, "keep_local", &r.keep_local)))
 		return ret == -EINVAL ? 0 : ret;
-	if ((ret = dl_uint(c, "shared_days", &r.shared_days)) ||
-	    (ret = dl_uint(c, "delete_days", &r.delete_days)) ||
-	    (ret = dl_uint(c, "keep_every", &r.keep_every)) ||
-	    (ret = dl_str(c, "archive", r.archive, sizeof(r.archive))) ||
-	    (ret = dl_str(c, "storage_class", r.storage_class,
-			  sizeof(r.storage_class))))
+	if ((ret = daemon_lifecycle_uint(c, "shared_days", &r.shared_days)) ||
+	    (ret = daemon_lifecycle_uint(c, "delete_days", &r.delete_days)) ||
+	    (ret = daemon_lifecycle_uint(c, "keep_every", &r.keep_every)) ||
+	    (ret = daemon_lifecycle_str(c, "archive", r.archive,
+					sizeof(r.archive))) ||
+	    (ret = daemon_lifecycle_str(c, "storage_class", r.storage_class,
+					sizeof(r.storage_class))))
 		return ret == -EINVAL ? 0 : ret;
 	ret = catalog_lifecycle_add(c->cat, &r, &who, msg, sizeof(msg));
 	if (ret)
 		return daemon_peer_end(c, ret, "%s",
 				       msg[0] ? msg : strerror(-ret));
 	daemon_peer_row(c, "rule");
-	dl_rule_fields(&c->out, &r);
+	daemon_lifecycle_rule_fields(&c->out, &r);
 	ret = proto_send(c->fd, &c->out);
 	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }
@@ -674,7 +692,7 @@ int daemon_lifecycle_remove(struct daemon_conn *c)
 	if (ret)
 		return daemon_peer_end(c, ret, NULL);
 	daemon_peer_row(c, "rule");
-	dl_rule_fields(&c->out, &r);
+	daemon_lifecycle_rule_fields(&c->out, &r);
 	ret = proto_send(c->fd, &c->out);
 	return ret ? ret : daemon_peer_end(c, 0, NULL);
 }
@@ -703,7 +721,7 @@ int daemon_lifecycle_run(struct daemon_conn *c)
 				       "lifecycle run: as_of=%.40s: expected "
 				       "seconds since the epoch",
 				       proto_get(&c->msg, "as_of"));
-	ret = dl_pass(dl, c->cat, &o, c, &st);
+	ret = daemon_lifecycle_pass(dl, c->cat, &o, c, &st);
 	if (ret)
 		return daemon_peer_end(c, ret, "lifecycle run: %s",
 				       strerror(-ret));
