@@ -264,6 +264,29 @@ static int dsfs_ckpt_rmdir(struct dsfs *fs, struct dsfs_caller *who,
 	return dsfs_ckpt_remove(fs, who, dir, name, true);
 }
 
+/*
+ * A directory renamed onto a name this node does not list: the name may
+ * be a directory made on another node with nothing below it published
+ * yet (its claim, the record, is all the store has of it). Claim the new
+ * name for the directory's owner o before anything moves, as its mkdir
+ * would: another uid's claim refuses the rename (-EEXIST), so that no
+ * rename takes another user's directory; the same uid's yields it, as a
+ * mkdir does. Returns 0, -EEXIST or the claim's -errno (the store away:
+ * the rename fails, as the owners' copy that follows would).
+ */
+static int dsfs_ckpt_rename_claim(struct dsfs *fs, const char *from,
+				  const char *to, const struct ckpt_owner *o)
+{
+	struct ckpt_owner theirs;
+	int ret = ckpt_owner_claim(dsfs_ckpt_st(fs)->ck, to, o, &theirs);
+
+	if (ret == -EEXIST)
+		log_warn("checkpoints: %s is not renamed to %s: that name is "
+			 "uid %u's directory, made on another node",
+			 from, to, theirs.uid);
+	return ret;
+}
+
 static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *dir, const char *name,
 			    struct dsfs_node *newdir, const char *newname,
@@ -308,6 +331,8 @@ static int dsfs_ckpt_rename(struct dsfs *fs, struct dsfs_caller *who,
 		had_to = true;
 		ret = dsfs_ckpt_may_remove(fs, who, &dto, to, ta.dir, &oldto);
 	}
+	if (!ret && a.dir && !had_to)
+		ret = dsfs_ckpt_rename_claim(fs, from, to, &o);
 	if (ret)
 		goto out;
 	/* the owners first, so that no moment shows the data without them;

@@ -101,6 +101,43 @@ def test_mkdir_claims_the_name_in_the_store(two, users):
     assert st.get("jobA/a.pt") == b"written by %d" % users.uid(a)
 
 
+def test_rename_onto_a_name_claimed_on_another_node(two, users):
+    """B's empty jobR on node 2 is only a record in the store: node 1 does
+    not list it. A's rename of its own directory onto that name on node 1
+    fails with EEXIST and leaves B's record and A's directory as they
+    were; A's rename onto a name A claimed on node 2 succeeds, as A's
+    mkdir there would; onto a free name, the new name is A's."""
+    m1, m2 = two
+    st = m1.store
+    a, b = users.user("cka"), users.user("ckb")
+    top1 = m1.ck
+    assert op(users, b, "mkdir", m2.ck / "jobR", "700") == "OK"
+    assert rec(st, "jobR") == want(users, b, 0o700)
+    assert "jobR" not in os.listdir(top1)
+    assert op(users, a, "mkdir", top1 / "mine", "750") == "OK"
+    assert op(users, a, "create", top1 / "mine/a.pt", "077") == "OK"
+    assert op(users, a, "rename", top1 / "mine",
+              top1 / "jobR") == "EEXIST"
+    assert rec(st, "jobR") == want(users, b, 0o700)
+    assert rec(st, "mine") == want(users, a, 0o750)
+    assert st.get("mine/a.pt") == b"written by %d" % users.uid(a)
+    assert st.get("jobR/a.pt") is None
+    assert "mine is not renamed to jobR: that name is uid " \
+        "%d's directory" % users.uid(b) in m1.log_text()
+    # the same uid's claim on another node: the rename yields it
+    assert op(users, a, "mkdir", m2.ck / "jobS", "700") == "OK"
+    assert op(users, a, "rename", top1 / "mine",
+              top1 / "jobS") == "OK"
+    assert rec(st, "jobS") == want(users, a, 0o750)
+    assert rec(st, "mine") is None
+    assert st.get("jobS/a.pt") == b"written by %d" % users.uid(a)
+    # a free name: claimed for A
+    assert op(users, a, "rename", top1 / "jobS",
+              top1 / "jobT") == "OK"
+    assert rec(st, "jobT") == want(users, a, 0o750)
+    assert st.get("jobT/a.pt") == b"written by %d" % users.uid(a)
+
+
 @pytest.mark.parametrize("kind", ["dir", "s3"])
 def test_kept_directory_does_not_overwrite_the_stores(tool, tmp_path, users,
                                                       request, kind):
