@@ -24,17 +24,22 @@ dstagefs mount (datasets/NAME/), one test a row:
 - names of dstage's own temporary files (.dstage-tmp.*) skipped, counted;
 - directories nested deeper than 256 levels: skipped, counted.
 """
+import errno
 import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from test_dstagefs import Dstagefs
 from test_metrics import free_port
+from test_overlay import TIMEOUT as OVERLAY_TIMEOUT
 from test_overlay import Overlay
 from test_stager import Stager
 
@@ -410,3 +415,133 @@ def test_nesting_deeper_than_256_skipped_and_counted(snap):
     assert deep[0] == "deep/" + "n/" * 255, len(deep[0])
     assert (snap.ds / deep[0]).parent.is_dir()
     assert not os.path.lexists(snap.ds / deep[0])
+
+
+# ---- the overlay: what was a file, replaced underneath -------------------------
+
+def test_overlay_never_opens_a_fifo_or_device_swapped_in(tool, tmp_path,
+                                                         users):
+    """A file the kernel has looked up through the overlay, replaced
+    underneath by a FIFO or a device node (by anyone who may write its
+    directory, on the tree itself), is never opened by dstagefs: the open,
+    a create over the name and a truncate by path answer ESTALE, the
+    kernel looks the name up again and does what the tree would do with
+    what is there now (a FIFO: the caller's own pipe and wait; a device:
+    refused, the mount is nodev). Before, a worker thread of dstagefs
+    blocked in the FIFO's open until a writer came (a second uid could
+    take every worker so), and the device was opened on the tree's file
+    system, past the mount's nodev."""
+    u = users.user("ovs")
+    users.reach(tmp_path)
+    o = Overlay(tool, tmp_path)
+    # long enough that the kernel keeps the old entries for every step
+    o.conf.write_text(o.conf.read_text().replace(
+        "attr_timeout = %gs" % OVERLAY_TIMEOUT, "attr_timeout = 60s"))
+    under = o.under
+    names = ["fifo", "fifo2", "dev", "trunc"]
+    for n in names:
+        o.put(n, b"a regular file\n")
+    procs = []
+    try:
+        o.start()
+        for n in names:
+            assert (o.pfs / n).read_bytes() == b"a regular file\n"
+        with pytest.raises(FileNotFoundError):
+            os.stat(o.pfs / "made")  # an absence the kernel keeps
+        for n in ["fifo", "fifo2", "trunc"]:
+            os.unlink(n, dir_fd=under)
+            os.mkfifo(n, 0o666, dir_fd=under)
+        os.mkfifo("made", 0o666, dir_fd=under)
+        os.unlink("dev", dir_fd=under)
+        os.mknod("dev", 0o666 | stat.S_IFCHR, os.makedev(1, 3),
+                 dir_fd=under)
+
+        def nobody_opened(n):
+            """The tree's FIFO n has no reader: dstagefs did not open
+            it (an O_WRONLY|O_NONBLOCK open finds none: ENXIO)."""
+            try:
+                os.close(os.open(n, os.O_WRONLY | os.O_NONBLOCK,
+                                 dir_fd=under))
+            except OSError as e:
+                return e.errno == errno.ENXIO
+            return False
+
+        # a non-blocking open: the mount's own FIFO, at once
+        fd = os.open(o.pfs / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            assert stat.S_ISFIFO(os.fstat(fd).st_mode)
+            assert os.read(fd, 10) == b""
+            assert nobody_opened("fifo")
+        finally:
+            os.close(fd)
+        # a blocking open by a second uid waits in its own pipe, and a
+        # writer through the mount meets it there
+        cat = users.popen(u, ["timeout", "30", "cat", o.pfs / "fifo2"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(cat)
+        w = None
+        end = time.monotonic() + 20
+        while w is None and time.monotonic() < end:
+            try:
+                w = os.open(o.pfs / "fifo2", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:
+                assert e.errno == errno.ENXIO, e  # no reader there yet
+                time.sleep(0.05)
+        assert w is not None, "the reader never opened the mount's FIFO"
+        try:
+            assert nobody_opened("fifo2")
+            os.write(w, b"through the mount's pipe\n")
+        finally:
+            os.close(w)
+        out, err = cat.communicate(timeout=20)
+        assert cat.returncode == 0 and out == b"through the mount's pipe\n", \
+            (cat.returncode, err)
+        # a device: refused (nodev), never opened by dstagefs
+        with pytest.raises(PermissionError):
+            os.open(o.pfs / "dev", os.O_RDONLY)
+        assert stat.S_ISCHR(os.stat(o.pfs / "dev").st_mode)
+        # a truncate by path: what the tree says of a FIFO (EINVAL)
+        p = subprocess.run(
+            ["timeout", "20", sys.executable, "-c",
+             "import os, sys; os.truncate(sys.argv[1], 0)",
+             str(o.pfs / "trunc")], capture_output=True, timeout=30)
+        assert p.returncode == 1 and b"Invalid argument" in p.stderr, p
+        # a create over a name that became a FIFO opens the FIFO, as on
+        # the tree: the writer meets a reader through the mount
+        sh = subprocess.Popen(
+            ["timeout", "30", "sh", "-c", "echo created > '%s'"
+             % (o.pfs / "made")], stderr=subprocess.PIPE)
+        procs.append(sh)
+        got, r = b"", None
+        end = time.monotonic() + 20
+        while got != b"created\n" and time.monotonic() < end:
+            if r is None:
+                try:
+                    r = os.open(o.pfs / "made", os.O_RDONLY | os.O_NONBLOCK)
+                except FileNotFoundError:
+                    time.sleep(0.05)
+                    continue
+            try:
+                got += os.read(r, 100)
+            except BlockingIOError:
+                pass
+            time.sleep(0.02)
+        if r is not None:
+            os.close(r)
+        assert got == b"created\n", (got, sh.poll())
+        assert sh.wait(20) == 0
+        # and dstagefs still answers
+        assert (o.pfs / "fifo").exists() and os.listdir(o.pfs)
+    finally:
+        # release whatever waits in the tree's FIFOs (an O_RDWR open of a
+        # FIFO never blocks and is both ends)
+        for n in ["fifo", "fifo2", "trunc", "made"]:
+            try:
+                os.close(os.open(n, os.O_RDWR | os.O_NONBLOCK, dir_fd=under))
+            except OSError:
+                pass
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+        o.close()
