@@ -121,6 +121,50 @@ out:
 	return ret;
 }
 
+/*
+ * A create's open of the file already at path (the kernel thought the name
+ * free): its type checked first (fstatat, opening nothing), then opened with
+ * O_CREAT kept, so that the kernel's own rules for it (protected_regular
+ * in sticky directories) apply as on the tree, and O_NONBLOCK, so that a
+ * FIFO swapped in since the check cannot block (it is refused after);
+ * O_NONBLOCK is cleared again unless asked. A file leased elsewhere
+ * (EWOULDBLOCK: no FIFO answers so) is opened again waiting for the lease.
+ */
+static int dsfs_overlay_node_open_there(struct dsfs_overlay *st,
+					const char *path, int flags)
+{
+	struct stat sb;
+	int fd, fl, ret;
+
+	if (fstatat(st->root_fd, path, &sb, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (!S_ISREG(sb.st_mode))
+		return -ESTALE;
+	fd = openat(st->root_fd, path, (flags & ~O_EXCL) | O_NONBLOCK, 0);
+	if (fd < 0 && errno == EWOULDBLOCK && !(flags & O_NONBLOCK))
+		fd = openat(st->root_fd, path, flags & ~O_EXCL, 0);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) || (fl = fcntl(fd, F_GETFL)) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		ret = -ESTALE;
+		goto out;
+	}
+	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
+		ret = -errno;
+		goto out;
+	}
+	ret = fd;
+	fd = -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
 /* Creates try a new file first, then the one there (bounded: a name
  * removed and made again between the two each time). */
 #define DSFS_OVERLAY_CREATE_TRIES 4
@@ -149,7 +193,7 @@ int dsfs_overlay_node_open_file(struct dsfs_overlay *st,
 		ret = -errno;
 		if (ret != -EEXIST || (flags & O_EXCL))
 			goto out;
-		ret = dsfs_overlay_node_reopen(st, path, flags);
+		ret = dsfs_overlay_node_open_there(st, path, flags);
 		if (ret != -ENOENT)
 			goto out;
 	}

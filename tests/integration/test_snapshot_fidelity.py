@@ -729,13 +729,35 @@ def test_overlay_never_opens_a_fifo_or_device_swapped_in(tool, tmp_path,
     names = ["fifo", "fifo2", "dev", "trunc"]
     for n in names:
         o.put(n, b"a regular file\n")
+    os.mkdir("sticky", dir_fd=under)
+    os.chmod("sticky", 0o1777, dir_fd=under)
     procs = []
     try:
         o.start()
         for n in names:
             assert (o.pfs / n).read_bytes() == b"a regular file\n"
-        with pytest.raises(FileNotFoundError):
-            os.stat(o.pfs / "made")  # an absence the kernel keeps
+        for n in ["made", "planted", "planted2", "sticky/planted"]:
+            with pytest.raises(FileNotFoundError):
+                os.stat(o.pfs / n)  # an absence the kernel keeps
+        # a create over a regular file made underneath since: that file,
+        # as on the tree (O_TRUNC applies; O_EXCL is refused)
+        for n in ["planted", "planted2", "sticky/planted"]:
+            o.put(n, b"planted underneath\n", 0o666)
+        os.chown("sticky/planted", 65534, 65534, dir_fd=under)
+        with open(o.pfs / "planted", "wb") as f:
+            f.write(b"created over it\n")
+        assert o.get("planted") == b"created over it\n"
+        with pytest.raises(FileExistsError):
+            os.open(o.pfs / "planted2", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with open("/proc/sys/fs/protected_regular") as f:
+            protected = int(f.read()) > 0
+        if protected:
+            # the kernel's protected_regular still applies to the caller:
+            # another uid's file in a sticky directory is not opened
+            r = users.run(u, ["sh", "-c", "echo x > '%s'"
+                              % (o.pfs / "sticky/planted")])
+            assert r.returncode != 0 and b"Permission denied" in r.stderr, r
+            assert o.get("sticky/planted") == b"planted underneath\n"
         for n in ["fifo", "fifo2", "trunc"]:
             os.unlink(n, dir_fd=under)
             os.mkfifo(n, 0o666, dir_fd=under)
