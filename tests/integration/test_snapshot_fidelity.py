@@ -34,6 +34,7 @@ through a mount from the copy):
 """
 import errno
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -49,7 +50,7 @@ import pytest
 from test_dstagefs import Dstagefs
 from test_metrics import free_port
 from test_overlay import TIMEOUT as OVERLAY_TIMEOUT
-from test_overlay import Overlay
+from test_overlay import Overlay, adhoc
 from test_shared_tier import shared
 from test_stager import Stager
 
@@ -639,6 +640,14 @@ def test_special_files_in_the_overlay(ovl, users):
         with pytest.raises(ConnectionRefusedError):
             s.connect(str(m / "sock"))
     assert (ovl.pfs / "hard1").read_bytes() == b"one inode, two names\n"
+    # prewarming the tree (stager stage PATH) reads its regular files
+    # only: no special file opened, no link followed
+    regular = [p for p in kinds(ovl.pfs).items() if p[1] == "f"]
+    r = adhoc(ovl, "stage", ovl.pfs, "--json")
+    assert r.returncode == 0, r
+    res = json.loads(r.stdout)
+    assert (res["files"], res["errors"]) == (len(regular), 0), \
+        (res, sorted(regular))
 
 
 def test_hard_links_in_the_overlay(ovl):
