@@ -253,11 +253,15 @@ static int dsfs_overlay_setattr(struct dsfs *fs, struct dsfs_caller *who,
 		     AT_SYMLINK_NOFOLLOW))
 		ret = -errno;
 	if (!ret && (to_set & FUSE_SET_ATTR_SIZE)) {
+		/* never an open of a FIFO or device swapped in (-ESTALE:
+		 * truncate(2) looks the name up again) */
 		int tfd = fd >= 0 ? fd
-				  : openat(st->root_fd, path,
-					   O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+				  : dsfs_overlay_node_reopen(
+					    st, path, O_WRONLY | O_CLOEXEC);
 
-		if (tfd < 0 || ftruncate(tfd, attr->st_size) || fsync(tfd))
+		if (tfd < 0)
+			ret = tfd;
+		else if (ftruncate(tfd, attr->st_size) || fsync(tfd))
 			ret = -errno;
 		if (tfd >= 0 && tfd != fd)
 			close(tfd);

@@ -5,6 +5,9 @@
  * An open file holds a descriptor of the underlying file, opened as the
  * caller (its permission is checked there, by the tree's file system),
  * and the version it had then (overlay_store_etag of the descriptor).
+ * Only a regular file is ever opened (dsfs_overlay_node_open_file): a
+ * FIFO or device put in its place underneath answers ESTALE, and the
+ * kernel opens what it finds on its new lookup itself.
  *
  * Reads: a file opened read-only and at least overlay.min_cached_size big
  * and not matching overlay.no_cache is read through the block cache as object (dataset "overlay:DIR", key
@@ -176,9 +179,9 @@ int dsfs_overlay_file_open(struct dsfs *fs, struct dsfs_caller *who,
 			   struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	char path[PATH_MAX];
-	int ret, fd = dsfs_overlay_node_open(dsfs_overlay_st(fs), who, n, NULL,
-					     dsfs_overlay_file_flags(fi->flags),
-					     0, path);
+	int ret, fd = dsfs_overlay_node_open_file(
+			 dsfs_overlay_st(fs), who, n, NULL,
+			 dsfs_overlay_file_flags(fi->flags), 0, path);
 
 	if (fd < 0)
 		return fd;
@@ -196,7 +199,7 @@ int dsfs_overlay_file_create(struct dsfs *fs, struct dsfs_caller *who,
 	struct dsfs_overlay *st = dsfs_overlay_st(fs);
 	char path[PATH_MAX], dpath[PATH_MAX];
 	struct stat sb;
-	int ret, fd = dsfs_overlay_node_open(
+	int ret, fd = dsfs_overlay_node_open_file(
 			 st, who, dir, name,
 			 dsfs_overlay_file_flags(fi->flags) | O_CREAT |
 				 (fi->flags & O_EXCL),

@@ -71,10 +71,28 @@ int dsfs_overlay_node_path(struct dsfs_overlay *st, struct dsfs_node *n,
  * caller who (its fsuid and groups: dsfs_overlay_cred_take): openat with
  * flags and, for O_CREAT, mode; path (PATH_MAX) gets its path below DIR.
  * Returns the descriptor, or dsfs_overlay_node_path's, the credentials'
- * or openat's -errno. */
+ * or openat's -errno. For directories (O_DIRECTORY opens nothing else);
+ * files go through dsfs_overlay_node_open_file. */
 int dsfs_overlay_node_open(struct dsfs_overlay *st, struct dsfs_caller *who,
 			   struct dsfs_node *n, const char *name, int flags,
 			   mode_t mode, char *path);
+/* The same for a regular file (open, create): never opens anything
+ * else. Without O_CREAT the file at the place is reopened
+ * through an O_PATH descriptor once its type is checked; with O_CREAT a
+ * new file is made (O_EXCL), else (not asked O_EXCL) the one there is
+ * reopened so. -ESTALE when a FIFO, device, socket, directory or link is
+ * there: the kernel then looks the name up again and does what the tree
+ * would with it (its open of a FIFO, nodev for a device). Returns the
+ * descriptor or -errno. */
+int dsfs_overlay_node_open_file(struct dsfs_overlay *st,
+				struct dsfs_caller *who, struct dsfs_node *n,
+				const char *name, int flags, mode_t mode,
+				char *path);
+/* The regular file at path, opened with flags as the credentials in
+ * force (dsfs_overlay_cred_take): its descriptor, -ESTALE when anything
+ * else is there now (nothing else is ever opened), or -errno. */
+int dsfs_overlay_node_reopen(struct dsfs_overlay *st, const char *path,
+			     int flags);
 /* The node of name in dir for the attributes st (made if needed), its
  * nlookup raised, and e filled. 0 or -ENOMEM. */
 int dsfs_overlay_node_entry(struct dsfs *fs, struct dsfs_node *dir,

@@ -16,8 +16,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dsfs_overlay_i.h"
@@ -80,6 +82,123 @@ int dsfs_overlay_node_open(struct dsfs_overlay *st, struct dsfs_caller *who,
 		fd = openat(st->root_fd, path, flags, mode);
 		ret = fd < 0 ? -errno : fd;
 	}
+	dsfs_overlay_cred_drop(st);
+	return ret;
+}
+
+/*
+ * Nothing but a regular file is opened here: an open of a FIFO blocks until
+ * its other end comes (a worker thread taken, for as long as it pleases
+ * whoever swapped the FIFO in), one of a device runs its driver past the
+ * mount's nodev. O_PATH opens neither and needs only search permission;
+ * the reopen through /proc/self/fd (the same inode) checks the rest.
+ */
+int dsfs_overlay_node_reopen(struct dsfs_overlay *st, const char *path,
+			     int flags)
+{
+	char proc[64];
+	struct stat sb;
+	int pfd, ret;
+
+	pfd = openat(st->root_fd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return -errno;
+	if (fstat(pfd, &sb)) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		ret = -ESTALE;
+		goto out;
+	}
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+	/* the magic link is followed: O_NOFOLLOW would refuse it */
+	ret = open(proc, flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW));
+	if (ret < 0)
+		ret = -errno;
+out:
+	close(pfd);
+	return ret;
+}
+
+/*
+ * A create's open of the file already at path (the kernel thought the name
+ * free): its type checked first (fstatat, opening nothing), then opened with
+ * O_CREAT kept, so that the kernel's own rules for it (protected_regular
+ * in sticky directories) apply as on the tree, and O_NONBLOCK, so that a
+ * FIFO swapped in since the check cannot block (it is refused after);
+ * O_NONBLOCK is cleared again unless asked. A file leased elsewhere
+ * (EWOULDBLOCK: no FIFO answers so) is opened again waiting for the lease.
+ */
+static int dsfs_overlay_node_open_there(struct dsfs_overlay *st,
+					const char *path, int flags)
+{
+	struct stat sb;
+	int fd, fl, ret;
+
+	if (fstatat(st->root_fd, path, &sb, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (!S_ISREG(sb.st_mode))
+		return -ESTALE;
+	fd = openat(st->root_fd, path, (flags & ~O_EXCL) | O_NONBLOCK, 0);
+	if (fd < 0 && errno == EWOULDBLOCK && !(flags & O_NONBLOCK))
+		fd = openat(st->root_fd, path, flags & ~O_EXCL, 0);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) || (fl = fcntl(fd, F_GETFL)) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		ret = -ESTALE;
+		goto out;
+	}
+	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
+		ret = -errno;
+		goto out;
+	}
+	ret = fd;
+	fd = -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+/* Creates try a new file first, then the one there (bounded: a name
+ * removed and made again between the two each time). */
+#define DSFS_OVERLAY_CREATE_TRIES 4
+
+int dsfs_overlay_node_open_file(struct dsfs_overlay *st,
+				struct dsfs_caller *who, struct dsfs_node *n,
+				const char *name, int flags, mode_t mode,
+				char *path)
+{
+	int ret = dsfs_overlay_node_path(st, n, name, path);
+
+	if (ret)
+		return ret;
+	/* A take that failed part-way still needs its drop. */
+	ret = dsfs_overlay_cred_take(st, who);
+	if (ret)
+		goto out;
+	if (!(flags & O_CREAT)) {
+		ret = dsfs_overlay_node_reopen(st, path, flags);
+		goto out;
+	}
+	for (int i = 0; i < DSFS_OVERLAY_CREATE_TRIES; i++) {
+		ret = openat(st->root_fd, path, flags | O_EXCL, mode);
+		if (ret >= 0)
+			goto out;
+		ret = -errno;
+		if (ret != -EEXIST || (flags & O_EXCL))
+			goto out;
+		ret = dsfs_overlay_node_open_there(st, path, flags);
+		if (ret != -ENOENT)
+			goto out;
+	}
+	ret = -ESTALE;
+out:
 	dsfs_overlay_cred_drop(st);
 	return ret;
 }
