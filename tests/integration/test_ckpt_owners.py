@@ -10,8 +10,13 @@ made through mount 1, another user's 0600 file, 0700 directory and the
 sticky rule, and chmod on one mount in force on the other.
 """
 import errno
+import hashlib
 import os
+import re
+import shutil
+import signal
 import stat
+import subprocess
 import time
 
 import pytest
@@ -587,3 +592,56 @@ def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
         m.stop()
         if kind == "s3":
             st.cleanup()
+
+
+def kept_name(key):
+    """The name of key's kept owner record in owners/ (ckpt_ownrec.c)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
+def test_one_pass_per_publish(tool, tmp_path):
+    """A publish opens owners/<SHA-256 of the name> once for the file and
+    once for each directory above it (one pass: each record made durable,
+    then stored), not twice (once to fsync, once to store): with no record
+    kept for the directories (made while the store was there), one ENOENT
+    open each, traced with strace around the close that publishes."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    tr = None
+    try:
+        (m.ck / "j" / "a" / "b").mkdir(parents=True)
+        key = "j/a/b/f.bin"
+        f = open(m.ck / key, "wb")
+        f.write(b"one pass")
+        f.flush()
+        out = tmp_path / "strace.txt"
+        tr = subprocess.Popen(["strace", "-f", "-e", "trace=openat", "-o",
+                               str(out), "-p", str(m.p.pid)],
+                              stderr=subprocess.PIPE, text=True)
+        seen = ""
+        end = time.time() + 20
+        while "attached" not in seen and time.time() < end:
+            seen += tr.stderr.readline()
+        assert "attached" in seen, seen
+        f.close()                               # the publish
+        wait_for(lambda: st.get(key) == b"one pass", 30, "the publish")
+        tr.send_signal(signal.SIGINT)           # detach
+        tr.wait(30)
+        tr = None
+        opens = {}
+        for ln in out.read_text().splitlines():
+            mo = re.search(r'openat\(\d+, "([0-9a-f]{64})"', ln)
+            if mo:
+                opens[mo.group(1)] = opens.get(mo.group(1), 0) + 1
+        for d in ["j", "j/a", "j/a/b"]:
+            assert opens.get(kept_name(d)) == 1, (d, opens)
+        assert opens.get(kept_name(key), 0) >= 1, opens
+        assert list((m.staging / "owners").iterdir()) == []
+        assert st.get(".dstage-owner/%s/.dstage-own" % key) is not None
+    finally:
+        if tr:
+            tr.kill()
+            tr.wait(30)
+        m.stop()
