@@ -145,6 +145,12 @@ int ckpt_owner_keep(struct ckpt *ck, const char *key,
 
 	if (!ret) {
 		ret = ckpt_ownrec_write(fd, key, o);
+		/* owners/ full: none half-made (emptied, or a line cut short)
+		 * stays for a key the caller does not make; a later publish
+		 * would store it as root's 0000. Still locked: unlinked before
+		 * anyone reads it. */
+		if (ret)
+			ckpt_ownrec_unlink(&ck->dirs, key);
 		close(fd);
 	}
 	if (ret)

@@ -645,3 +645,56 @@ def test_one_pass_per_publish(tool, tmp_path):
             tr.kill()
             tr.wait(30)
         m.stop()
+
+
+@pytest.mark.parametrize("full", ["blocks", "inodes"])
+def test_create_fails_when_owners_is_full(tool, tmp_path, full):
+    """owners/ is full (a small tmpfs mounted there: no block left for the
+    record's line, or no inode for its file): the create fails with
+    ENOSPC, the log names the file and owners/, and nothing half-made
+    stays (no record, not even an empty one, no local copy, no journal
+    record, nothing in the mount or the store). Once there is room, a
+    create works again."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    owners = m.staging / "owners"
+    mounted = False
+    try:
+        (m.ck / "job").mkdir()
+        m.stop()
+        opts = "size=4k" if full == "blocks" else "nr_inodes=2"
+        subprocess.run(["mount", "-t", "tmpfs", "-o", opts + ",mode=0700",
+                        "dstage-test-owners", str(owners)], check=True,
+                       timeout=30)
+        mounted = True
+        filler = owners / ".filler"
+        filler.write_bytes(b"f" * 4096)
+        with pytest.raises(OSError):              # full indeed
+            (owners / ".probe").write_bytes(b"x")
+        if (owners / ".probe").exists():
+            (owners / ".probe").unlink()
+        m.start()
+        f = m.ck / "job" / "f.bin"
+        with pytest.raises(OSError) as ei:
+            with open(f, "wb") as fh:
+                fh.write(b"never")
+        assert ei.value.errno == errno.ENOSPC, ei.value
+        assert "cannot keep the owner of job/f.bin in %s: %s" % (
+            owners, os.strerror(errno.ENOSPC)) in m.log_text()
+        assert sorted(p.name for p in owners.iterdir()) == [".filler"]
+        assert not (m.staging / "tree" / "job" / "f.bin").exists()
+        assert list((m.staging / "journal").iterdir()) == []
+        assert list((m.staging / "abandoned").iterdir()) == []
+        assert not f.exists()
+        assert "job" in os.listdir(m.ck) and os.listdir(m.ck / "job") == []
+        assert [k for k in st.keys() if "f.bin" in k] == []
+        # room again: the same create works, and is published
+        filler.unlink()
+        f.write_bytes(b"now")
+        wait_for(lambda: st.get("job/f.bin") == b"now", 30, "the publish")
+        assert st.get(".dstage-owner/job/f.bin/.dstage-own") is not None
+    finally:
+        m.stop()
+        if mounted:
+            subprocess.run(["umount", "-l", str(owners)], timeout=30)
