@@ -698,3 +698,56 @@ def test_create_fails_when_owners_is_full(tool, tmp_path, full):
         m.stop()
         if mounted:
             subprocess.run(["umount", "-l", str(owners)], timeout=30)
+
+
+@pytest.mark.parametrize("publisher", ["daemon", "restart"])
+def test_torn_kept_owner_is_stored_fail_closed(tool, tmp_path, users,
+                                               publisher):
+    """A kept owner record torn by a crash (garbage in its owners/ file)
+    is stored as root's with mode 0000 (fail closed) by whoever publishes
+    the file, with a warning naming the file: neither another user nor
+    the file's creator reads it on a fresh mount; root still does."""
+    from test_lifecycle import Daemon
+    st = DirStore(tmp_path / "store")
+    a, b = users.user("ckt"), users.user("cku")
+    ua = users.uid(a)
+    m = start(tool, tmp_path, st, users, "m1")
+    d = None
+    try:
+        key = "jobt/model.pt"
+        dt, f = m.ck / "jobt", m.ck / key
+        assert op(users, a, "mkdir", dt, "755") == "OK"  # claimed
+        # the file's owner record cannot be stored: a file in its way
+        blocker = st.root / ".dstage-owner" / key
+        blocker.write_bytes(b"in the way")
+        assert op(users, a, "create", f, "022") != "OK"  # its publish
+        rec = m.staging / "owners" / kept_name(key)
+        assert rec.read_bytes().startswith(b"%d " % ua)
+        m.stop()
+        rec.write_bytes(b"12")                   # torn: no key, no line
+        blocker.unlink()
+        want = b"written by %d" % ua
+        if publisher == "daemon":
+            d = Daemon(tool, tmp_path / "daemon", m).start()
+        else:
+            m.start()
+        wait_for(lambda: st.get(key) == want, 60,
+                 "the %s's publish" % publisher)
+        assert st.get(".dstage-owner/%s/.dstage-own" % key) == b"0 0 0000\n"
+        log = d.log.read_text() if d else m.log_text()
+        assert "the kept owner of %s cannot be read; it is stored as " \
+            "root's with mode 0000" % key in log, log[-3000:]
+        assert not rec.exists()
+        if d:
+            d.stop()
+            d = None
+        m.stop()
+        m.start()                               # a fresh mount reads it
+        assert owner(f) == (0, 0, 0)
+        assert op(users, b, "read", f) == "EACCES"
+        assert op(users, a, "read", f) == "EACCES"
+        assert f.read_bytes() == want           # root's
+    finally:
+        if d:
+            d.stop()
+        m.stop()
