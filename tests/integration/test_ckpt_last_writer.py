@@ -293,8 +293,9 @@ def test_the_writers_own_fsync_publishes(tool, tmp_path, store, users):
 # (at most argv[3] of them), then opens argv[1] and writes, then forks C,
 # whose child G keeps the descriptor open for writing (C closes its own
 # copy): C comes last in W's children list, past the bytes the sleepers
-# fill. Driven by lines on stdin; every child ends when W does (a pipe
-# W alone holds the write end of), or after 120 s (an alarm) at the latest.
+# fill. Driven by lines on stdin; every child ends when W does (pipes W
+# alone holds the write ends of), or after 120 s (an alarm, set in each
+# child: a fork does not inherit one) at the latest.
 MANY_KIDS = r'''
 import json, os, signal, sys
 path, need, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -319,13 +320,17 @@ if c == 0:
     os.close(hold_w)
     g = os.fork()
     if g == 0:
-        os.read(go_r, 1)                  # "write": then close
+        signal.alarm(120)                 # not inherited by a fork
+        os.close(go_w)
+        if os.read(go_r, 1) != b"w":      # W gone first: end
+            os._exit(0)
         os.pwrite(fd, b"G" * 4096, 4096)
         os.close(fd)
         os.write(done_w, b"g")
         os.read(hold_r, 1)
         os._exit(0)
     os.close(fd)                          # C holds no copy
+    os.close(go_w)
     os.write(done_w, b"c")
     os.read(hold_r, 1)
     os.waitpid(g, 0)
