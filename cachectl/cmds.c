@@ -38,6 +38,7 @@ static const char *const cmds_strs[] = {
 	"tier_not_regular_what",
 	"tier_mismatch_what",
 	"tier_unreadable_what",
+	"tier_health_error",
 	NULL,
 };
 
@@ -243,6 +244,18 @@ static void cmds_status_text(struct cmds_doc *d)
 		       cmds_ju(r, "pinned") ? "yes" : "no",
 		       quota ? cli_bytes(quota, e, sizeof(e)) : "none",
 		       json_integer_value(json_object_get(r, "priority")), t);
+	}
+	json_array_foreach(d->rows, i, r)
+	{
+		char safe[1024];
+
+		/* the node's, the same in every row: said once */
+		if (*cmds_js(r, "tier_health_error")) {
+			printf("shared tier status unknown (%s)\n",
+			       cli_safe(cmds_js(r, "tier_health_error"), safe,
+					sizeof(safe)));
+			break;
+		}
 	}
 	json_array_foreach(d->rows, i, r)
 	{

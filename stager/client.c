@@ -254,6 +254,9 @@ static int client_show_row(struct client *cl, void *arg)
 		cli_tier_line("shared tier: ", cause, n, first, last,
 			      proto_get(&cl->pc.msg, k));
 	}
+	if (*client_text(cl, "tier_health_error"))
+		printf("shared tier: status unknown (%s)\n",
+		       client_text(cl, "tier_health_error"));
 	return 0;
 }
 

@@ -8,8 +8,10 @@
  * and whether another process holds it open for writing (a forked or
  * exec'd child's copy of the writer's descriptor, which FUSE never
  * announces: looked for in the tree of the processes that opened or wrote
- * the handle, through /proc/PID/task/TID/children, or in every process
- * when the kernel does not list children).
+ * the handle, through /proc/PID/task/TID/children, each list read whole,
+ * or in every process when the kernel does not list children, the tree
+ * passes DSFS_CKPT_PROC_TREE_MAX processes or a list cannot be read whole:
+ * no descendant is missed for want of a buffer).
  *
  * Every descriptor is looked at with AT_STATX_DONT_SYNC (the kernel's
  * cached attributes), so no look asks a file system, this one included.
@@ -39,6 +41,10 @@
 #define DSFS_CKPT_PROC_ALL_FDS_MAX (1u << 20)
 /* Processes of a handle's tree looked at, at most (more: every process). */
 #define DSFS_CKPT_PROC_TREE_MAX 1024
+/* Bytes of one task's children list read, at most: room for more pids
+ * than the tree holds (a pid has at most 7 digits: PID_MAX_LIMIT, 4 Mi,
+ * and a space). A longer list cannot fit the tree: every process. */
+#define DSFS_CKPT_PROC_CHILDREN_MAX (DSFS_CKPT_PROC_TREE_MAX * 16)
 
 bool dsfs_ckpt_proc_read(pid_t pid, const char *what, char *buf, size_t size)
 {
@@ -201,25 +207,78 @@ static bool dsfs_ckpt_proc_add(pid_t *v, size_t *n, size_t max, pid_t pid)
 	return true;
 }
 
-/* Add the children of every thread of process pid to the set; false when
- * the set is full. */
-static bool dsfs_ckpt_proc_children(pid_t pid, pid_t *v, size_t *n, size_t max)
+/* The whole of /proc/PID/what into buf (size bytes, its NUL included):
+ * 0, -E2BIG (longer than size - 1 bytes), or -errno (-ENOENT, -ESRCH:
+ * the task is gone). A seq_file such as a children list gives at most
+ * what one read asks for, and the rest to the next reads. */
+static int dsfs_ckpt_proc_read_all(pid_t pid, const char *what, char *buf,
+				   size_t size)
 {
-	char path[64], buf[4096], *p, *end;
+	char path[320], more;
+	size_t len = 0;
+	ssize_t r;
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		r = len < size - 1 ? read(fd, buf + len, size - 1 - len)
+				   : read(fd, &more, 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (r == 0)
+			break;
+		if (len == size - 1) {
+			ret = -E2BIG; /* past the bound */
+			goto out;
+		}
+		len += (size_t)r;
+	}
+	buf[len] = '\0';
+out:
+	close(fd);
+	return ret;
+}
+
+/*
+ * Add the children of every thread of process pid to the set, reading
+ * each task's list whole into buf (DSFS_CKPT_PROC_CHILDREN_MAX bytes):
+ * false when the set is full, or when a list cannot be read whole (longer
+ * than buf, or an error but the task's end): the caller then asks every
+ * process, so a child missed here never counts as not holding the file.
+ */
+static bool dsfs_ckpt_proc_children(pid_t pid, char *buf, pid_t *v, size_t *n,
+				    size_t max)
+{
+	char path[64], *p, *end;
 	struct dirent *d;
 	bool ok = true;
 	DIR *dir;
 
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	dir = opendir(path);
-	if (!dir)
-		return true; /* gone: no children to hold anything */
+	if (!dir) /* gone: no children to hold anything */
+		return errno == ENOENT || errno == ESRCH;
 	while (ok && (d = readdir(dir)) != NULL) {
+		int ret;
+
 		if (d->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "task/%.20s/children", d->d_name);
-		if (!dsfs_ckpt_proc_read(pid, path, buf, sizeof(buf)))
-			continue;
+		ret = dsfs_ckpt_proc_read_all(pid, path, buf,
+					      DSFS_CKPT_PROC_CHILDREN_MAX);
+		if (ret == -ENOENT || ret == -ESRCH)
+			continue; /* the thread ended */
+		if (ret) {
+			ok = false;
+			break;
+		}
 		for (p = buf; ok && *p; p = end) {
 			long c = strtol(p, &end, 10);
 
@@ -272,12 +331,14 @@ bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino,
 	pid_t set[DSFS_CKPT_PROC_TREE_MAX];
 	dev_t dev = dsfs_ckpt_proc_dev(fs);
 	size_t n = 0;
-	bool found = false;
+	bool found = false, all;
+	char *buf = NULL;
 
 	if (!dev)
 		return false;
-	if (!dsfs_ckpt_proc_children_ok())
-		return dsfs_ckpt_proc_all_write(dev, tgid, ino);
+	if (dsfs_ckpt_proc_children_ok())
+		buf = malloc(DSFS_CKPT_PROC_CHILDREN_MAX);
+	all = !buf;
 	/* a copy of a descriptor reaches another process by fork: the
 	 * processes that opened or wrote the handle, the closing one, and
 	 * every descendant of theirs (a child a dying parent left to init
@@ -287,15 +348,15 @@ bool dsfs_ckpt_proc_others_write(struct dsfs *fs, pid_t tgid, fuse_ino_t ino,
 		if (known[i] > 0)
 			dsfs_ckpt_proc_add(set, &n, DSFS_CKPT_PROC_TREE_MAX,
 					   known[i]);
-	for (size_t i = 0; i < n && !found; i++) {
+	for (size_t i = 0; !all && i < n && !found; i++) {
 		unsigned each = DSFS_CKPT_PROC_FDS_MAX;
 
-		if (!dsfs_ckpt_proc_children(set[i], set, &n,
-					     DSFS_CKPT_PROC_TREE_MAX))
-			return dsfs_ckpt_proc_all_write(dev, tgid, ino);
-		if (set[i] != tgid && set[i] != getpid())
+		all = !dsfs_ckpt_proc_children(set[i], buf, set, &n,
+					       DSFS_CKPT_PROC_TREE_MAX);
+		if (!all && set[i] != tgid && set[i] != getpid())
 			found = dsfs_ckpt_proc_scan(set[i], dev, ino, true,
 						    &each) > 0;
 	}
-	return found;
+	free(buf);
+	return all ? dsfs_ckpt_proc_all_write(dev, tgid, ino) : found;
 }

@@ -148,7 +148,9 @@ int ckpt_owner_read(struct ckpt *ck, const char *key, struct ckpt_owner *o);
  * bytes go up, shallowest first; a directory's is claimed then, as
  * ckpt_owner_claim: never stored over another uid's record, the publish
  * fails instead with -EEXIST). Replaces the kept records of key and
- * below. Returns 0 or -ENOMEM. */
+ * below. Returns 0, or -errno (logged, naming key and owners/: full or
+ * not writable, say; nothing of the record stays, and the caller does not
+ * make key). */
 int ckpt_owner_keep(struct ckpt *ck, const char *key,
 		    const struct ckpt_owner *o);
 

@@ -128,6 +128,9 @@ void sharedtier_copy_free(struct sharedtier_copy *c); /* accepts NULL */
  * differs from the reference hash), unreadable (a read or look that
  * failed). what: the last message (e.g. "/x/ds is writable by group").
  */
+/* The file's name in cache.dir. */
+#define SHAREDTIER_HEALTH_FILE "tier-health"
+
 enum {
 	SHAREDTIER_UNTRUSTED,
 	SHAREDTIER_NOT_REGULAR,
@@ -145,15 +148,17 @@ struct sharedtier_health {
 /* "untrusted", "not_regular", "mismatch", "unreadable"; "?" otherwise. */
 const char *sharedtier_cause_name(int cause);
 /* Count one more of cause for dataset name, now, with its message. 0,
- * -EINVAL, -ENOENT (no cache.dir), or the file's -errno (logged). */
+ * -EINVAL, -ENOENT (no cache.dir), or the file's -errno (logged; the rows
+ * there stay as they were). */
 int sharedtier_health_note(const struct dstage_config *cfg, const char *name,
 			   int cause, const char *what);
 /* Forget name's rows of the causes in mask (1u << cause each): 0 or
- * -errno. */
+ * -errno (logged when there were rows to forget). */
 int sharedtier_health_clear(const struct dstage_config *cfg, const char *name,
 			    unsigned mask);
 /* name's rows into h (may be NULL), indexed by cause, count 0 where none:
- * how many there are, -ENOENT (no file yet), or -errno. */
+ * how many there are, -ENOENT (no file yet), or -errno (not logged: a
+ * status says it, e.g. -EISDIR: the path is a directory). */
 int sharedtier_health_get(const struct dstage_config *cfg, const char *name,
 			  struct sharedtier_health h[SHAREDTIER_CAUSES]);
 

@@ -200,13 +200,11 @@ int ckpt_put(struct ckpt *ck, struct ckpt_ent *e, int fd, ino_t ino,
 		ret = -EIO;
 		goto err;
 	}
-	/* its owners, kept here, outlive what follows as its P record does
-	 * (a failed publish is retried by the daemon or a restart) */
-	what = "making its kept owner records durable";
-	ret = ckpt_ownrec_sync(&ck->dirs, key);
-	if (ret)
-		goto err;
-	what = "storing what must precede it (its owner record)";
+	/* its owners, kept here: stored before its bytes, and those that
+	 * stay (a failed store) durable before its P record, as the P record
+	 * outlives what follows (the daemon or a restart retries) */
+	what = "storing what must precede it (its owner records, made "
+	       "durable first)";
 	ret = ckpt_owner_publishing(ck, key);
 	if (ret)
 		goto err;

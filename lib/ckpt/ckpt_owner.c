@@ -26,7 +26,8 @@
  *   stored   PUT to the store: just before the first publish of the file,
  *            or of the first file below the directory
  *            (ckpt_owner_store_kept, shallowest first, on the publishing
- *            thread), or at once by ckpt_owner_write for a key not kept;
+ *            thread, each fsynced first in the same pass: one open a
+ *            level), or at once by ckpt_owner_write for a key not kept;
  *   moved    with a rename (ckpt_owner_copy before the data moves, with
  *            drop after; ckpt_owner_move_kept for the kept ones);
  *   gone     with its key (ckpt_owner_remove, ckpt_owner_move_kept to
@@ -144,6 +145,12 @@ int ckpt_owner_keep(struct ckpt *ck, const char *key,
 
 	if (!ret) {
 		ret = ckpt_ownrec_write(fd, key, o);
+		/* owners/ full: none half-made (emptied, or a line cut short)
+		 * stays for a key the caller does not make; a later publish
+		 * would store it as root's 0000. Still locked: unlinked before
+		 * anyone reads it. */
+		if (ret)
+			ckpt_ownrec_unlink(&ck->dirs, key);
 		close(fd);
 	}
 	if (ret)
@@ -271,12 +278,18 @@ static int ckpt_owner_store(struct ckpt *ck, const char *key,
 	return ckpt_owner_put(ck->os, key, o);
 }
 
-/* Store key's kept record, if there is one, and remove it. A directory's
- * (dir) is claimed: never stored over another uid's record (-EEXIST,
- * *mine the kept one and *theirs the store's; the kept one stays). */
+/*
+ * One level of a publish's pass: key's kept record, if there is one, made
+ * durable (fsync, before anything else: a record that stays must outlive a
+ * crash as the P record that follows does), then, with store, stored and
+ * removed. *found: set when there is one. A directory's (dir) is claimed:
+ * never stored over another uid's record (-EEXIST, *mine the kept one and
+ * *theirs the store's; the kept one stays). The record's lock is held
+ * from the open to the close: a chmod waits for the whole level.
+ */
 static int ckpt_owner_store_one(const struct ckpt_dirs *d, struct objstore *os,
-				const char *key, bool dir,
-				struct ckpt_owner *mine,
+				const char *key, bool dir, bool store,
+				bool *found, struct ckpt_owner *mine,
 				struct ckpt_owner *theirs)
 {
 	struct ckpt_owner o;
@@ -286,6 +299,16 @@ static int ckpt_owner_store_one(const struct ckpt_dirs *d, struct objstore *os,
 		return 0;
 	if (ret)
 		return ret;
+	*found = true;
+	if (fsync(fd)) {
+		ret = -errno;
+		log_warn("checkpoints: %s/%s: the kept owner of %s cannot be "
+			 "made durable: %s",
+			 d->staging, CKPT_OWNERS, key, strerror(-ret));
+		goto out;
+	}
+	if (!store)
+		goto out;
 	ret = ckpt_ownrec_read(fd, key, &o);
 	if (ret) {
 		/* torn by a crash while written: fail closed, root's 0000
@@ -302,6 +325,7 @@ static int ckpt_owner_store_one(const struct ckpt_dirs *d, struct objstore *os,
 		ret = ckpt_owner_put(os, key, &o);
 	if (!ret)
 		ckpt_ownrec_unlink(d, key); /* still locked: no change lost */
+out:
 	close(fd);
 	return ret;
 }
@@ -342,22 +366,35 @@ int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
 	struct ckpt_owner mine = { 0 }, theirs = { 0 };
 	size_t len = strlen(key);
 	char *k = strdup(key);
+	bool found = false;
 	int ret = 0;
 
 	if (!k)
 		return -ENOMEM;
-	/* the shallowest first: a directory's before its files' */
-	for (size_t i = 1; !ret && i <= len; i++) {
+	/*
+	 * One pass, one open a level (ckpt_stage.h): the shallowest first,
+	 * a directory's before its files'. Past a level that failed, the
+	 * rest are only made durable (the publish fails; its P record, and
+	 * these, are what the retry starts from).
+	 */
+	for (size_t i = 1; i <= len; i++) {
+		int r;
+
 		if (i < len && key[i] != '/')
 			continue;
 		k[i] = '\0';
-		ret = ckpt_owner_store_one(d, os, k, i < len, &mine, &theirs);
-		if (ret == -EEXIST)
-			ret = ckpt_owner_conflict(d, os, k, key, &mine,
-						  &theirs);
+		r = ckpt_owner_store_one(d, os, k, i < len, !ret, &found, &mine,
+					 &theirs);
+		if (r == -EEXIST)
+			r = ckpt_owner_conflict(d, os, k, key, &mine, &theirs);
+		if (r && !ret)
+			ret = r;
 		if (i < len)
 			k[i] = '/';
 	}
+	/* the names of the records that stay, and the removal of the others */
+	if (found && fsync(d->owners_fd) && !ret)
+		ret = -errno;
 	free(k);
 	return ret;
 }

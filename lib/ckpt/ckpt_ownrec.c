@@ -19,8 +19,11 @@
  * other threads as well as the stager daemon), and a file found unlinked
  * after its lock is taken is absent: a change waits for a publisher that
  * is storing the record, then finds it gone and stores its own, so the
- * store ends with the newer. Records are not fsynced when written:
- * ckpt_ownrec_sync makes those of a key durable before its P record is.
+ * store ends with the newer. Records are not fsynced when written: a
+ * publish makes those of its key durable before its P record is, in the
+ * same pass that stores them (ckpt_owner_store_kept: each record fsynced
+ * under its lock before it is stored, owners/ after the last; one open a
+ * level, and none more for a level without a record).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -187,34 +190,6 @@ void ckpt_ownrec_unlink(const struct ckpt_dirs *d, const char *key)
 	if (unlinkat(d->owners_fd, name, 0) && errno != ENOENT)
 		log_warn("checkpoints: %s/%s/%s (the kept owner of %s): %s",
 			 d->staging, CKPT_OWNERS, name, key, strerror(errno));
-}
-
-int ckpt_ownrec_sync(const struct ckpt_dirs *d, const char *key)
-{
-	char prefix[CKPT_KEY_BUF];
-	bool any = false;
-	int ret = 0;
-
-	if (d->owners_fd < 0 ||
-	    snprintf(prefix, sizeof(prefix), "%s", key) >= (int)sizeof(prefix))
-		return 0;
-	/* key and each directory above it */
-	for (char *slash = NULL;; *slash = '\0') {
-		int fd;
-
-		if (!ckpt_ownrec_open(d, prefix, false, &fd)) {
-			any = true;
-			if (fsync(fd) && !ret)
-				ret = -errno;
-			close(fd);
-		}
-		slash = strrchr(prefix, '/');
-		if (!slash)
-			break;
-	}
-	if (any && fsync(d->owners_fd) && !ret)
-		ret = -errno;
-	return ret;
 }
 
 int ckpt_ownrec_each(const struct ckpt_dirs *d, ckpt_ownrec_fn fn, void *arg)

@@ -136,9 +136,6 @@ int ckpt_ownrec_read(int fd, const char *key, struct ckpt_owner *o);
 int ckpt_ownrec_write(int fd, const char *key, const struct ckpt_owner *o);
 /* Remove key's record (held locked by the caller, or not there). */
 void ckpt_ownrec_unlink(const struct ckpt_dirs *d, const char *key);
-/* fsync the kept records of key and of the directories above it, and
- * owners/: durable before key's P record. 0 or -errno. */
-int ckpt_ownrec_sync(const struct ckpt_dirs *d, const char *key);
 /* fn(arg, key) for each kept record (at most 1 Mi), stopping at a
  * non-zero return, which is returned. */
 typedef int (*ckpt_ownrec_fn)(void *arg, const char *key);
@@ -146,8 +143,12 @@ int ckpt_ownrec_each(const struct ckpt_dirs *d, ckpt_ownrec_fn fn, void *arg);
 /* Store the kept records of key and of the directories above it in os,
  * shallowest first, each removed once stored (ckpt_owner.c): what every
  * publisher of key does before key's bytes go up; a directory's is
- * claimed (ckpt_owner_claim). 0, -EEXIST (a directory above key is another
- * uid's in the store) or the store's -errno (logged; the records stay). */
+ * claimed (ckpt_owner_claim). One pass, one open of owners/ a level: each
+ * record found is fsynced (under its lock) before it is stored, and
+ * owners/ after the last, so that those that stay are durable before the
+ * caller writes key's P record; past a level that fails, the rest are only
+ * fsynced. 0, -EEXIST (a directory above key is another uid's in the
+ * store), the store's -errno (logged; the records stay) or fsync's. */
 int ckpt_owner_store_kept(const struct ckpt_dirs *d, struct objstore *os,
 			  const char *key);
 

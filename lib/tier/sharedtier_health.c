@@ -13,6 +13,14 @@
  * under an OFD write lock on it; readers take a read lock. No state in
  * memory: the file and its lock are the only shared state. At most
  * SHAREDTIER_HEALTH_ROWS lines are kept (the least recent dropped).
+ *
+ * The file is the status's, never the reader's: a file that cannot be
+ * kept (the path a directory, not writable, a full disk) fails no read of
+ * the tier. A change that cannot be written is logged (note, clear) and
+ * leaves the rows there as they were (the new text is written whole over
+ * the old, then cut to its length); a look that cannot read the file
+ * returns its -errno unlogged, for the status to say (the daemon's
+ * tier_health_error), not once per dataset in the log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +37,6 @@
 #include "dstage/log.h"
 #include "dstage/sharedtier.h"
 
-#define SHAREDTIER_HEALTH_FILE "tier-health"
 #define SHAREDTIER_HEALTH_ROWS 256
 #define SHAREDTIER_HEALTH_MAX (256u << 10) /* bytes read at most */
 
@@ -43,6 +50,7 @@ struct sharedtier_health_file {
 	int fd;
 	struct sharedtier_health_row *v; /* SHAREDTIER_HEALTH_ROWS + 1 */
 	size_t n;
+	char path[PATH_MAX]; /* for messages */
 };
 
 static const char *const sharedtier_health_names[SHAREDTIER_CAUSES] = {
@@ -89,13 +97,14 @@ static int sharedtier_health_parse(char *line, struct sharedtier_health_row *r)
 	return r->cause < 0 ? -EINVAL : 0;
 }
 
-/* Open and lock cfg's file (write: create it), and read its rows. */
+/* Open and lock cfg's file (write: create it), and read its rows: 0 or
+ * -errno (unlogged: the caller says what it could not do). */
 static int sharedtier_health_open(const struct dstage_config *cfg, bool write,
 				  struct sharedtier_health_file *hf)
 {
 	struct flock fl = { .l_type = write ? F_WRLCK : F_RDLCK,
 			    .l_whence = SEEK_SET };
-	char path[PATH_MAX], *buf = NULL, *line, *save = NULL;
+	char *buf = NULL, *line, *save = NULL;
 	ssize_t got;
 	int ret = 0;
 
@@ -103,10 +112,10 @@ static int sharedtier_health_open(const struct dstage_config *cfg, bool write,
 	hf->fd = -1;
 	if (!cfg->cache_dir)
 		return -ENOENT;
-	if (snprintf(path, sizeof(path), "%s/" SHAREDTIER_HEALTH_FILE,
-		     cfg->cache_dir) >= (int)sizeof(path))
+	if (snprintf(hf->path, sizeof(hf->path), "%s/" SHAREDTIER_HEALTH_FILE,
+		     cfg->cache_dir) >= (int)sizeof(hf->path))
 		return -ENAMETOOLONG;
-	hf->fd = open(path,
+	hf->fd = open(hf->path,
 		      (write ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC |
 			      O_NOFOLLOW | O_NONBLOCK,
 		      0600);
@@ -135,10 +144,6 @@ static int sharedtier_health_open(const struct dstage_config *cfg, bool write,
 			hf->n++;
 out:
 	free(buf);
-	if (ret)
-		log_warn("shared tier: %s: %s (the tier's status on this node "
-			 "is not kept)",
-			 path, strerror(-ret));
 	return ret;
 }
 
@@ -149,31 +154,49 @@ static void sharedtier_health_close(struct sharedtier_health_file *hf)
 	free(hf->v);
 }
 
-/* Rewrite the file from hf's rows (still locked). */
+/* Rewrite the file from hf's rows (still locked): the new text over the
+ * old, then cut to its length, so that a write that fails (a full disk)
+ * leaves the rows that were there. */
 static int sharedtier_health_write(struct sharedtier_health_file *hf)
 {
-	FILE *f;
-	int fd = dup(hf->fd), ret = 0;
+	/* a row: its name, cause, three numbers, what and separators */
+	size_t size =
+		hf->n * (sizeof(hf->v[0].name) + sizeof(hf->v[0].h.what) + 96) +
+		1;
+	char *buf = malloc(size);
+	size_t len = 0;
+	int ret = 0;
 
-	if (fd < 0)
-		return -errno;
-	f = fdopen(fd, "w");
-	if (!f) {
-		close(fd);
-		return -errno;
-	}
-	if (ftruncate(fd, 0))
-		ret = -errno;
-	for (size_t i = 0; !ret && i < hf->n; i++) {
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < hf->n; i++) {
 		const struct sharedtier_health_row *r = &hf->v[i];
 
-		fprintf(f,
+		len += (size_t)snprintf(
+			buf + len, size - len,
 			"%s\t%s\t%" PRIu64 "\t%" PRId64 "\t%" PRId64 "\t%s\n",
 			r->name, sharedtier_cause_name(r->cause), r->h.count,
 			r->h.first, r->h.last, r->h.what);
+		if (len >= size) {
+			ret = -EOVERFLOW; /* cannot be: size bounds a row */
+			goto out;
+		}
 	}
-	if (fclose(f) && !ret)
+	for (size_t off = 0; off < len;) {
+		ssize_t w = pwrite(hf->fd, buf + off, len - off, (off_t)off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			ret = w < 0 ? -errno : -EIO;
+			goto out;
+		}
+		off += (size_t)w;
+	}
+	if (ftruncate(hf->fd, (off_t)len))
 		ret = -errno;
+out:
+	free(buf);
 	return ret;
 }
 
@@ -221,6 +244,11 @@ int sharedtier_health_note(const struct dstage_config *cfg, const char *name,
 				*p = '?';
 		ret = sharedtier_health_write(&hf);
 	}
+	if (ret && ret != -ENOENT)
+		log_warn("shared tier: %s: %s (not counted there: %s's tier "
+			 "not used (%s): %s)",
+			 hf.path, strerror(-ret), name,
+			 sharedtier_cause_name(cause), what ? what : "");
 	sharedtier_health_close(&hf);
 	return ret;
 }
@@ -232,7 +260,8 @@ int sharedtier_health_clear(const struct dstage_config *cfg, const char *name,
 	size_t n;
 	int ret;
 
-	/* a look first, without the write lock: nothing to clear is usual */
+	/* a look first, without the write lock: nothing to clear is usual
+	 * (a file that cannot be read shows nothing to forget either) */
 	ret = sharedtier_health_get(cfg, name, NULL);
 	if (ret <= 0)
 		return ret == -ENOENT ? 0 : ret;
@@ -247,6 +276,10 @@ int sharedtier_health_clear(const struct dstage_config *cfg, const char *name,
 	}
 	if (!ret && hf.n != n)
 		ret = sharedtier_health_write(&hf);
+	if (ret)
+		log_warn("shared tier: %s: %s (%s's past refusals stay in this "
+			 "node's status)",
+			 hf.path, strerror(-ret), name);
 	sharedtier_health_close(&hf);
 	return ret;
 }

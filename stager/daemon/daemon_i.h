@@ -176,7 +176,9 @@ bool daemon_peer_may_read(const struct daemon_conn *c, const char *group);
 void daemon_peer_row(struct daemon_conn *c, const char *type);
 /* Why this node did not use name's shared tier, as fields of the row being
  * built: tier_CAUSE (a count), tier_CAUSE_first, _last, _what for each
- * cause seen (sharedtier_health_get; docs/stager.md). */
+ * cause seen (sharedtier_health_get; docs/stager.md), and
+ * tier_health_error ("PATH: reason") when the node's file is there but
+ * cannot be read. */
 void daemon_peer_tier_fields(struct daemon_conn *c, const char *name);
 /* Send `type=end rc=... msg=...`. Returns 0 or -errno of the send. */
 int daemon_peer_end(struct daemon_conn *c, int rc, const char *fmt, ...)

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,9 +148,18 @@ bool daemon_peer_admin(const struct daemon_conn *c)
 void daemon_peer_tier_fields(struct daemon_conn *c, const char *name)
 {
 	struct sharedtier_health h[SHAREDTIER_CAUSES];
-	char k[64];
+	char k[64], why[PATH_MAX + 64];
+	int ret = sharedtier_health_get(c->d->cfg, name, h);
 
-	if (sharedtier_health_get(c->d->cfg, name, h) <= 0)
+	/* a file there that cannot be read (a directory, say): the status
+	 * says it does not know, rather than nothing */
+	if (ret < 0 && ret != -ENOENT) {
+		snprintf(why, sizeof(why), "%s/" SHAREDTIER_HEALTH_FILE ": %s",
+			 c->d->cfg->cache_dir ? c->d->cfg->cache_dir : "",
+			 strerror(-ret));
+		proto_add(&c->out, "tier_health_error", why);
+	}
+	if (ret <= 0)
 		return;
 	for (int i = 0; i < SHAREDTIER_CAUSES; i++) {
 		const char *cause = sharedtier_cause_name(i);

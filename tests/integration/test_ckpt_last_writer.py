@@ -31,14 +31,15 @@ control: W's own fsync publishes what it has written so far.
 The agent (AGENT) is a small program driven line by line on its stdin, so
 a test orders the opens, writes and closes of several processes exactly.
 """
+import json
 import os
 import subprocess
 import time
 
 import pytest
 
-from test_checkpoints import (PY, Ckpt, no_partials, sha,  # noqa: F401
-                              store, wait_for)
+from test_checkpoints import (PY, Ckpt, DirStore, no_partials,  # noqa: F401
+                              sha, store, wait_for)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -285,3 +286,119 @@ def test_the_writers_own_fsync_publishes(tool, tmp_path, store, users):
         s.w.do("fdatasync", "f")
         s.m.check_published(KEY, sha(b"\x41" * MB + b"\x46" * MB))
         s.w.do("close", "f")
+
+
+# W for the test below: forks sleeping children (no descriptor on the
+# file) until their pids fill more than argv[2] bytes of W's children list
+# (at most argv[3] of them), then opens argv[1] and writes, then forks C,
+# whose child G keeps the descriptor open for writing (C closes its own
+# copy): C comes last in W's children list, past the bytes the sleepers
+# fill. Driven by lines on stdin; every child ends when W does (pipes W
+# alone holds the write ends of), or after 120 s (an alarm, set in each
+# child: a fork does not inherit one) at the latest.
+MANY_KIDS = r'''
+import json, os, signal, sys
+path, need, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+hold_r, hold_w = os.pipe()
+kids, used = [], 0
+while used <= need and len(kids) < cap:
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(120)
+        os.close(hold_w)
+        os.read(hold_r, 1)
+        os._exit(0)
+    kids.append(pid)
+    used += len(str(pid)) + 1
+fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+os.pwrite(fd, b"W" * 4096, 0)
+go_r, go_w = os.pipe()
+done_r, done_w = os.pipe()
+c = os.fork()
+if c == 0:
+    signal.alarm(120)
+    os.close(hold_w)
+    g = os.fork()
+    if g == 0:
+        signal.alarm(120)                 # not inherited by a fork
+        os.close(go_w)
+        if os.read(go_r, 1) != b"w":      # W gone first: end
+            os._exit(0)
+        os.pwrite(fd, b"G" * 4096, 4096)
+        os.close(fd)
+        os.write(done_w, b"g")
+        os.read(hold_r, 1)
+        os._exit(0)
+    os.close(fd)                          # C holds no copy
+    os.close(go_w)
+    os.write(done_w, b"c")
+    os.read(hold_r, 1)
+    os.waitpid(g, 0)
+    os._exit(0)
+assert os.read(done_r, 1) == b"c"
+me = os.getpid()
+with open("/proc/%d/task/%d/children" % (me, me)) as f:
+    listed = f.read()
+at = (" " + listed).find(" %d " % c)
+print(json.dumps({"kids": len(kids) + 1, "bytes": len(listed), "c_at": at}),
+      flush=True)
+for line in sys.stdin:
+    if line.strip() == "close":
+        os.close(fd)
+    elif line.strip() == "g":
+        os.write(go_w, b"w")
+        assert os.read(done_r, 1) == b"g"
+    elif line.strip() == "exit":
+        break
+    print("ok", flush=True)
+os.close(hold_w)                          # every child ends
+for pid in kids + [c]:
+    os.waitpid(pid, 0)
+print("done", flush=True)
+'''
+
+
+def test_a_descendant_past_4_KiB_of_children_holds_the_file(tool, tmp_path):
+    """/proc/PID/task/TID/children is read whole: W has so many children
+    (about 700 sleeping ones) that their list passes 4 KiB, and the child
+    listed last, C, has a child G holding the file open for writing
+    (through W's descriptor). W's close publishes nothing (G is found
+    below C, past the first 4 KiB of W's list: a 4 KiB read missed it and
+    published the file half written); G's close then publishes all."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    w = None
+    try:
+        (m.ck / "lw").mkdir()
+        w = subprocess.Popen([PY, "-c", MANY_KIDS, str(m.ck / KEY),
+                              str(4096 + 200), "1000"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        info = json.loads(w.stdout.readline())
+        assert info["c_at"] >= 0, info
+        if info["c_at"] < 4096:
+            pytest.skip("pids too short for a list past 4 KiB: %s" % info)
+        assert info["kids"] < 1000, info   # the tree's bound is 1,024
+
+        def do(cmd):
+            w.stdin.write(cmd + "\n")
+            w.stdin.flush()
+            assert w.stdout.readline().strip() == "ok", cmd
+
+        do("close")
+        expect_none(m, "W closed, its grandchild G (past 4 KiB) writing")
+        do("g")
+        want = b"W" * 4096 + b"G" * 4096
+        wait_for(lambda: published(m) == want, 30, "G's close's publish")
+        m.check_published(KEY, sha(want))
+        w.stdin.write("exit\n")
+        w.stdin.flush()
+        assert w.stdout.readline().strip() == "done"
+        w.wait(60)
+        w = None
+    finally:
+        if w:
+            w.kill()                           # its children: EOF, alarm
+            w.wait(30)
+        m.stop()

@@ -10,8 +10,13 @@ made through mount 1, another user's 0600 file, 0700 directory and the
 sticky rule, and chmod on one mount in force on the other.
 """
 import errno
+import hashlib
 import os
+import re
+import shutil
+import signal
 import stat
+import subprocess
 import time
 
 import pytest
@@ -587,3 +592,162 @@ def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
         m.stop()
         if kind == "s3":
             st.cleanup()
+
+
+def kept_name(key):
+    """The name of key's kept owner record in owners/ (ckpt_ownrec.c)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
+def test_one_pass_per_publish(tool, tmp_path):
+    """A publish opens owners/<SHA-256 of the name> once for the file and
+    once for each directory above it (one pass: each record made durable,
+    then stored), not twice (once to fsync, once to store): with no record
+    kept for the directories (made while the store was there), one ENOENT
+    open each, traced with strace around the close that publishes."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    tr = None
+    try:
+        (m.ck / "j" / "a" / "b").mkdir(parents=True)
+        key = "j/a/b/f.bin"
+        f = open(m.ck / key, "wb")
+        f.write(b"one pass")
+        f.flush()
+        out = tmp_path / "strace.txt"
+        tr = subprocess.Popen(["strace", "-f", "-e", "trace=openat", "-o",
+                               str(out), "-p", str(m.p.pid)],
+                              stderr=subprocess.PIPE, text=True)
+        seen = ""
+        end = time.time() + 20
+        while "attached" not in seen and time.time() < end:
+            seen += tr.stderr.readline()
+        assert "attached" in seen, seen
+        f.close()                               # the publish
+        wait_for(lambda: st.get(key) == b"one pass", 30, "the publish")
+        tr.send_signal(signal.SIGINT)           # detach
+        tr.wait(30)
+        tr = None
+        opens = {}
+        for ln in out.read_text().splitlines():
+            mo = re.search(r'openat\(\d+, "([0-9a-f]{64})"', ln)
+            if mo:
+                opens[mo.group(1)] = opens.get(mo.group(1), 0) + 1
+        for d in ["j", "j/a", "j/a/b"]:
+            assert opens.get(kept_name(d)) == 1, (d, opens)
+        assert opens.get(kept_name(key), 0) >= 1, opens
+        assert list((m.staging / "owners").iterdir()) == []
+        assert st.get(".dstage-owner/%s/.dstage-own" % key) is not None
+    finally:
+        if tr:
+            tr.kill()
+            tr.wait(30)
+        m.stop()
+
+
+@pytest.mark.parametrize("full", ["blocks", "inodes"])
+def test_create_fails_when_owners_is_full(tool, tmp_path, full):
+    """owners/ is full (a small tmpfs mounted there: no block left for the
+    record's line, or no inode for its file): the create fails with
+    ENOSPC, the log names the file and owners/, and nothing half-made
+    stays (no record, not even an empty one, no local copy, no journal
+    record, nothing in the mount or the store). Once there is room, a
+    create works again."""
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.start()
+    owners = m.staging / "owners"
+    mounted = False
+    try:
+        (m.ck / "job").mkdir()
+        m.stop()
+        opts = "size=4k" if full == "blocks" else "nr_inodes=2"
+        subprocess.run(["mount", "-t", "tmpfs", "-o", opts + ",mode=0700",
+                        "dstage-test-owners", str(owners)], check=True,
+                       timeout=30)
+        mounted = True
+        filler = owners / ".filler"
+        filler.write_bytes(b"f" * 4096)
+        with pytest.raises(OSError):              # full indeed
+            (owners / ".probe").write_bytes(b"x")
+        if (owners / ".probe").exists():
+            (owners / ".probe").unlink()
+        m.start()
+        f = m.ck / "job" / "f.bin"
+        with pytest.raises(OSError) as ei:
+            with open(f, "wb") as fh:
+                fh.write(b"never")
+        assert ei.value.errno == errno.ENOSPC, ei.value
+        assert "cannot keep the owner of job/f.bin in %s: %s" % (
+            owners, os.strerror(errno.ENOSPC)) in m.log_text()
+        assert sorted(p.name for p in owners.iterdir()) == [".filler"]
+        assert not (m.staging / "tree" / "job" / "f.bin").exists()
+        assert list((m.staging / "journal").iterdir()) == []
+        assert list((m.staging / "abandoned").iterdir()) == []
+        assert not f.exists()
+        assert "job" in os.listdir(m.ck) and os.listdir(m.ck / "job") == []
+        assert [k for k in st.keys() if "f.bin" in k] == []
+        # room again: the same create works, and is published
+        filler.unlink()
+        f.write_bytes(b"now")
+        wait_for(lambda: st.get("job/f.bin") == b"now", 30, "the publish")
+        assert st.get(".dstage-owner/job/f.bin/.dstage-own") is not None
+    finally:
+        m.stop()
+        if mounted:
+            subprocess.run(["umount", "-l", str(owners)], timeout=30)
+
+
+@pytest.mark.parametrize("publisher", ["daemon", "restart"])
+def test_torn_kept_owner_is_stored_fail_closed(tool, tmp_path, users,
+                                               publisher):
+    """A kept owner record torn by a crash (garbage in its owners/ file)
+    is stored as root's with mode 0000 (fail closed) by whoever publishes
+    the file, with a warning naming the file: neither another user nor
+    the file's creator reads it on a fresh mount; root still does."""
+    from test_lifecycle import Daemon
+    st = DirStore(tmp_path / "store")
+    a, b = users.user("ckt"), users.user("cku")
+    ua = users.uid(a)
+    m = start(tool, tmp_path, st, users, "m1")
+    d = None
+    try:
+        key = "jobt/model.pt"
+        dt, f = m.ck / "jobt", m.ck / key
+        assert op(users, a, "mkdir", dt, "755") == "OK"  # claimed
+        # the file's owner record cannot be stored: a file in its way
+        blocker = st.root / ".dstage-owner" / key
+        blocker.write_bytes(b"in the way")
+        assert op(users, a, "create", f, "022") != "OK"  # its publish
+        rec = m.staging / "owners" / kept_name(key)
+        assert rec.read_bytes().startswith(b"%d " % ua)
+        m.stop()
+        rec.write_bytes(b"12")                   # torn: no key, no line
+        blocker.unlink()
+        want = b"written by %d" % ua
+        if publisher == "daemon":
+            d = Daemon(tool, tmp_path / "daemon", m).start()
+        else:
+            m.start()
+        wait_for(lambda: st.get(key) == want, 60,
+                 "the %s's publish" % publisher)
+        assert st.get(".dstage-owner/%s/.dstage-own" % key) == b"0 0 0000\n"
+        log = d.log.read_text() if d else m.log_text()
+        assert "the kept owner of %s cannot be read; it is stored as " \
+            "root's with mode 0000" % key in log, log[-3000:]
+        assert not rec.exists()
+        if d:
+            d.stop()
+            d = None
+        m.stop()
+        m.start()                               # a fresh mount reads it
+        assert owner(f) == (0, 0, 0)
+        assert op(users, b, "read", f) == "EACCES"
+        assert op(users, a, "read", f) == "EACCES"
+        assert f.read_bytes() == want           # root's
+    finally:
+        if d:
+            d.stop()
+        m.stop()

@@ -7,6 +7,7 @@ the same rule, check each tier file against the catalog's reference hash,
 and fall back to the store when the tier fails; FIFOs and empty leases in
 the tier never hang a node. Each runs on a local directory and on a real
 CephFS (ceph-fuse), the forger being a second, unprivileged uid."""
+import errno
 import hashlib
 import json
 import os
@@ -469,5 +470,47 @@ def test_tier_made_writable_after_the_mount_opened_it(tool, stager_dir, pfs,
         show, js, _, _ = tier_status(s, tool)
         assert js.get("tier_untrusted", 0) >= 1, js
         assert "no longer keeps the trust rule" in js["tier_untrusted_what"]
+    finally:
+        s.stop()
+
+
+def test_status_when_tier_health_cannot_be_kept(tool, stager_dir, mallory):
+    """<cache.dir>/tier-health is a directory: a refused (group-writable)
+    tier is still not used (stage and verify pass, from the source), each
+    refusal that cannot be counted is logged naming the file, and stager
+    show and cachectl status still answer, saying the tier's status is
+    unknown and why rather than nothing; once the file can be kept again,
+    the next refusal is counted."""
+    users, mal, g = mallory
+    (stager_dir / "pfs").mkdir()
+    s, tier = tier_node(tool, stager_dir, stager_dir / "pfs")
+    try:
+        d = publish(s)
+        health = s.root / "cache" / "tier-health"
+        if health.exists():
+            health.unlink()
+        health.mkdir()
+        shutil.chown(tier, group=g)
+        os.chmod(tier, 0o775)
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        why = "%s: %s" % (health, os.strerror(errno.EISDIR))
+        assert js["tier_health_error"] == why, js
+        assert row["tier_health_error"] == why, row
+        assert "shared tier: status unknown (%s)" % why in show, show
+        assert ctext.count("shared tier status unknown (%s)" % why) == 1, \
+            ctext
+        assert "tier_untrusted" not in js, js
+        log = s.log.read_text()
+        assert "shared tier: %s: %s (not counted there: ds's tier not " \
+            "used (untrusted): %s is writable by group" % (
+                health, os.strerror(errno.EISDIR), tier) in log, log[-3000:]
+        assert d and os.path.isdir(d)
+        health.rmdir()
+        stage_verify(s)
+        show, js, ctext, row = tier_status(s, tool)
+        assert "tier_health_error" not in js, js
+        assert js.get("tier_untrusted", 0) >= 1, js
+        assert "status unknown" not in show + ctext, (show, ctext)
     finally:
         s.stop()
