@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from test_checkpoints import (OVERLAP_CONF, Ckpt, DirStore, no_partials,
-                              open_uploads, sha, sha_file, wait_for, writer)
+                              open_uploads, sha, sha_file, writer)
+from waits import wait_for
 from test_overlay import Overlay, drop_pages
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -439,7 +440,7 @@ def test_ckpt_kill9_mid_publish_on_cephfs(tool, tmp_path, area, cephfs):
             assert w.stdout.readline().strip() == b"ready"
             # The close has begun (record P) and its commit has created the
             # temporary file next to the final name: kill there.
-            wait_for(lambda: temporaries(st), 60, "the store's temporary")
+            wait_for(lambda: temporaries(st), "the store's temporary", 60)
             slow.freeze()
             m.p.kill()
         m.p.wait(30)
@@ -456,10 +457,10 @@ def test_ckpt_kill9_mid_publish_on_cephfs(tool, tmp_path, area, cephfs):
                "the new version", left))
         time.sleep(2.5)   # the killed publish's temporary is stale now
         m.start()                                   # recovery
-        wait_for(lambda: sha(st.get("j/model.bin") or b"") == v2, 60,
-                 "the republish")
+        wait_for(lambda: sha(st.get("j/model.bin") or b"") == v2,
+                 "the republish", 60)
         wait_for(lambda: (st.get(".dstage-sha256/j/model.bin") or b"")
-                 .split()[:1] == [v2.encode()], 30, "the sidecar")
+                 .split()[:1] == [v2.encode()], "the sidecar", 30)
         m.check_published("j/model.bin", v2)
         assert sha_file(m.ck / "j" / "model.bin") == v2
         # Issue 32: the killed publish's temporary file (older than

@@ -45,15 +45,7 @@ def sha_file(p, bs=4 << 20):
             h.update(b)
 
 
-def wait_for(pred, timeout=30, what="condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError("timed out after %ss waiting for %s" %
-                         (timeout, what))
+from waits import wait_for  # noqa: F401 (the ckpt tests import it here)
 
 
 def is_mounted(mnt):
@@ -243,7 +235,7 @@ class Ckpt:
             side = self.store.get(".dstage-sha256/" + key)
             return got is not None and sha(got) == data_sha and \
                 side is not None and side.decode().split()[0] == data_sha
-        wait_for(done, timeout, what)
+        wait_for(done, what, timeout)
         self.check_published(key, data_sha)
 
 
@@ -422,8 +414,8 @@ def test_other_nodes_files_listed_and_read(mount, store):
     mine = mount.ck / "other" / "mine"
     mine.write_bytes(b"old")
     store.put("other/mine", b"replaced elsewhere")
-    wait_for(lambda: mine.read_bytes() == b"replaced elsewhere", 10,
-             "the store's version")
+    wait_for(lambda: mine.read_bytes() == b"replaced elsewhere",
+             "the store's version", 10)
 
 
 def mount_stats(mnt):
@@ -840,11 +832,11 @@ def test_upload_overlaps_writing_and_rewrites_are_resent(tool, tmp_path,
                 os.pwrite(fd, data[off:off + (1 << 20)], off)
             # Parts 1..3 are complete and passed: sent before any close.
             if store.kind == "s3":
-                wait_for(lambda: open_uploads(store), 30, "an open upload")
+                wait_for(lambda: open_uploads(store), "an open upload", 30)
             else:
                 wait_for(lambda: any(s >= 24 << 20
                                      for _, s in open_uploads(store)),
-                         30, "parts in the temporary file")
+                         "parts in the temporary file", 30)
             assert store.get("ov/ckpt.bin") is None
             time.sleep(0.5)
             # Seek back: rewrite inside part 1 (sent) and across the
@@ -920,7 +912,7 @@ def test_kill9_mid_overlapped_upload_aborts_it(tool, tmp_path, store):
         (m.ck / "kk").mkdir()
         w = writer(m.ck / "kk" / "partial.bin", 20, close=False)
         assert w.stdout.readline().strip() == b"ready"
-        wait_for(lambda: open_uploads(store), 30, "an open upload")
+        wait_for(lambda: open_uploads(store), "an open upload", 30)
         m.kill9()
         w.kill()
         w.wait(30)
@@ -928,7 +920,7 @@ def test_kill9_mid_overlapped_upload_aborts_it(tool, tmp_path, store):
         assert open_uploads(store)
         m.start()
         wait_for(lambda: "aborted the unfinished upload of kk/partial.bin"
-                 in m.log_text(), 30, "the abort")
+                 in m.log_text(), "the abort", 30)
         assert open_uploads(store) == []
         assert store.get("kk/partial.bin") is None
         no_partials(store)

@@ -42,8 +42,8 @@ import time
 import pytest
 
 from test_checkpoints import (PY, Ckpt, DirStore, S3Store, drill,  # noqa
-                              no_partials, open_uploads, sha, store,
-                              wait_for)
+                              no_partials, open_uploads, sha, store)
+from waits import wait_for
 from test_lifecycle import Daemon
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -136,8 +136,8 @@ def test_kill9_dstagefs_mid_write_keeps_previous(tool, tmp_path, store,
                                           str(src)),
                              stdout=subprocess.DEVNULL,
                              start_new_session=True)
-        wait_for(lambda: staged_size(m, key) >= 3 * MB, 60,
-                 "3 MiB written by " + how)
+        wait_for(lambda: staged_size(m, key) >= 3 * MB,
+                 "3 MiB written by " + how, 60)
         store_is(st, "j/model.pt", OLD)        # nothing published yet
         m.kill9()
         os.killpg(w.pid, signal.SIGKILL)
@@ -152,9 +152,9 @@ def test_kill9_dstagefs_mid_write_keeps_previous(tool, tmp_path, store,
                 (rc, out, err)
         m.start()
         wait_for(lambda: "never closed" in m.log_text() or
-                 "without publishing" in m.log_text(), 20, "the report")
-        wait_for(lambda: os.listdir(m.staging / "abandoned"), 10,
-                 "the abandoned file")
+                 "without publishing" in m.log_text(), "the report", 20)
+        wait_for(lambda: os.listdir(m.staging / "abandoned"),
+                 "the abandoned file", 10)
         store_is(st, "j/model.pt", OLD)
         assert (m.ck / "j" / "model.pt").read_bytes() == OLD
         rc, out, err = drill(tool, m, tmp_path, "j", "--to", tmp_path / "d2")
@@ -344,8 +344,8 @@ def test_crash_at_point(tool, tmp_path, request, kind, point, how):
         del m.env["DSTAGE_TEST_CRASH_AT"]
         m.start()
         if point in UNFINISHED:
-            wait_for(lambda: os.listdir(m.staging / "abandoned"), 20,
-                     "the abandoned file")
+            wait_for(lambda: os.listdir(m.staging / "abandoned"),
+                     "the abandoned file", 20)
             store_is(st, final, OLD)
             store_is(st, tmpkey, None)
             assert (m.ck / "j" / "model.pt").read_bytes() == OLD
@@ -358,7 +358,7 @@ def test_crash_at_point(tool, tmp_path, request, kind, point, how):
             m.wait_published(key, sha(new), 60, "the republish")
             if key == tmpkey:
                 store_is(st, final, OLD)
-            wait_for(lambda: open_uploads(st) == [], 30, "no open upload")
+            wait_for(lambda: open_uploads(st) == [], "no open upload", 30)
             no_partials(st)
             assert not os.listdir(m.staging / "abandoned")
             drill_restores(tool, m, tmp_path, "d2",
@@ -426,8 +426,8 @@ def test_kill9_daemon_mid_retry_publish(tool, tmp_path, request, case):
             denv["DSTAGE_TEST_CRASH_AT"] = how
         d = Daemon(tool, tmp_path / "daemon", m, env=denv).start()
         if kind == "s3":
-            wait_for(lambda: fp.count("PUT", path=part) > n0, 30,
-                     "the daemon's upload")
+            wait_for(lambda: fp.count("PUT", path=part) > n0,
+                     "the daemon's upload", 30)
             d.proc.kill()
             d.proc.wait(30)
             fp.clear_faults()
@@ -452,10 +452,10 @@ def test_kill9_daemon_mid_retry_publish(tool, tmp_path, request, case):
         wait_for(lambda: any(
             j.read_text(errors="replace").startswith("C ")
             for j in (m.staging / "journal").iterdir()
-            if not j.name.startswith(".")), 30, "the record C")
+            if not j.name.startswith(".")), "the record C", 30)
         # the job logs its publish after the record C is written
-        wait_for(lambda: "by the retry job" in d.log.read_text(), 30,
-                 "the retry job's log line")
+        wait_for(lambda: "by the retry job" in d.log.read_text(),
+                 "the retry job's log line", 30)
         no_partials(st)
         # dstagefs's upload is aborted by the daemon's publish. The killed
         # daemon's own multipart upload is in no record (objstore_put_fd
@@ -494,13 +494,13 @@ def test_writer_killed_mid_write_publishes_nothing(tool, tmp_path, store,
                                           str(src)),
                              stdout=subprocess.DEVNULL,
                              start_new_session=True)
-        wait_for(lambda: staged_size(m, "j/model.pt") >= 3 * MB, 60,
-                 "3 MiB written by " + how)
+        wait_for(lambda: staged_size(m, "j/model.pt") >= 3 * MB,
+                 "3 MiB written by " + how, 60)
         store_is(st, "j/model.pt", OLD)
         os.killpg(w.pid, signal.SIGKILL)
         w.wait(30)
-        wait_for(lambda: os.listdir(m.staging / "abandoned"), 10,
-                 "the abandoned file")
+        wait_for(lambda: os.listdir(m.staging / "abandoned"),
+                 "the abandoned file", 10)
         assert m.p.poll() is None          # the mount lives on
         m.check_published("j/model.pt", sha(OLD))
         assert (m.ck / "j" / "model.pt").read_bytes() == OLD
@@ -782,8 +782,8 @@ def test_journal_escaped_and_old_records_read(tool, tmp_path):
         rec.write_bytes(first[:-2] + b"\nj/old%41.pt\n")
         del m.env["DSTAGE_TEST_CRASH_AT"]
         m.start()
-        wait_for(lambda: st.get("j/old%41.pt") == b"more", 30,
-                 "the old record's republish")
+        wait_for(lambda: st.get("j/old%41.pt") == b"more",
+                 "the old record's republish", 30)
     finally:
         m.stop()
 

@@ -18,7 +18,8 @@ import subprocess
 import pytest
 
 from test_checkpoints import S3Store, store, \
-    wait_for  # noqa: F401 (fixtures)
+    wait_for
+from waits import wait_for  # noqa: F401 (fixtures)
 from test_ckpt_owners import expect, op, owner, refusing_store, start, \
     two  # noqa: F401 (fixtures)
 
@@ -79,14 +80,14 @@ def test_mkdir_claims_the_name_in_the_store(two, users):
     assert rec(st, "jobA") == want(users, a, 0o700)
     assert op(users, b, "mkdir", d2, "755") == "EEXIST"
     assert rec(st, "jobA") == want(users, a, 0o700)
-    wait_for(lambda: os.path.isdir(d2), 5, "A's jobA on node 2")
+    wait_for(lambda: os.path.isdir(d2), "A's jobA on node 2", 5)
     assert owner(d2) == (users.uid(a), users.gid(a), 0o700)
     assert op(users, b, "create", d2 / "b.pt", "022") == "EACCES"
     assert op(users, a, "create", d1 / "a.pt", "077") == "OK"
     assert op(users, a, "create", d2 / "a2.pt", "077") == "OK"
     assert rec(st, "jobA") == want(users, a, 0o700)
     wait_for(lambda: (d2 / "a.pt").exists() and (d1 / "a2.pt").exists(),
-             10, "A's files on both nodes")
+             "A's files on both nodes", 10)
     for d, other in ((d1, m1.ck), (d2, m2.ck)):
         expect(users, b, [(("list", d), "EACCES"),
                           (("unlink", d / "a.pt"), "EACCES"),
@@ -173,8 +174,8 @@ def test_kept_directory_does_not_overwrite_the_stores(tool, tmp_path, users,
         assert "jobX/b.pt is not published: its directory jobX is uid " \
             "%d's" % users.uid(a) in log, log[-2000:]
         wait_for(lambda: owner(d2) == (users.uid(a), users.gid(a), 0o700),
-                 5, "node 2 taking the store's owner of jobX")
-        wait_for(lambda: (d2 / "a.pt").exists(), 10, "a.pt on node 2")
+                 "node 2 taking the store's owner of jobX", 5)
+        wait_for(lambda: (d2 / "a.pt").exists(), "a.pt on node 2", 10)
         for d, top in ((d1, m1.ck), (d2, m2.ck)):
             expect(users, b, [(("list", d), "EACCES"),
                               (("create", d / "b2.pt", "022"), "EACCES"),

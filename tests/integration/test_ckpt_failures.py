@@ -15,7 +15,8 @@ import pytest
 
 from test_checkpoints import (Ckpt, DirStore, catalog_rows,  # noqa: F401
                               catalog_rows_now, no_partials, open_uploads,
-                              sha, sha_file, wait_for, writer)
+                              sha, sha_file, writer)
+from waits import wait_for
 from test_checkpoints import mount, proxied_store, store  # noqa: F401,E501 (fixtures)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -31,11 +32,11 @@ def test_writer_killed_never_published(mount, store):
     w.wait(30)
     # The kernel closes the killed writer's file: not published, and
     # the partial file is not left under its final name.
-    wait_for(lambda: "killed by signal 9" in mount.log_text(), 10,
-             "the log line")
+    wait_for(lambda: "killed by signal 9" in mount.log_text(), "the log line",
+             10)
     assert store.get("k/partial.bin") is None
     assert store.keys() == store_before
-    wait_for(lambda: os.listdir(mount.ck / "k") == [], 10, "the listing")
+    wait_for(lambda: os.listdir(mount.ck / "k") == [], "the listing", 10)
     assert list((mount.staging / "abandoned").iterdir())
 
 
@@ -52,7 +53,7 @@ def test_kill9_dstagefs_mid_write(tool, tmp_path, store):
         w.wait(30)
         assert store.get("j/partial.bin") is None
         m.start()                                  # restart
-        wait_for(lambda: "never closed" in m.log_text(), 10, "the report")
+        wait_for(lambda: "never closed" in m.log_text(), "the report", 10)
         assert store.get("j/partial.bin") is None
         assert os.listdir(m.ck / "j") == ["done.bin"]
         m.check_published("j/done.bin", sha(b"acknowledged" * 1000))
@@ -83,7 +84,7 @@ def test_s3_faults_error_then_retry(tool, tmp_path, faultproxy,
         # the catalog's record comes after the sidecar (the published
         # hook; its catalog is opened at the first record)
         wait_for(lambda: catalog_rows_now(m).get("f/a.bin") ==
-                 (sha(data), len(data)), 30, "the catalog record")
+                 (sha(data), len(data)), "the catalog record", 30)
 
         # A connection reset on the upload: fsync fails, a later fsync
         # publishes.
@@ -142,7 +143,7 @@ def test_s3_stall_or_cut_part_error_then_retry(tool, tmp_path, faultproxy,
             os.close(fd)
         m.check_published("s/a.bin", sha(data))
         assert catalog_rows(m)["s/a.bin"] == (sha(data), len(data))
-        wait_for(lambda: open_uploads(st) == [], 30, "no open upload")
+        wait_for(lambda: open_uploads(st) == [], "no open upload", 30)
         no_partials(st)
     finally:
         faultproxy.clear_faults()
@@ -162,7 +163,7 @@ def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
                              seconds=60)
         w = writer(m.ck / "u" / "big.bin", 24, close=True)  # 3 parts
         assert w.stdout.readline().strip() == b"ready"
-        wait_for(lambda: faultproxy.count("PUT") > 0, 30, "the upload")
+        wait_for(lambda: faultproxy.count("PUT") > 0, "the upload", 30)
         # Parts go up while the file is written (they stall here): kill
         # once the writer's close has begun, i.e. its record is P (a file
         # killed before its close is never published, by contract).
@@ -172,7 +173,7 @@ def test_s3_kill9_mid_upload_restart_publishes(tool, tmp_path, faultproxy,
                         j.read_text(errors="replace").startswith("P "):
                     return True
             return False
-        wait_for(closing, 30, "the close to begin")
+        wait_for(closing, "the close to begin", 30)
         m.kill9()
         w.kill()
         w.wait(30)
@@ -225,7 +226,7 @@ def test_full_dir_store_enospc_then_restart_publishes(tool, tmp_path,
         m.wait_published("full/ckpt.bin", sha(data), 30, "the publish after restart")
         # recorded by the recovery at open too
         wait_for(lambda: catalog_rows_now(m).get("full/ckpt.bin") ==
-                 (sha(data), len(data)), 10, "the catalog's record")
+                 (sha(data), len(data)), "the catalog's record", 10)
     finally:
         m.stop()
 

@@ -39,7 +39,8 @@ import time
 import pytest
 
 from test_checkpoints import (PY, Ckpt, DirStore, no_partials,  # noqa: F401
-                              sha, store, wait_for)
+                              sha, store)
+from waits import wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -268,8 +269,8 @@ def test_killed_after_the_pattern_publishes_nothing(tool, tmp_path, store,
             s.w.kill()
             s.other.kill()
             m.start()
-        wait_for(lambda: any((m.staging / "abandoned").rglob("*")), 30,
-                 "the unfinished file in abandoned/")
+        wait_for(lambda: any((m.staging / "abandoned").rglob("*")),
+                 "the unfinished file in abandoned/", 30)
         time.sleep(1.5)          # one retry_interval: no publish after all
         assert published(m) is None, m.log_text()[-2000:]
         no_partials(m.store)
@@ -390,7 +391,7 @@ def test_a_descendant_past_4_KiB_of_children_holds_the_file(tool, tmp_path):
         expect_none(m, "W closed, its grandchild G (past 4 KiB) writing")
         do("g")
         want = b"W" * 4096 + b"G" * 4096
-        wait_for(lambda: published(m) == want, 30, "G's close's publish")
+        wait_for(lambda: published(m) == want, "G's close's publish", 30)
         m.check_published(KEY, sha(want))
         w.stdin.write("exit\n")
         w.stdin.flush()

@@ -20,7 +20,8 @@ import subprocess
 import threading
 
 from test_checkpoints import (Ckpt, S3Store, catalog_rows, drill,
-                              open_uploads, sha, wait_for)
+                              open_uploads, sha)
+from waits import wait_for
 from test_objstore import SMALL_PARTS, Store
 from test_push import RgwDest, push, text
 from test_stager import MiB, Stager
@@ -110,7 +111,7 @@ def write_overlapped(m, name, data):
     fd = os.open(m.ck / "job" / name, os.O_CREAT | os.O_WRONLY)
     for off in range(0, len(data) - (4 << 20), 1 << 20):
         os.pwrite(fd, data[off:off + (1 << 20)], off)
-    wait_for(lambda: open_uploads(m.store), 30, "an open upload")
+    wait_for(lambda: open_uploads(m.store), "an open upload", 30)
     off = len(data) - (4 << 20)
     os.pwrite(fd, data[off:], off)
     return fd
@@ -202,8 +203,8 @@ def test_checkpoint_replaced_before_the_stamp_is_not_stamped(
         t = threading.Thread(target=lambda: done.update(
             rc=os.close(fd)), daemon=True)
         t.start()
-        wait_for(lambda: faultproxy.count("HEAD", path=key), 60,
-                 "the stamp's HEAD")
+        wait_for(lambda: faultproxy.count("HEAD", path=key),
+                 "the stamp's HEAD", 60)
         other = b"another writer's version\n"
         store.put("job/s.bin", other)
         t.join(120)

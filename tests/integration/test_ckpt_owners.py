@@ -22,7 +22,8 @@ import time
 import pytest
 
 from test_checkpoints import Ckpt, DirStore, proxied_store, store, \
-    wait_for  # noqa: F401 (fixtures)
+    wait_for
+from waits import wait_for  # noqa: F401 (fixtures)
 
 # One operation as another user: prints OK or the errno's name.
 OP = r'''
@@ -219,7 +220,7 @@ def test_two_mounts_same_store_and_remount(two, users):
     assert op(users, a, "create", d1 / "model.pt", "022") == "OK"
     assert op(users, a, "chmod", d1 / "model.pt", "600") == "OK"
     f2 = d2 / "model.pt"
-    wait_for(lambda: f2.exists(), 10, "model.pt on the second mount")
+    wait_for(lambda: f2.exists(), "model.pt on the second mount", 10)
     assert owner(f2) == (ua, users.gid(a), 0o600)
     assert owner(d2) == (ua, users.gid(a), 0o755)
     expect(users, b, [(("read", f2), "EACCES"),
@@ -239,16 +240,16 @@ def test_two_mounts_same_store_and_remount(two, users):
     assert op(users, a, "chmod", d1 / "model.pt", "644") == "OK"
     expect(users, b, [(("read", f2), "OK"), (("write", f2), "EACCES"),
                       (("truncate", f2), "EACCES")])
-    wait_for(lambda: mode(f2) == 0o644, 5, "0644 on the second mount")
+    wait_for(lambda: mode(f2) == 0o644, "0644 on the second mount", 5)
     assert op(users, a, "chmod", d1 / "model.pt", "600") == "OK"
     expect(users, b, [(("read", f2), "EACCES"),
                       (("truncate", f2), "EACCES")])
-    wait_for(lambda: mode(f2) == 0o600, 5, "0600 on the second mount")
+    wait_for(lambda: mode(f2) == 0o600, "0600 on the second mount", 5)
     assert store.get("teamA/model.pt") == b"written by %d" % ua
     # a chmod on one node is in force on the other within a second
     assert op(users, a, "chmod", f2, "400") == "OK"
-    wait_for(lambda: mode(d1 / "model.pt") == 0o400, 5,
-             "the chmod on the first mount")
+    wait_for(lambda: mode(d1 / "model.pt") == 0o400,
+             "the chmod on the first mount", 5)
     # and kept across a remount
     m1.stop()
     m1.start()
@@ -257,7 +258,7 @@ def test_two_mounts_same_store_and_remount(two, users):
     # a rename keeps the owner and mode, on both nodes
     assert op(users, a, "rename", d1 / "model.pt", d1 / "m2.pt") == "OK"
     assert owner(d1 / "m2.pt") == (ua, users.gid(a), 0o400)
-    wait_for(lambda: (d2 / "m2.pt").exists(), 5, "m2.pt on m2")
+    wait_for(lambda: (d2 / "m2.pt").exists(), "m2.pt on m2", 5)
     assert owner(d2 / "m2.pt") == (ua, users.gid(a), 0o400)
 
 
@@ -280,7 +281,7 @@ def test_private_directory_across_mounts(two, users):
     assert op(users, b, "create", jb1 / "b.pt", "022") == "OK"
     f2, s2 = d2 / "model.pt", d2 / "sub" / "s.pt"
     wait_for(lambda: f2.exists() and s2.exists() and
-             (jb2 / "b.pt").exists(), 10, "mount 1's files on mount 2")
+             (jb2 / "b.pt").exists(), "mount 1's files on mount 2", 10)
     assert owner(d2) == (ua, users.gid(a), 0o700)
     assert owner(f2) == (ua, users.gid(a), 0o644)
     keys = m1.store.keys()
@@ -309,8 +310,8 @@ def test_private_directory_across_mounts(two, users):
                       (("read", s2), "OK")])
     # opened up on mount 1: B lists and reads there, still writes nothing
     assert op(users, a, "chmod", d1, "755") == "OK"
-    wait_for(lambda: op(users, b, "list", d2) == "OK", 5,
-             "0755 of privA on mount 2")
+    wait_for(lambda: op(users, b, "list", d2) == "OK",
+             "0755 of privA on mount 2", 5)
     expect(users, b, [(("read", f2), "OK"), (("stat", f2), "OK"),
                       (("create", d2 / "new.pt", "022"), "EACCES"),
                       (("unlink", f2), "EACCES")])
@@ -318,8 +319,8 @@ def test_private_directory_across_mounts(two, users):
     # nothing there
     assert op(users, a, "chmod", d1, "700") == "OK"
     t0 = time.monotonic()
-    wait_for(lambda: op(users, b, "stat", f2) == "EACCES", 5,
-             "0700 of privA on mount 2")
+    wait_for(lambda: op(users, b, "stat", f2) == "EACCES",
+             "0700 of privA on mount 2", 5)
     assert time.monotonic() - t0 < 4
     expect(users, b, [(("read", f2), "EACCES"), (("read", s2), "EACCES"),
                       (("list", d2), "EACCES")])
@@ -347,7 +348,7 @@ def test_sticky_rule_across_mounts(two, users):
     ja, jw, jb, pool = ck / "jobA", ck / "jobW", ck / "jobB", ck / "pool"
     wait_for(lambda: all((d / f).exists() for d, f in (
         (ja, "2.pt"), (jw, "2.pt"), (jb, "2.pt"), (pool, "a.pt"),
-        (pool, "b.pt"))), 10, "mount 1's files on mount 2")
+        (pool, "b.pt"))), "mount 1's files on mount 2", 10)
     assert owner(pool) == (0, 0, 0o1777)
     assert owner(jw)[2] == 0o777
     expect(users, b, [(("rmdir", ja), "EPERM"),
@@ -374,7 +375,7 @@ def test_sticky_rule_across_mounts(two, users):
     os.rename(jb, ck / "byroot")         # root: anyone's
     os.rename(jw, ck / "byroot" / "w")
     wait_for(lambda: st.get("byroot/2.pt") is not None and
-             st.get("byroot/w/2.pt") is not None, 10, "root's renames")
+             st.get("byroot/w/2.pt") is not None, "root's renames", 10)
     assert st.get("pool/a.pt") is None and st.get("pool/b.pt") is None
     assert st.get("jobA2/2.pt") is not None and st.get("jobA/2.pt") is None
     assert st.get("jobW/1.pt") is None
@@ -395,7 +396,7 @@ def test_uid_staging_bound_is_per_mount(two, users):
     msg = "uid %d reached checkpoints.uid_staging_size" % ua
     assert msg in m1.log_text()
     q2 = m2.ck / "q"
-    wait_for(lambda: (q2 / "full").exists(), 10, "q/full on mount 2")
+    wait_for(lambda: (q2 / "full").exists(), "q/full on mount 2", 10)
     assert op(users, b, "fill", q2 / "b", 3 * MB) == "OK"
     assert op(users, a, "fill", q2 / "a", 3 * MB) == "OK"
     assert "reached checkpoints.uid_staging_size" not in m2.log_text()
@@ -510,8 +511,8 @@ def test_owner_kept_while_the_store_is_away(tool, tmp_path, faultproxy,
         # its publish failed storing the owner record, first of all
         assert "its owner record" in m.log_text()
         faultproxy.clear_faults()
-        wait_for(lambda: st.get("away/w.bin") == b"weights", 30,
-                 "the retry")
+        wait_for(lambda: st.get("away/w.bin") == b"weights", "the retry",
+                 30)
         rec = st.get(".dstage-owner/away/w.bin/.dstage-own")
         assert rec is not None and rec.split()[2] == b"0600", rec
         drec = st.get(".dstage-owner/away/.dstage-own")
@@ -569,8 +570,8 @@ def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
             d = Daemon(tool, tmp_path / "daemon", m).start()
         else:
             m.start()
-        wait_for(lambda: st.get("jobo/model.pt") == want, 60,
-                 "the %s's publish" % publisher)
+        wait_for(lambda: st.get("jobo/model.pt") == want,
+                 "the %s's publish" % publisher, 60)
         assert st.get(".dstage-owner/jobo/model.pt/.dstage-own") == \
             b"%d %d 0600\n" % (ua, ga)
         assert st.get(".dstage-owner/jobo/.dstage-own") == \
@@ -626,7 +627,7 @@ def test_one_pass_per_publish(tool, tmp_path):
             seen += tr.stderr.readline()
         assert "attached" in seen, seen
         f.close()                               # the publish
-        wait_for(lambda: st.get(key) == b"one pass", 30, "the publish")
+        wait_for(lambda: st.get(key) == b"one pass", "the publish", 30)
         tr.send_signal(signal.SIGINT)           # detach
         tr.wait(30)
         tr = None
@@ -692,7 +693,7 @@ def test_create_fails_when_owners_is_full(tool, tmp_path, full):
         # room again: the same create works, and is published
         filler.unlink()
         f.write_bytes(b"now")
-        wait_for(lambda: st.get("job/f.bin") == b"now", 30, "the publish")
+        wait_for(lambda: st.get("job/f.bin") == b"now", "the publish", 30)
         assert st.get(".dstage-owner/job/f.bin/.dstage-own") is not None
     finally:
         m.stop()
@@ -731,8 +732,8 @@ def test_torn_kept_owner_is_stored_fail_closed(tool, tmp_path, users,
             d = Daemon(tool, tmp_path / "daemon", m).start()
         else:
             m.start()
-        wait_for(lambda: st.get(key) == want, 60,
-                 "the %s's publish" % publisher)
+        wait_for(lambda: st.get(key) == want, "the %s's publish" % publisher,
+                 60)
         assert st.get(".dstage-owner/%s/.dstage-own" % key) == b"0 0 0000\n"
         log = d.log.read_text() if d else m.log_text()
         assert "the kept owner of %s cannot be read; it is stored as " \

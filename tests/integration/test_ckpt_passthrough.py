@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, mount_stats, sha, wait_for
+from test_checkpoints import Ckpt, DirStore, mount_stats, sha
+from waits import wait_for
 from test_ckpt_owners import op
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -123,7 +124,7 @@ def test_writer_refused_while_passed_through(ptm):
             if e.errno != errno.ETXTBSY:
                 raise
             return False
-    wait_for(rewrite, 10, "the writer's open")
+    wait_for(rewrite, "the writer's open", 10)
     m.wait_published("model.pt", sha(new))
     wait_passed(m, f)
     assert sha(f.read_bytes()) == sha(new)
@@ -145,7 +146,7 @@ def test_other_uid_refused_with_passthrough_on(tool, tmp_path, users):
         assert passed(m) == before
         # its owner's read is passed through (after the create's RELEASE)
         wait_for(lambda: op(users, a, "read", f) == "OK" and
-                 passed(m) > before, 10, "a passed-through read by A")
+                 passed(m) > before, "a passed-through read by A", 10)
     finally:
         m.stop()
 

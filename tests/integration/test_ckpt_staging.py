@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, sha, wait_for
+from test_checkpoints import Ckpt, DirStore, sha
+from waits import wait_for
 from test_lifecycle import Daemon, daemon, dirmount  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -102,14 +103,14 @@ def test_retry_job_skips_a_file_being_published(tool, tmp_path, dirmount):
         def row():
             rows = [j for j in d.json("jobs") if j.get("kind") == "publish"]
             return rows[0] if rows else {}
-        r = wait_for(lambda: row().get("attempts", 0) >= 1 and row(), 30,
-                     "the retry job's first try")
+        r = wait_for(lambda: row().get("attempts", 0) >= 1 and row(),
+                     "the retry job's first try", 30)
         assert r["state"] == "retrying" and "busy" in r["error"], r
         assert m.store.get("rb/x.bin") is None
         os.close(lfd)
         lfd = -1
-        wait_for(lambda: m.store.get(".dstage-sha256/rb/x.bin"), 60,
-                 "the retry job's publish once the lock is free")
+        wait_for(lambda: m.store.get(".dstage-sha256/rb/x.bin"),
+                 "the retry job's publish once the lock is free", 60)
         m.check_published("rb/x.bin", sha(data))
     finally:
         if lfd >= 0:
@@ -160,7 +161,7 @@ def test_repeated_misses_do_not_each_ask_the_store(tool, tmp_path,
         other = m.ck / "job" / "other.py"
         assert not os.path.exists(other)
         st.put("job/other.py", b"o")
-        wait_for(lambda: os.path.exists(other), 10, "another node's file")
+        wait_for(lambda: os.path.exists(other), "another node's file", 10)
     finally:
         m.stop()
         st.cleanup()
@@ -229,8 +230,8 @@ def test_two_stores_never_share_local_files(tool, tmp_path):
         m2.stop()
         # team 1's own mount publishes it, into store 1 only
         m1.start()
-        wait_for(lambda: s1.get(".dstage-sha256/j/team1.pt"), 30,
-                 "team 1's republish")
+        wait_for(lambda: s1.get(".dstage-sha256/j/team1.pt"),
+                 "team 1's republish", 30)
         m1.check_published("j/team1.pt", sha(b"team 1's weights"))
         assert s1.get("k/team2.pt") is None
         assert s2.get("j/team1.pt") is None
@@ -287,7 +288,7 @@ def test_flat_staging_migrated_or_refused(tool, tmp_path):
         for sub in ("tree", "journal", "abandoned"):
             os.rename(m1.staging_dir / sub, m1.staging / sub)
         m1.start()
-        wait_for(lambda: s1.get("j/p.pt") == b"pending", 30, "republish")
+        wait_for(lambda: s1.get("j/p.pt") == b"pending", "republish", 30)
         assert s2.get("j/p.pt") is None
     finally:
         m1.stop()

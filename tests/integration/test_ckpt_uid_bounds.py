@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, store, wait_for  # noqa: F401
+from test_checkpoints import Ckpt, DirStore, store
+from waits import wait_for  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
@@ -146,7 +147,7 @@ def test_abandoned_files_still_count(bounded, users):
     p.send_signal(signal.SIGKILL)
     p.wait()
     ab = m.staging / "abandoned"
-    wait_for(lambda: os.listdir(ab), 20, "the abandoned file")
+    wait_for(lambda: os.listdir(ab), "the abandoned file", 20)
     (name,) = os.listdir(ab)
     assert os.stat(ab / name).st_uid == ua
     # still A's: 12 + 8 MB pass A's 16 MB

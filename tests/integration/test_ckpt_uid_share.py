@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, store, wait_for  # noqa: F401
+from test_checkpoints import Ckpt, DirStore, store
+from waits import wait_for  # noqa: F401
 from test_ckpt_uid_bounds import MB, hold, op
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -84,7 +85,7 @@ def test_abandoned_files_make_room_oldest_first(shared, users):
         wait_for(lambda: any(n.endswith("-killed") and
                              os.stat(ab / n).st_uid == users.uid(user)
                              for n in os.listdir(ab)),
-                 20, "the abandoned file of uid %d" % users.uid(user))
+                 "the abandoned file of uid %d" % users.uid(user), 20)
         time.sleep(1.1)  # distinct mtimes
     (old,) = [n for n in os.listdir(ab)
               if os.stat(ab / n).st_uid == users.uid(a)]

@@ -19,7 +19,8 @@ import os
 import random
 import threading
 
-from test_checkpoints import Ckpt, S3Store, open_uploads, sha, wait_for
+from test_checkpoints import Ckpt, S3Store, open_uploads, sha
+from waits import wait_for
 from test_ckpt_meta import head, put_with_meta, write_overlapped
 from test_objstore import Store
 
@@ -205,8 +206,8 @@ def test_source_replaced_during_the_copy_fails_with_estale(
         t = threading.Thread(target=lambda: done.update(
             p=b.st.run("cp", "a.bin", "b.bin", check=False)), daemon=True)
         t.start()
-        wait_for(lambda: faultproxy.count("PUT", path="partNumber=2&"), 60,
-                 "the copy of part 2")
+        wait_for(lambda: faultproxy.count("PUT", path="partNumber=2&"),
+                 "the copy of part 2", 60)
         other = random.Random(11).randbytes(SIZE)
         assert rgw.put_object(b.name, "pfx/a.bin", other) == 200
         t.join(120)
@@ -239,8 +240,8 @@ def test_stamp_of_a_source_replaced_during_the_copy_is_refused(
             p=b.st.run("set-sha256", "a.bin", etag, sha(data),
                        check=False)), daemon=True)
         t.start()
-        wait_for(lambda: faultproxy.count("PUT", path="partNumber=2&"), 60,
-                 "the copy of part 2")
+        wait_for(lambda: faultproxy.count("PUT", path="partNumber=2&"),
+                 "the copy of part 2", 60)
         other = random.Random(13).randbytes(SIZE)
         assert rgw.put_object(b.name, "pfx/a.bin", other) == 200
         t.join(120)

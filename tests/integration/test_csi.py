@@ -59,14 +59,7 @@ READER = 3   # VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY
 WRITER = 1   # SINGLE_NODE_WRITER
 
 
-def wait_for(pred, what, timeout=30.0, step=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from waits import wait_for
 
 
 def mounts_at(path):

@@ -25,7 +25,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -46,13 +45,7 @@ def run(*argv, check=True, timeout=120, **kw):
     return r
 
 
-def wait_for(pred, what, timeout=20.0, step=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from waits import wait_for
 
 
 def mounted(path):

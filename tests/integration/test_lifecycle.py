@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from test_checkpoints import (Ckpt, DirStore, S3Store, catalog_rows, sha,
-                              wait_for, writer)
+                              writer)
+from waits import wait_for
 from test_stager import Stager
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
@@ -420,13 +421,13 @@ def test_schedule_applies_the_rules(tool, tmp_path, dirmount):
     d = Daemon(tool, tmp_path / "d", m, interval="1s").start()
     try:
         d.lc("add", "sj", "--keep-local", "1")
-        wait_for(lambda: os.listdir(tree) == ["step-2"], 30,
-                 "the scheduled run")
+        wait_for(lambda: os.listdir(tree) == ["step-2"], "the scheduled run",
+                 30)
         # its audit record comes after the drop: wait for it too (read at
         # once, it raced the daemon in the ASan stage)
         a = wait_for(lambda: [x for x in d.audit()
-                              if x["action"] == "lifecycle.drop-local"], 30,
-                     "the drop's audit record")
+                              if x["action"] == "lifecycle.drop-local"],
+                     "the drop's audit record", 30)
         assert [(x["target"], x["user"], x["uid"]) for x in a] == \
             [("sj/step-1", "lifecycle schedule", 0)], a
         assert m.store.get("sj/step-1") == b"s" * 1000
@@ -454,15 +455,15 @@ def test_retry_job_publishes_after_the_store_returns(tool, tmp_path,
             rows = [j for j in d.json("jobs") if j.get("kind") == "publish"]
             return rows[0] if rows else None
         row = wait_for(lambda: (state() or {}).get("state") == "retrying"
-                       and state(), 30, "a failed retry")
+                       and state(), "a failed retry", 30)
         assert row["dataset"] == "rj/x.bin" and row["error"], row
         p = d.run("jobs", check=True)
         assert b"publish" in p.stdout and b"rj/x.bin" in p.stdout
         assert not (m.store.root / "rj").is_dir()
         (m.store.root / "rj").unlink()      # the store is back
         m.wait_published("rj/x.bin", sha(data), 60, "the retry job's publish")
-        wait_for(lambda: (state() or {}).get("state") == "published", 30,
-                 "the entry's state")
+        wait_for(lambda: (state() or {}).get("state") == "published",
+                 "the entry's state", 30)
         assert "published to" in d.log.read_text()
         # its record is C now: a restarted dstagefs does not publish again
         rec = [p.read_text() for p in (m.staging / "journal").iterdir()
@@ -482,8 +483,8 @@ def test_abandoned_listed_then_removed(daemon, dirmount):
     assert w.stdout.readline().strip() == b"ready"
     w.kill()
     w.wait(30)
-    wait_for(lambda: list((m.staging / "abandoned").iterdir()), 10,
-             "the abandoned file")
+    wait_for(lambda: list((m.staging / "abandoned").iterdir()),
+             "the abandoned file", 10)
     name = os.listdir(m.staging / "abandoned")[0]
     rows = [j for j in d.json("jobs") if j.get("kind") == "abandoned"]
     assert [r["dataset"] for r in rows] == [name], rows

@@ -68,14 +68,7 @@ def parse_metrics(text):
     return samples, names
 
 
-def wait_for(pred, what, timeout=20.0, step=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError("timed out waiting for " + what)
+from waits import wait_for
 
 
 class Node:

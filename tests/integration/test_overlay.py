@@ -45,13 +45,7 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def wait_for(pred, what, timeout=20.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(step)
-    raise AssertionError("timed out waiting for %s" % what)
+from waits import wait_for
 
 
 def mounted(path):

@@ -24,7 +24,6 @@ import json
 import os
 import struct
 import subprocess
-import time
 
 import pytest
 
@@ -62,16 +61,7 @@ def status(tool, s):
     return json.loads(cachectl(tool, s, "status", "--json").stdout)
 
 
-def wait_for(what, cond, timeout=60):
-    """Poll cond() (returns a value or None) every 0.2 s, at most timeout
-    seconds."""
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting for " + what)
+from waits import wait_for
 
 
 def big_file(root):
@@ -89,10 +79,10 @@ def staged(s, root):
 
 
 def passes_after(tool, s, n):
-    return wait_for("scrub pass %d" % n,
-                    lambda: (lambda st: st if st["scrub_passes"] >= n and
+    return wait_for(lambda: (lambda st: st if st["scrub_passes"] >= n and
                              not st["scrub_running"] else None)(
-                        status(tool, s)))
+                        status(tool, s)),
+                    "scrub pass %d" % n)
 
 
 @pytest.fixture
@@ -115,9 +105,9 @@ def test_scrub_finds_and_repairs_a_flipped_byte(tool, sdaemon,
     big = big_file(stager_dir)
     flip(big, DATA_OFF + BLOCK + 2 * MiB + 77)  # block 1
 
-    st = wait_for("the scrub to find the damage",
-                  lambda: (lambda x: x if x["scrub_damaged"] else None)(
-                      status(tool, s)))
+    st = wait_for(lambda: (lambda x: x if x["scrub_damaged"] else None)(
+                      status(tool, s)),
+                  "the scrub to find the damage")
     assert (st["scrub_damaged"], st["scrub_repaired"],
             st["scrub_unrepaired"]) == (1, 1, 0), st
     log = s.log.read_text()
@@ -162,9 +152,9 @@ def test_scrub_drops_a_block_it_cannot_fetch(tool, sdaemon,
     # reads) and would repair the block: damage it once that pass is over
     passes_after(tool, s, status(tool, s)["scrub_passes"] + 1)
     flip(big, DATA_OFF + 2 * BLOCK + 5)  # block 2
-    st = wait_for("the scrub to find the damage",
-                  lambda: (lambda x: x if x["scrub_damaged"] else None)(
-                      status(tool, s)))
+    st = wait_for(lambda: (lambda x: x if x["scrub_damaged"] else None)(
+                      status(tool, s)),
+                  "the scrub to find the damage")
     assert (st["scrub_repaired"], st["scrub_unrepaired"]) == (0, 1), st
     assert "block 2 (cache file %s) failed its checksum: dropped from the " \
         "cache and not fetched again" % big in s.log.read_text()
@@ -193,7 +183,7 @@ def test_one_scrub_per_cache_directory(tool, sdaemon,
     # hold scrub.lock as a daemon does during a pass (an OFD lock); the
     # first daemon's passes over this small cache are short: retry
     lock = stager_dir / "cache" / "scrub.lock"
-    wait_for("scrub.lock", lock.exists)
+    wait_for(lock.exists, "scrub.lock")
     fd = os.open(lock, os.O_RDWR)
     fl = struct.pack("hhxxxxqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
 
@@ -206,15 +196,15 @@ def test_one_scrub_per_cache_directory(tool, sdaemon,
                 raise
             return False
     try:
-        wait_for("the first daemon's pass to end", take)
+        wait_for(take, "the first daemon's pass to end")
     except BaseException:
         os.close(fd)
         raise
     try:
         s2.start()
-        st = wait_for("the second daemon to wait for the lock",
-                      lambda: (lambda x: x if x["scrub_waiting_lock"]
-                               else None)(status(tool, s2)))
+        st = wait_for(lambda: (lambda x: x if x["scrub_waiting_lock"]
+                               else None)(status(tool, s2)),
+                      "the second daemon to wait for the lock")
         assert st["scrub_passes"] == 0 and not st["scrub_running"], st
         assert "another process scrubs" in s2.log.read_text()
     finally:

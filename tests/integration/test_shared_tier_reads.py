@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from test_dstagefs import Dstagefs
@@ -44,13 +43,7 @@ def tier_stats(m):
     return {k: v for k, v in m.stats().items() if k.startswith("tier_")}
 
 
-def wait_for(cond, timeout=20.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+from waits import wait_for
 
 
 def one_node(tool, stager_dir, publish=True):

@@ -60,15 +60,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for(pred, what, timeout=30.0, step=0.2):
-    """Poll pred() until it is true; at most timeout seconds."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from waits import wait_for
 
 
 def stop(proc, timeout=15):

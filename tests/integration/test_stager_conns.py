@@ -67,7 +67,8 @@ def test_four_uids_cannot_fill_the_socket(tool, stager_dir, users):
         for name in ("ua", "ub", "uc", "ud"):
             u, p, got[name] = holder(users, s, script, name, 17)
             procs.append(p)
-            ua = u if name == "ua" else ua
+            if name == "ua":
+                ua = u
         e = users.user("ue")
         p = users.run(e, [s.exe, "--config", s.cfg, "list"], env=s.env)
         assert p.returncode == 0, (got, p.stderr)
