@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import wait_for
+
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="no /dev/fuse")
 
@@ -45,7 +47,22 @@ def sha_file(p, bs=4 << 20):
             h.update(b)
 
 
-from waits import wait_for  # noqa: F401 (the ckpt tests import it here)
+def close_all(*parts):
+    """A test's teardown: stop (or clean up) each of parts in order, its
+    daemons before its mounts before its stores. None and a part with
+    neither (a directory store) are skipped; every part is tried, then the
+    first error is raised."""
+    err = None
+    for p in parts:
+        f = getattr(p, "stop", None) or getattr(p, "cleanup", None)
+        if f is None:
+            continue
+        try:
+            f()
+        except Exception as e:
+            err = err or e
+    if err:
+        raise err
 
 
 def is_mounted(mnt):

@@ -42,7 +42,8 @@ import time
 import pytest
 
 from test_checkpoints import (PY, Ckpt, DirStore, S3Store, drill,  # noqa
-                              no_partials, open_uploads, sha, store)
+                              close_all, no_partials, open_uploads, sha,
+                              store)
 from waits import wait_for
 from test_lifecycle import Daemon
 
@@ -364,9 +365,7 @@ def test_crash_at_point(tool, tmp_path, request, kind, point, how):
             drill_restores(tool, m, tmp_path, "d2",
                            [new] if key == final else [OLD, new])
     finally:
-        m.stop()
-        if kind == "s3":
-            st.cleanup()
+        close_all(m, st)
 
 
 # ---- the stager daemon killed in the middle of its retry publish ----
@@ -464,11 +463,7 @@ def test_kill9_daemon_mid_retry_publish(tool, tmp_path, request, case):
         assert set(open_uploads(st)) <= mine, (open_uploads(st), left)
         drill_restores(tool, m, tmp_path, "d2", [new])
     finally:
-        if d:
-            d.stop()
-        m.stop()
-        if kind == "s3":
-            st.cleanup()
+        close_all(d, m, st)
 
 
 # ---- the writer killed mid-write ----

@@ -17,9 +17,9 @@ import subprocess
 
 import pytest
 
-from test_checkpoints import S3Store, store, \
-    wait_for
-from waits import wait_for  # noqa: F401 (fixtures)
+from test_checkpoints import S3Store, close_all, \
+    store  # noqa: F401 (fixtures)
+from waits import wait_for
 from test_ckpt_owners import expect, op, owner, refusing_store, start, \
     two  # noqa: F401 (fixtures)
 
@@ -187,8 +187,4 @@ def test_kept_directory_does_not_overwrite_the_stores(tool, tmp_path, users,
         assert rec(st, "jobX") == want(users, a, 0o700)
         assert st.get("jobX/a3.pt") == b"written by %d" % users.uid(a)
     finally:
-        if m2:
-            m2.stop()
-        m1.stop()
-        if kind == "s3":
-            st.cleanup()
+        close_all(m2, m1, st)

@@ -21,9 +21,9 @@ import time
 
 import pytest
 
-from test_checkpoints import Ckpt, DirStore, proxied_store, store, \
-    wait_for
-from waits import wait_for  # noqa: F401 (fixtures)
+from test_checkpoints import Ckpt, DirStore, close_all, proxied_store, \
+    store  # noqa: F401 (fixtures)
+from waits import wait_for
 
 # One operation as another user: prints OK or the errno's name.
 OP = r'''
@@ -588,11 +588,7 @@ def test_owner_outlives_a_failed_publish(tool, tmp_path, users, request,
             assert op(users, b, *args) == "EACCES", args
         assert op(users, a, "read", f) == "OK"
     finally:
-        if d:
-            d.stop()
-        m.stop()
-        if kind == "s3":
-            st.cleanup()
+        close_all(d, m, st)
 
 
 def kept_name(key):

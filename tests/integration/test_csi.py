@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 
@@ -57,9 +59,6 @@ pytestmark = [
 
 READER = 3   # VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY
 WRITER = 1   # SINGLE_NODE_WRITER
-
-
-from waits import wait_for
 
 
 def mounts_at(path):

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "packaging"
 K8S = PKG / "kubernetes"
@@ -43,9 +45,6 @@ def run(*argv, check=True, timeout=120, **kw):
         raise AssertionError(f"{argv} exited {r.returncode}\n"
                              f"{r.stdout}\n{r.stderr}")
     return r
-
-
-from waits import wait_for
 
 
 def mounted(path):

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 MON = REPO / "monitoring"
 MiB = 1 << 20
@@ -66,9 +68,6 @@ def parse_metrics(text):
     names = {re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", k).group(0)
              for k in samples}
     return samples, names
-
-
-from waits import wait_for
 
 
 class Node:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import wait_for
+
 TIMEOUT = 1.0  # overlay.attr_timeout in these tests, seconds
 
 
@@ -43,9 +45,6 @@ def free_port():
 
 def sha(data):
     return hashlib.sha256(data).hexdigest()
-
-
-from waits import wait_for
 
 
 def mounted(path):

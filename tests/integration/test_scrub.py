@@ -32,6 +32,7 @@ from test_stager import MiB, Stager, data, make_dataset  # noqa: F401
 from test_stager import stager_dir  # noqa: F401 (fixture)
 from test_verify import (BLOCK, DATA_OFF, cache_files, flip, hide, metrics_port,
                          scrape, text, unhide)
+from waits import wait_for
 
 FILES = {"big.bin": data(7, 10 * MiB), "small.bin": data(8, 5000)}
 
@@ -59,9 +60,6 @@ def cachectl(tool, s, *args):
 
 def status(tool, s):
     return json.loads(cachectl(tool, s, "status", "--json").stdout)
-
-
-from waits import wait_for
 
 
 def big_file(root):

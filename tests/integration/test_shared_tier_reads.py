@@ -22,6 +22,7 @@ from test_stager import Stager, data, make_dataset, stager_dir  # noqa: F401
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import cluster_sim  # noqa: E402
+from waits import wait_for
 
 
 def mount(s, tool, name="mnt"):
@@ -41,9 +42,6 @@ def read_exact(m, files, ds="ds"):
 
 def tier_stats(m):
     return {k: v for k, v in m.stats().items() if k.startswith("tier_")}
-
-
-from waits import wait_for
 
 
 def one_node(tool, stager_dir, publish=True):

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 SLURM_DIR = REPO / "packaging" / "slurm"
 PROGRAMS = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "scontrol",
@@ -58,9 +60,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-from waits import wait_for
 
 
 def stop(proc, timeout=15):
