@@ -43,7 +43,7 @@ struct lifecycle_staging {
 	struct ckpt_dirs d; /* the store's staging directory */
 };
 
-static int stage_subdir(int dfd, const char *name)
+static int lifecycle_staging_subdir(int dfd, const char *name)
 {
 	int fd = openat(dfd, name,
 			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -97,15 +97,15 @@ int lifecycle_staging_open(const struct dstage_config *cfg,
 		goto err;
 	free(s->d.staging);
 	s->d.staging = path;
-	s->d.tree_fd = stage_subdir(sfd, CKPT_TREE);
-	s->d.journal_fd = stage_subdir(sfd, CKPT_JOURNAL);
-	s->d.abandoned_fd = stage_subdir(sfd, CKPT_ABANDONED);
+	s->d.tree_fd = lifecycle_staging_subdir(sfd, CKPT_TREE);
+	s->d.journal_fd = lifecycle_staging_subdir(sfd, CKPT_JOURNAL);
+	s->d.abandoned_fd = lifecycle_staging_subdir(sfd, CKPT_ABANDONED);
 	/* made here too: a daemon started before dstagefs made it must
 	 * still find the owners dstagefs keeps there */
 	if (mkdirat(sfd, CKPT_OWNERS, CKPT_DIR_MODE) && errno != EEXIST)
 		log_warn("lifecycle: %s/%s: %s", s->d.staging, CKPT_OWNERS,
 			 strerror(errno));
-	s->d.owners_fd = stage_subdir(sfd, CKPT_OWNERS);
+	s->d.owners_fd = lifecycle_staging_subdir(sfd, CKPT_OWNERS);
 	if (s->d.tree_fd < 0 || s->d.journal_fd < 0) {
 		ret = -ENOENT;
 		goto err;
@@ -168,8 +168,8 @@ int lifecycle_staging_scan(struct lifecycle_staging *s, lifecycle_local_cb cb,
 }
 
 /* The record of ino, which must be state for key. */
-static int stage_rec(struct lifecycle_staging *s, const char *key, ino_t ino,
-		     char state, struct ckpt_rec *rec)
+static int lifecycle_staging_rec(struct lifecycle_staging *s, const char *key,
+				 ino_t ino, char state, struct ckpt_rec *rec)
 {
 	if (ckpt_journal_read(&s->d, ino, rec) || rec->state != state ||
 	    strcmp(rec->key, key))
@@ -179,8 +179,9 @@ static int stage_rec(struct lifecycle_staging *s, const char *key, ino_t ino,
 
 /* Copy fd (size bytes) to the new unnamed file *out in the staging
  * directory, hashing what is copied into hex. */
-static int stage_copy(struct lifecycle_staging *s, int fd, uint64_t size,
-		      int *out, char hex[CKPT_SHA_HEX])
+static int lifecycle_staging_copy(struct lifecycle_staging *s, int fd,
+				  uint64_t size, int *out,
+				  char hex[CKPT_SHA_HEX])
 {
 	struct sha256 h = { 0 };
 	unsigned char md[SHA256_LEN];
@@ -238,7 +239,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	struct stat st;
 	int fd = -1, cfd = -1, ret;
 
-	ret = stage_rec(s, key, ino, 'P', &rec);
+	ret = lifecycle_staging_rec(s, key, ino, 'P', &rec);
 	if (ret)
 		return ret;
 	fd = openat(s->d.tree_fd, key, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -249,7 +250,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	/* dstagefs publishing it now (a newer version): skip, try later */
 	ret = ckpt_lock_publish(fd, false);
 	if (!ret)
-		ret = stage_rec(s, key, ino, 'P', &rec);
+		ret = lifecycle_staging_rec(s, key, ino, 'P', &rec);
 	if (ret)
 		goto out;
 	/* An upload in parts a dead dstagefs left open (its publish lock is
@@ -260,7 +261,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 		log_info("lifecycle: aborted the unfinished upload of %s to %s "
 			 "(dstagefs stopped while sending it)",
 			 rec.upload_key, objstore_url(os));
-	ret = stage_copy(s, fd, (uint64_t)st.st_size, &cfd, sha);
+	ret = lifecycle_staging_copy(s, fd, (uint64_t)st.st_size, &cfd, sha);
 	if (ret)
 		goto out;
 	if ((uint64_t)st.st_size != rec.size || strcmp(sha, rec.sha)) {
@@ -290,7 +291,7 @@ int lifecycle_staging_publish(struct lifecycle_staging *s, struct objstore *os,
 	if (ret)
 		goto out;
 	/* the record may have changed while the copy went up */
-	ret = stage_rec(s, key, ino, 'P', &now);
+	ret = lifecycle_staging_rec(s, key, ino, 'P', &now);
 	if (!ret && strcmp(now.sha, rec.sha))
 		ret = -ESTALE;
 	if (ret)
@@ -314,7 +315,8 @@ out:
 
 /* Remove the local directories of key that are empty now, below its job
  * ("a/b/c/f": a/b/c, then a/b; never a). */
-static void stage_rmdirs(struct lifecycle_staging *s, const char *key)
+static void lifecycle_staging_rmdirs(struct lifecycle_staging *s,
+				     const char *key)
 {
 	char buf[sizeof(((struct ckpt_rec *)0)->key)];
 	char *slash;
@@ -333,7 +335,7 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 {
 	struct ckpt_rec rec;
 	struct stat st;
-	int fd, ret = stage_rec(s, key, ino, 'C', &rec);
+	int fd, ret = lifecycle_staging_rec(s, key, ino, 'C', &rec);
 
 	if (ret)
 		return ret;
@@ -346,7 +348,7 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 	 * no open can start using it; the record must still say C. */
 	ret = ckpt_lock_drop(fd);
 	if (!ret)
-		ret = stage_rec(s, key, ino, 'C', &rec);
+		ret = lifecycle_staging_rec(s, key, ino, 'C', &rec);
 	if (ret)
 		goto out;
 	if (unlinkat(s->d.tree_fd, key, 0)) {
@@ -354,7 +356,7 @@ int lifecycle_staging_drop(struct lifecycle_staging *s, const char *key,
 		goto out;
 	}
 	ckpt_journal_remove(&s->d, ino);
-	stage_rmdirs(s, key);
+	lifecycle_staging_rmdirs(s, key);
 out:
 	if (fd >= 0)
 		close(fd);
