@@ -706,7 +706,7 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 			    struct dsfs_node *n, struct fuse_file_info *fi)
 {
 	struct dsfs_ckpt_file_handle *h = dsfs_ckpt_file_h(fi);
-	bool killed;
+	bool killed, ok;
 	int ret;
 
 	(void)n;
@@ -723,8 +723,13 @@ void dsfs_ckpt_file_release(struct dsfs *fs, struct dsfs_caller *who,
 	pthread_mutex_lock(&h->lock);
 	killed = h->killed;
 	pthread_mutex_unlock(&h->lock);
-	if (who->released && dsfs_ckpt_file_defer(h, false) && !killed &&
-	    ckpt_file_writers(h->f) == 1) {
+	ok = who->released && !killed;
+	/* the last writable handle released pays a deferred publish: its
+	 * own, or one another handle released first left owed (that one's
+	 * close deferred while this handle, closed already but not yet
+	 * released, still counted as a writer) */
+	if (ckpt_file_writer_done(h->f, dsfs_ckpt_file_defer(h, false) && ok) &&
+	    ok) {
 		ret = ckpt_file_sync(h->f);
 		if (ret)
 			log_warn("checkpoints: a file closed by its writer "

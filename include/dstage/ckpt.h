@@ -275,9 +275,19 @@ int ckpt_file_fd(const struct ckpt_file *f);
 int ckpt_file_reopen(const struct ckpt_file *f);
 /* Whether f was opened for writing. */
 bool ckpt_file_writable(const struct ckpt_file *f);
-/* How many handles of f's file are open for writing now, f's included
- * (0 for a file read from the store). */
+/* How many handles of f's file are open for writing now, f's included,
+ * less those through ckpt_file_writer_done (0 for a file read from the
+ * store). */
 unsigned ckpt_file_writers(const struct ckpt_file *f);
+/* f's writer is done (the kernel's RELEASE of its handle; before
+ * ckpt_file_close): f no longer counts in ckpt_file_writers. owe: its
+ * close deferred a publish, which the file owes now. Returns true when f
+ * was the last writable handle and a publish is owed, by f or by another
+ * handle released before it (then no longer owed): the caller publishes
+ * (ckpt_file_sync). A deferred publish is so never lost to another
+ * writable handle that had closed but not yet been released. False for a
+ * read-only f or a second call. */
+bool ckpt_file_writer_done(struct ckpt_file *f, bool owe);
 /* The version of f's local copy: it changes with every write or truncate
  * of the copy, through any handle (0 when f is read from the store). */
 uint64_t ckpt_file_gen(struct ckpt_file *f);

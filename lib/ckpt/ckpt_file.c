@@ -917,6 +917,8 @@ int ckpt_ent_publish(struct ckpt *ck, struct ckpt_ent *e, const char *want_sha)
 			       e->hctx.ctx ? &e->hctx : NULL, e->hashed);
 		pthread_mutex_lock(&ck->lock);
 		e->publishing = false;
+		if (!ret)
+			e->owed = false; /* paid */
 		pthread_mutex_unlock(&ck->lock);
 		if (!ret) {
 			e->dirty = false;
@@ -937,10 +939,30 @@ int ckpt_file_sync(struct ckpt_file *f)
 	return ckpt_ent_publish(f->ck, f->e, NULL);
 }
 
+bool ckpt_file_writer_done(struct ckpt_file *f, bool owe)
+{
+	struct ckpt *ck = f->ck;
+	bool pay = false;
+
+	if (!f->write || f->writer_done)
+		return false;
+	pthread_mutex_lock(&ck->lock);
+	f->writer_done = true;
+	f->e->writers--;
+	if (owe)
+		f->e->owed = true;
+	if (!f->e->writers && f->e->owed) {
+		f->e->owed = false;
+		pay = true;
+	}
+	pthread_mutex_unlock(&ck->lock);
+	return pay;
+}
+
 void ckpt_file_close(struct ckpt_file *f)
 {
 	if (!f)
 		return;
-	ckpt_ent_put(f->ck, f->e, f->write);
+	ckpt_ent_put(f->ck, f->e, f->write && !f->writer_done);
 	free(f);
 }

@@ -121,7 +121,11 @@ struct ckpt_ent {
 	struct ckpt_ent *next; /* ck->lock */
 	char *key; /* ck->lock: a rename changes it */
 	unsigned refs; /* ck->lock: handles */
-	unsigned writers; /* ck->lock: of which open for writing */
+	unsigned writers; /* ck->lock: of which open for writing and not yet
+			   * through ckpt_file_writer_done */
+	bool owed; /* ck->lock: a writer's close deferred its publish to the
+		    * last writable handle's release (ckpt_file_writer_done);
+		    * cleared by that release or by a publish */
 	bool publishing; /* ck->lock: a publish of this entry runs */
 	bool unlinked; /* ck->lock */
 	bool space_at_close; /* ck->lock: unlinked while open; the last close
@@ -163,6 +167,7 @@ struct ckpt_file {
 	struct ckpt *ck;
 	struct ckpt_ent *e;
 	bool write; /* opened for writing */
+	bool writer_done; /* ckpt_file_writer_done ran: not in e->writers */
 };
 
 /* One uid's staging (checkpoints.uid_staging_size, uid_files), in
