@@ -63,6 +63,16 @@ int dsfs_init(struct dsfs *fs, const struct dsfs_opts *o,
 	return ret;
 }
 
+int dsfs_start(struct dsfs *fs)
+{
+	int ret = 0;
+
+	for (int i = 0; !ret && i < DSFS_SUB_COUNT; i++)
+		if (fs->subs[i]->start)
+			ret = fs->subs[i]->start(fs);
+	return ret;
+}
+
 /* dsfs_nodes_release's drop: the subtree lets go of the node's priv. */
 static void dsfs_drop_node(struct dsfs_node *n, void *arg)
 {

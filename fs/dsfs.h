@@ -18,6 +18,10 @@
  */
 int dsfs_init(struct dsfs *fs, const struct dsfs_opts *o,
 	      const struct dstage_config *cfg);
+/* Each subtree's start hook, in DSFS_SUB_* order, once mounted and in
+ * the background, before the session loop: the threads that would not
+ * survive the fork. 0 or the first -errno. */
+int dsfs_start(struct dsfs *fs);
 /* Stop the poller, release open handles, forget every node, destroy the
  * subtrees (reverse order). Accepts a context dsfs_init failed on. */
 void dsfs_destroy(struct dsfs *fs);

@@ -74,6 +74,11 @@ struct dsfs_subtree {
 	int (*init)(struct dsfs *fs);
 	/* After the session ended and every node was forgotten. */
 	void (*destroy)(struct dsfs *fs);
+	/* Mounted, dstagefs in the background (forked), the session loop
+	 * not started: start the subtree's threads (none may be started
+	 * before: a fork keeps only its caller). 0 or -errno (the mount
+	 * ends). */
+	int (*start)(struct dsfs *fs);
 	/* The poller thread, every opts.poll_ms once mounted. */
 	void (*poll)(struct dsfs *fs);
 	/* A node of this subtree is being freed (FORGET to 0, teardown):

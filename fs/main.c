@@ -7,7 +7,9 @@
  * Life of the process: parse options -> load config -> clear a stale mount
  * -> open the catalog and load the dataset table -> new session, signal
  * handlers (SIGTERM, SIGINT, SIGHUP end the loop), mount -> daemonize
- * unless -f -> open the cache -> start the poller -> multithreaded session
+ * unless -f -> open the cache -> start the subtrees' threads (checkpoint
+ * uploaders and retry: none may run across the fork) -> start the poller
+ * -> multithreaded session
  * loop -> unmount -> stop the poller -> free everything.
  */
 #include <errno.h>
@@ -284,6 +286,15 @@ static int dsfs_main_services(struct dsfs_main *m,
 		return DSFS_EXIT_STORE;
 	}
 	m->fs.cache = m->cache;
+	/* the subtrees' threads: only now, after the fork into the
+	 * background (fuse_daemonize), which keeps only its caller */
+	ret = dsfs_start(&m->fs);
+	if (ret) {
+		pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
+		log_error("cannot start the checkpoint threads: %s",
+			  strerror(-ret));
+		return DSFS_EXIT_RUNTIME;
+	}
 	/* Dataset files keep their pages in the mount (keep_cache): the
 	 * cache files' copies of the bytes read would only double them. */
 	cache_set_drop_behind(m->cache, true);

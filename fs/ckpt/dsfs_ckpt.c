@@ -86,6 +86,7 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 		if (ret)
 			return ret;
 		catalog_ckpt_log_hooks(st->record, &h);
+		h.threads_later = true; /* dsfs_ckpt_start, after the fork */
 		ret = ckpt_open_ex(fs->cfg, &h, &st->ck);
 		if (ret)
 			return ret;
@@ -99,6 +100,14 @@ static int dsfs_ckpt_init(struct dsfs *fs)
 	return dsfs_nodes_add_fixed(&fs->nodes, DSFS_INO_CHECKPOINTS,
 				    DSFS_INO_ROOT, &dsfs_ckpt_subtree,
 				    "checkpoints", &st->top);
+}
+
+/* The uploader and retry threads, after dstagefs forked (dsfs_start). */
+static int dsfs_ckpt_start(struct dsfs *fs)
+{
+	struct dsfs_ckpt *st = dsfs_ckpt_st(fs);
+
+	return st && st->ck ? ckpt_start(st->ck) : 0;
 }
 
 static void dsfs_ckpt_destroy(struct dsfs *fs)
@@ -690,6 +699,7 @@ static int dsfs_ckpt_setattr(struct dsfs *fs, struct dsfs_caller *who,
 const struct dsfs_subtree dsfs_ckpt_subtree = {
 	.name = "checkpoints",
 	.init = dsfs_ckpt_init,
+	.start = dsfs_ckpt_start,
 	.destroy = dsfs_ckpt_destroy,
 	.forget = dsfs_ckpt_forget,
 	.lookup = dsfs_ckpt_lookup,

@@ -104,12 +104,21 @@ struct ckpt_hooks {
 	 * the count starts empty. NULL: none. */
 	int (*census)(void *arg, const char *store, ckpt_census_cb cb,
 		      void *ctx);
+	/* true: ckpt_open_ex starts no thread; the caller calls ckpt_start
+	 * (dstagefs, after it forks into the background: a fork keeps only
+	 * the thread that called it). */
+	bool threads_later;
 };
 
 /* ckpt_open with hooks (copied; NULL: none), in force from the recovery
  * at open on. Errors as ckpt_open. */
 int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		 struct ckpt **out);
+
+/* Start ck's uploader and retry threads, once (ckpt_open_ex does, unless
+ * its hooks said threads_later). 0, or the retry thread's -errno (no
+ * uploader thread is only logged: files then upload when closed). */
+int ckpt_start(struct ckpt *ck);
 
 /* Accepts NULL. Open files must have been closed. */
 void ckpt_free(struct ckpt *ck);

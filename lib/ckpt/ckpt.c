@@ -229,6 +229,17 @@ int ckpt_open(const struct dstage_config *cfg, struct ckpt **out)
 	return ckpt_open_ex(cfg, NULL, out);
 }
 
+int ckpt_start(struct ckpt *ck)
+{
+	int ret = 0;
+
+	if (!ck->n_uploaders)
+		ret = ckpt_upload_start(ck);
+	if (!ret && !ck->retry_running)
+		ret = ckpt_retry_start(ck);
+	return ret;
+}
+
 int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		 struct ckpt **out)
 {
@@ -323,10 +334,8 @@ int ckpt_open_ex(const struct dstage_config *cfg, const struct ckpt_hooks *h,
 		ckpt_live_count(ck);
 		ckpt_abandoned_count(ck);
 	}
-	if (!ret)
-		ret = ckpt_upload_start(ck);
-	if (!ret)
-		ret = ckpt_retry_start(ck);
+	if (!ret && !(h && h->threads_later))
+		ret = ckpt_start(ck);
 	if (ret)
 		goto err;
 	log_info("checkpoints: store %s, staging %s (%" PRIu64 " of %" PRIu64

@@ -276,3 +276,42 @@ def test_staging_dir_writable_by_others_refused(tool, tmp_path):
             m.log_text()
     finally:
         m.stop()
+
+
+def test_background_mount_keeps_its_checkpoint_threads(tool, tmp_path):
+    """dstagefs without -f forks into the background (fuse_daemonize), and
+    a fork keeps only the thread that called it: the checkpoint uploaders
+    and the retry thread start after it (dsfs_start). Here the retry
+    thread publishes a file whose publish at close failed, once the store
+    takes writes again. Before, a background mount (the systemd unit's)
+    had neither, and under ASan its FUSE workers hung at birth on an
+    allocator lock a lost thread held."""
+    from test_checkpoints import is_mounted
+    st = DirStore(tmp_path / "store")
+    m = Ckpt(tool, tmp_path / "m", st)
+    m.mnt.mkdir()
+    blocker = st.root / ".dstage-owner"   # owner records cannot be stored
+
+    def pids():
+        p = subprocess.run(["pgrep", "-f", "dstagefs %s$" % m.mnt],
+                           capture_output=True, text=True, timeout=30)
+        return p.stdout.split()
+
+    subprocess.run([tool("dstagefs"), str(m.mnt)], env=m.env, check=True,
+                   timeout=60)
+    try:
+        wait_for(lambda: is_mounted(m.mnt), "the mount", 30)
+        assert len(pids()) == 1, pids()
+        blocker.write_bytes(b"in the way")
+        f = m.ck / "bg.pt"
+        try:
+            f.write_bytes(b"written in the background")
+        except OSError:
+            pass  # the publish at close failed: the store refused it
+        assert st.get("bg.pt") is None
+        blocker.unlink()
+        wait_for(lambda: st.get("bg.pt") == b"written in the background",
+                 "the background mount's retry thread to publish", 30)
+    finally:
+        subprocess.run(["fusermount3", "-u", str(m.mnt)], timeout=60)
+        wait_for(lambda: not pids(), "the background dstagefs to exit", 30)

@@ -74,7 +74,9 @@ def stop(proc, timeout=15):
 
 
 def mounted(path):
-    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+    # bounded: a mount whose dstagefs hangs must fail the test, not stall it
+    return subprocess.run(["mountpoint", "-q", str(path)],
+                          timeout=30).returncode == 0
 
 
 class Node:
